@@ -1,0 +1,3 @@
+from pybroker.cli.main import main
+
+raise SystemExit(main())

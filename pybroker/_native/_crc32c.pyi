@@ -1,0 +1,6 @@
+from typing_extensions import Buffer
+
+IMPLEMENTATION: str  # "sse4.2", "armv8-crc" or "slicing-by-8"
+
+def crc32c(data: Buffer, value: int = 0) -> int: ...
+def crc32c_table(data: Buffer, value: int = 0) -> int: ...

@@ -1,0 +1,63 @@
+"""`pybroker`: start a node (combined broker+controller) from Kafka-style properties.
+
+    pybroker [--config server.properties] [--override key=value ...]
+
+With no arguments it serves on 127.0.0.1:9092 with its data in ./pybroker-data,
+formatting the directory on first start. A bad value or unreadable file prints one line
+and exits with code 2; unknown keys are warnings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pybroker import __version__
+from pybroker.config import BrokerConfig, ConfigError, build_config
+
+EXIT_CONFIG = 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own code too)
+        sys.stderr.write(f"pybroker: {message}\n")
+        raise SystemExit(EXIT_CONFIG)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.")
+    p.add_argument("--config", "-c", metavar="FILE", help="server.properties file (Kafka property names)")
+    p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
+                   help="set a property, overriding the file (repeatable)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="logging level (default INFO)")
+    p.add_argument("--version", action="version", version=f"pybroker {__version__}")
+    return p.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> BrokerConfig:
+    cfg = build_config(args.config, args.override)
+    for w in cfg.warnings:
+        logging.getLogger("pybroker.config").warning("%s", w)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        cfg = load_config(args)
+    except ConfigError as exc:
+        sys.stderr.write(f"pybroker: {exc}\n")
+        return EXIT_CONFIG
+    from pybroker.server.broker import StartupError, run_broker
+
+    try:
+        return run_broker(cfg)
+    except StartupError as exc:
+        sys.stderr.write(f"pybroker: {exc}\n")
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130

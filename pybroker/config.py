@@ -1,0 +1,496 @@
+"""Broker and topic configuration: Kafka's property names, types, defaults and validation.
+
+Sources of values, highest first: `--override key=value`, the properties file, the
+defaults below. Defaults are Kafka 4.x's except where an embedded single node needs
+another (written next to the definition): node.id=1, process.roles=broker,controller,
+listeners on 127.0.0.1:9092, log.dirs=./pybroker-data, replication factors of 1.
+
+Errors are `ConfigError` with a one-line message naming the key; the CLI turns them into
+exit code 2. Unknown keys are kept (Kafka passes them to plugins) and reported as warnings.
+Topic-level configs (segment.bytes, retention.ms, ...) are described with their broker
+synonym (log.segment.bytes, log.retention.ms, ...), as DescribeConfigs reports them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value or file (one line, names the key)."""
+
+
+# ---------------------------------------------------------------------------- definitions
+
+Validator = Callable[[str, Any], None]
+
+
+def at_least(lo: int | float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value is not None and value < lo:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be at least {lo}")
+    return check
+
+
+def between(lo: int | float, hi: int | float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value is not None and not lo <= value <= hi:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {name}: Value must be between {lo} and {hi}")
+    return check
+
+
+def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
+    def check(name: str, value: Any) -> None:
+        vals = value if isinstance(value, list) else [value]
+        for v in vals:
+            if v is None:
+                continue
+            ok = v.lower() in [c.lower() for c in choices] if case_insensitive else v in choices
+            if not ok:
+                raise ConfigError(
+                    f"Invalid value {v} for configuration {name}: String must be one of: {', '.join(choices)}")
+    return check
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str  # boolean | int | short | long | double | string | list | password | class
+    default: Any
+    validator: Validator | None = None
+    read_only: bool = True  # broker configs that need a restart to change (Kafka: read-only/per-broker)
+
+    def parse(self, raw: Any) -> Any:
+        return parse_value(self.name, self.type, raw)
+
+
+def parse_value(name: str, type_: str, raw: Any) -> Any:
+    """Kafka's ConfigDef.parseType: strings from files become typed values."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    s = raw.strip()
+    try:
+        if type_ == "boolean":
+            low = s.lower()
+            if low in ("true", "false"):
+                return low == "true"
+            raise ValueError
+        if type_ in ("int", "short", "long"):
+            v = int(s)
+            limit = {"int": 2**31, "short": 2**15, "long": 2**63}[type_]
+            if not -limit <= v < limit:
+                raise ValueError
+            return v
+        if type_ == "double":
+            return float(s)
+        if type_ == "list":
+            return [p.strip() for p in s.split(",") if p.strip()] if s else []
+    except ValueError:
+        raise ConfigError(
+            f"Invalid value {raw} for configuration {name}: Expected value to be a "
+            f"{'32-bit integer' if type_ == 'int' else type_}") from None
+    return s  # string, password, class
+
+
+def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in defs}
+
+
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_CLEANUP_POLICIES = ("compact", "delete")
+
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    # node identity and roles (embedded defaults: a one-node combined cluster)
+    ConfigDef("node.id", "int", 1, at_least(0)),
+    ConfigDef("broker.id", "int", None),
+    ConfigDef("process.roles", "list", ["broker", "controller"], one_of("broker", "controller")),
+    ConfigDef("cluster.id", "string", None),
+    # network
+    ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
+    ConfigDef("advertised.listeners", "list", None),
+    ConfigDef("listener.security.protocol.map", "list",
+              ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT",
+               "SASL_SSL:SASL_SSL"]),
+    ConfigDef("inter.broker.listener.name", "string", None),
+    ConfigDef("controller.listener.names", "list", None),
+    ConfigDef("controller.quorum.voters", "list", []),
+    ConfigDef("controller.quorum.bootstrap.servers", "list", []),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, at_least(1)),
+    ConfigDef("socket.send.buffer.bytes", "int", 102400),
+    ConfigDef("socket.receive.buffer.bytes", "int", 102400),
+    ConfigDef("queued.max.requests", "int", 500, at_least(1)),
+    ConfigDef("num.network.threads", "int", 3, at_least(1), read_only=False),
+    ConfigDef("num.io.threads", "int", 8, at_least(1), read_only=False),
+    ConfigDef("connections.max.idle.ms", "long", 600000),
+    ConfigDef("max.connections", "int", INT_MAX, at_least(0), read_only=False),
+    # storage
+    ConfigDef("log.dirs", "list", None),
+    ConfigDef("log.dir", "string", "./pybroker-data"),
+    ConfigDef("metadata.log.dir", "string", None),
+    ConfigDef("num.partitions", "int", 1, at_least(1)),
+    ConfigDef("default.replication.factor", "int", 1, at_least(1)),
+    ConfigDef("auto.create.topics.enable", "boolean", True),
+    ConfigDef("delete.topic.enable", "boolean", True),
+    ConfigDef("log.segment.bytes", "int", 1073741824, at_least(14), read_only=False),
+    ConfigDef("log.roll.ms", "long", None, at_least(1), read_only=False),
+    ConfigDef("log.roll.hours", "int", 168, at_least(1)),
+    ConfigDef("log.roll.jitter.ms", "long", None, at_least(0), read_only=False),
+    ConfigDef("log.roll.jitter.hours", "int", 0, at_least(0)),
+    ConfigDef("log.index.interval.bytes", "int", 4096, at_least(0), read_only=False),
+    ConfigDef("log.index.size.max.bytes", "int", 10485760, at_least(4), read_only=False),
+    ConfigDef("log.flush.interval.messages", "long", LONG_MAX, at_least(1), read_only=False),
+    ConfigDef("log.flush.interval.ms", "long", None, read_only=False),
+    ConfigDef("log.flush.scheduler.interval.ms", "long", LONG_MAX),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, at_least(0)),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, at_least(0)),
+    ConfigDef("log.retention.hours", "int", 168),
+    ConfigDef("log.retention.minutes", "int", None),
+    ConfigDef("log.retention.ms", "long", None, read_only=False),
+    ConfigDef("log.retention.bytes", "long", -1, read_only=False),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, at_least(1)),
+    ConfigDef("log.cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), read_only=False),
+    ConfigDef("log.cleaner.enable", "boolean", True),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0), read_only=False),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0), read_only=False),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, at_least(1), read_only=False),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, between(0, 1), read_only=False),
+    ConfigDef("log.segment.delete.delay.ms", "long", 60000, at_least(0), read_only=False),
+    ConfigDef("log.preallocate", "boolean", False, read_only=False),
+    ConfigDef("log.message.timestamp.type", "string", "CreateTime", one_of(*_TIMESTAMP_TYPES),
+              read_only=False),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0), read_only=False),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 3600000, at_least(0), read_only=False),
+    ConfigDef("log.local.retention.ms", "long", -2, read_only=False),
+    ConfigDef("log.local.retention.bytes", "long", -2, read_only=False),
+    ConfigDef("message.max.bytes", "int", 1048588, at_least(0), read_only=False),
+    ConfigDef("compression.type", "string", "producer", one_of(*_COMPRESSION_TYPES), read_only=False),
+    ConfigDef("compression.gzip.level", "int", -1, read_only=False),
+    ConfigDef("compression.lz4.level", "int", 9, between(1, 17), read_only=False),
+    ConfigDef("compression.zstd.level", "int", 3, between(-131072, 22), read_only=False),
+    ConfigDef("min.insync.replicas", "int", 1, at_least(1), read_only=False),
+    ConfigDef("unclean.leader.election.enable", "boolean", False, read_only=False),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000, at_least(1), read_only=False),
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),
+    ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576, at_least(0)),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000),
+    # internal topics and coordinators
+    ConfigDef("offsets.topic.num.partitions", "int", 50, at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", "short", 1, at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104857600, at_least(1)),
+    ConfigDef("offsets.retention.minutes", "int", 10080, at_least(1)),
+    ConfigDef("offsets.commit.timeout.ms", "int", 5000, at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "short", 1, at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", "int", 1, at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000, at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000),
+    ConfigDef("group.max.size", "int", INT_MAX, at_least(1)),
+    ConfigDef("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"]),
+    ConfigDef("metadata.log.segment.bytes", "int", 1073741824, at_least(12)),
+    ConfigDef("metadata.max.retention.bytes", "long", 104857600),
+    ConfigDef("request.timeout.ms", "int", 30000),
+)
+
+# Topic configs: name -> (definition, broker synonym). A topic's effective value is its
+# own override, else the broker's synonym value, else the topic default.
+TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {
+    d.name: (d, syn) for d, syn in [
+        (ConfigDef("cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), False), "log.cleanup.policy"),
+        (ConfigDef("compression.type", "string", "producer", one_of(*_COMPRESSION_TYPES), False),
+         "compression.type"),
+        (ConfigDef("compression.gzip.level", "int", -1, None, False), "compression.gzip.level"),
+        (ConfigDef("compression.lz4.level", "int", 9, between(1, 17), False), "compression.lz4.level"),
+        (ConfigDef("compression.zstd.level", "int", 3, between(-131072, 22), False), "compression.zstd.level"),
+        (ConfigDef("delete.retention.ms", "long", 86400000, at_least(0), False),
+         "log.cleaner.delete.retention.ms"),
+        (ConfigDef("file.delete.delay.ms", "long", 60000, at_least(0), False), "log.segment.delete.delay.ms"),
+        (ConfigDef("flush.messages", "long", LONG_MAX, at_least(1), False), "log.flush.interval.messages"),
+        (ConfigDef("flush.ms", "long", LONG_MAX, at_least(0), False), "log.flush.interval.ms"),
+        (ConfigDef("index.interval.bytes", "int", 4096, at_least(0), False), "log.index.interval.bytes"),
+        (ConfigDef("local.retention.bytes", "long", -2, None, False), "log.local.retention.bytes"),
+        (ConfigDef("local.retention.ms", "long", -2, None, False), "log.local.retention.ms"),
+        (ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, at_least(1), False),
+         "log.cleaner.max.compaction.lag.ms"),
+        (ConfigDef("max.message.bytes", "int", 1048588, at_least(0), False), "message.max.bytes"),
+        (ConfigDef("message.timestamp.after.max.ms", "long", 3600000, at_least(0), False),
+         "log.message.timestamp.after.max.ms"),
+        (ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0), False),
+         "log.message.timestamp.before.max.ms"),
+        (ConfigDef("message.timestamp.type", "string", "CreateTime", one_of(*_TIMESTAMP_TYPES), False),
+         "log.message.timestamp.type"),
+        (ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1), False),
+         "log.cleaner.min.cleanable.ratio"),
+        (ConfigDef("min.compaction.lag.ms", "long", 0, at_least(0), False), "log.cleaner.min.compaction.lag.ms"),
+        (ConfigDef("min.insync.replicas", "int", 1, at_least(1), False), "min.insync.replicas"),
+        (ConfigDef("preallocate", "boolean", False, None, False), "log.preallocate"),
+        (ConfigDef("remote.storage.enable", "boolean", False, None, False), None),
+        (ConfigDef("retention.bytes", "long", -1, None, False), "log.retention.bytes"),
+        (ConfigDef("retention.ms", "long", 604800000, at_least(-1), False), "log.retention.ms"),
+        (ConfigDef("segment.bytes", "int", 1073741824, at_least(14), False), "log.segment.bytes"),
+        (ConfigDef("segment.index.bytes", "int", 10485760, at_least(4), False), "log.index.size.max.bytes"),
+        (ConfigDef("segment.jitter.ms", "long", 0, at_least(0), False), "log.roll.jitter.ms"),
+        (ConfigDef("segment.ms", "long", 604800000, at_least(1), False), "log.roll.ms"),
+        (ConfigDef("unclean.leader.election.enable", "boolean", False, None, False),
+         "unclean.leader.election.enable"),
+    ]
+}
+
+
+# ---------------------------------------------------------------------------- properties files
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6]):
+                out.append(chr(int(s[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java's Properties.load: comments (# !), key=value | key:value | key value, `\\` continuations."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # join continuation lines: an odd number of trailing backslashes
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1] + (lines[i].lstrip(" \t\f") if i < len(lines) else "")
+            i += 1
+            if i > len(lines):
+                break
+        m = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", line)
+        if m is None:  # pragma: no cover - the pattern always matches
+            continue
+        props[_unescape(m.group(1))] = _unescape(m.group(2))
+    return props
+
+
+def load_properties(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="latin-1") as f:
+            return parse_properties(f.read())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"invalid --override {item!r}: expected key=value")
+        out[key.strip()] = value
+    return out
+
+
+# ---------------------------------------------------------------------------- listeners
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener_name: str
+    host: str  # "" means all interfaces
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+
+_ENDPOINT_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:\[\]]*):(-?\d+)$")
+
+
+def parse_endpoints(name: str, items: list[str], protocol_map: Mapping[str, str]) -> list[Endpoint]:
+    eps: list[Endpoint] = []
+    for item in items:
+        m = _ENDPOINT_RE.match(item.strip())
+        if not m:
+            raise ConfigError(f"Invalid value {item} for configuration {name}: expected LISTENER://host:port")
+        lname, host, port_s = m.group(1).upper(), m.group(2), int(m.group(3))
+        if host.startswith("["):
+            host = host[1:-1]
+        if not 0 <= port_s <= 65535:
+            raise ConfigError(f"Invalid value {item} for configuration {name}: port out of range")
+        if lname not in protocol_map:
+            raise ConfigError(
+                f"Invalid value {item} for configuration {name}: no security protocol defined for listener {lname}")
+        if any(e.listener_name == lname for e in eps):
+            raise ConfigError(f"Invalid value {item} for configuration {name}: listener {lname} appears twice")
+        eps.append(Endpoint(lname, host, port_s, protocol_map[lname]))
+    return eps
+
+
+# ---------------------------------------------------------------------------- broker config
+
+class BrokerConfig:
+    """Typed broker configuration; `cfg["log.segment.bytes"]` gives the parsed value."""
+
+    def __init__(self, props: Mapping[str, Any] | None = None, *, file_props: Mapping[str, Any] | None = None):
+        self.file_props: dict[str, Any] = dict(file_props or {})
+        self.overrides: dict[str, Any] = dict(props or {})
+        merged = {**self.file_props, **self.overrides}
+        self.warnings: list[str] = []
+        self.values: dict[str, Any] = {}
+        self.unknown: dict[str, Any] = {}
+        for name, raw in merged.items():
+            d = BROKER_CONFIGS.get(name)
+            if d is None:
+                self.unknown[name] = raw
+                self.warnings.append(f"unknown configuration key '{name}' was supplied but isn't a known config")
+                continue
+            self.values[name] = d.parse(raw)
+        for name, d in BROKER_CONFIGS.items():
+            v = self.values.get(name, d.default)
+            if d.validator is not None:
+                d.validator(name, v)
+        self._derive()
+
+    def is_set(self, name: str) -> bool:
+        return name in self.values
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.values:
+            return self.values[name]
+        return BROKER_CONFIGS[name].default
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in BROKER_CONFIGS:
+            return self[name]
+        return self.unknown.get(name, default)
+
+    def source(self, name: str) -> str:
+        if name in self.overrides or name in self.file_props:
+            return "STATIC_BROKER_CONFIG"
+        return "DEFAULT_CONFIG"
+
+    # derived values (Kafka's KafkaConfig helpers) -----------------------------------------
+
+    def _derive(self) -> None:
+        if self.is_set("broker.id") and not self.is_set("node.id"):
+            self.node_id: int = self["broker.id"]
+        else:
+            self.node_id = self["node.id"]
+            if self.is_set("broker.id") and self["broker.id"] != self.node_id:
+                raise ConfigError(
+                    f"broker.id ({self['broker.id']}) and node.id ({self.node_id}) must match when both are set")
+        pmap: dict[str, str] = {}
+        for item in self["listener.security.protocol.map"]:
+            k, sep, v = item.partition(":")
+            if not sep:
+                raise ConfigError(f"Invalid value {item} for configuration listener.security.protocol.map")
+            pmap[k.strip().upper()] = v.strip().upper()
+        self.security_protocol_map = pmap
+        self.listeners = parse_endpoints("listeners", self["listeners"], pmap)
+        if not self.listeners:
+            raise ConfigError("Invalid value for configuration listeners: at least one listener is required")
+        for ep in self.listeners:
+            if ep.security_protocol != "PLAINTEXT":
+                raise ConfigError(
+                    f"Invalid value {ep} for configuration listeners: only PLAINTEXT listeners are supported")
+        adv = self["advertised.listeners"]
+        self.advertised_listeners = (parse_endpoints("advertised.listeners", adv, pmap) if adv
+                                     else list(self.listeners))
+        dirs = self["log.dirs"] if self["log.dirs"] else [self["log.dir"]]
+        if not dirs:
+            raise ConfigError("Invalid value for configuration log.dirs: at least one directory is required")
+        self.log_dirs: list[str] = dirs
+        self.metadata_log_dir: str = self["metadata.log.dir"] or dirs[0]
+        roll_ms = self["log.roll.ms"]
+        self.log_roll_ms: int = roll_ms if roll_ms is not None else self["log.roll.hours"] * 3600000
+        jitter = self["log.roll.jitter.ms"]
+        self.log_roll_jitter_ms: int = jitter if jitter is not None else self["log.roll.jitter.hours"] * 3600000
+        if self["log.retention.ms"] is not None:
+            self.log_retention_ms: int = self["log.retention.ms"]
+        elif self["log.retention.minutes"] is not None:
+            self.log_retention_ms = self["log.retention.minutes"] * 60000
+        else:
+            self.log_retention_ms = self["log.retention.hours"] * 3600000
+        flush_ms = self["log.flush.interval.ms"]
+        self.log_flush_interval_ms: int = flush_ms if flush_ms is not None else self["log.flush.scheduler.interval.ms"]
+        if self["message.max.bytes"] > self["socket.request.max.bytes"]:
+            # Kafka only warns; a request can never carry such a batch, so say so.
+            self.warnings.append("message.max.bytes is larger than socket.request.max.bytes")
+
+    def broker_synonym_value(self, name: str) -> Any:
+        """The broker-level value backing a topic config (derived names included)."""
+        if name == "log.roll.ms":
+            return self.log_roll_ms
+        if name == "log.roll.jitter.ms":
+            return self.log_roll_jitter_ms
+        if name == "log.retention.ms":
+            return self.log_retention_ms
+        if name == "log.flush.interval.ms":
+            return self.log_flush_interval_ms
+        return self[name]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Effective topic-level config for a topic with no overrides."""
+        out: dict[str, Any] = {}
+        for name, (d, syn) in TOPIC_CONFIGS.items():
+            out[name] = self.broker_synonym_value(syn) if syn else d.default
+        return out
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse and validate topic-level overrides; raises ConfigError (-> INVALID_CONFIG)."""
+    out: dict[str, Any] = {}
+    for name, raw in configs.items():
+        entry = TOPIC_CONFIGS.get(name)
+        if entry is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        d, _ = entry
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic configs: {name}")
+        v = d.parse(raw)
+        if d.validator is not None:
+            d.validator(name, v)
+        out[name] = v
+    return out
+
+
+def format_value(value: Any) -> str | None:
+    """Kafka's string form of a config value for DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def build_config(config_file: str | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+    file_props = load_properties(config_file) if config_file else {}
+    return BrokerConfig(parse_overrides(overrides), file_props=file_props)

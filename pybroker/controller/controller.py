@@ -1,0 +1,351 @@
+"""The active controller of a one-voter quorum (Kafka's QuorumController, reduced).
+
+Every change is decided here, written as metadata records to __cluster_metadata, made
+durable, and only then replayed into the image that request handlers read: so a restart
+that replays the log rebuilds exactly what clients saw. Operations are serialised by one
+trio lock (Kafka's controller event queue): validation sees the image as of the previous
+committed change.
+
+Validation follows Kafka's ReplicationControlManager: topic names (INVALID_TOPIC_EXCEPTION),
+partition counts (INVALID_PARTITIONS), replication factors (INVALID_REPLICATION_FACTOR),
+manual assignments (INVALID_REPLICA_ASSIGNMENT), topic configs (INVALID_CONFIG).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from pybroker.config import BrokerConfig, ConfigError, format_value, validate_topic_configs
+from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
+from pybroker.controller.metadata_log import MetadataLog
+from pybroker.protocol import messages as m
+from pybroker.protocol.errors import Errors
+
+log = logging.getLogger("pybroker.controller")
+
+METADATA_VERSION = 25  # 4.0-IV3: the feature level Kafka 4.0 writes at format time
+PRODUCER_ID_BLOCK_SIZE = 1000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+@dataclass
+class TopicResult:
+    name: str
+    error: int = 0
+    message: str | None = None
+    topic_id: bytes = bytes(16)
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, Any] = field(default_factory=dict)
+
+
+def new_topic_id() -> bytes:
+    """A random non-zero 16-byte id whose base64 form does not start with '-' (Kafka's rule)."""
+    while True:
+        b = uuid.uuid4().bytes
+        if b != bytes(16) and (b[0] >> 2) != 62:  # base64url '-' is 62
+            return b
+
+
+def validate_topic_name(name: str | None) -> str | None:
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}"
+    if not _LEGAL_TOPIC.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
+                "'.', '_' and '-'")
+    return None
+
+
+class QuorumController:
+    def __init__(self, config: BrokerConfig, image: MetadataImage, metadata_log: MetadataLog) -> None:
+        self.config = config
+        self.image = image
+        self.log = metadata_log
+        self._lock = trio.Lock()
+        self.listeners: list[Callable[[list[Any]], None]] = []
+        self.broker_epoch = -1
+
+    # ------------------------------------------------------------------ commit path
+
+    async def _commit(self, records: list[Any]) -> None:
+        """Append atomically, make durable, replay into the image, tell listeners."""
+        if not records:
+            return
+        base = await self.log.append(records)
+        for i, r in enumerate(records):
+            self.image.replay(r, base + i)
+        for listener in self.listeners:
+            listener(records)
+
+    async def load_and_register(self, endpoints: Sequence[Any], cluster_id: str) -> None:
+        """Replay the log into the image, then (re-)register this node with its current endpoints."""
+        for offset, record in self.log.read_all():
+            self.image.replay(record, offset)
+        async with self._lock:
+            records: list[Any] = []
+            if "metadata.version" not in self.image.features:
+                records.append(m.FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION))
+            node_id = self.config.node_id
+            prev = self.image.brokers.get(node_id)
+            self.broker_epoch = (self.image.offset + 1) if prev is None else max(prev.epoch + 1, self.image.offset + 1)
+            records.append(m.RegisterBrokerRecord(
+                broker_id=node_id,
+                incarnation_id=uuid.uuid4().bytes if _UUID_AS_BYTES else uuid.uuid4(),
+                broker_epoch=self.broker_epoch,
+                end_points=[m.RegisterBrokerRecord.BrokerEndpoint(
+                    name=ep.listener_name, host=ep.host, port=ep.port, security_protocol=0)
+                    for ep in endpoints],
+                features=[m.RegisterBrokerRecord.BrokerFeature(
+                    name="metadata.version", min_supported_version=1, max_supported_version=METADATA_VERSION)],
+                rack=None,
+                fenced=False,
+            ))
+            await self._commit(records)
+
+    # ------------------------------------------------------------------ topics
+
+    def _live_brokers(self) -> list[int]:
+        return sorted(b for b, reg in self.image.brokers.items() if not reg.fenced)
+
+    def _place(self, num_partitions: int, rf: int, start: int) -> list[list[int]]:
+        brokers = self._live_brokers()
+        n = len(brokers)
+        return [[brokers[(start + p + r) % n] for r in range(rf)] for p in range(num_partitions)]
+
+    def _check_assignment(self, replicas: Sequence[int]) -> str | None:
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        if len(set(replicas)) != len(replicas):
+            return f"The manual partition assignment includes the broker {replicas[0]} more than once."
+        for b in replicas:
+            if b not in self.image.brokers:
+                return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        return None
+
+    def _validate_new_topic(self, name: str, num_partitions: int, rf: int,
+                            assignments: Mapping[int, Sequence[int]],
+                            configs: Mapping[str, str | None], seen: set[str]) -> TopicResult:
+        res = TopicResult(name)
+        msg = validate_topic_name(name)
+        if msg:
+            res.error, res.message = Errors.INVALID_TOPIC_EXCEPTION, msg
+            return res
+        if name in self.image.topics_by_name or name in seen:
+            res.error, res.message = Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+            return res
+        collide = name.replace(".", "_")
+        for other in list(self.image.topics_by_name) + list(seen):
+            if other != name and other.replace(".", "_") == collide:
+                res.error = Errors.INVALID_TOPIC_EXCEPTION
+                res.message = f"Topic '{name}' collides with existing topic: {other}"
+                return res
+        live = self._live_brokers()
+        if assignments:
+            if num_partitions != -1 or rf != -1:
+                res.error = Errors.INVALID_REQUEST
+                res.message = ("A manual partition assignment was specified, but numPartitions or "
+                               "replicationFactor was not set to -1.")
+                return res
+            if sorted(assignments) != list(range(len(assignments))):
+                res.error = Errors.INVALID_REPLICA_ASSIGNMENT
+                res.message = "partitions should be a consecutive 0-based integer sequence"
+                return res
+            for reps in assignments.values():
+                err = self._check_assignment(reps)
+                if err:
+                    res.error, res.message = Errors.INVALID_REPLICA_ASSIGNMENT, err
+                    return res
+            res.num_partitions = len(assignments)
+            res.replication_factor = len(assignments[0])
+        else:
+            np_ = self.config["num.partitions"] if num_partitions == -1 else num_partitions
+            rf_ = self.config["default.replication.factor"] if rf == -1 else rf
+            if np_ <= 0:
+                res.error = Errors.INVALID_PARTITIONS
+                res.message = "Number of partitions was set to an invalid non-positive value."
+                return res
+            if rf_ <= 0:
+                res.error = Errors.INVALID_REPLICATION_FACTOR
+                res.message = "Replication factor must be larger than 0, or -1 to use the default value."
+                return res
+            if rf_ > len(live):
+                res.error = Errors.INVALID_REPLICATION_FACTOR
+                res.message = (f"Unable to replicate the partition {rf_} time(s): The target replication "
+                               f"factor of {rf_} cannot be reached because only {len(live)} broker(s) "
+                               "are registered.")
+                return res
+            res.num_partitions, res.replication_factor = np_, rf_
+        try:
+            parsed = validate_topic_configs(configs)
+        except ConfigError as exc:
+            res.error, res.message = Errors.INVALID_CONFIG, str(exc)
+            return res
+        effective = self.config.topic_defaults()
+        effective.update(parsed)
+        res.configs = effective
+        return res
+
+    async def create_topics(self, topics: Sequence[tuple[str, int, int, Mapping[int, Sequence[int]],
+                                                         Mapping[str, str | None]]],
+                            validate_only: bool = False) -> list[TopicResult]:
+        """Create topics: (name, num_partitions, replication_factor, assignments, configs) each."""
+        async with self._lock:
+            results: list[TopicResult] = []
+            records: list[Any] = []
+            seen: set[str] = set()
+            names = [t[0] for t in topics]
+            for name, np_, rf, assignments, configs in topics:
+                if names.count(name) > 1:
+                    results.append(TopicResult(name, Errors.INVALID_REQUEST,
+                                               "Duplicate topic name."))
+                    continue
+                res = self._validate_new_topic(name, np_, rf, assignments, configs, seen)
+                results.append(res)
+                if res.error or validate_only:
+                    continue
+                seen.add(name)
+                res.topic_id = new_topic_id()
+                records.extend(self._topic_records(res, assignments, configs))
+            await self._commit(records)
+            return results
+
+    def _topic_records(self, res: TopicResult, assignments: Mapping[int, Sequence[int]],
+                       configs: Mapping[str, str | None]) -> list[Any]:
+        tid = _uuid(res.topic_id)
+        recs: list[Any] = [m.TopicRecord(name=res.name, topic_id=tid)]
+        for k, v in configs.items():
+            recs.append(m.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=res.name, name=k,
+                                       value=format_value(validate_topic_configs({k: v})[k])))
+        placement = ([list(assignments[p]) for p in range(res.num_partitions)] if assignments
+                     else self._place(res.num_partitions, res.replication_factor, _start_index(res.name)))
+        for p, replicas in enumerate(placement):
+            recs.append(m.PartitionRecord(partition_id=p, topic_id=tid, replicas=replicas, isr=list(replicas),
+                                          removing_replicas=[], adding_replicas=[], leader=replicas[0],
+                                          leader_epoch=0, partition_epoch=0))
+        return recs
+
+    async def delete_topics(self, names: Sequence[str | None], ids: Sequence[bytes | None]) -> list[
+            tuple[str | None, bytes, int, str | None]]:
+        """Delete by name or id; returns (name, topic_id, error, message) per entry, in order."""
+        async with self._lock:
+            out: list[tuple[str | None, bytes, int, str | None]] = []
+            records: list[Any] = []
+            removed: set[bytes] = set()
+            for name, tid in zip(names, ids, strict=True):
+                if name is not None and tid is not None and tid != bytes(16):
+                    out.append((name, tid, Errors.INVALID_REQUEST, "Only one of name or topic id may be set"))
+                    continue
+                if name is not None:
+                    t = self.image.topics_by_name.get(name)
+                    if t is None:
+                        out.append((name, bytes(16), Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                    "This server does not host this topic-partition."))
+                        continue
+                else:
+                    t = self.image.topics_by_id.get(tid or bytes(16))
+                    if t is None:
+                        out.append((None, tid or bytes(16), Errors.UNKNOWN_TOPIC_ID,
+                                    "This server does not host this topic ID."))
+                        continue
+                if t.name.startswith("__") and t.name in ("__consumer_offsets", "__transaction_state"):
+                    out.append((t.name, t.topic_id, Errors.TOPIC_DELETION_DISABLED, None))
+                    continue
+                out.append((t.name, t.topic_id, 0, None))
+                if t.topic_id not in removed:
+                    removed.add(t.topic_id)
+                    records.append(m.RemoveTopicRecord(topic_id=_uuid(t.topic_id)))
+            await self._commit(records)
+            return out
+
+    async def create_partitions(self, topics: Sequence[tuple[str, int, Sequence[Sequence[int]] | None]],
+                                validate_only: bool = False) -> list[tuple[str, int, str | None]]:
+        """Increase partition counts: (name, new total count, assignments) -> (name, error, message)."""
+        async with self._lock:
+            out: list[tuple[str, int, str | None]] = []
+            records: list[Any] = []
+            names = [t[0] for t in topics]
+            for name, count, assignments in topics:
+                if names.count(name) > 1:
+                    out.append((name, Errors.INVALID_REQUEST, "Duplicate topic name."))
+                    continue
+                t = self.image.topics_by_name.get(name)
+                if t is None:
+                    out.append((name, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                "This server does not host this topic-partition."))
+                    continue
+                current = len(t.partitions)
+                if count < current:
+                    out.append((name, Errors.INVALID_PARTITIONS,
+                                f"Topic currently has {current} partitions, which is higher than the "
+                                f"requested {count}."))
+                    continue
+                if count == current:
+                    out.append((name, Errors.INVALID_PARTITIONS, f"Topic already has {current} partitions."))
+                    continue
+                add = count - current
+                rf = len(t.partitions[0].replicas) if t.partitions else 1
+                if assignments is not None:
+                    if len(assignments) != add:
+                        out.append((name, Errors.INVALID_REPLICA_ASSIGNMENT,
+                                    f"Attempted to add {add} additional partition(s), but only "
+                                    f"{len(assignments)} assignment(s) were specified."))
+                        continue
+                    bad = next((e for e in (self._check_assignment(a) for a in assignments) if e), None)
+                    if bad:
+                        out.append((name, Errors.INVALID_REPLICA_ASSIGNMENT, bad))
+                        continue
+                    placement = [list(a) for a in assignments]
+                else:
+                    live = self._live_brokers()
+                    if rf > len(live):
+                        out.append((name, Errors.INVALID_REPLICATION_FACTOR,
+                                    f"Unable to replicate the partition {rf} time(s): only {len(live)} "
+                                    "broker(s) are registered."))
+                        continue
+                    placement = self._place(add, rf, _start_index(name) + current)
+                out.append((name, 0, None))
+                if validate_only:
+                    continue
+                tid = _uuid(t.topic_id)
+                for i, replicas in enumerate(placement):
+                    records.append(m.PartitionRecord(
+                        partition_id=current + i, topic_id=tid, replicas=replicas, isr=list(replicas),
+                        removing_replicas=[], adding_replicas=[], leader=replicas[0], leader_epoch=0,
+                        partition_epoch=0))
+            await self._commit(records)
+            return out
+
+    # ------------------------------------------------------------------ producer ids
+
+    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
+        """A block of producer ids for `broker_id`: (first id, block length)."""
+        async with self._lock:
+            start = self.image.next_producer_id
+            await self._commit([m.ProducerIdsRecord(broker_id=broker_id, broker_epoch=self.broker_epoch,
+                                                    next_producer_id=start + PRODUCER_ID_BLOCK_SIZE)])
+            return start, PRODUCER_ID_BLOCK_SIZE
+
+
+def _start_index(name: str) -> int:
+    # deterministic spread of partition leaders across brokers, like Kafka's random start index
+    return int.from_bytes(os.urandom(2), "big") if not name else sum(name.encode()) & 0xFFFF
+
+
+_UUID_AS_BYTES = True
+
+
+def _uuid(b: bytes) -> Any:
+    return b if _UUID_AS_BYTES else uuid.UUID(bytes=b)

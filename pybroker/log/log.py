@@ -1,0 +1,502 @@
+"""The log of one partition (Kafka's UnifiedLog, local part only).
+
+Directory `<log dir>/<topic>-<partition>/` holding segments (see segment.py), producer-state
+snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint` and `partition.metadata`
+("version: 0\\ntopic_id: <Kafka Uuid string>\\n").
+
+Offsets: log_start_offset <= every readable offset < log_end_offset (LEO). The recovery point is
+the offset below which everything is known to be fsynced; recovery after a crash scans only the
+segments at or above it.
+
+Append (`append_as_leader`): one validated magic-2 batch per call. Producer-state checks run
+first (a duplicate returns the original offsets and writes nothing), then offsets are assigned
+in place (base_offset = LEO, partitionLeaderEpoch), LogAppendTime is stamped if configured, the
+active segment is rolled if needed, the batch is pwritten, and indexes, producer state and the
+leader epoch cache are updated. No fsync happens here.
+
+Flush policy: flush.messages (unflushed message count) and flush.ms (time since last flush) are
+evaluated by `needs_flush(now_ms)`; a roll also asks for a flush of the now-inactive segments, as
+Kafka schedules one. The server then runs `flush(offset)` in a worker thread.
+
+Concurrency: appends, reads, roll, truncate and close run on the event loop thread. `flush()` may
+run concurrently in one worker thread: it snapshots the segment list under `_lock` (which roll,
+truncate and close also take when they change the list) and fsyncs outside it; each segment's
+own lock orders its fsync against its close.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+from pybroker._native import records
+from pybroker.log.config import LogConfig
+from pybroker.log.errors import (
+    CorruptIndexError,
+    InconsistentTopicIdError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+from pybroker.log.fetch_data_info import FetchDataInfo, TimestampAndOffset
+from pybroker.log.leader_epoch_cache import LeaderEpochFileCache
+from pybroker.log.log_append_info import LogAppendInfo
+from pybroker.log.meta_properties import uuid_from_str, uuid_to_str
+from pybroker.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateManager,
+    increment_sequence,
+)
+from pybroker.log.segment import (
+    H_ATTRIBUTES,
+    H_BASE_SEQUENCE,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
+    H_PRODUCER_EPOCH,
+    H_PRODUCER_ID,
+    H_RECORDS_COUNT,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    LogSegment,
+)
+
+PARTITION_METADATA_FILE = "partition.metadata"
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+_TRANSACTIONAL_FLAG = 0x10
+_DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def log_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a "<topic>-<partition>" dir; None for deleted/future/stray dirs."""
+    match = _DIR_NAME.match(name)
+    if match is None or "." in name.rsplit("-", 1)[1]:
+        return None
+    return match["topic"], int(match["partition"])
+
+
+def write_partition_metadata(dir: Path, topic_id: bytes) -> None:
+    from pybroker.log.checkpoint import atomic_write
+
+    atomic_write(dir / PARTITION_METADATA_FILE,
+                 f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode("ascii"))
+
+
+def read_partition_metadata(dir: Path) -> bytes | None:
+    try:
+        text = (dir / PARTITION_METADATA_FILE).read_text(encoding="ascii")
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    try:
+        if fields["version"].strip() != "0":
+            raise KafkaStorageError(f"{dir / PARTITION_METADATA_FILE}: unknown version {fields['version']!r}")
+        return uuid_from_str(fields["topic_id"].strip())
+    except (KeyError, ValueError) as exc:
+        raise KafkaStorageError(f"{dir / PARTITION_METADATA_FILE} is malformed: {exc}") from None
+
+
+class UnifiedLog:
+    def __init__(self, dir: str | os.PathLike[str], config: LogConfig, *, topic: str, partition: int,
+                 log_start_offset: int = 0, recovery_point: int = 0, topic_id: bytes | None = None,
+                 clean_shutdown: bool = False, now_ms: int = 0,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        """Open (creating if needed) and load the partition dir; recovery runs here, so call this
+        from a worker thread for existing logs."""
+        self.dir = Path(dir)
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._lock = threading.Lock()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.topic_id = self._init_topic_id(topic_id)
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+        self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.recovery_point = recovery_point
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = 0
+        self.last_flush_ms = now_ms
+        self.high_watermark = 0  # maintained by replication; the log only clamps it
+        self._load(clean_shutdown, now_ms)
+
+    # -- loading ---------------------------------------------------------------------------
+    def _init_topic_id(self, topic_id: bytes | None) -> bytes | None:
+        stored = read_partition_metadata(self.dir)
+        if stored is not None and topic_id is not None and stored != topic_id:
+            raise InconsistentTopicIdError(
+                f"{self.dir}: partition.metadata has topic id {uuid_to_str(stored)} but "
+                f"{uuid_to_str(topic_id)} was requested")
+        if stored is None and topic_id is not None:
+            write_partition_metadata(self.dir, topic_id)
+        return stored or topic_id
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.segment_index_bytes,
+                          roll_jitter_ms=self.config.segment_jitter_ms, now_ms=now_ms)
+
+    def _load(self, clean_shutdown: bool, now_ms: int) -> None:
+        # Leftovers of an interrupted write/rename (Kafka: .cleaned/.swap/.deleted) are removed.
+        for path in list(self.dir.iterdir()):
+            if path.name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
+                path.unlink(missing_ok=True)
+        bases = set()
+        for path in self.dir.iterdir():
+            if path.suffix == LOG_FILE_SUFFIX and path.stem.isdigit():
+                bases.add(int(path.stem))
+        for path in self.dir.iterdir():
+            # An index without its .log is an orphan from a deleted segment.
+            if path.suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX) and path.stem.isdigit() \
+                    and int(path.stem) not in bases:
+                path.unlink(missing_ok=True)
+        for base in sorted(bases):
+            needs_recovery = not (self.dir / f"{base:020d}{INDEX_FILE_SUFFIX}").exists()
+            segment = self._new_segment(base, now_ms)
+            if not needs_recovery:
+                try:
+                    segment.sanity_check()
+                except CorruptIndexError:
+                    needs_recovery = True
+            if needs_recovery:
+                segment.recover()
+            self.segments.append(segment)
+            self._bases.append(base)
+
+        if not self.segments:
+            start = max(self.log_start_offset, 0)
+            self.segments.append(self._new_segment(start, now_ms))
+            self._bases.append(start)
+        elif not clean_shutdown:
+            self._recover_segments(now_ms)
+
+        active = self.segments[-1]
+        # The active segment's indexes were trimmed on close: grow them back for appends.
+        active.resize_indexes(self.config.segment_index_bytes)
+        self.log_end_offset = active.read_next_offset()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
+        if clean_shutdown:
+            self.recovery_point = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state(now_ms)
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+
+    def _recover_segments(self, now_ms: int) -> None:
+        """Recover every segment from the one holding the recovery point on (unclean shutdown)."""
+        i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        while i < len(self.segments):
+            segment = self.segments[i]
+            truncated = segment.recover(leader_epoch_cache=self.leader_epoch_cache)
+            if truncated > 0 and i < len(self.segments) - 1:
+                # Everything after a corrupt batch is unreachable: drop later segments.
+                for later in self.segments[i + 1:]:
+                    later.delete()
+                del self.segments[i + 1:]
+                del self._bases[i + 1:]
+            i += 1
+        # An empty non-first trailing segment is fine (it is the active one).
+
+    def _rebuild_producer_state(self, now_ms: int) -> None:
+        psm = self.producer_state
+        start = psm.load(self.log_start_offset, self.log_end_offset, now_ms)
+        start = max(start, self.log_start_offset)
+        if start < self.log_end_offset:
+            i = max(bisect.bisect_right(self._bases, start) - 1, 0)
+            for segment in self.segments[i:]:
+                found = segment.translate_offset(start) if segment.base_offset <= start else (0, 0, None)
+                if found is None:
+                    continue
+                for _, header in segment.batch_headers(found[0]):
+                    if header[0] + header[H_LAST_OFFSET_DELTA] >= start:
+                        psm.replay_batch(header)
+        psm.update_map_end_offset(self.log_end_offset)
+        psm.delete_snapshots_after(self.log_end_offset)
+
+    # -- basic queries ---------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    def __repr__(self) -> str:
+        return (f"UnifiedLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch."""
+        return self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """On becoming leader: the new epoch starts at the current LEO (Kafka's Partition.makeLeader)."""
+        self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    # -- append ----------------------------------------------------------------------------
+    def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
+                         timestamp_type: str | None = None) -> LogAppendInfo:
+        """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
+
+        Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
+        InvalidProducerEpochError (47), OutOfOrderSequenceError (45).
+        """
+        view = memoryview(batch).cast("B") if not isinstance(batch, bytearray) else batch
+        size = len(view)
+        header = records.read_batch_header(view, 0)
+        if size > self.config.max_message_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes "
+                                      f"{self.config.max_message_bytes}")
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes "
+                                           f"{self.config.segment_bytes}")
+        last_offset_delta = header[H_LAST_OFFSET_DELTA]
+        producer_id = header[H_PRODUCER_ID]
+        producer_epoch = header[H_PRODUCER_EPOCH]
+        base_sequence = header[H_BASE_SEQUENCE]
+        last_sequence = increment_sequence(base_sequence, last_offset_delta) if base_sequence >= 0 else -1
+        first_offset = self.log_end_offset
+        last_offset = first_offset + last_offset_delta
+
+        if producer_id >= 0:
+            duplicate = self.producer_state.prepare(producer_id, producer_epoch, base_sequence,
+                                                    last_sequence, first_offset)
+            if duplicate is not None:
+                return LogAppendInfo(first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+                                     log_append_time=-1, log_start_offset=self.log_start_offset,
+                                     duplicate=True)
+
+        records.assign_offsets(view, 0, first_offset, leader_epoch)
+        use_append_time = (timestamp_type or self.config.message_timestamp_type) == "LogAppendTime"
+        if use_append_time:
+            records.set_log_append_time(view, 0, now_ms)
+            max_timestamp = now_ms
+            log_append_time = now_ms
+        else:
+            max_timestamp = header[H_MAX_TIMESTAMP]
+            log_append_time = -1
+
+        segment = self._maybe_roll(size, max_timestamp, last_offset, now_ms)
+        segment.append(last_offset, max_timestamp, last_offset, view)
+
+        if leader_epoch >= 0:
+            latest = self.leader_epoch_cache.latest_epoch()
+            if latest is None or leader_epoch > latest:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        if producer_id >= 0:
+            self.producer_state.update(producer_id, producer_epoch, last_sequence, first_offset,
+                                       last_offset, max_timestamp,
+                                       bool(header[H_ATTRIBUTES] & _TRANSACTIONAL_FLAG))
+        self.producer_state.update_map_end_offset(last_offset + 1)
+        self.log_end_offset = last_offset + 1
+        return LogAppendInfo(first_offset=first_offset, last_offset=last_offset,
+                             log_append_time=log_append_time, log_start_offset=self.log_start_offset,
+                             max_timestamp=max_timestamp, offset_of_max_timestamp=last_offset,
+                             num_messages=header[H_RECORDS_COUNT], valid_bytes=size)
+
+    def _maybe_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(messages_size=messages_size, max_timestamp_in_messages=max_timestamp,
+                               max_offset_in_messages=max_offset, now_ms=now_ms,
+                               segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms):
+            return self.roll(now_ms)
+        return segment
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the LEO (no-op when the active one is empty)."""
+        active = self.active_segment
+        new_base = self.log_end_offset
+        if active.base_offset == new_base and active.size == 0:
+            return active  # Kafka reuses an empty active segment at the same offset
+        self.producer_state.update_map_end_offset(new_base)
+        self.producer_state.take_snapshot(sync=False)
+        active.on_become_inactive()
+        segment = self._new_segment(new_base, now_ms)
+        with self._lock:
+            self.segments.append(segment)
+            self._bases.append(new_base)
+        return segment
+
+    # -- flush -----------------------------------------------------------------------------
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """True when flush.messages or flush.ms is due, or inactive segments are unflushed."""
+        if self.log_end_offset <= self.recovery_point:
+            return False
+        return (self.unflushed_messages() >= self.config.flush_messages
+                or now_ms - self.last_flush_ms >= self.config.flush_ms
+                or self.recovery_point < self.active_segment.base_offset)
+
+    def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, offset); thread-safe.
+
+        offset None flushes to the LEO read at call time. Moves the recovery point to `offset`.
+        """
+        with self._lock:
+            target = self.log_end_offset if offset is None else offset
+            if target <= self.recovery_point:
+                return
+            start = self.recovery_point
+            segments = [s for i, s in enumerate(self.segments)
+                        if s.base_offset < target and
+                        (i + 1 == len(self.segments) or self.segments[i + 1].base_offset > start)]
+        for segment in segments:
+            segment.flush()
+        # Snapshots written at roll were not fsynced; the dir fsync makes new files durable.
+        from pybroker.log.checkpoint import fsync_dir
+
+        fsync_dir(self.dir)
+        with self._lock:
+            if target > self.recovery_point:
+                self.recovery_point = target
+            if now_ms is not None:
+                self.last_flush_ms = now_ms
+
+    # -- read ------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Batches from the one containing `offset`, below max_offset (the high watermark, or the
+        LEO when None); raises OffsetOutOfRangeError (1) outside [log_start, LEO]."""
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{self.log_start_offset}, "
+                                        f"{end}] for {self.topic}-{self.partition}")
+        upper = end if max_offset is None else min(max_offset, end)
+        if offset >= upper:
+            return FetchDataInfo(fetch_offset=offset)
+        upper_index, upper_position = self._position_of(upper)
+        i = self._segment_index_for(offset)
+        while i < len(self.segments) and i <= upper_index:
+            segment = self.segments[i]
+            max_position = upper_position if i == upper_index else segment.size
+            info = segment.read(offset, max_bytes, max_position, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return FetchDataInfo(fetch_offset=offset)
+
+    def _position_of(self, offset: int) -> tuple[int, int]:
+        """(segment index, file position) where the batch holding `offset` starts."""
+        if offset >= self.log_end_offset:
+            return len(self.segments) - 1, self.active_segment.size
+        i = self._segment_index_for(offset)
+        found = self.segments[i].translate_offset(offset)
+        return i, (found[0] if found is not None else self.segments[i].size)
+
+    # -- ListOffsets ---------------------------------------------------------------------
+    def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max."""
+        if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            earliest = self.leader_epoch_cache.earliest_entry()
+            epoch = earliest[0] if earliest is not None and earliest[1] <= self.log_start_offset else None
+            return TimestampAndOffset(-1, self.log_start_offset, epoch)
+        if target_timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch())
+        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+            return TimestampAndOffset(-1, -1, -1)
+        if target_timestamp == MAX_TIMESTAMP:
+            best = self.segments[0]
+            for segment in self.segments[1:]:
+                if segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                    best = segment
+            if best.max_timestamp_so_far < 0:
+                return None
+            return best.offset_of_max_timestamp()
+        for segment in list(self.segments):
+            if segment.largest_timestamp() >= target_timestamp:
+                return segment.find_offset_by_timestamp(target_timestamp, self.log_start_offset)
+        return None
+
+    # -- truncation, lifecycle -------------------------------------------------------------
+    def truncate_to(self, target_offset: int, now_ms: int) -> bool:
+        """Remove everything at and above target_offset (follower truncation); True if it did."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {target_offset}")
+        if target_offset >= self.log_end_offset:
+            return False
+        if target_offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(target_offset, now_ms)
+            return True
+        with self._lock:
+            keep = bisect.bisect_right(self._bases, target_offset)
+            doomed = self.segments[keep:]
+            del self.segments[keep:]
+            del self._bases[keep:]
+        for segment in doomed:
+            segment.delete()
+        active = self.active_segment
+        active.truncate_to(target_offset, now_ms)
+        # A target inside a batch drops the whole batch: the LEO is what the file now ends at.
+        self.log_end_offset = active.read_next_offset()
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.producer_state.delete_snapshots_after(self.log_end_offset)
+        self._rebuild_producer_state(now_ms)
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int, now_ms: int) -> None:
+        with self._lock:
+            doomed = list(self.segments)
+            self.segments.clear()
+            self._bases.clear()
+        for segment in doomed:
+            segment.delete()
+        segment = self._new_segment(new_offset, now_ms)
+        with self._lock:
+            self.segments.append(segment)
+            self._bases.append(new_offset)
+        self.log_start_offset = self.log_end_offset = self.recovery_point = new_offset
+        self.high_watermark = new_offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(new_offset)
+
+    def close(self) -> None:
+        """Clean close: snapshot producer state at the LEO, close segments (trims indexes)."""
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        self.producer_state.take_snapshot(sync=True)
+        with self._lock:
+            segments = list(self.segments)
+        for segment in segments:
+            segment.close()
+
+    def close_handlers(self) -> None:
+        with self._lock:
+            segments = list(self.segments)
+        for segment in segments:
+            segment.close_handlers()
+
+    def delete(self) -> None:
+        """Close and remove the partition directory (blocking; run off the event loop)."""
+        self.close_handlers()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+Log = UnifiedLog

@@ -1,0 +1,358 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager).
+
+Per producer id it keeps the epoch, the metadata of the last 5 appended batches (first/last
+sequence, first/last offset, max timestamp), the coordinator epoch and the first offset of the
+ongoing transaction. `prepare()` applies Kafka's checks (ProducerAppendInfo + UnifiedLog's
+duplicate detection) without mutating anything; `update()` records a batch once it is on disk;
+`check_and_update()` does both.
+
+Rules (origin CLIENT; producer_id == -1 skips everything):
+- a batch whose (first_seq, last_seq) equals one of the producer's cached 5, same epoch, is a
+  duplicate: the original offsets are returned and nothing is appended;
+- epoch lower than the current one -> INVALID_PRODUCER_EPOCH (47) (Kafka >= 2.7 answers this
+  instead of PRODUCER_FENCED for data batches);
+- a new (higher) epoch must start at sequence 0, unless the producer has no epoch yet ->
+  OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+- same epoch: base_sequence must be last_seq + 1, wrapping from INT32_MAX to 0 (45). A producer
+  with no state (unknown, or expired) is accepted at any sequence, as in Kafka since KIP-360.
+
+Snapshots: `<20-digit offset>.snapshot` in the partition dir, Kafka's layout byte for byte:
+version i16 (1), crc u32 (CRC-32C of everything after the crc field), then an array (i32 count)
+of 46-byte entries: producer_id i64, epoch i16, last_sequence i32, last_offset i64,
+offset_delta i32, timestamp i64, coordinator_epoch i32, current_txn_first_offset i64 (-1 none).
+Like Kafka, a snapshot holds only each producer's *last* batch, so after a reload duplicate
+detection covers one batch until new appends refill the cache. The snapshot's offset is the map
+end offset: the state reflects every batch below it.
+
+Expiry: a producer without an ongoing transaction expires when
+now_ms - last_timestamp >= producer.id.expiration.ms (default 86400000); last_timestamp is the
+batch max timestamp, as in Kafka.
+
+Concurrency: one partition's append path (event loop thread) owns the instance; snapshot writes
+on roll do not fsync (a torn snapshot fails its CRC and is ignored on load).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pybroker._native import crc32c as _crc32c
+from pybroker.log.errors import (
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+)
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+NUM_BATCHES_TO_RETAIN = 5
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+SNAPSHOT_FILE_SUFFIX = ".snapshot"
+PRODUCER_SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+_CRC_START = 6  # after version (2) and crc (4)
+
+_TRANSACTIONAL_FLAG = 0x10
+_CONTROL_FLAG = 0x20
+
+
+def _crc32c_of(data: bytes | memoryview) -> int:
+    fn = getattr(_crc32c, "crc32c", _crc32c)
+    return fn(data)
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's DefaultRecordBatch.decrementSequence: sequences wrap at INT32_MAX."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int | None = None
+    batch_metadata: deque[BatchMetadata] = field(default_factory=deque)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batch_metadata
+
+    @property
+    def last_seq(self) -> int:
+        return self.batch_metadata[-1].last_seq if self.batch_metadata else NO_SEQUENCE
+
+    @property
+    def first_seq(self) -> int:
+        return self.batch_metadata[0].first_seq if self.batch_metadata else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batch_metadata[-1].last_offset if self.batch_metadata else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batch_metadata[-1].offset_delta if self.batch_metadata else 0
+
+    def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if producer_epoch != self.producer_epoch:
+            return None
+        for batch in self.batch_metadata:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def add_batch(self, producer_epoch: int, last_seq: int, last_offset: int, offset_delta: int,
+                  timestamp: int) -> None:
+        if producer_epoch != self.producer_epoch:
+            self.batch_metadata.clear()
+            self.producer_epoch = producer_epoch
+        if len(self.batch_metadata) == NUM_BATCHES_TO_RETAIN:
+            self.batch_metadata.popleft()
+        self.batch_metadata.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+
+def snapshot_file(dir: Path, offset: int) -> Path:
+    return dir / f"{offset:020d}{SNAPSHOT_FILE_SUFFIX}"
+
+
+def offset_from_snapshot_file(path: Path) -> int | None:
+    name = path.name
+    if not name.endswith(SNAPSHOT_FILE_SUFFIX):
+        return None
+    stem = name[: -len(SNAPSHOT_FILE_SUFFIX)]
+    return int(stem) if stem.isdigit() else None
+
+
+def write_snapshot(path: Path, entries: dict[int, ProducerStateEntry], *, sync: bool) -> None:
+    body = bytearray(struct.pack(">i", len(entries)))
+    for producer_id, entry in entries.items():
+        body += _SNAPSHOT_ENTRY.pack(
+            producer_id, entry.producer_epoch, entry.last_seq, entry.last_data_offset,
+            entry.last_offset_delta, entry.last_timestamp, entry.coordinator_epoch,
+            -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset)
+    crc = _crc32c_of(bytes(body))
+    data = struct.pack(">hI", PRODUCER_SNAPSHOT_VERSION, crc) + bytes(body)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_snapshot(path: Path) -> list[ProducerStateEntry]:
+    data = path.read_bytes()
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptSnapshotError(f"snapshot {path} is {len(data)} bytes, shorter than its header")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != PRODUCER_SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"snapshot {path} has unknown version {version}")
+    computed = _crc32c_of(data[_CRC_START:])
+    if crc != computed:
+        raise CorruptSnapshotError(f"snapshot {path} is corrupt: stored crc {crc}, computed {computed}")
+    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptSnapshotError(f"snapshot {path} declares {count} entries but is {len(data)} bytes")
+    out = []
+    for i in range(count):
+        (producer_id, epoch, seq, offset, offset_delta, timestamp, coordinator_epoch,
+         txn_first) = _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEADER.size + i * _SNAPSHOT_ENTRY.size)
+        entry = ProducerStateEntry(producer_id, epoch, coordinator_epoch, timestamp,
+                                   txn_first if txn_first >= 0 else None)
+        if offset >= 0:
+            entry.batch_metadata.append(BatchMetadata(seq, offset, offset_delta, timestamp))
+        out.append(entry)
+    return out
+
+
+class ProducerStateManager:
+    def __init__(self, dir: str | os.PathLike[str],
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.dir = Path(dir)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0
+        self.last_snapshot_offset = 0
+
+    # -- validation ------------------------------------------------------------------------
+    def prepare(self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
+                first_offset: int = -1) -> BatchMetadata | None:
+        """Check a client batch; returns the cached batch it duplicates, else None. No mutation.
+
+        Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        """
+        if producer_id == NO_PRODUCER_ID:
+            return None
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None  # unknown producer: any epoch and sequence are accepted
+        duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
+        if duplicate is not None:
+            return duplicate
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {producer_epoch} of producer {producer_id} at offset {first_offset} is "
+                f"older than the current epoch {entry.producer_epoch}")
+        if producer_epoch != entry.producer_epoch:
+            if base_sequence != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id} started epoch {producer_epoch} at sequence "
+                    f"{base_sequence} (expected 0; current epoch {entry.producer_epoch})")
+        else:
+            if not (entry.producer_epoch == NO_PRODUCER_EPOCH or in_sequence(entry.last_seq, base_sequence)):
+                raise OutOfOrderSequenceError(
+                    f"out of order sequence for producer {producer_id} at offset {first_offset}: "
+                    f"{base_sequence} (incoming), {entry.last_seq} (current end sequence)")
+        return None
+
+    def update(self, producer_id: int, producer_epoch: int, last_sequence: int, first_offset: int,
+               last_offset: int, max_timestamp: int, is_transactional: bool = False) -> None:
+        """Record an appended data batch (also used when replaying the log)."""
+        if producer_id == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        entry.add_batch(producer_epoch, last_sequence, last_offset, last_offset - first_offset, max_timestamp)
+        if is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+
+    def check_and_update(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                         last_sequence: int, first_offset: int, last_offset: int, max_timestamp: int,
+                         is_transactional: bool = False) -> BatchMetadata | None:
+        """prepare() then update(); returns the duplicated batch (and updates nothing) if any."""
+        duplicate = self.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset)
+        if duplicate is None:
+            self.update(producer_id, producer_epoch, last_sequence, first_offset, last_offset,
+                        max_timestamp, is_transactional)
+        return duplicate
+
+    def replay_batch(self, header: tuple) -> None:
+        """Apply a batch read from the log (recovery): no validation, like Kafka's REPLICATION origin."""
+        base_offset, _, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id, \
+            producer_epoch, base_sequence, _ = header
+        last_offset = base_offset + last_offset_delta
+        if producer_id != NO_PRODUCER_ID and not attributes & _CONTROL_FLAG:
+            last_seq = increment_sequence(base_sequence, last_offset_delta) if base_sequence >= 0 else NO_SEQUENCE
+            self.update(producer_id, producer_epoch, last_seq, base_offset, last_offset, max_timestamp,
+                        bool(attributes & _TRANSACTIONAL_FLAG))
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    def update_map_end_offset(self, offset: int) -> None:
+        self.map_end_offset = offset
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    # -- expiry ----------------------------------------------------------------------------
+    def is_producer_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
+        return (entry.current_txn_first_offset is None
+                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        expired = [pid for pid, e in self.producers.items() if self.is_producer_expired(now_ms, e)]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    # -- snapshots -------------------------------------------------------------------------
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        if self.dir.is_dir():
+            for path in self.dir.iterdir():
+                offset = offset_from_snapshot_file(path)
+                if offset is not None:
+                    out.append(offset)
+        return sorted(out)
+
+    def take_snapshot(self, *, sync: bool = False) -> Path | None:
+        """Write `<map_end_offset>.snapshot` unless one exists for that offset already."""
+        path = snapshot_file(self.dir, self.map_end_offset)
+        if self.map_end_offset == self.last_snapshot_offset and path.exists():
+            return None
+        write_snapshot(path, self.producers, sync=sync)
+        self.last_snapshot_offset = self.map_end_offset
+        return path
+
+    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> int:
+        """Load the newest valid snapshot at or below log_end_offset; returns its offset.
+
+        Snapshots above the log end (from a log that was truncated or lost its tail) and corrupt
+        ones are deleted. With no usable snapshot the state starts empty at log_start_offset; the
+        caller then replays batches from the returned offset to the log end.
+        """
+        self.producers.clear()
+        for offset in reversed(self.snapshot_offsets()):
+            path = snapshot_file(self.dir, offset)
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                entries = read_snapshot(path)
+            except (CorruptSnapshotError, OSError):
+                path.unlink(missing_ok=True)
+                continue
+            for entry in entries:
+                if not self.is_producer_expired(now_ms, entry):
+                    self.producers[entry.producer_id] = entry
+            self.map_end_offset = self.last_snapshot_offset = offset
+            return offset
+        self.map_end_offset = self.last_snapshot_offset = log_start_offset
+        return log_start_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.producers.clear()
+        for snapshot_offset in self.snapshot_offsets():
+            snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)
+        self.map_end_offset = self.last_snapshot_offset = offset
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for snapshot_offset in self.snapshot_offsets():
+            if snapshot_offset < offset:
+                snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        for snapshot_offset in self.snapshot_offsets():
+            if snapshot_offset > offset:
+                snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)

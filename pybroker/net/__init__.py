@@ -1,0 +1,1 @@
+"""Socket server: listeners, framing, the per-connection request loop."""

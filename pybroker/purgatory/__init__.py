@@ -1,0 +1,1 @@
+"""Delayed operations (Kafka's purgatory) on one timing wheel."""

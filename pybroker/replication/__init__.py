@@ -1,0 +1,1 @@
+"""Partition state (leader, ISR, high watermark) and the replica manager."""

@@ -1,0 +1,159 @@
+"""All partitions hosted here, kept in step with the metadata image (Kafka's ReplicaManager).
+
+Owns the produce and fetch purgatories: an append completes waiting fetches on that
+partition at once (`check_and_complete`), and acks=all produces wait in the produce
+purgatory until the high watermark passes their last offset. Flushing follows the log's
+flush policy and runs in a worker thread, at most one per partition at a time.
+
+Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's start_soon).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pybroker.config import BrokerConfig, format_value
+from pybroker.controller.image import MetadataImage
+from pybroker.log.config import LogConfig
+from pybroker.log.log_append_info import LogAppendInfo
+from pybroker.log.manager import LogManager
+from pybroker.purgatory.purgatory import DelayedOperationPurgatory
+from pybroker.purgatory.timer import SystemTimer
+from pybroker.replication.partition import Partition
+
+log = logging.getLogger("pybroker.replica")
+
+TopicPartition = tuple[str, int]
+
+
+def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None) -> LogConfig:
+    """The storage LogConfig of a topic: broker-derived defaults, then the topic's overrides."""
+    merged = {k: format_value(v) for k, v in defaults.items()}
+    merged.update(overrides or {})
+    return LogConfig().with_overrides(merged)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage,
+                 timer: SystemTimer, spawn: Callable[..., Any]) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.log_manager = log_manager
+        self.image = image
+        self.timer = timer
+        self.spawn = spawn
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
+        self._hw_checkpoint: dict[TopicPartition, int] = {}
+
+    # ------------------------------------------------------------------ metadata
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        return log_config(self.config.topic_defaults(), self.image.topic_configs(topic))
+
+    def load_high_watermarks(self) -> None:
+        self._hw_checkpoint = self.log_manager.read_high_watermarks()
+
+    def apply_metadata(self) -> None:
+        """Create logs for partitions we now host, drop the ones whose topics are gone."""
+        now = wall_ms()
+        wanted: set[TopicPartition] = set()
+        for t in self.image.topics_by_name.values():
+            for pid, reg in t.partitions.items():
+                if self.node_id not in reg.replicas:
+                    continue
+                tp = (t.name, pid)
+                wanted.add(tp)
+                p = self.partitions.get(tp)
+                if p is None or p.topic_id != t.topic_id:
+                    if p is not None:  # same name, new topic id: the old log goes
+                        self._delete_partition(tp)
+                    plog = self.log_manager.get_or_create_log(t.name, pid, t.topic_id,
+                                                              self.log_config_for(t.name), now_ms=now)
+                    p = Partition(t.name, pid, t.topic_id, plog, self.node_id, reg.leader, reg.leader_epoch,
+                                  reg.partition_epoch, list(reg.replicas), list(reg.isr))
+                    hw = self._hw_checkpoint.pop(tp, None)
+                    plog.high_watermark = min(hw, plog.log_end_offset) if hw is not None else 0
+                    self.partitions[tp] = p
+                    if p.is_leader:
+                        plog.maybe_assign_epoch_start_offset(reg.leader_epoch, plog.log_end_offset)
+                    p.maybe_increment_high_watermark()
+                else:
+                    p.leader_id, p.leader_epoch = reg.leader, reg.leader_epoch
+                    p.partition_epoch, p.replicas, p.isr = reg.partition_epoch, list(reg.replicas), list(reg.isr)
+                    p.log.config = self.log_config_for(t.name)
+        for tp in [tp for tp in self.partitions if tp not in wanted]:
+            self._delete_partition(tp)
+
+    def _delete_partition(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+        self.fetch_purgatory.check_and_complete(tp)
+        if self.log_manager.delete_log(*tp) is not None:
+            self.spawn(trio.to_thread.run_sync, self.log_manager.purge_deleted)
+
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, partition: Partition, batch: bytearray, timestamp_type: str | None = None) -> LogAppendInfo:
+        """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses."""
+        info = partition.log.append_as_leader(batch, partition.leader_epoch, wall_ms(), timestamp_type)
+        if not info.duplicate:
+            self.after_append(partition)
+        return info
+
+    def after_append(self, partition: Partition) -> None:
+        tp = (partition.topic, partition.partition)
+        if partition.maybe_increment_high_watermark():
+            self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+        plog = partition.log
+        if not partition.flushing and plog.needs_flush(wall_ms()):
+            partition.flushing = True
+            self.spawn(self._flush, partition)
+
+    async def _flush(self, partition: Partition) -> None:
+        try:
+            await trio.to_thread.run_sync(lambda: partition.log.flush(now_ms=wall_ms()))
+        except Exception:  # a failed fsync must not kill the broker; Kafka marks the dir offline
+            log.exception("flush of %s failed", partition)
+        finally:
+            partition.flushing = False
+
+    # ------------------------------------------------------------------ background
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        return {tp: p.log.high_watermark for tp, p in self.partitions.items()}
+
+    async def run_checkpointer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write recovery-point / HW checkpoints every log.flush.offset.checkpoint.interval.ms,
+        and flush logs whose flush.ms elapsed (Kafka's log flusher)."""
+        task_status.started()
+        interval_s = max(0.1, self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
+        flush_interval_ms = self.config["log.flush.scheduler.interval.ms"]
+        tick = min(interval_s, flush_interval_ms / 1000) if flush_interval_ms < 2**62 else interval_s
+        last_checkpoint = trio.current_time()
+        while True:
+            await trio.sleep(max(0.05, tick))
+            for p in list(self.partitions.values()):
+                if not p.flushing and p.log.needs_flush(wall_ms()):
+                    p.flushing = True
+                    self.spawn(self._flush, p)
+            if trio.current_time() - last_checkpoint >= interval_s:
+                last_checkpoint = trio.current_time()
+                hws = self.high_watermarks()
+                try:
+                    await trio.to_thread.run_sync(self.log_manager.checkpoint, hws)
+                except Exception:
+                    log.exception("checkpoint failed")

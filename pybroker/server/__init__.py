@@ -1,0 +1,1 @@
+"""Request handling (Kafka's KafkaApis), one small module per API family."""

@@ -1,0 +1,41 @@
+"""ApiVersions: the versions this broker advertises, exactly those implemented and tested.
+
+Ranges follow Kafka 4.0 (with Produce advertised from 0 for librdkafka before 2.11.1,
+which enables compression only if Produce 0 is in range; v0-2 requests are answered
+UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is always v0.
+"""
+
+from __future__ import annotations
+
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+SUPPORTED: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 11),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def handle_api_versions(broker: object, ctx: object, req: ApiVersionsRequest) -> ApiVersionsResponse:
+    # Any client software name/version is accepted (CLIENTS.md pitfall 9); the connection
+    # records it for logs.
+    conn = getattr(ctx, "conn", None)
+    if conn is not None and req.client_software_name:
+        conn.client_software_name = req.client_software_name
+        conn.client_software_version = req.client_software_version
+    return ApiVersionsResponse(
+        error_code=0,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
+                  for k, (lo, hi) in sorted(SUPPORTED.items())],
+        throttle_time_ms=0,
+    )

@@ -1,0 +1,179 @@
+"""One pybroker node (combined broker + controller), from start-up to clean shutdown.
+
+Start-up, in order: bind the listeners (port 0 picks a free port), load and recover the
+log dirs and the __cluster_metadata log in worker threads, replay the metadata into the
+image, register this node with its bound endpoints, create the partition logs it hosts,
+then log "listening on ..." and serve. Requests that arrive before that wait.
+
+Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting, wake every waiting
+fetch/produce so it answers now, let each connection finish the request in hand, then
+flush every log, write the checkpoints and the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import time
+from typing import Any
+
+import trio
+
+from pybroker.config import BrokerConfig, Endpoint
+from pybroker.controller.controller import QuorumController
+from pybroker.controller.image import MetadataImage
+from pybroker.controller.metadata_log import MetadataLog
+from pybroker.log.errors import LogError
+from pybroker.log.manager import LogManager
+from pybroker.net.server import SocketServer
+from pybroker.purgatory.timer import SystemTimer
+from pybroker.replication.replica_manager import ReplicaManager, log_config
+from pybroker.server.cluster import ProducerIdManager
+from pybroker.server.dispatch import RequestDispatcher
+
+log = logging.getLogger("pybroker")
+
+SHUTDOWN_GRACE_S = 30.0
+
+
+class StartupError(Exception):
+    """The node cannot start (bad storage, port in use, ...): one line for the person."""
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = ""
+        self.image = MetadataImage()
+        self.ready = trio.Event()
+        self.stopped = trio.Event()
+        self._shutdown = trio.Event()
+        self.bound: list[Endpoint] = []
+        self.advertised: list[Endpoint] = []
+        self.controller: QuorumController
+        self.replica_manager: ReplicaManager
+        self.log_manager: LogManager
+        self.metadata_log: MetadataLog
+        self.producer_ids: ProducerIdManager
+        self.server: SocketServer
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+
+    def _advertised(self) -> list[Endpoint]:
+        by_name = {e.listener_name: e for e in self.bound}
+        if self.config["advertised.listeners"]:
+            out = []
+            for e in self.config.advertised_listeners:
+                port = e.port or by_name.get(e.listener_name, e).port
+                out.append(Endpoint(e.listener_name, e.host or socket.getfqdn(), port, e.security_protocol))
+            return out
+        return [Endpoint(e.listener_name, e.host or socket.getfqdn(), e.port, e.security_protocol)
+                for e in self.bound]
+
+    async def _load_storage(self) -> None:
+        cfg = self.config
+        default = log_config(cfg.topic_defaults())
+        self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=cfg["cluster.id"],
+                                      default_config=default,
+                                      producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        await trio.to_thread.run_sync(self.log_manager.load, wall_ms())
+        self.cluster_id = self.log_manager.cluster_id or ""
+        from pathlib import Path
+
+        meta_dir = Path(cfg.metadata_log_dir)
+        clean = self.log_manager.had_clean_shutdown.get(meta_dir, False)
+        self.metadata_log = await trio.to_thread.run_sync(
+            lambda: MetadataLog(meta_dir, clean_shutdown=clean,
+                                segment_bytes=cfg["metadata.log.segment.bytes"]))
+
+    async def run(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        timer = SystemTimer()
+        async with trio.open_nursery() as nursery:
+            self.server = SocketServer(cfg.listeners, RequestDispatcher(self), cfg["socket.request.max.bytes"],
+                                       cfg["max.connections"])
+            try:
+                self.bound = await nursery.start(self.server.serve, nursery)
+            except OSError as exc:
+                raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
+                                   ) from None
+            try:
+                await self._load_storage()
+            except (LogError, OSError, ValueError) as exc:
+                raise StartupError(f"cannot load log dirs {', '.join(cfg.log_dirs)}: {exc}") from None
+            self.advertised = self._advertised()
+            self.image = MetadataImage()
+            self.controller = QuorumController(cfg, self.image, self.metadata_log)
+            await self.controller.load_and_register(self.advertised, self.cluster_id)
+            self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon)
+            self.replica_manager.load_high_watermarks()
+            self.replica_manager.apply_metadata()
+            self.controller.listeners.append(lambda _records: self.replica_manager.apply_metadata())
+            self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+            await nursery.start(timer.run)
+            await nursery.start(self.replica_manager.run_checkpointer)
+            for ep in self.bound:
+                log.info("listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)", ep, self.node_id,
+                         self.cluster_id, ",".join(cfg.log_dirs))
+            self.ready.set()
+            task_status.started(self.bound)
+            await self._shutdown.wait()
+            await self._stop(timer)
+            nursery.cancel_scope.cancel()
+        self.stopped.set()
+
+    async def _stop(self, timer: SystemTimer) -> None:
+        log.info("shutting down")
+        self.server.begin_shutdown()
+        rm = self.replica_manager
+        for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
+            for ops in list(purgatory._watchers.values()):
+                for op in ops:
+                    op.force_complete()
+        if not await self.server.wait_idle(SHUTDOWN_GRACE_S):
+            log.warning("connections still busy after %.0fs; closing them", SHUTDOWN_GRACE_S)
+        hws = rm.high_watermarks()
+        await trio.to_thread.run_sync(lambda: self.metadata_log.close())
+        await trio.to_thread.run_sync(self.log_manager.shutdown, wall_ms(), hws)
+        log.info("shut down cleanly")
+
+
+async def _serve_until_signal(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    log.info("received %s", signal.Signals(signum).name)
+                    broker.request_shutdown()
+                    return
+
+            nursery.start_soon(watch_signals)
+            await broker.run()
+            nursery.cancel_scope.cancel()
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+    try:
+        trio.run(_serve_until_signal, config)
+    except BaseExceptionGroup as group:
+        # surface the first StartupError (one line for the person) rather than a trio traceback
+        match, _ = group.split(StartupError)
+        if match is not None:
+            exc: BaseException = match
+            while isinstance(exc, BaseExceptionGroup):
+                exc = exc.exceptions[0]
+            raise exc from None
+        raise
+    return 0
+
+
+__all__ = ["Broker", "StartupError", "run_broker", "Any"]

@@ -1,0 +1,69 @@
+"""DescribeCluster (60) and InitProducerId (22).
+
+Producer ids come in blocks of 1000 from the controller (a ProducerIdsRecord in
+__cluster_metadata, Kafka's ProducerIdManager), so ids are never reused across restarts.
+Transactional ids need the transaction coordinator, which does not exist yet: such
+requests get COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,  # noqa: F401  (re-exported for dispatch)
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from pybroker.server.configs import handle_describe_configs  # noqa: F401
+from pybroker.server.metadata import broker_list
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) -> DescribeClusterResponse:
+    if ctx.api_version >= 1 and req.endpoint_type not in (1,):
+        # 1 = brokers; 2 = controllers (a combined node could answer, but Kafka brokers reject it)
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
+                                       error_message="The target broker only supports broker endpoints",
+                                       endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
+                                       controller_id=-1, brokers=[])
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+                                                             rack=b.rack)
+               for b in broker_list(broker, ctx.conn.listener_name)]
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
+        controller_id=broker.node_id, brokers=brokers,
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+class ProducerIdManager:
+    """Hands out producer ids from controller-allocated blocks."""
+
+    def __init__(self, controller: Any, node_id: int) -> None:
+        self.controller = controller
+        self.node_id = node_id
+        self._next = 0
+        self._end = 0
+
+    async def generate(self) -> int:
+        if self._next >= self._end:
+            start, length = await self.controller.allocate_producer_ids(self.node_id)
+            self._next, self._end = start, start + length
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+async def handle_init_producer_id(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    if req.transactional_id is not None:
+        if req.transaction_timeout_ms <= 0 or req.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.INVALID_TRANSACTION_TIMEOUT,
+                                          producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.COORDINATOR_NOT_AVAILABLE,
+                                      producer_id=-1, producer_epoch=-1)
+    pid = await broker.producer_ids.generate()
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

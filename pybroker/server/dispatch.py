@@ -1,0 +1,90 @@
+"""Request dispatch: decode a frame, route it to its handler, encode the answer.
+
+Handlers are `(broker, ctx, request) -> response` functions, sync or async; a handler that
+returns None sends nothing (acks=0 produce). Protocol faults follow Kafka: an unknown API
+key, an unsupported version (other than ApiVersions) or an undecodable request closes the
+connection; an ApiVersions request at a version we do not speak gets the v0 error body.
+A bug in a handler is logged and closes that one connection; the broker keeps serving.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pybroker.net.connection import CloseConnection, Connection
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.chunks import Chunk
+from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
+from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
+from pybroker.server import cluster, fetch, list_offsets, metadata, produce, topics
+from pybroker.server.api_versions import SUPPORTED, handle_api_versions
+
+log = logging.getLogger("pybroker.server")
+
+
+@dataclass(slots=True)
+class RequestContext:
+    conn: Connection
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+HANDLERS: dict[int, Callable[..., Any]] = {
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.METADATA: metadata.handle_metadata,
+    ApiKey.PRODUCE: produce.handle_produce,
+    ApiKey.FETCH: fetch.handle_fetch,
+    ApiKey.LIST_OFFSETS: list_offsets.handle_list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: list_offsets.handle_offset_for_leader_epoch,
+    ApiKey.CREATE_TOPICS: topics.handle_create_topics,
+    ApiKey.DELETE_TOPICS: topics.handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
+    ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
+    ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+}
+assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
+_ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
+
+
+class RequestDispatcher:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    async def __call__(self, conn: Connection, frame: bytes) -> Sequence[Chunk] | None:
+        try:
+            header, body = decode_request(frame, SUPPORTED)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:
+                lo, hi = SUPPORTED[ApiKey.API_VERSIONS]
+                return encode_api_versions_unsupported(exc.correlation_id, lo, hi)
+            raise CloseConnection(str(exc)) from None
+        except UnknownApiKeyError as exc:
+            raise CloseConnection(str(exc)) from None
+        except ProtocolError as exc:
+            raise CloseConnection(str(exc)) from None
+        if not self.broker.ready.is_set():
+            await self.broker.ready.wait()
+        api_key = header.request_api_key
+        ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
+                             header.client_id)
+        handler = HANDLERS[api_key]
+        try:
+            if api_key in _ASYNC:
+                response = await handler(self.broker, ctx, body)
+            else:
+                response = handler(self.broker, ctx, body)
+        except CloseConnection:
+            raise
+        except Exception as exc:
+            log.exception("error handling %s v%d from %s", ApiKey(api_key).name, ctx.api_version, conn.peer)
+            raise CloseConnection(f"internal error: {exc!r}") from exc
+        if response is None:
+            return None
+        return encode_response(api_key, ctx.api_version, header.correlation_id, response)

@@ -1,0 +1,97 @@
+"""Metadata (api 3): brokers, controller, topics with partitions, leaders and epochs.
+
+Unknown topics are auto-created (auto.create.topics.enable, allow_auto_topic_creation
+from v4; always allowed below v4, as Kafka does) synchronously through the controller,
+so the response already describes them (CLIENTS.md pitfall 13). v10+ can name topics by
+id; ids are stable and non-zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.controller.controller import validate_topic_name
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import MetadataRequest, MetadataResponse
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+ZERO_ID = bytes(16)
+
+Topic = MetadataResponse.MetadataResponseTopic
+Part = MetadataResponse.MetadataResponsePartition
+
+
+def broker_list(broker: Any, listener_name: str) -> list[MetadataResponse.MetadataResponseBroker]:
+    out = []
+    for b in sorted(broker.image.brokers.values(), key=lambda b: b.broker_id):
+        if b.fenced:
+            continue
+        for name, host, port in b.endpoints:
+            if name == listener_name:
+                out.append(MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=host, port=port,
+                                                                   rack=b.rack))
+                break
+    return out
+
+
+def describe_topic(broker: Any, name: str) -> Topic:
+    t = broker.image.topic(name)
+    if t is None:
+        return Topic(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_ID,
+                     is_internal=False, partitions=[])
+    parts = []
+    for pid in sorted(t.partitions):
+        reg = t.partitions[pid]
+        parts.append(Part(error_code=0, partition_index=pid, leader_id=reg.leader, leader_epoch=reg.leader_epoch,
+                          replica_nodes=list(reg.replicas), isr_nodes=list(reg.isr), offline_replicas=[]))
+    return Topic(error_code=0, name=name, topic_id=t.topic_id, is_internal=name in INTERNAL_TOPICS,
+                 partitions=parts)
+
+
+async def auto_create(broker: Any, names: list[str]) -> None:
+    """Create missing topics with the broker defaults (errors surface as unknown topics)."""
+    if not names:
+        return
+    await broker.controller.create_topics([(n, -1, -1, {}, {}) for n in names])
+
+
+async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> MetadataResponse:
+    v = ctx.api_version
+    image = broker.image
+    topics_out: list[Topic] = []
+    if req.topics is None or (v == 0 and not req.topics):
+        names = sorted(image.topics_by_name)
+        topics_out = [describe_topic(broker, n) for n in names]
+    else:
+        allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
+        wanted: list[tuple[str | None, bytes | None]] = []
+        for t in req.topics:
+            tid = getattr(t, "topic_id", None)
+            wanted.append((t.name, tid if tid and tid != ZERO_ID else None))
+        missing = []
+        for name, tid in wanted:
+            if name is not None and tid is None and image.topic(name) is None \
+                    and validate_topic_name(name) is None and name not in missing:
+                missing.append(name)
+        if allow_create and missing:
+            await auto_create(broker, missing)
+        for name, tid in wanted:
+            if tid is not None:
+                t = image.topics_by_id.get(tid)
+                if t is None:
+                    topics_out.append(Topic(error_code=Errors.UNKNOWN_TOPIC_ID, name=None, topic_id=tid,
+                                            is_internal=False, partitions=[]))
+                else:
+                    topics_out.append(describe_topic(broker, t.name))
+            elif name is None or validate_topic_name(name) is not None:
+                topics_out.append(Topic(error_code=Errors.INVALID_TOPIC_EXCEPTION, name=name, topic_id=ZERO_ID,
+                                        is_internal=False, partitions=[]))
+            else:
+                topics_out.append(describe_topic(broker, name))
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=broker_list(broker, ctx.conn.listener_name),
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics_out,
+    )

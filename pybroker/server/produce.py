@@ -1,0 +1,174 @@
+"""Produce (api 0): validate each partition's batch, append it as leader, answer per acks.
+
+Per partition (Kafka's LogValidator + ReplicaManager.appendRecords):
+- exactly one magic-2 batch; CRC, sizes, record framing and count (CORRUPT_MESSAGE /
+  INVALID_RECORD); no control batches from clients (INVALID_RECORD); zstd needs v7+
+  (UNSUPPORTED_COMPRESSION_TYPE); CreateTime within message.timestamp.before/after.max.ms
+  (INVALID_TIMESTAMP); v0-2 (old message formats) get UNSUPPORTED_VERSION.
+- recompressed when the topic's compression.type names another codec.
+- producer-id/epoch/sequence checks and duplicate detection happen in the log.
+
+acks=0 gets no response at all, and any error closes the connection instead (Kafka's way
+of telling a fire-and-forget producer to refresh metadata). acks=-1 waits as a
+DelayedProduce until the high watermark covers the batch or timeout_ms passes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pybroker._native.errors import RecordError
+from pybroker.log.errors import LogError
+from pybroker.net.connection import CloseConnection
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import ProduceRequest, ProduceResponse
+from pybroker.purgatory.purgatory import DelayedOperation
+from pybroker.records import compression
+from pybroker.records.batch import BatchHeader, build_batch, iter_batch_records, validate_and_count
+
+PartResp = ProduceResponse.PartitionProduceResponse
+TopicResp = ProduceResponse.TopicProduceResponse
+BatchError = ProduceResponse.BatchIndexAndErrorMessage
+
+ZSTD = 4
+_CODEC_BY_NAME = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+class DelayedProduce(DelayedOperation):
+    """Waits until every appended partition's high watermark reaches its required offset."""
+
+    def __init__(self, delay_ms: int, waits: list[tuple[Any, int, PartResp]]) -> None:
+        super().__init__(delay_ms)
+        self.waits = waits  # (partition, required offset, response entry)
+
+    def try_complete(self) -> bool:
+        if all(p.high_watermark >= required for p, required, _ in self.waits):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        if self.expired:
+            for p, required, resp in self.waits:
+                if p.high_watermark < required:
+                    resp.error_code = Errors.REQUEST_TIMED_OUT
+                    resp.base_offset = -1
+                    resp.error_message = "Timed out waiting for the in-sync replicas"
+
+
+def _fail(resp: PartResp, code: int, message: str | None = None, record_errors: list[Any] | None = None) -> None:
+    resp.error_code = int(code)
+    resp.error_message = message
+    resp.base_offset = -1
+    if record_errors:
+        resp.record_errors = record_errors
+
+
+def _recompress(view: memoryview, header: BatchHeader, codec: int, level: int | None) -> bytearray:
+    """Rebuild the batch with another codec, keeping producer fields and timestamps (new CRC)."""
+    _, recs = iter_batch_records(view)
+    return bytearray(build_batch(
+        [(r.timestamp, r.key, r.value, r.headers) for r in recs],
+        compression=codec, timestamp_type=header.timestamp_type, producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+        transactional=header.is_transactional, base_timestamp=header.base_timestamp,
+        compression_level=level))
+
+
+def _append_partition(broker: Any, version: int, topic: str, index: int, records: Any, now_ms: int,
+                      resp: PartResp, acks: int) -> Any:
+    """Validate and append one partition's data; fills `resp`; returns the Partition on success."""
+    rm = broker.replica_manager
+    partition = rm.get_partition(topic, index)
+    if partition is None:
+        _fail(resp, Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        return None
+    if not partition.is_leader:
+        _fail(resp, Errors.NOT_LEADER_OR_FOLLOWER)
+        return None
+    if version < 3:
+        _fail(resp, Errors.UNSUPPORTED_VERSION, "Produce v0-2 (message formats v0/v1) are not supported")
+        return None
+    if records is None or len(records) == 0:
+        _fail(resp, Errors.INVALID_RECORD, "Produce requests must contain exactly one record batch")
+        return None
+    view = records if isinstance(records, memoryview) else memoryview(bytearray(records))
+    if view.readonly:
+        view = memoryview(bytearray(view))
+    try:
+        header = validate_and_count(view)
+    except RecordError as exc:
+        _fail(resp, exc.error_code, str(exc))
+        return None
+    if header.is_control:
+        _fail(resp, Errors.INVALID_RECORD, "Clients are not allowed to write control records")
+        return None
+    codec = header.compression
+    if codec == ZSTD and version < 7:
+        _fail(resp, Errors.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
+        return None
+    cfg = partition.log.config
+    if cfg.message_timestamp_type == "CreateTime":
+        if (header.max_timestamp - now_ms > cfg.message_timestamp_after_max_ms
+                or now_ms - header.base_timestamp > cfg.message_timestamp_before_max_ms):
+            msg = (f"Timestamp of a record in the batch is out of range (now {now_ms}, "
+                   f"batch {header.base_timestamp}..{header.max_timestamp})")
+            _fail(resp, Errors.INVALID_TIMESTAMP, msg,
+                  [BatchError(batch_index=0, batch_index_error_message=msg)] if version >= 8 else None)
+            return None
+    target = cfg.compression_type
+    if target != "producer" and _CODEC_BY_NAME.get(target, codec) != codec:
+        level = {"gzip": getattr(cfg, "compression_gzip_level", None)}.get(target)
+        view = memoryview(_recompress(view, header, _CODEC_BY_NAME[target], level))
+    if acks == -1 and len(partition.isr) < cfg.min_insync_replicas:
+        _fail(resp, Errors.NOT_ENOUGH_REPLICAS,
+              f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy the min.isr "
+              f"requirement of {cfg.min_insync_replicas}")
+        return None
+    try:
+        info = rm.append(partition, view)
+    except LogError as exc:
+        _fail(resp, exc.error_code, str(exc))
+        return None
+    resp.error_code = 0
+    resp.base_offset = info.first_offset
+    resp.log_append_time_ms = info.log_append_time
+    resp.log_start_offset = info.log_start_offset
+    return partition, info.last_offset + 1
+
+
+async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceResponse | None:
+    version = ctx.api_version
+    acks = req.acks
+    now_ms = int(time.time() * 1000)
+    topics_out: list[TopicResp] = []
+    waits: list[tuple[Any, int, PartResp]] = []
+    any_error = False
+    for td in req.topic_data:
+        parts_out = []
+        for pd in td.partition_data:
+            resp = PartResp(index=pd.index, error_code=0, base_offset=-1, log_append_time_ms=-1,
+                            log_start_offset=-1, record_errors=[], error_message=None)
+            if acks not in (0, 1, -1):
+                _fail(resp, Errors.INVALID_REQUIRED_ACKS)
+            else:
+                done = _append_partition(broker, version, td.name, pd.index, pd.records, now_ms, resp, acks)
+                if done is not None:
+                    waits.append((done[0], done[1], resp))
+            any_error = any_error or resp.error_code != 0
+            parts_out.append(resp)
+        topics_out.append(TopicResp(name=td.name, partition_responses=parts_out))
+    if acks == 0:
+        if any_error:
+            raise CloseConnection("acks=0 produce failed: closing so the client refreshes metadata")
+        return None
+    if acks == -1 and waits:
+        op = DelayedProduce(max(0, req.timeout_ms), waits)
+        rm = broker.replica_manager
+        keys = [(p.topic, p.partition) for p, _, _ in waits]
+        if not rm.produce_purgatory.try_complete_else_watch(op, keys):
+            await op.wait()
+    return ProduceResponse(responses=topics_out, throttle_time_ms=0)
+
+
+__all__ = ["handle_produce", "DelayedProduce", "compression"]
