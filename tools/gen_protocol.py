@@ -193,7 +193,11 @@ def build_spec(path: Path, rel: str) -> Spec:
                 nullable=parse_range(rf.get("nullableVersions")),
                 tag=None if rf.get("tag") is None else int(rf["tag"]),
                 tagged=parse_range(rf.get("taggedVersions")),
-                ignorable=bool(rf.get("ignorable", False)),
+                # Responses: every field is treated as ignorable, so a handler can fill the
+                # newest shape and older versions simply omit what they lack. Kafka's own
+                # generator raises instead; for a broker that means a dropped connection
+                # over a field the old client never asked for. Requests stay strict.
+                ignorable=bool(rf.get("ignorable", False)) or d.get("type") == "response",
                 map_key=bool(rf.get("mapKey", False)),
                 default_raw=rf.get("default", NO_DEFAULT),
                 flex_override="inherit" if fo is None else parse_range(fo),

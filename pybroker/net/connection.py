@@ -173,6 +173,10 @@ async def serve_connection(conn: Connection, handler: Handler, max_request_bytes
     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         log.debug("connection %s ended: %s", conn.peer, exc)
         return
+    except Exception:
+        # a bug must cost one connection, never the broker
+        log.exception("closing connection from %s after an internal error", conn.peer)
+        return
     finally:
         conn.busy = False
         sock.close()

@@ -46,7 +46,7 @@ def _topic_entries(broker: Any, topic: str, keys: list[str] | None, synonyms: bo
         chain.append(Synonym(name=syn or name, value=format_value(d.default), source=CONFIG_SOURCE_DEFAULT))
         top = chain[0]
         out.append(Entry(name=name, value=top.value, read_only=False,
-                         is_default=top.source == CONFIG_SOURCE_DEFAULT, config_source=top.source,
+                         is_default=False, config_source=top.source,
                          is_sensitive=False, synonyms=chain if synonyms else [],
                          config_type=_TYPES.get(d.type, 0), documentation=None))
     return out
@@ -66,7 +66,7 @@ def _broker_entries(broker: Any, keys: list[str] | None, synonyms: bool) -> list
         sensitive = d.type == "password" or name.endswith(SENSITIVE_SUFFIXES)
         shown = None if sensitive else format_value(value)
         chain = [Synonym(name=name, value=shown, source=source)] if synonyms else []
-        out.append(Entry(name=name, value=shown, read_only=d.read_only, is_default=source == CONFIG_SOURCE_DEFAULT,
+        out.append(Entry(name=name, value=shown, read_only=d.read_only, is_default=False,
                          config_source=source, is_sensitive=sensitive, synonyms=chain,
                          config_type=_TYPES.get(d.type, 0), documentation=None))
     return out
@@ -75,7 +75,8 @@ def _broker_entries(broker: Any, keys: list[str] | None, synonyms: bool) -> list
 def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for res in req.resources:
-        keys = list(res.configuration_keys) if res.configuration_keys is not None else None
+        # null or empty both mean "every config" (Kafka's ConfigHelper)
+        keys = list(res.configuration_keys) if res.configuration_keys else None
         r = Result(error_code=0, error_message=None, resource_type=res.resource_type,
                    resource_name=res.resource_name, configs=[])
         if res.resource_type == RESOURCE_TOPIC:

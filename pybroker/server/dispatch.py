@@ -87,4 +87,8 @@ class RequestDispatcher:
             raise CloseConnection(f"internal error: {exc!r}") from exc
         if response is None:
             return None
-        return encode_response(api_key, ctx.api_version, header.correlation_id, response)
+        try:
+            return encode_response(api_key, ctx.api_version, header.correlation_id, response)
+        except Exception as exc:
+            log.exception("cannot encode %s v%d response", ApiKey(api_key).name, ctx.api_version)
+            raise CloseConnection(f"internal error: {exc!r}") from exc

@@ -176,12 +176,19 @@ class BrokerProcess:
         return code
 
     def close(self) -> None:
-        """Finalizer: make sure the process this object started is gone."""
-        if self.proc is not None and self.proc.poll() is None:
+        """Finalizer: make sure the process this object started, and anything it spawned in
+        the session created for it, is gone."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             try:
                 self.stop(signal.SIGTERM, timeout=10.0)
             except TimeoutError:
                 pass
+        try:  # the process group is the one start() created (start_new_session=True)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def __enter__(self) -> BrokerProcess:
         self.start()

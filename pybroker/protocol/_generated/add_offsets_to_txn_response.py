@@ -91,6 +91,6 @@ def _d_AddOffsetsToTxnResponse_1(buf, pos):
 _C_AddOffsetsToTxnResponse._ENCODERS = {0: _e_AddOffsetsToTxnResponse_0, 1: _e_AddOffsetsToTxnResponse_0, 2: _e_AddOffsetsToTxnResponse_0, 3: _e_AddOffsetsToTxnResponse_1, 4: _e_AddOffsetsToTxnResponse_1}
 _C_AddOffsetsToTxnResponse._DECODERS = {0: _d_AddOffsetsToTxnResponse_0, 1: _d_AddOffsetsToTxnResponse_0, 2: _d_AddOffsetsToTxnResponse_0, 3: _d_AddOffsetsToTxnResponse_1, 4: _d_AddOffsetsToTxnResponse_1}
 _C_AddOffsetsToTxnResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -117,8 +117,6 @@ _C_AddPartitionsToTxnResponse = AddPartitionsToTxnResponse
 _C_AddPartitionsToTxnPartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 _C_AddPartitionsToTxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
 _C_AddPartitionsToTxnTopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-_D_AddPartitionsToTxnResult = _C_AddPartitionsToTxnResult()
-_D_AddPartitionsToTxnTopicResult = _C_AddPartitionsToTxnTopicResult()
 
 
 def _e_AddPartitionsToTxnPartitionResult_0(o, out):
@@ -136,8 +134,6 @@ def _e_AddPartitionsToTxnTopicResult_0(o, out):
 
 
 def _e_AddPartitionsToTxnResponse_0(o, out):
-    if len(o.results_by_transaction) > 0:
-        raise _UVE("a non-default results_by_transaction cannot be written at this version")
     _a1 = o.results_by_topic_v3_and_below
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -220,8 +216,6 @@ def _e_AddPartitionsToTxnTopicResult_1(o, out):
 
 
 def _e_AddPartitionsToTxnResponse_1(o, out):
-    if len(o.results_by_transaction) > 0:
-        raise _UVE("a non-default results_by_transaction cannot be written at this version")
     _a1 = o.results_by_topic_v3_and_below
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -315,8 +309,6 @@ def _e_AddPartitionsToTxnResult_0(o, out):
 
 
 def _e_AddPartitionsToTxnResponse_2(o, out):
-    if len(o.results_by_topic_v3_and_below) > 0:
-        raise _UVE("a non-default results_by_topic_v3_and_below cannot be written at this version")
     _a1 = o.results_by_transaction
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
     out.append(_clen(len(_a1)))
@@ -389,32 +381,32 @@ def _d_AddPartitionsToTxnResponse_2(buf, pos):
 _C_AddPartitionsToTxnResponse._ENCODERS = {0: _e_AddPartitionsToTxnResponse_0, 1: _e_AddPartitionsToTxnResponse_0, 2: _e_AddPartitionsToTxnResponse_0, 3: _e_AddPartitionsToTxnResponse_1, 4: _e_AddPartitionsToTxnResponse_2, 5: _e_AddPartitionsToTxnResponse_2}
 _C_AddPartitionsToTxnResponse._DECODERS = {0: _d_AddPartitionsToTxnResponse_0, 1: _d_AddPartitionsToTxnResponse_0, 2: _d_AddPartitionsToTxnResponse_0, 3: _d_AddPartitionsToTxnResponse_1, 4: _d_AddPartitionsToTxnResponse_2, 5: _d_AddPartitionsToTxnResponse_2}
 _C_AddPartitionsToTxnResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_code', 'ErrorCode', 'int16', (4, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('results_by_transaction', 'ResultsByTransaction', '[]AddPartitionsToTxnResult', (4, 32767), None, None, None, False, False, (), _C_AddPartitionsToTxnResult),
-    FieldSpec('results_by_topic_v3_and_below', 'ResultsByTopicV3AndBelow', '[]AddPartitionsToTxnTopicResult', (0, 3), None, None, None, False, False, (), _C_AddPartitionsToTxnTopicResult),
+    FieldSpec('results_by_transaction', 'ResultsByTransaction', '[]AddPartitionsToTxnResult', (4, 32767), None, None, None, True, False, (), _C_AddPartitionsToTxnResult),
+    FieldSpec('results_by_topic_v3_and_below', 'ResultsByTopicV3AndBelow', '[]AddPartitionsToTxnTopicResult', (0, 3), None, None, None, True, False, (), _C_AddPartitionsToTxnTopicResult),
 )
 _C_AddPartitionsToTxnPartitionResult._ENCODERS = {0: _e_AddPartitionsToTxnPartitionResult_0, 1: _e_AddPartitionsToTxnPartitionResult_0, 2: _e_AddPartitionsToTxnPartitionResult_0, 3: _e_AddPartitionsToTxnPartitionResult_1, 4: _e_AddPartitionsToTxnPartitionResult_1, 5: _e_AddPartitionsToTxnPartitionResult_1}
 _C_AddPartitionsToTxnPartitionResult._DECODERS = {0: _d_AddPartitionsToTxnPartitionResult_0, 1: _d_AddPartitionsToTxnPartitionResult_0, 2: _d_AddPartitionsToTxnPartitionResult_0, 3: _d_AddPartitionsToTxnPartitionResult_1, 4: _d_AddPartitionsToTxnPartitionResult_1, 5: _d_AddPartitionsToTxnPartitionResult_1}
 _C_AddPartitionsToTxnPartitionResult.VALID_VERSIONS = (0, 5)
 _C_AddPartitionsToTxnPartitionResult.FLEXIBLE_VERSION = 3
 _C_AddPartitionsToTxnPartitionResult._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('partition_error_code', 'PartitionErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('partition_error_code', 'PartitionErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_AddPartitionsToTxnResult._ENCODERS = {4: _e_AddPartitionsToTxnResult_0, 5: _e_AddPartitionsToTxnResult_0}
 _C_AddPartitionsToTxnResult._DECODERS = {4: _d_AddPartitionsToTxnResult_0, 5: _d_AddPartitionsToTxnResult_0}
 _C_AddPartitionsToTxnResult.VALID_VERSIONS = (0, 5)
 _C_AddPartitionsToTxnResult.FLEXIBLE_VERSION = 3
 _C_AddPartitionsToTxnResult._FIELDS = (
-    FieldSpec('transactional_id', 'TransactionalId', 'string', (4, 32767), None, None, None, False, True, '', None),
-    FieldSpec('topic_results', 'TopicResults', '[]AddPartitionsToTxnTopicResult', (4, 32767), None, None, None, False, False, (), _C_AddPartitionsToTxnTopicResult),
+    FieldSpec('transactional_id', 'TransactionalId', 'string', (4, 32767), None, None, None, True, True, '', None),
+    FieldSpec('topic_results', 'TopicResults', '[]AddPartitionsToTxnTopicResult', (4, 32767), None, None, None, True, False, (), _C_AddPartitionsToTxnTopicResult),
 )
 _C_AddPartitionsToTxnTopicResult._ENCODERS = {0: _e_AddPartitionsToTxnTopicResult_0, 1: _e_AddPartitionsToTxnTopicResult_0, 2: _e_AddPartitionsToTxnTopicResult_0, 3: _e_AddPartitionsToTxnTopicResult_1, 4: _e_AddPartitionsToTxnTopicResult_1, 5: _e_AddPartitionsToTxnTopicResult_1}
 _C_AddPartitionsToTxnTopicResult._DECODERS = {0: _d_AddPartitionsToTxnTopicResult_0, 1: _d_AddPartitionsToTxnTopicResult_0, 2: _d_AddPartitionsToTxnTopicResult_0, 3: _d_AddPartitionsToTxnTopicResult_1, 4: _d_AddPartitionsToTxnTopicResult_1, 5: _d_AddPartitionsToTxnTopicResult_1}
 _C_AddPartitionsToTxnTopicResult.VALID_VERSIONS = (0, 5)
 _C_AddPartitionsToTxnTopicResult.FLEXIBLE_VERSION = 3
 _C_AddPartitionsToTxnTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('results_by_partition', 'ResultsByPartition', '[]AddPartitionsToTxnPartitionResult', (0, 32767), None, None, None, False, False, (), _C_AddPartitionsToTxnPartitionResult),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('results_by_partition', 'ResultsByPartition', '[]AddPartitionsToTxnPartitionResult', (0, 32767), None, None, None, True, False, (), _C_AddPartitionsToTxnPartitionResult),
 )

@@ -94,7 +94,7 @@ def _d_AddRaftVoterResponse_0(buf, pos):
 _C_AddRaftVoterResponse._ENCODERS = {0: _e_AddRaftVoterResponse_0}
 _C_AddRaftVoterResponse._DECODERS = {0: _d_AddRaftVoterResponse_0}
 _C_AddRaftVoterResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )

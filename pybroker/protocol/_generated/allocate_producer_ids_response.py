@@ -84,8 +84,8 @@ def _d_AllocateProducerIdsResponse_0(buf, pos):
 _C_AllocateProducerIdsResponse._ENCODERS = {0: _e_AllocateProducerIdsResponse_0}
 _C_AllocateProducerIdsResponse._DECODERS = {0: _d_AllocateProducerIdsResponse_0}
 _C_AllocateProducerIdsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_id_start', 'ProducerIdStart', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_id_len', 'ProducerIdLen', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_id_start', 'ProducerIdStart', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_id_len', 'ProducerIdLen', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -229,16 +229,16 @@ def _d_AlterConfigsResponse_1(buf, pos):
 _C_AlterConfigsResponse._ENCODERS = {0: _e_AlterConfigsResponse_0, 1: _e_AlterConfigsResponse_0, 2: _e_AlterConfigsResponse_1}
 _C_AlterConfigsResponse._DECODERS = {0: _d_AlterConfigsResponse_0, 1: _d_AlterConfigsResponse_0, 2: _d_AlterConfigsResponse_1}
 _C_AlterConfigsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('responses', 'Responses', '[]AlterConfigsResourceResponse', (0, 32767), None, None, None, False, False, (), _C_AlterConfigsResourceResponse),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('responses', 'Responses', '[]AlterConfigsResourceResponse', (0, 32767), None, None, None, True, False, (), _C_AlterConfigsResourceResponse),
 )
 _C_AlterConfigsResourceResponse._ENCODERS = {0: _e_AlterConfigsResourceResponse_0, 1: _e_AlterConfigsResourceResponse_0, 2: _e_AlterConfigsResourceResponse_1}
 _C_AlterConfigsResourceResponse._DECODERS = {0: _d_AlterConfigsResourceResponse_0, 1: _d_AlterConfigsResourceResponse_0, 2: _d_AlterConfigsResourceResponse_1}
 _C_AlterConfigsResourceResponse.VALID_VERSIONS = (0, 2)
 _C_AlterConfigsResourceResponse.FLEXIBLE_VERSION = 2
 _C_AlterConfigsResourceResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, True, False, '', None),
 )

@@ -225,25 +225,25 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
 _C_AlterPartitionReassignmentsResponse._ENCODERS = {0: _e_AlterPartitionReassignmentsResponse_0}
 _C_AlterPartitionReassignmentsResponse._DECODERS = {0: _d_AlterPartitionReassignmentsResponse_0}
 _C_AlterPartitionReassignmentsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('responses', 'Responses', '[]ReassignableTopicResponse', (0, 32767), None, None, None, False, False, (), _C_ReassignableTopicResponse),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('responses', 'Responses', '[]ReassignableTopicResponse', (0, 32767), None, None, None, True, False, (), _C_ReassignableTopicResponse),
 )
 _C_ReassignablePartitionResponse._ENCODERS = {0: _e_ReassignablePartitionResponse_0}
 _C_ReassignablePartitionResponse._DECODERS = {0: _d_ReassignablePartitionResponse_0}
 _C_ReassignablePartitionResponse.VALID_VERSIONS = (0, 0)
 _C_ReassignablePartitionResponse.FLEXIBLE_VERSION = 0
 _C_ReassignablePartitionResponse._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )
 _C_ReassignableTopicResponse._ENCODERS = {0: _e_ReassignableTopicResponse_0}
 _C_ReassignableTopicResponse._DECODERS = {0: _d_ReassignableTopicResponse_0}
 _C_ReassignableTopicResponse.VALID_VERSIONS = (0, 0)
 _C_ReassignableTopicResponse.FLEXIBLE_VERSION = 0
 _C_ReassignableTopicResponse._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]ReassignablePartitionResponse', (0, 32767), None, None, None, False, False, (), _C_ReassignablePartitionResponse),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]ReassignablePartitionResponse', (0, 32767), None, None, None, True, False, (), _C_ReassignablePartitionResponse),
 )

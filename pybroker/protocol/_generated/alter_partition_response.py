@@ -415,22 +415,22 @@ def _d_AlterPartitionResponse_2(buf, pos):
 _C_AlterPartitionResponse._ENCODERS = {0: _e_AlterPartitionResponse_0, 1: _e_AlterPartitionResponse_1, 2: _e_AlterPartitionResponse_2, 3: _e_AlterPartitionResponse_2}
 _C_AlterPartitionResponse._DECODERS = {0: _d_AlterPartitionResponse_0, 1: _d_AlterPartitionResponse_1, 2: _d_AlterPartitionResponse_2, 3: _d_AlterPartitionResponse_2}
 _C_AlterPartitionResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, False, False, (), _C_TopicData),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, True, False, (), _C_TopicData),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0, 1: _e_PartitionData_1, 2: _e_PartitionData_1, 3: _e_PartitionData_1}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0, 1: _d_PartitionData_1, 2: _d_PartitionData_1, 3: _d_PartitionData_1}
 _C_PartitionData.VALID_VERSIONS = (0, 3)
 _C_PartitionData.FLEXIBLE_VERSION = 0
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('isr', 'Isr', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('isr', 'Isr', '[]int32', (0, 32767), None, None, None, True, False, (), None),
     FieldSpec('leader_recovery_state', 'LeaderRecoveryState', 'int8', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('partition_epoch', 'PartitionEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_epoch', 'PartitionEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_TopicData._ENCODERS = {0: _e_TopicData_0, 1: _e_TopicData_1, 2: _e_TopicData_2, 3: _e_TopicData_2}
 _C_TopicData._DECODERS = {0: _d_TopicData_0, 1: _d_TopicData_1, 2: _d_TopicData_2, 3: _d_TopicData_2}
@@ -439,5 +439,5 @@ _C_TopicData.FLEXIBLE_VERSION = 0
 _C_TopicData._FIELDS = (
     FieldSpec('topic_name', 'TopicName', 'string', (0, 1), None, None, None, True, False, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (2, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

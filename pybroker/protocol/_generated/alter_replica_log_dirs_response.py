@@ -271,22 +271,22 @@ def _d_AlterReplicaLogDirsResponse_1(buf, pos):
 _C_AlterReplicaLogDirsResponse._ENCODERS = {0: _e_AlterReplicaLogDirsResponse_0, 1: _e_AlterReplicaLogDirsResponse_0, 2: _e_AlterReplicaLogDirsResponse_1}
 _C_AlterReplicaLogDirsResponse._DECODERS = {0: _d_AlterReplicaLogDirsResponse_0, 1: _d_AlterReplicaLogDirsResponse_0, 2: _d_AlterReplicaLogDirsResponse_1}
 _C_AlterReplicaLogDirsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]AlterReplicaLogDirTopicResult', (0, 32767), None, None, None, False, False, (), _C_AlterReplicaLogDirTopicResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]AlterReplicaLogDirTopicResult', (0, 32767), None, None, None, True, False, (), _C_AlterReplicaLogDirTopicResult),
 )
 _C_AlterReplicaLogDirPartitionResult._ENCODERS = {0: _e_AlterReplicaLogDirPartitionResult_0, 1: _e_AlterReplicaLogDirPartitionResult_0, 2: _e_AlterReplicaLogDirPartitionResult_1}
 _C_AlterReplicaLogDirPartitionResult._DECODERS = {0: _d_AlterReplicaLogDirPartitionResult_0, 1: _d_AlterReplicaLogDirPartitionResult_0, 2: _d_AlterReplicaLogDirPartitionResult_1}
 _C_AlterReplicaLogDirPartitionResult.VALID_VERSIONS = (0, 2)
 _C_AlterReplicaLogDirPartitionResult.FLEXIBLE_VERSION = 2
 _C_AlterReplicaLogDirPartitionResult._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_AlterReplicaLogDirTopicResult._ENCODERS = {0: _e_AlterReplicaLogDirTopicResult_0, 1: _e_AlterReplicaLogDirTopicResult_0, 2: _e_AlterReplicaLogDirTopicResult_1}
 _C_AlterReplicaLogDirTopicResult._DECODERS = {0: _d_AlterReplicaLogDirTopicResult_0, 1: _d_AlterReplicaLogDirTopicResult_0, 2: _d_AlterReplicaLogDirTopicResult_1}
 _C_AlterReplicaLogDirTopicResult.VALID_VERSIONS = (0, 2)
 _C_AlterReplicaLogDirTopicResult.FLEXIBLE_VERSION = 2
 _C_AlterReplicaLogDirTopicResult._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]AlterReplicaLogDirPartitionResult', (0, 32767), None, None, None, False, False, (), _C_AlterReplicaLogDirPartitionResult),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]AlterReplicaLogDirPartitionResult', (0, 32767), None, None, None, True, False, (), _C_AlterReplicaLogDirPartitionResult),
 )

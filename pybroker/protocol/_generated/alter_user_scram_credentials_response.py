@@ -160,15 +160,15 @@ def _d_AlterUserScramCredentialsResponse_0(buf, pos):
 _C_AlterUserScramCredentialsResponse._ENCODERS = {0: _e_AlterUserScramCredentialsResponse_0}
 _C_AlterUserScramCredentialsResponse._DECODERS = {0: _d_AlterUserScramCredentialsResponse_0}
 _C_AlterUserScramCredentialsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]AlterUserScramCredentialsResult', (0, 32767), None, None, None, False, False, (), _C_AlterUserScramCredentialsResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]AlterUserScramCredentialsResult', (0, 32767), None, None, None, True, False, (), _C_AlterUserScramCredentialsResult),
 )
 _C_AlterUserScramCredentialsResult._ENCODERS = {0: _e_AlterUserScramCredentialsResult_0}
 _C_AlterUserScramCredentialsResult._DECODERS = {0: _d_AlterUserScramCredentialsResult_0}
 _C_AlterUserScramCredentialsResult.VALID_VERSIONS = (0, 0)
 _C_AlterUserScramCredentialsResult.FLEXIBLE_VERSION = 0
 _C_AlterUserScramCredentialsResult._FIELDS = (
-    FieldSpec('user', 'User', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('user', 'User', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )

@@ -408,8 +408,8 @@ def _d_ApiVersionsResponse_2(buf, pos):
 _C_ApiVersionsResponse._ENCODERS = {0: _e_ApiVersionsResponse_0, 1: _e_ApiVersionsResponse_1, 2: _e_ApiVersionsResponse_1, 3: _e_ApiVersionsResponse_2, 4: _e_ApiVersionsResponse_2}
 _C_ApiVersionsResponse._DECODERS = {0: _d_ApiVersionsResponse_0, 1: _d_ApiVersionsResponse_1, 2: _d_ApiVersionsResponse_1, 3: _d_ApiVersionsResponse_2, 4: _d_ApiVersionsResponse_2}
 _C_ApiVersionsResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('api_keys', 'ApiKeys', '[]ApiVersion', (0, 32767), None, None, None, False, False, (), _C_ApiVersion),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('api_keys', 'ApiKeys', '[]ApiVersion', (0, 32767), None, None, None, True, False, (), _C_ApiVersion),
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
     FieldSpec('supported_features', 'SupportedFeatures', '[]SupportedFeatureKey', (3, 32767), None, 0, (3, 32767), True, False, (), _C_SupportedFeatureKey),
     FieldSpec('finalized_features_epoch', 'FinalizedFeaturesEpoch', 'int64', (3, 32767), None, 1, (3, 32767), True, False, -1, None),
@@ -421,25 +421,25 @@ _C_ApiVersion._DECODERS = {0: _d_ApiVersion_0, 1: _d_ApiVersion_0, 2: _d_ApiVers
 _C_ApiVersion.VALID_VERSIONS = (0, 4)
 _C_ApiVersion.FLEXIBLE_VERSION = 3
 _C_ApiVersion._FIELDS = (
-    FieldSpec('api_key', 'ApiKey', 'int16', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('min_version', 'MinVersion', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('max_version', 'MaxVersion', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('api_key', 'ApiKey', 'int16', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('min_version', 'MinVersion', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('max_version', 'MaxVersion', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_FinalizedFeatureKey._ENCODERS = {3: _e_FinalizedFeatureKey_0, 4: _e_FinalizedFeatureKey_0}
 _C_FinalizedFeatureKey._DECODERS = {3: _d_FinalizedFeatureKey_0, 4: _d_FinalizedFeatureKey_0}
 _C_FinalizedFeatureKey.VALID_VERSIONS = (0, 4)
 _C_FinalizedFeatureKey.FLEXIBLE_VERSION = 3
 _C_FinalizedFeatureKey._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (3, 32767), None, None, None, False, True, '', None),
-    FieldSpec('max_version_level', 'MaxVersionLevel', 'int16', (3, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('min_version_level', 'MinVersionLevel', 'int16', (3, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (3, 32767), None, None, None, True, True, '', None),
+    FieldSpec('max_version_level', 'MaxVersionLevel', 'int16', (3, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('min_version_level', 'MinVersionLevel', 'int16', (3, 32767), None, None, None, True, False, 0, None),
 )
 _C_SupportedFeatureKey._ENCODERS = {3: _e_SupportedFeatureKey_0, 4: _e_SupportedFeatureKey_0}
 _C_SupportedFeatureKey._DECODERS = {3: _d_SupportedFeatureKey_0, 4: _d_SupportedFeatureKey_0}
 _C_SupportedFeatureKey.VALID_VERSIONS = (0, 4)
 _C_SupportedFeatureKey.FLEXIBLE_VERSION = 3
 _C_SupportedFeatureKey._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (3, 32767), None, None, None, False, True, '', None),
-    FieldSpec('min_version', 'MinVersion', 'int16', (3, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('max_version', 'MaxVersion', 'int16', (3, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (3, 32767), None, None, None, True, True, '', None),
+    FieldSpec('min_version', 'MinVersion', 'int16', (3, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('max_version', 'MaxVersion', 'int16', (3, 32767), None, None, None, True, False, 0, None),
 )

@@ -241,31 +241,31 @@ def _d_AssignReplicasToDirsResponse_0(buf, pos):
 _C_AssignReplicasToDirsResponse._ENCODERS = {0: _e_AssignReplicasToDirsResponse_0}
 _C_AssignReplicasToDirsResponse._DECODERS = {0: _d_AssignReplicasToDirsResponse_0}
 _C_AssignReplicasToDirsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('directories', 'Directories', '[]DirectoryData', (0, 32767), None, None, None, False, False, (), _C_DirectoryData),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('directories', 'Directories', '[]DirectoryData', (0, 32767), None, None, None, True, False, (), _C_DirectoryData),
 )
 _C_DirectoryData._ENCODERS = {0: _e_DirectoryData_0}
 _C_DirectoryData._DECODERS = {0: _d_DirectoryData_0}
 _C_DirectoryData.VALID_VERSIONS = (0, 0)
 _C_DirectoryData.FLEXIBLE_VERSION = 0
 _C_DirectoryData._FIELDS = (
-    FieldSpec('id', 'Id', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, False, False, (), _C_TopicData),
+    FieldSpec('id', 'Id', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, True, False, (), _C_TopicData),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0}
 _C_PartitionData.VALID_VERSIONS = (0, 0)
 _C_PartitionData.FLEXIBLE_VERSION = 0
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_TopicData._ENCODERS = {0: _e_TopicData_0}
 _C_TopicData._DECODERS = {0: _d_TopicData_0}
 _C_TopicData.VALID_VERSIONS = (0, 0)
 _C_TopicData.FLEXIBLE_VERSION = 0
 _C_TopicData._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

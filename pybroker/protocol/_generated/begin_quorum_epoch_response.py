@@ -138,8 +138,6 @@ def _e_TopicData_0(o, out):
 
 
 def _e_BeginQuorumEpochResponse_0(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.topics
     out.append(_S_hi.pack(o.error_code, len(_a1)))
     for _x2 in _a1:
@@ -374,34 +372,34 @@ def _d_BeginQuorumEpochResponse_1(buf, pos):
 _C_BeginQuorumEpochResponse._ENCODERS = {0: _e_BeginQuorumEpochResponse_0, 1: _e_BeginQuorumEpochResponse_1}
 _C_BeginQuorumEpochResponse._DECODERS = {0: _d_BeginQuorumEpochResponse_0, 1: _d_BeginQuorumEpochResponse_1}
 _C_BeginQuorumEpochResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, False, False, (), _C_TopicData),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (1, 32767), None, 0, (1, 32767), False, False, (), _C_NodeEndpoint),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, True, False, (), _C_TopicData),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (1, 32767), None, 0, (1, 32767), True, False, (), _C_NodeEndpoint),
 )
 _C_NodeEndpoint._ENCODERS = {1: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {1: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 1)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 1
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (1, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (1, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'uint16', (1, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (1, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (1, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'uint16', (1, 32767), None, None, None, True, False, 0, None),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0, 1: _e_PartitionData_1}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0, 1: _d_PartitionData_1}
 _C_PartitionData.VALID_VERSIONS = (0, 1)
 _C_PartitionData.FLEXIBLE_VERSION = 1
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_TopicData._ENCODERS = {0: _e_TopicData_0, 1: _e_TopicData_1}
 _C_TopicData._DECODERS = {0: _d_TopicData_0, 1: _d_TopicData_1}
 _C_TopicData.VALID_VERSIONS = (0, 1)
 _C_TopicData.FLEXIBLE_VERSION = 1
 _C_TopicData._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

@@ -85,9 +85,9 @@ def _d_BrokerHeartbeatResponse_0(buf, pos):
 _C_BrokerHeartbeatResponse._ENCODERS = {0: _e_BrokerHeartbeatResponse_0, 1: _e_BrokerHeartbeatResponse_0}
 _C_BrokerHeartbeatResponse._DECODERS = {0: _d_BrokerHeartbeatResponse_0, 1: _d_BrokerHeartbeatResponse_0}
 _C_BrokerHeartbeatResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('is_caught_up', 'IsCaughtUp', 'bool', (0, 32767), None, None, None, False, False, False, None),
-    FieldSpec('is_fenced', 'IsFenced', 'bool', (0, 32767), None, None, None, False, False, True, None),
-    FieldSpec('should_shut_down', 'ShouldShutDown', 'bool', (0, 32767), None, None, None, False, False, False, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('is_caught_up', 'IsCaughtUp', 'bool', (0, 32767), None, None, None, True, False, False, None),
+    FieldSpec('is_fenced', 'IsFenced', 'bool', (0, 32767), None, None, None, True, False, True, None),
+    FieldSpec('should_shut_down', 'ShouldShutDown', 'bool', (0, 32767), None, None, None, True, False, False, None),
 )

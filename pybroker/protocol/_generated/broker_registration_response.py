@@ -81,7 +81,7 @@ def _d_BrokerRegistrationResponse_0(buf, pos):
 _C_BrokerRegistrationResponse._ENCODERS = {0: _e_BrokerRegistrationResponse_0, 1: _e_BrokerRegistrationResponse_0, 2: _e_BrokerRegistrationResponse_0, 3: _e_BrokerRegistrationResponse_0, 4: _e_BrokerRegistrationResponse_0}
 _C_BrokerRegistrationResponse._DECODERS = {0: _d_BrokerRegistrationResponse_0, 1: _d_BrokerRegistrationResponse_0, 2: _d_BrokerRegistrationResponse_0, 3: _d_BrokerRegistrationResponse_0, 4: _d_BrokerRegistrationResponse_0}
 _C_BrokerRegistrationResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('broker_epoch', 'BrokerEpoch', 'int64', (0, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('broker_epoch', 'BrokerEpoch', 'int64', (0, 32767), None, None, None, True, False, -1, None),
 )

@@ -198,14 +198,14 @@ def _d_ControlledShutdownResponse_1(buf, pos):
 _C_ControlledShutdownResponse._ENCODERS = {0: _e_ControlledShutdownResponse_0, 1: _e_ControlledShutdownResponse_0, 2: _e_ControlledShutdownResponse_0, 3: _e_ControlledShutdownResponse_1}
 _C_ControlledShutdownResponse._DECODERS = {0: _d_ControlledShutdownResponse_0, 1: _d_ControlledShutdownResponse_0, 2: _d_ControlledShutdownResponse_0, 3: _d_ControlledShutdownResponse_1}
 _C_ControlledShutdownResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('remaining_partitions', 'RemainingPartitions', '[]RemainingPartition', (0, 32767), None, None, None, False, False, (), _C_RemainingPartition),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('remaining_partitions', 'RemainingPartitions', '[]RemainingPartition', (0, 32767), None, None, None, True, False, (), _C_RemainingPartition),
 )
 _C_RemainingPartition._ENCODERS = {0: _e_RemainingPartition_0, 1: _e_RemainingPartition_0, 2: _e_RemainingPartition_0, 3: _e_RemainingPartition_1}
 _C_RemainingPartition._DECODERS = {0: _d_RemainingPartition_0, 1: _d_RemainingPartition_0, 2: _d_RemainingPartition_0, 3: _d_RemainingPartition_1}
 _C_RemainingPartition.VALID_VERSIONS = (0, 3)
 _C_RemainingPartition.FLEXIBLE_VERSION = 3
 _C_RemainingPartition._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, True, 0, None),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, True, 0, None),
 )

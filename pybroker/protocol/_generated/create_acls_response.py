@@ -196,14 +196,14 @@ def _d_CreateAclsResponse_1(buf, pos):
 _C_CreateAclsResponse._ENCODERS = {0: _e_CreateAclsResponse_0, 1: _e_CreateAclsResponse_0, 2: _e_CreateAclsResponse_1, 3: _e_CreateAclsResponse_1}
 _C_CreateAclsResponse._DECODERS = {0: _d_CreateAclsResponse_0, 1: _d_CreateAclsResponse_0, 2: _d_CreateAclsResponse_1, 3: _d_CreateAclsResponse_1}
 _C_CreateAclsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]AclCreationResult', (0, 32767), None, None, None, False, False, (), _C_AclCreationResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]AclCreationResult', (0, 32767), None, None, None, True, False, (), _C_AclCreationResult),
 )
 _C_AclCreationResult._ENCODERS = {0: _e_AclCreationResult_0, 1: _e_AclCreationResult_0, 2: _e_AclCreationResult_1, 3: _e_AclCreationResult_1}
 _C_AclCreationResult._DECODERS = {0: _d_AclCreationResult_0, 1: _d_AclCreationResult_0, 2: _d_AclCreationResult_1, 3: _d_AclCreationResult_1}
 _C_AclCreationResult.VALID_VERSIONS = (0, 3)
 _C_AclCreationResult.FLEXIBLE_VERSION = 2
 _C_AclCreationResult._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )

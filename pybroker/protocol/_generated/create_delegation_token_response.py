@@ -81,10 +81,6 @@ _C_CreateDelegationTokenResponse = CreateDelegationTokenResponse
 
 
 def _e_CreateDelegationTokenResponse_0(o, out):
-    if o.token_requester_principal_type != '':
-        raise _UVE("a non-default token_requester_principal_type cannot be written at this version")
-    if o.token_requester_principal_name != '':
-        raise _UVE("a non-default token_requester_principal_name cannot be written at this version")
     _s1 = o.principal_type.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -148,10 +144,6 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
 
 
 def _e_CreateDelegationTokenResponse_1(o, out):
-    if o.token_requester_principal_type != '':
-        raise _UVE("a non-default token_requester_principal_type cannot be written at this version")
-    if o.token_requester_principal_name != '':
-        raise _UVE("a non-default token_requester_principal_name cannot be written at this version")
     out.append(_S_h.pack(o.error_code))
     out.append(_cstr(o.principal_type))
     out.append(_cstr(o.principal_name))
@@ -330,15 +322,15 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
 _C_CreateDelegationTokenResponse._ENCODERS = {0: _e_CreateDelegationTokenResponse_0, 1: _e_CreateDelegationTokenResponse_0, 2: _e_CreateDelegationTokenResponse_1, 3: _e_CreateDelegationTokenResponse_2}
 _C_CreateDelegationTokenResponse._DECODERS = {0: _d_CreateDelegationTokenResponse_0, 1: _d_CreateDelegationTokenResponse_0, 2: _d_CreateDelegationTokenResponse_1, 3: _d_CreateDelegationTokenResponse_2}
 _C_CreateDelegationTokenResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('token_requester_principal_type', 'TokenRequesterPrincipalType', 'string', (3, 32767), None, None, None, False, False, '', None),
-    FieldSpec('token_requester_principal_name', 'TokenRequesterPrincipalName', 'string', (3, 32767), None, None, None, False, False, '', None),
-    FieldSpec('issue_timestamp_ms', 'IssueTimestampMs', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('expiry_timestamp_ms', 'ExpiryTimestampMs', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('max_timestamp_ms', 'MaxTimestampMs', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('token_id', 'TokenId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('hmac', 'Hmac', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('token_requester_principal_type', 'TokenRequesterPrincipalType', 'string', (3, 32767), None, None, None, True, False, '', None),
+    FieldSpec('token_requester_principal_name', 'TokenRequesterPrincipalName', 'string', (3, 32767), None, None, None, True, False, '', None),
+    FieldSpec('issue_timestamp_ms', 'IssueTimestampMs', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('expiry_timestamp_ms', 'ExpiryTimestampMs', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('max_timestamp_ms', 'MaxTimestampMs', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('token_id', 'TokenId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('hmac', 'Hmac', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -222,15 +222,15 @@ def _d_CreatePartitionsResponse_1(buf, pos):
 _C_CreatePartitionsResponse._ENCODERS = {0: _e_CreatePartitionsResponse_0, 1: _e_CreatePartitionsResponse_0, 2: _e_CreatePartitionsResponse_1, 3: _e_CreatePartitionsResponse_1}
 _C_CreatePartitionsResponse._DECODERS = {0: _d_CreatePartitionsResponse_0, 1: _d_CreatePartitionsResponse_0, 2: _d_CreatePartitionsResponse_1, 3: _d_CreatePartitionsResponse_1}
 _C_CreatePartitionsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]CreatePartitionsTopicResult', (0, 32767), None, None, None, False, False, (), _C_CreatePartitionsTopicResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]CreatePartitionsTopicResult', (0, 32767), None, None, None, True, False, (), _C_CreatePartitionsTopicResult),
 )
 _C_CreatePartitionsTopicResult._ENCODERS = {0: _e_CreatePartitionsTopicResult_0, 1: _e_CreatePartitionsTopicResult_0, 2: _e_CreatePartitionsTopicResult_1, 3: _e_CreatePartitionsTopicResult_1}
 _C_CreatePartitionsTopicResult._DECODERS = {0: _d_CreatePartitionsTopicResult_0, 1: _d_CreatePartitionsTopicResult_0, 2: _d_CreatePartitionsTopicResult_1, 3: _d_CreatePartitionsTopicResult_1}
 _C_CreatePartitionsTopicResult.VALID_VERSIONS = (0, 3)
 _C_CreatePartitionsTopicResult.FLEXIBLE_VERSION = 2
 _C_CreatePartitionsTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )

@@ -541,27 +541,27 @@ _C_CreateTopicsResponse._ENCODERS = {0: _e_CreateTopicsResponse_0, 1: _e_CreateT
 _C_CreateTopicsResponse._DECODERS = {0: _d_CreateTopicsResponse_0, 1: _d_CreateTopicsResponse_1, 2: _d_CreateTopicsResponse_2, 3: _d_CreateTopicsResponse_2, 4: _d_CreateTopicsResponse_2, 5: _d_CreateTopicsResponse_3, 6: _d_CreateTopicsResponse_3, 7: _d_CreateTopicsResponse_4}
 _C_CreateTopicsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (2, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]CreatableTopicResult', (0, 32767), None, None, None, False, False, (), _C_CreatableTopicResult),
+    FieldSpec('topics', 'Topics', '[]CreatableTopicResult', (0, 32767), None, None, None, True, False, (), _C_CreatableTopicResult),
 )
 _C_CreatableTopicConfigs._ENCODERS = {5: _e_CreatableTopicConfigs_0, 6: _e_CreatableTopicConfigs_0, 7: _e_CreatableTopicConfigs_0}
 _C_CreatableTopicConfigs._DECODERS = {5: _d_CreatableTopicConfigs_0, 6: _d_CreatableTopicConfigs_0, 7: _d_CreatableTopicConfigs_0}
 _C_CreatableTopicConfigs.VALID_VERSIONS = (0, 7)
 _C_CreatableTopicConfigs.FLEXIBLE_VERSION = 5
 _C_CreatableTopicConfigs._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (5, 32767), None, None, None, False, False, '', None),
-    FieldSpec('value', 'Value', 'string', (5, 32767), (5, 32767), None, None, False, False, '', None),
-    FieldSpec('read_only', 'ReadOnly', 'bool', (5, 32767), None, None, None, False, False, False, None),
+    FieldSpec('name', 'Name', 'string', (5, 32767), None, None, None, True, False, '', None),
+    FieldSpec('value', 'Value', 'string', (5, 32767), (5, 32767), None, None, True, False, '', None),
+    FieldSpec('read_only', 'ReadOnly', 'bool', (5, 32767), None, None, None, True, False, False, None),
     FieldSpec('config_source', 'ConfigSource', 'int8', (5, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('is_sensitive', 'IsSensitive', 'bool', (5, 32767), None, None, None, False, False, False, None),
+    FieldSpec('is_sensitive', 'IsSensitive', 'bool', (5, 32767), None, None, None, True, False, False, None),
 )
 _C_CreatableTopicResult._ENCODERS = {0: _e_CreatableTopicResult_0, 1: _e_CreatableTopicResult_1, 2: _e_CreatableTopicResult_1, 3: _e_CreatableTopicResult_1, 4: _e_CreatableTopicResult_1, 5: _e_CreatableTopicResult_2, 6: _e_CreatableTopicResult_2, 7: _e_CreatableTopicResult_3}
 _C_CreatableTopicResult._DECODERS = {0: _d_CreatableTopicResult_0, 1: _d_CreatableTopicResult_1, 2: _d_CreatableTopicResult_1, 3: _d_CreatableTopicResult_1, 4: _d_CreatableTopicResult_1, 5: _d_CreatableTopicResult_2, 6: _d_CreatableTopicResult_2, 7: _d_CreatableTopicResult_3}
 _C_CreatableTopicResult.VALID_VERSIONS = (0, 7)
 _C_CreatableTopicResult.FLEXIBLE_VERSION = 5
 _C_CreatableTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, True, '', None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, True, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (7, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (1, 32767), (0, 32767), None, None, True, False, '', None),
     FieldSpec('topic_config_error_code', 'TopicConfigErrorCode', 'int16', (5, 32767), None, 0, (5, 32767), True, False, 0, None),
     FieldSpec('num_partitions', 'NumPartitions', 'int32', (5, 32767), None, None, None, True, False, -1, None),

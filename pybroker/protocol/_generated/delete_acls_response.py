@@ -115,8 +115,6 @@ _C_DeleteAclsMatchingAcl = DeleteAclsResponse.DeleteAclsMatchingAcl
 
 
 def _e_DeleteAclsMatchingAcl_0(o, out):
-    if o.pattern_type != 3:
-        raise _UVE("a non-default pattern_type cannot be written at this version")
     _s1 = o.error_message
     _s1 = None if _s1 is None else _s1.encode()
     out.append(_S_hh.pack(o.error_code, -1 if _s1 is None else len(_s1)))
@@ -530,30 +528,30 @@ def _d_DeleteAclsResponse_2(buf, pos):
 _C_DeleteAclsResponse._ENCODERS = {0: _e_DeleteAclsResponse_0, 1: _e_DeleteAclsResponse_1, 2: _e_DeleteAclsResponse_2, 3: _e_DeleteAclsResponse_2}
 _C_DeleteAclsResponse._DECODERS = {0: _d_DeleteAclsResponse_0, 1: _d_DeleteAclsResponse_1, 2: _d_DeleteAclsResponse_2, 3: _d_DeleteAclsResponse_2}
 _C_DeleteAclsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('filter_results', 'FilterResults', '[]DeleteAclsFilterResult', (0, 32767), None, None, None, False, False, (), _C_DeleteAclsFilterResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('filter_results', 'FilterResults', '[]DeleteAclsFilterResult', (0, 32767), None, None, None, True, False, (), _C_DeleteAclsFilterResult),
 )
 _C_DeleteAclsFilterResult._ENCODERS = {0: _e_DeleteAclsFilterResult_0, 1: _e_DeleteAclsFilterResult_1, 2: _e_DeleteAclsFilterResult_2, 3: _e_DeleteAclsFilterResult_2}
 _C_DeleteAclsFilterResult._DECODERS = {0: _d_DeleteAclsFilterResult_0, 1: _d_DeleteAclsFilterResult_1, 2: _d_DeleteAclsFilterResult_2, 3: _d_DeleteAclsFilterResult_2}
 _C_DeleteAclsFilterResult.VALID_VERSIONS = (0, 3)
 _C_DeleteAclsFilterResult.FLEXIBLE_VERSION = 2
 _C_DeleteAclsFilterResult._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('matching_acls', 'MatchingAcls', '[]DeleteAclsMatchingAcl', (0, 32767), None, None, None, False, False, (), _C_DeleteAclsMatchingAcl),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('matching_acls', 'MatchingAcls', '[]DeleteAclsMatchingAcl', (0, 32767), None, None, None, True, False, (), _C_DeleteAclsMatchingAcl),
 )
 _C_DeleteAclsMatchingAcl._ENCODERS = {0: _e_DeleteAclsMatchingAcl_0, 1: _e_DeleteAclsMatchingAcl_1, 2: _e_DeleteAclsMatchingAcl_2, 3: _e_DeleteAclsMatchingAcl_2}
 _C_DeleteAclsMatchingAcl._DECODERS = {0: _d_DeleteAclsMatchingAcl_0, 1: _d_DeleteAclsMatchingAcl_1, 2: _d_DeleteAclsMatchingAcl_2, 3: _d_DeleteAclsMatchingAcl_2}
 _C_DeleteAclsMatchingAcl.VALID_VERSIONS = (0, 3)
 _C_DeleteAclsMatchingAcl.FLEXIBLE_VERSION = 2
 _C_DeleteAclsMatchingAcl._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('pattern_type', 'PatternType', 'int8', (1, 32767), None, None, None, False, False, 3, None),
-    FieldSpec('principal', 'Principal', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('operation', 'Operation', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('permission_type', 'PermissionType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('pattern_type', 'PatternType', 'int8', (1, 32767), None, None, None, True, False, 3, None),
+    FieldSpec('principal', 'Principal', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('operation', 'Operation', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('permission_type', 'PermissionType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -198,14 +198,14 @@ def _d_DeleteGroupsResponse_1(buf, pos):
 _C_DeleteGroupsResponse._ENCODERS = {0: _e_DeleteGroupsResponse_0, 1: _e_DeleteGroupsResponse_0, 2: _e_DeleteGroupsResponse_1}
 _C_DeleteGroupsResponse._DECODERS = {0: _d_DeleteGroupsResponse_0, 1: _d_DeleteGroupsResponse_0, 2: _d_DeleteGroupsResponse_1}
 _C_DeleteGroupsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]DeletableGroupResult', (0, 32767), None, None, None, False, False, (), _C_DeletableGroupResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]DeletableGroupResult', (0, 32767), None, None, None, True, False, (), _C_DeletableGroupResult),
 )
 _C_DeletableGroupResult._ENCODERS = {0: _e_DeletableGroupResult_0, 1: _e_DeletableGroupResult_0, 2: _e_DeletableGroupResult_1}
 _C_DeletableGroupResult._DECODERS = {0: _d_DeletableGroupResult_0, 1: _d_DeletableGroupResult_0, 2: _d_DeletableGroupResult_1}
 _C_DeletableGroupResult.VALID_VERSIONS = (0, 2)
 _C_DeletableGroupResult.FLEXIBLE_VERSION = 2
 _C_DeletableGroupResult._FIELDS = (
-    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

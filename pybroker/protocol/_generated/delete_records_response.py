@@ -275,23 +275,23 @@ def _d_DeleteRecordsResponse_1(buf, pos):
 _C_DeleteRecordsResponse._ENCODERS = {0: _e_DeleteRecordsResponse_0, 1: _e_DeleteRecordsResponse_0, 2: _e_DeleteRecordsResponse_1}
 _C_DeleteRecordsResponse._DECODERS = {0: _d_DeleteRecordsResponse_0, 1: _d_DeleteRecordsResponse_0, 2: _d_DeleteRecordsResponse_1}
 _C_DeleteRecordsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]DeleteRecordsTopicResult', (0, 32767), None, None, None, False, False, (), _C_DeleteRecordsTopicResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]DeleteRecordsTopicResult', (0, 32767), None, None, None, True, False, (), _C_DeleteRecordsTopicResult),
 )
 _C_DeleteRecordsPartitionResult._ENCODERS = {0: _e_DeleteRecordsPartitionResult_0, 1: _e_DeleteRecordsPartitionResult_0, 2: _e_DeleteRecordsPartitionResult_1}
 _C_DeleteRecordsPartitionResult._DECODERS = {0: _d_DeleteRecordsPartitionResult_0, 1: _d_DeleteRecordsPartitionResult_0, 2: _d_DeleteRecordsPartitionResult_1}
 _C_DeleteRecordsPartitionResult.VALID_VERSIONS = (0, 2)
 _C_DeleteRecordsPartitionResult.FLEXIBLE_VERSION = 2
 _C_DeleteRecordsPartitionResult._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('low_watermark', 'LowWatermark', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('low_watermark', 'LowWatermark', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_DeleteRecordsTopicResult._ENCODERS = {0: _e_DeleteRecordsTopicResult_0, 1: _e_DeleteRecordsTopicResult_0, 2: _e_DeleteRecordsTopicResult_1}
 _C_DeleteRecordsTopicResult._DECODERS = {0: _d_DeleteRecordsTopicResult_0, 1: _d_DeleteRecordsTopicResult_0, 2: _d_DeleteRecordsTopicResult_1}
 _C_DeleteRecordsTopicResult.VALID_VERSIONS = (0, 2)
 _C_DeleteRecordsTopicResult.FLEXIBLE_VERSION = 2
 _C_DeleteRecordsTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partitions', 'Partitions', '[]DeleteRecordsPartitionResult', (0, 32767), None, None, None, False, False, (), _C_DeleteRecordsPartitionResult),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partitions', 'Partitions', '[]DeleteRecordsPartitionResult', (0, 32767), None, None, None, True, False, (), _C_DeleteRecordsPartitionResult),
 )

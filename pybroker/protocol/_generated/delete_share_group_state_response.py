@@ -196,22 +196,22 @@ def _d_DeleteShareGroupStateResponse_0(buf, pos):
 _C_DeleteShareGroupStateResponse._ENCODERS = {0: _e_DeleteShareGroupStateResponse_0}
 _C_DeleteShareGroupStateResponse._DECODERS = {0: _d_DeleteShareGroupStateResponse_0}
 _C_DeleteShareGroupStateResponse._FIELDS = (
-    FieldSpec('results', 'Results', '[]DeleteStateResult', (0, 32767), None, None, None, False, False, (), _C_DeleteStateResult),
+    FieldSpec('results', 'Results', '[]DeleteStateResult', (0, 32767), None, None, None, True, False, (), _C_DeleteStateResult),
 )
 _C_DeleteStateResult._ENCODERS = {0: _e_DeleteStateResult_0}
 _C_DeleteStateResult._DECODERS = {0: _d_DeleteStateResult_0}
 _C_DeleteStateResult.VALID_VERSIONS = (0, 0)
 _C_DeleteStateResult.FLEXIBLE_VERSION = 0
 _C_DeleteStateResult._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, False, False, (), _C_PartitionResult),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, True, False, (), _C_PartitionResult),
 )
 _C_PartitionResult._ENCODERS = {0: _e_PartitionResult_0}
 _C_PartitionResult._DECODERS = {0: _d_PartitionResult_0}
 _C_PartitionResult.VALID_VERSIONS = (0, 0)
 _C_PartitionResult.FLEXIBLE_VERSION = 0
 _C_PartitionResult._FIELDS = (
-    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )

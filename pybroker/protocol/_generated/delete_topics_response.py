@@ -393,15 +393,15 @@ _C_DeleteTopicsResponse._ENCODERS = {0: _e_DeleteTopicsResponse_0, 1: _e_DeleteT
 _C_DeleteTopicsResponse._DECODERS = {0: _d_DeleteTopicsResponse_0, 1: _d_DeleteTopicsResponse_1, 2: _d_DeleteTopicsResponse_1, 3: _d_DeleteTopicsResponse_1, 4: _d_DeleteTopicsResponse_2, 5: _d_DeleteTopicsResponse_3, 6: _d_DeleteTopicsResponse_4}
 _C_DeleteTopicsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('responses', 'Responses', '[]DeletableTopicResult', (0, 32767), None, None, None, False, False, (), _C_DeletableTopicResult),
+    FieldSpec('responses', 'Responses', '[]DeletableTopicResult', (0, 32767), None, None, None, True, False, (), _C_DeletableTopicResult),
 )
 _C_DeletableTopicResult._ENCODERS = {0: _e_DeletableTopicResult_0, 1: _e_DeletableTopicResult_0, 2: _e_DeletableTopicResult_0, 3: _e_DeletableTopicResult_0, 4: _e_DeletableTopicResult_1, 5: _e_DeletableTopicResult_2, 6: _e_DeletableTopicResult_3}
 _C_DeletableTopicResult._DECODERS = {0: _d_DeletableTopicResult_0, 1: _d_DeletableTopicResult_0, 2: _d_DeletableTopicResult_0, 3: _d_DeletableTopicResult_0, 4: _d_DeletableTopicResult_1, 5: _d_DeletableTopicResult_2, 6: _d_DeletableTopicResult_3}
 _C_DeletableTopicResult.VALID_VERSIONS = (0, 6)
 _C_DeletableTopicResult.FLEXIBLE_VERSION = 4
 _C_DeletableTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), (6, 32767), None, None, False, True, '', None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), (6, 32767), None, None, True, True, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (6, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (5, 32767), (5, 32767), None, None, True, False, None, None),
 )

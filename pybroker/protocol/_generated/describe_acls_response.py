@@ -122,8 +122,6 @@ def _e_AclDescription_0(o, out):
 
 
 def _e_DescribeAclsResource_0(o, out):
-    if o.pattern_type != 3:
-        raise _UVE("a non-default pattern_type cannot be written at this version")
     _s1 = o.resource_name.encode()
     out.append(_S_bh.pack(o.resource_type, len(_s1)))
     out.append(_s1)
@@ -446,28 +444,28 @@ def _d_DescribeAclsResponse_2(buf, pos):
 _C_DescribeAclsResponse._ENCODERS = {0: _e_DescribeAclsResponse_0, 1: _e_DescribeAclsResponse_1, 2: _e_DescribeAclsResponse_2, 3: _e_DescribeAclsResponse_2}
 _C_DescribeAclsResponse._DECODERS = {0: _d_DescribeAclsResponse_0, 1: _d_DescribeAclsResponse_1, 2: _d_DescribeAclsResponse_2, 3: _d_DescribeAclsResponse_2}
 _C_DescribeAclsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('resources', 'Resources', '[]DescribeAclsResource', (0, 32767), None, None, None, False, False, (), _C_DescribeAclsResource),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('resources', 'Resources', '[]DescribeAclsResource', (0, 32767), None, None, None, True, False, (), _C_DescribeAclsResource),
 )
 _C_AclDescription._ENCODERS = {0: _e_AclDescription_0, 1: _e_AclDescription_0, 2: _e_AclDescription_1, 3: _e_AclDescription_1}
 _C_AclDescription._DECODERS = {0: _d_AclDescription_0, 1: _d_AclDescription_0, 2: _d_AclDescription_1, 3: _d_AclDescription_1}
 _C_AclDescription.VALID_VERSIONS = (0, 3)
 _C_AclDescription.FLEXIBLE_VERSION = 2
 _C_AclDescription._FIELDS = (
-    FieldSpec('principal', 'Principal', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('operation', 'Operation', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('permission_type', 'PermissionType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('principal', 'Principal', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('operation', 'Operation', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('permission_type', 'PermissionType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_DescribeAclsResource._ENCODERS = {0: _e_DescribeAclsResource_0, 1: _e_DescribeAclsResource_1, 2: _e_DescribeAclsResource_2, 3: _e_DescribeAclsResource_2}
 _C_DescribeAclsResource._DECODERS = {0: _d_DescribeAclsResource_0, 1: _d_DescribeAclsResource_1, 2: _d_DescribeAclsResource_2, 3: _d_DescribeAclsResource_2}
 _C_DescribeAclsResource.VALID_VERSIONS = (0, 3)
 _C_DescribeAclsResource.FLEXIBLE_VERSION = 2
 _C_DescribeAclsResource._FIELDS = (
-    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('pattern_type', 'PatternType', 'int8', (1, 32767), None, None, None, False, False, 3, None),
-    FieldSpec('acls', 'Acls', '[]AclDescription', (0, 32767), None, None, None, False, False, (), _C_AclDescription),
+    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('pattern_type', 'PatternType', 'int8', (1, 32767), None, None, None, True, False, 3, None),
+    FieldSpec('acls', 'Acls', '[]AclDescription', (0, 32767), None, None, None, True, False, (), _C_AclDescription),
 )

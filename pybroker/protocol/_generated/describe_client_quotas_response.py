@@ -427,32 +427,32 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
 _C_DescribeClientQuotasResponse._ENCODERS = {0: _e_DescribeClientQuotasResponse_0, 1: _e_DescribeClientQuotasResponse_1}
 _C_DescribeClientQuotasResponse._DECODERS = {0: _d_DescribeClientQuotasResponse_0, 1: _d_DescribeClientQuotasResponse_1}
 _C_DescribeClientQuotasResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('entries', 'Entries', '[]EntryData', (0, 32767), (0, 32767), None, None, False, False, (), _C_EntryData),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('entries', 'Entries', '[]EntryData', (0, 32767), (0, 32767), None, None, True, False, (), _C_EntryData),
 )
 _C_EntityData._ENCODERS = {0: _e_EntityData_0, 1: _e_EntityData_1}
 _C_EntityData._DECODERS = {0: _d_EntityData_0, 1: _d_EntityData_1}
 _C_EntityData.VALID_VERSIONS = (0, 1)
 _C_EntityData.FLEXIBLE_VERSION = 1
 _C_EntityData._FIELDS = (
-    FieldSpec('entity_type', 'EntityType', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('entity_name', 'EntityName', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('entity_type', 'EntityType', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('entity_name', 'EntityName', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )
 _C_EntryData._ENCODERS = {0: _e_EntryData_0, 1: _e_EntryData_1}
 _C_EntryData._DECODERS = {0: _d_EntryData_0, 1: _d_EntryData_1}
 _C_EntryData.VALID_VERSIONS = (0, 1)
 _C_EntryData.FLEXIBLE_VERSION = 1
 _C_EntryData._FIELDS = (
-    FieldSpec('entity', 'Entity', '[]EntityData', (0, 32767), None, None, None, False, False, (), _C_EntityData),
-    FieldSpec('values', 'Values', '[]ValueData', (0, 32767), None, None, None, False, False, (), _C_ValueData),
+    FieldSpec('entity', 'Entity', '[]EntityData', (0, 32767), None, None, None, True, False, (), _C_EntityData),
+    FieldSpec('values', 'Values', '[]ValueData', (0, 32767), None, None, None, True, False, (), _C_ValueData),
 )
 _C_ValueData._ENCODERS = {0: _e_ValueData_0, 1: _e_ValueData_1}
 _C_ValueData._DECODERS = {0: _d_ValueData_0, 1: _d_ValueData_1}
 _C_ValueData.VALID_VERSIONS = (0, 1)
 _C_ValueData.FLEXIBLE_VERSION = 1
 _C_ValueData._FIELDS = (
-    FieldSpec('key', 'Key', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('value', 'Value', 'float64', (0, 32767), None, None, None, False, False, 0.0, None),
+    FieldSpec('key', 'Key', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('value', 'Value', 'float64', (0, 32767), None, None, None, True, False, 0.0, None),
 )

@@ -106,8 +106,6 @@ def _e_DescribeClusterBroker_0(o, out):
 
 
 def _e_DescribeClusterResponse_0(o, out):
-    if o.endpoint_type != 1:
-        raise _UVE("a non-default endpoint_type cannot be written at this version")
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
     out.append(_cnstr(o.error_message))
     out.append(_cstr(o.cluster_id))
@@ -281,22 +279,22 @@ def _d_DescribeClusterResponse_1(buf, pos):
 _C_DescribeClusterResponse._ENCODERS = {0: _e_DescribeClusterResponse_0, 1: _e_DescribeClusterResponse_1}
 _C_DescribeClusterResponse._DECODERS = {0: _d_DescribeClusterResponse_0, 1: _d_DescribeClusterResponse_1}
 _C_DescribeClusterResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('endpoint_type', 'EndpointType', 'int8', (1, 32767), None, None, None, False, False, 1, None),
-    FieldSpec('cluster_id', 'ClusterId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('controller_id', 'ControllerId', 'int32', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('brokers', 'Brokers', '[]DescribeClusterBroker', (0, 32767), None, None, None, False, False, (), _C_DescribeClusterBroker),
-    FieldSpec('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', (0, 32767), None, None, None, False, False, -2147483648, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('endpoint_type', 'EndpointType', 'int8', (1, 32767), None, None, None, True, False, 1, None),
+    FieldSpec('cluster_id', 'ClusterId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('controller_id', 'ControllerId', 'int32', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('brokers', 'Brokers', '[]DescribeClusterBroker', (0, 32767), None, None, None, True, False, (), _C_DescribeClusterBroker),
+    FieldSpec('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', (0, 32767), None, None, None, True, False, -2147483648, None),
 )
 _C_DescribeClusterBroker._ENCODERS = {0: _e_DescribeClusterBroker_0, 1: _e_DescribeClusterBroker_0}
 _C_DescribeClusterBroker._DECODERS = {0: _d_DescribeClusterBroker_0, 1: _d_DescribeClusterBroker_0}
 _C_DescribeClusterBroker.VALID_VERSIONS = (0, 1)
 _C_DescribeClusterBroker.FLEXIBLE_VERSION = 0
 _C_DescribeClusterBroker._FIELDS = (
-    FieldSpec('broker_id', 'BrokerId', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('broker_id', 'BrokerId', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )

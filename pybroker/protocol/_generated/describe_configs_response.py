@@ -268,8 +268,6 @@ def _e_DescribeConfigsSynonym_0(o, out):
 
 
 def _e_DescribeConfigsResourceResult_1(o, out):
-    if o.is_default != False:
-        raise _UVE("a non-default is_default cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_h.pack(len(_s1)))
     out.append(_s1)
@@ -425,8 +423,6 @@ def _d_DescribeConfigsResponse_1(buf, pos):
 
 
 def _e_DescribeConfigsResourceResult_2(o, out):
-    if o.is_default != False:
-        raise _UVE("a non-default is_default cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_h.pack(len(_s1)))
     out.append(_s1)
@@ -576,8 +572,6 @@ def _e_DescribeConfigsSynonym_1(o, out):
 
 
 def _e_DescribeConfigsResourceResult_3(o, out):
-    if o.is_default != False:
-        raise _UVE("a non-default is_default cannot be written at this version")
     out.append(_cstr(o.name))
     out.append(_cnstr(o.value))
     _a1 = o.synonyms
@@ -788,20 +782,20 @@ def _d_DescribeConfigsResponse_3(buf, pos):
 _C_DescribeConfigsResponse._ENCODERS = {0: _e_DescribeConfigsResponse_0, 1: _e_DescribeConfigsResponse_1, 2: _e_DescribeConfigsResponse_1, 3: _e_DescribeConfigsResponse_2, 4: _e_DescribeConfigsResponse_3}
 _C_DescribeConfigsResponse._DECODERS = {0: _d_DescribeConfigsResponse_0, 1: _d_DescribeConfigsResponse_1, 2: _d_DescribeConfigsResponse_1, 3: _d_DescribeConfigsResponse_2, 4: _d_DescribeConfigsResponse_3}
 _C_DescribeConfigsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('results', 'Results', '[]DescribeConfigsResult', (0, 32767), None, None, None, False, False, (), _C_DescribeConfigsResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('results', 'Results', '[]DescribeConfigsResult', (0, 32767), None, None, None, True, False, (), _C_DescribeConfigsResult),
 )
 _C_DescribeConfigsResourceResult._ENCODERS = {0: _e_DescribeConfigsResourceResult_0, 1: _e_DescribeConfigsResourceResult_1, 2: _e_DescribeConfigsResourceResult_1, 3: _e_DescribeConfigsResourceResult_2, 4: _e_DescribeConfigsResourceResult_3}
 _C_DescribeConfigsResourceResult._DECODERS = {0: _d_DescribeConfigsResourceResult_0, 1: _d_DescribeConfigsResourceResult_1, 2: _d_DescribeConfigsResourceResult_1, 3: _d_DescribeConfigsResourceResult_2, 4: _d_DescribeConfigsResourceResult_3}
 _C_DescribeConfigsResourceResult.VALID_VERSIONS = (0, 4)
 _C_DescribeConfigsResourceResult.FLEXIBLE_VERSION = 4
 _C_DescribeConfigsResourceResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('value', 'Value', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('read_only', 'ReadOnly', 'bool', (0, 32767), None, None, None, False, False, False, None),
-    FieldSpec('is_default', 'IsDefault', 'bool', (0, 0), None, None, None, False, False, False, None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('value', 'Value', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('read_only', 'ReadOnly', 'bool', (0, 32767), None, None, None, True, False, False, None),
+    FieldSpec('is_default', 'IsDefault', 'bool', (0, 0), None, None, None, True, False, False, None),
     FieldSpec('config_source', 'ConfigSource', 'int8', (1, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('is_sensitive', 'IsSensitive', 'bool', (0, 32767), None, None, None, False, False, False, None),
+    FieldSpec('is_sensitive', 'IsSensitive', 'bool', (0, 32767), None, None, None, True, False, False, None),
     FieldSpec('synonyms', 'Synonyms', '[]DescribeConfigsSynonym', (1, 32767), None, None, None, True, False, (), _C_DescribeConfigsSynonym),
     FieldSpec('config_type', 'ConfigType', 'int8', (3, 32767), None, None, None, True, False, 0, None),
     FieldSpec('documentation', 'Documentation', 'string', (3, 32767), (0, 32767), None, None, True, False, '', None),
@@ -811,18 +805,18 @@ _C_DescribeConfigsResult._DECODERS = {0: _d_DescribeConfigsResult_0, 1: _d_Descr
 _C_DescribeConfigsResult.VALID_VERSIONS = (0, 4)
 _C_DescribeConfigsResult.FLEXIBLE_VERSION = 4
 _C_DescribeConfigsResult._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('configs', 'Configs', '[]DescribeConfigsResourceResult', (0, 32767), None, None, None, False, False, (), _C_DescribeConfigsResourceResult),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('configs', 'Configs', '[]DescribeConfigsResourceResult', (0, 32767), None, None, None, True, False, (), _C_DescribeConfigsResourceResult),
 )
 _C_DescribeConfigsSynonym._ENCODERS = {1: _e_DescribeConfigsSynonym_0, 2: _e_DescribeConfigsSynonym_0, 3: _e_DescribeConfigsSynonym_0, 4: _e_DescribeConfigsSynonym_1}
 _C_DescribeConfigsSynonym._DECODERS = {1: _d_DescribeConfigsSynonym_0, 2: _d_DescribeConfigsSynonym_0, 3: _d_DescribeConfigsSynonym_0, 4: _d_DescribeConfigsSynonym_1}
 _C_DescribeConfigsSynonym.VALID_VERSIONS = (0, 4)
 _C_DescribeConfigsSynonym.FLEXIBLE_VERSION = 4
 _C_DescribeConfigsSynonym._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (1, 32767), None, None, None, False, False, '', None),
-    FieldSpec('value', 'Value', 'string', (1, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('source', 'Source', 'int8', (1, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (1, 32767), None, None, None, True, False, '', None),
+    FieldSpec('value', 'Value', 'string', (1, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('source', 'Source', 'int8', (1, 32767), None, None, None, True, False, 0, None),
 )

@@ -124,10 +124,6 @@ def _e_DescribedDelegationTokenRenewer_0(o, out):
 
 
 def _e_DescribedDelegationToken_0(o, out):
-    if o.token_requester_principal_type != '':
-        raise _UVE("a non-default token_requester_principal_type cannot be written at this version")
-    if o.token_requester_principal_name != '':
-        raise _UVE("a non-default token_requester_principal_name cannot be written at this version")
     _s1 = o.principal_type.encode()
     out.append(_S_h.pack(len(_s1)))
     out.append(_s1)
@@ -265,10 +261,6 @@ def _e_DescribedDelegationTokenRenewer_1(o, out):
 
 
 def _e_DescribedDelegationToken_1(o, out):
-    if o.token_requester_principal_type != '':
-        raise _UVE("a non-default token_requester_principal_type cannot be written at this version")
-    if o.token_requester_principal_name != '':
-        raise _UVE("a non-default token_requester_principal_name cannot be written at this version")
     out.append(_cstr(o.principal_type))
     out.append(_cstr(o.principal_name))
     out.append(_S_qqq.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp))
@@ -578,31 +570,31 @@ def _d_DescribeDelegationTokenResponse_2(buf, pos):
 _C_DescribeDelegationTokenResponse._ENCODERS = {0: _e_DescribeDelegationTokenResponse_0, 1: _e_DescribeDelegationTokenResponse_0, 2: _e_DescribeDelegationTokenResponse_1, 3: _e_DescribeDelegationTokenResponse_2}
 _C_DescribeDelegationTokenResponse._DECODERS = {0: _d_DescribeDelegationTokenResponse_0, 1: _d_DescribeDelegationTokenResponse_0, 2: _d_DescribeDelegationTokenResponse_1, 3: _d_DescribeDelegationTokenResponse_2}
 _C_DescribeDelegationTokenResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('tokens', 'Tokens', '[]DescribedDelegationToken', (0, 32767), None, None, None, False, False, (), _C_DescribedDelegationToken),
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('tokens', 'Tokens', '[]DescribedDelegationToken', (0, 32767), None, None, None, True, False, (), _C_DescribedDelegationToken),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_DescribedDelegationToken._ENCODERS = {0: _e_DescribedDelegationToken_0, 1: _e_DescribedDelegationToken_0, 2: _e_DescribedDelegationToken_1, 3: _e_DescribedDelegationToken_2}
 _C_DescribedDelegationToken._DECODERS = {0: _d_DescribedDelegationToken_0, 1: _d_DescribedDelegationToken_0, 2: _d_DescribedDelegationToken_1, 3: _d_DescribedDelegationToken_2}
 _C_DescribedDelegationToken.VALID_VERSIONS = (0, 3)
 _C_DescribedDelegationToken.FLEXIBLE_VERSION = 2
 _C_DescribedDelegationToken._FIELDS = (
-    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('token_requester_principal_type', 'TokenRequesterPrincipalType', 'string', (3, 32767), None, None, None, False, False, '', None),
-    FieldSpec('token_requester_principal_name', 'TokenRequesterPrincipalName', 'string', (3, 32767), None, None, None, False, False, '', None),
-    FieldSpec('issue_timestamp', 'IssueTimestamp', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('expiry_timestamp', 'ExpiryTimestamp', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('max_timestamp', 'MaxTimestamp', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('token_id', 'TokenId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('hmac', 'Hmac', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
-    FieldSpec('renewers', 'Renewers', '[]DescribedDelegationTokenRenewer', (0, 32767), None, None, None, False, False, (), _C_DescribedDelegationTokenRenewer),
+    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('token_requester_principal_type', 'TokenRequesterPrincipalType', 'string', (3, 32767), None, None, None, True, False, '', None),
+    FieldSpec('token_requester_principal_name', 'TokenRequesterPrincipalName', 'string', (3, 32767), None, None, None, True, False, '', None),
+    FieldSpec('issue_timestamp', 'IssueTimestamp', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('expiry_timestamp', 'ExpiryTimestamp', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('max_timestamp', 'MaxTimestamp', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('token_id', 'TokenId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('hmac', 'Hmac', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
+    FieldSpec('renewers', 'Renewers', '[]DescribedDelegationTokenRenewer', (0, 32767), None, None, None, True, False, (), _C_DescribedDelegationTokenRenewer),
 )
 _C_DescribedDelegationTokenRenewer._ENCODERS = {0: _e_DescribedDelegationTokenRenewer_0, 1: _e_DescribedDelegationTokenRenewer_0, 2: _e_DescribedDelegationTokenRenewer_1, 3: _e_DescribedDelegationTokenRenewer_1}
 _C_DescribedDelegationTokenRenewer._DECODERS = {0: _d_DescribedDelegationTokenRenewer_0, 1: _d_DescribedDelegationTokenRenewer_0, 2: _d_DescribedDelegationTokenRenewer_1, 3: _d_DescribedDelegationTokenRenewer_1}
 _C_DescribedDelegationTokenRenewer.VALID_VERSIONS = (0, 3)
 _C_DescribedDelegationTokenRenewer.FLEXIBLE_VERSION = 2
 _C_DescribedDelegationTokenRenewer._FIELDS = (
-    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('principal_type', 'PrincipalType', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('principal_name', 'PrincipalName', 'string', (0, 32767), None, None, None, True, False, '', None),
 )

@@ -132,8 +132,6 @@ def _e_DescribedGroupMember_0(o, out):
 
 
 def _e_DescribedGroup_0(o, out):
-    if o.authorized_operations != -2147483648:
-        raise _UVE("a non-default authorized_operations cannot be written at this version")
     _s1 = o.group_id.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -815,30 +813,30 @@ _C_DescribeGroupsResponse._ENCODERS = {0: _e_DescribeGroupsResponse_0, 1: _e_Des
 _C_DescribeGroupsResponse._DECODERS = {0: _d_DescribeGroupsResponse_0, 1: _d_DescribeGroupsResponse_1, 2: _d_DescribeGroupsResponse_1, 3: _d_DescribeGroupsResponse_2, 4: _d_DescribeGroupsResponse_3, 5: _d_DescribeGroupsResponse_4}
 _C_DescribeGroupsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('groups', 'Groups', '[]DescribedGroup', (0, 32767), None, None, None, False, False, (), _C_DescribedGroup),
+    FieldSpec('groups', 'Groups', '[]DescribedGroup', (0, 32767), None, None, None, True, False, (), _C_DescribedGroup),
 )
 _C_DescribedGroup._ENCODERS = {0: _e_DescribedGroup_0, 1: _e_DescribedGroup_0, 2: _e_DescribedGroup_0, 3: _e_DescribedGroup_1, 4: _e_DescribedGroup_2, 5: _e_DescribedGroup_3}
 _C_DescribedGroup._DECODERS = {0: _d_DescribedGroup_0, 1: _d_DescribedGroup_0, 2: _d_DescribedGroup_0, 3: _d_DescribedGroup_1, 4: _d_DescribedGroup_2, 5: _d_DescribedGroup_3}
 _C_DescribedGroup.VALID_VERSIONS = (0, 5)
 _C_DescribedGroup.FLEXIBLE_VERSION = 5
 _C_DescribedGroup._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('group_state', 'GroupState', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('protocol_type', 'ProtocolType', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('protocol_data', 'ProtocolData', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('members', 'Members', '[]DescribedGroupMember', (0, 32767), None, None, None, False, False, (), _C_DescribedGroupMember),
-    FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', (3, 32767), None, None, None, False, False, -2147483648, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('group_state', 'GroupState', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('protocol_type', 'ProtocolType', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('protocol_data', 'ProtocolData', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('members', 'Members', '[]DescribedGroupMember', (0, 32767), None, None, None, True, False, (), _C_DescribedGroupMember),
+    FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', (3, 32767), None, None, None, True, False, -2147483648, None),
 )
 _C_DescribedGroupMember._ENCODERS = {0: _e_DescribedGroupMember_0, 1: _e_DescribedGroupMember_0, 2: _e_DescribedGroupMember_0, 3: _e_DescribedGroupMember_0, 4: _e_DescribedGroupMember_1, 5: _e_DescribedGroupMember_2}
 _C_DescribedGroupMember._DECODERS = {0: _d_DescribedGroupMember_0, 1: _d_DescribedGroupMember_0, 2: _d_DescribedGroupMember_0, 3: _d_DescribedGroupMember_0, 4: _d_DescribedGroupMember_1, 5: _d_DescribedGroupMember_2}
 _C_DescribedGroupMember.VALID_VERSIONS = (0, 5)
 _C_DescribedGroupMember.FLEXIBLE_VERSION = 5
 _C_DescribedGroupMember._FIELDS = (
-    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, True, False, '', None),
     FieldSpec('group_instance_id', 'GroupInstanceId', 'string', (4, 32767), (4, 32767), None, None, True, False, None, None),
-    FieldSpec('client_id', 'ClientId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('client_host', 'ClientHost', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('member_metadata', 'MemberMetadata', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
-    FieldSpec('member_assignment', 'MemberAssignment', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
+    FieldSpec('client_id', 'ClientId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('client_host', 'ClientHost', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('member_metadata', 'MemberMetadata', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
+    FieldSpec('member_assignment', 'MemberAssignment', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
 )

@@ -517,28 +517,28 @@ def _d_DescribeLogDirsResponse_3(buf, pos):
 _C_DescribeLogDirsResponse._ENCODERS = {0: _e_DescribeLogDirsResponse_0, 1: _e_DescribeLogDirsResponse_0, 2: _e_DescribeLogDirsResponse_1, 3: _e_DescribeLogDirsResponse_2, 4: _e_DescribeLogDirsResponse_3}
 _C_DescribeLogDirsResponse._DECODERS = {0: _d_DescribeLogDirsResponse_0, 1: _d_DescribeLogDirsResponse_0, 2: _d_DescribeLogDirsResponse_1, 3: _d_DescribeLogDirsResponse_2, 4: _d_DescribeLogDirsResponse_3}
 _C_DescribeLogDirsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_code', 'ErrorCode', 'int16', (3, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('results', 'Results', '[]DescribeLogDirsResult', (0, 32767), None, None, None, False, False, (), _C_DescribeLogDirsResult),
+    FieldSpec('results', 'Results', '[]DescribeLogDirsResult', (0, 32767), None, None, None, True, False, (), _C_DescribeLogDirsResult),
 )
 _C_DescribeLogDirsPartition._ENCODERS = {0: _e_DescribeLogDirsPartition_0, 1: _e_DescribeLogDirsPartition_0, 2: _e_DescribeLogDirsPartition_1, 3: _e_DescribeLogDirsPartition_1, 4: _e_DescribeLogDirsPartition_1}
 _C_DescribeLogDirsPartition._DECODERS = {0: _d_DescribeLogDirsPartition_0, 1: _d_DescribeLogDirsPartition_0, 2: _d_DescribeLogDirsPartition_1, 3: _d_DescribeLogDirsPartition_1, 4: _d_DescribeLogDirsPartition_1}
 _C_DescribeLogDirsPartition.VALID_VERSIONS = (0, 4)
 _C_DescribeLogDirsPartition.FLEXIBLE_VERSION = 2
 _C_DescribeLogDirsPartition._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition_size', 'PartitionSize', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('offset_lag', 'OffsetLag', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('is_future_key', 'IsFutureKey', 'bool', (0, 32767), None, None, None, False, False, False, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition_size', 'PartitionSize', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('offset_lag', 'OffsetLag', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('is_future_key', 'IsFutureKey', 'bool', (0, 32767), None, None, None, True, False, False, None),
 )
 _C_DescribeLogDirsResult._ENCODERS = {0: _e_DescribeLogDirsResult_0, 1: _e_DescribeLogDirsResult_0, 2: _e_DescribeLogDirsResult_1, 3: _e_DescribeLogDirsResult_1, 4: _e_DescribeLogDirsResult_2}
 _C_DescribeLogDirsResult._DECODERS = {0: _d_DescribeLogDirsResult_0, 1: _d_DescribeLogDirsResult_0, 2: _d_DescribeLogDirsResult_1, 3: _d_DescribeLogDirsResult_1, 4: _d_DescribeLogDirsResult_2}
 _C_DescribeLogDirsResult.VALID_VERSIONS = (0, 4)
 _C_DescribeLogDirsResult.FLEXIBLE_VERSION = 2
 _C_DescribeLogDirsResult._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('log_dir', 'LogDir', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('topics', 'Topics', '[]DescribeLogDirsTopic', (0, 32767), None, None, None, False, False, (), _C_DescribeLogDirsTopic),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('log_dir', 'LogDir', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('topics', 'Topics', '[]DescribeLogDirsTopic', (0, 32767), None, None, None, True, False, (), _C_DescribeLogDirsTopic),
     FieldSpec('total_bytes', 'TotalBytes', 'int64', (4, 32767), None, None, None, True, False, -1, None),
     FieldSpec('usable_bytes', 'UsableBytes', 'int64', (4, 32767), None, None, None, True, False, -1, None),
 )
@@ -547,6 +547,6 @@ _C_DescribeLogDirsTopic._DECODERS = {0: _d_DescribeLogDirsTopic_0, 1: _d_Describ
 _C_DescribeLogDirsTopic.VALID_VERSIONS = (0, 4)
 _C_DescribeLogDirsTopic.FLEXIBLE_VERSION = 2
 _C_DescribeLogDirsTopic._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]DescribeLogDirsPartition', (0, 32767), None, None, None, False, False, (), _C_DescribeLogDirsPartition),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]DescribeLogDirsPartition', (0, 32767), None, None, None, True, False, (), _C_DescribeLogDirsPartition),
 )

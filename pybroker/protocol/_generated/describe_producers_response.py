@@ -273,36 +273,36 @@ def _d_DescribeProducersResponse_0(buf, pos):
 _C_DescribeProducersResponse._ENCODERS = {0: _e_DescribeProducersResponse_0}
 _C_DescribeProducersResponse._DECODERS = {0: _d_DescribeProducersResponse_0}
 _C_DescribeProducersResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TopicResponse', (0, 32767), None, None, None, False, False, (), _C_TopicResponse),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TopicResponse', (0, 32767), None, None, None, True, False, (), _C_TopicResponse),
 )
 _C_PartitionResponse._ENCODERS = {0: _e_PartitionResponse_0}
 _C_PartitionResponse._DECODERS = {0: _d_PartitionResponse_0}
 _C_PartitionResponse.VALID_VERSIONS = (0, 0)
 _C_PartitionResponse.FLEXIBLE_VERSION = 0
 _C_PartitionResponse._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('active_producers', 'ActiveProducers', '[]ProducerState', (0, 32767), None, None, None, False, False, (), _C_ProducerState),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('active_producers', 'ActiveProducers', '[]ProducerState', (0, 32767), None, None, None, True, False, (), _C_ProducerState),
 )
 _C_ProducerState._ENCODERS = {0: _e_ProducerState_0}
 _C_ProducerState._DECODERS = {0: _d_ProducerState_0}
 _C_ProducerState.VALID_VERSIONS = (0, 0)
 _C_ProducerState.FLEXIBLE_VERSION = 0
 _C_ProducerState._FIELDS = (
-    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_epoch', 'ProducerEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('last_sequence', 'LastSequence', 'int32', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('last_timestamp', 'LastTimestamp', 'int64', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('coordinator_epoch', 'CoordinatorEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('current_txn_start_offset', 'CurrentTxnStartOffset', 'int64', (0, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_epoch', 'ProducerEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('last_sequence', 'LastSequence', 'int32', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('last_timestamp', 'LastTimestamp', 'int64', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('coordinator_epoch', 'CoordinatorEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('current_txn_start_offset', 'CurrentTxnStartOffset', 'int64', (0, 32767), None, None, None, True, False, -1, None),
 )
 _C_TopicResponse._ENCODERS = {0: _e_TopicResponse_0}
 _C_TopicResponse._DECODERS = {0: _d_TopicResponse_0}
 _C_TopicResponse.VALID_VERSIONS = (0, 0)
 _C_TopicResponse.FLEXIBLE_VERSION = 0
 _C_TopicResponse._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionResponse', (0, 32767), None, None, None, False, False, (), _C_PartitionResponse),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionResponse', (0, 32767), None, None, None, True, False, (), _C_PartitionResponse),
 )

@@ -175,12 +175,9 @@ _C_Node = DescribeQuorumResponse.Node
 _C_PartitionData = DescribeQuorumResponse.PartitionData
 _C_ReplicaState = DescribeQuorumResponse.ReplicaState
 _C_TopicData = DescribeQuorumResponse.TopicData
-_D_Node = _C_Node()
 
 
 def _e_ReplicaState_0(o, out):
-    if o.replica_directory_id != b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00':
-        raise _UVE("a non-default replica_directory_id cannot be written at this version")
     out.append(_S_iq.pack(o.replica_id, o.log_end_offset))
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
@@ -217,8 +214,6 @@ def _e_TopicData_0(o, out):
 
 
 def _e_DescribeQuorumResponse_0(o, out):
-    if len(o.nodes) > 0:
-        raise _UVE("a non-default nodes cannot be written at this version")
     _a1 = o.topics
     out.append(_S_h.pack(o.error_code))
     out.append(_clen(len(_a1)))
@@ -341,8 +336,6 @@ def _d_DescribeQuorumResponse_0(buf, pos):
 
 
 def _e_ReplicaState_1(o, out):
-    if o.replica_directory_id != b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00':
-        raise _UVE("a non-default replica_directory_id cannot be written at this version")
     out.append(_S_iqqq.pack(o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp))
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
@@ -379,8 +372,6 @@ def _e_TopicData_1(o, out):
 
 
 def _e_DescribeQuorumResponse_1(o, out):
-    if len(o.nodes) > 0:
-        raise _UVE("a non-default nodes cannot be written at this version")
     _a1 = o.topics
     out.append(_S_h.pack(o.error_code))
     out.append(_clen(len(_a1)))
@@ -778,50 +769,50 @@ def _d_DescribeQuorumResponse_2(buf, pos):
 _C_DescribeQuorumResponse._ENCODERS = {0: _e_DescribeQuorumResponse_0, 1: _e_DescribeQuorumResponse_1, 2: _e_DescribeQuorumResponse_2}
 _C_DescribeQuorumResponse._DECODERS = {0: _d_DescribeQuorumResponse_0, 1: _d_DescribeQuorumResponse_1, 2: _d_DescribeQuorumResponse_2}
 _C_DescribeQuorumResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (2, 32767), (2, 32767), None, None, True, False, '', None),
-    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, False, False, (), _C_TopicData),
-    FieldSpec('nodes', 'Nodes', '[]Node', (2, 32767), None, None, None, False, False, (), _C_Node),
+    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, True, False, (), _C_TopicData),
+    FieldSpec('nodes', 'Nodes', '[]Node', (2, 32767), None, None, None, True, False, (), _C_Node),
 )
 _C_Listener._ENCODERS = {2: _e_Listener_0}
 _C_Listener._DECODERS = {2: _d_Listener_0}
 _C_Listener.VALID_VERSIONS = (0, 2)
 _C_Listener.FLEXIBLE_VERSION = 0
 _C_Listener._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (2, 32767), None, None, None, False, True, '', None),
-    FieldSpec('host', 'Host', 'string', (2, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'uint16', (2, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (2, 32767), None, None, None, True, True, '', None),
+    FieldSpec('host', 'Host', 'string', (2, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'uint16', (2, 32767), None, None, None, True, False, 0, None),
 )
 _C_Node._ENCODERS = {2: _e_Node_0}
 _C_Node._DECODERS = {2: _d_Node_0}
 _C_Node.VALID_VERSIONS = (0, 2)
 _C_Node.FLEXIBLE_VERSION = 0
 _C_Node._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (2, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('listeners', 'Listeners', '[]Listener', (2, 32767), None, None, None, False, False, (), _C_Listener),
+    FieldSpec('node_id', 'NodeId', 'int32', (2, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('listeners', 'Listeners', '[]Listener', (2, 32767), None, None, None, True, False, (), _C_Listener),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0, 1: _e_PartitionData_1, 2: _e_PartitionData_2}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0, 1: _d_PartitionData_1, 2: _d_PartitionData_2}
 _C_PartitionData.VALID_VERSIONS = (0, 2)
 _C_PartitionData.FLEXIBLE_VERSION = 0
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (2, 32767), (2, 32767), None, None, True, False, '', None),
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('high_watermark', 'HighWatermark', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('current_voters', 'CurrentVoters', '[]ReplicaState', (0, 32767), None, None, None, False, False, (), _C_ReplicaState),
-    FieldSpec('observers', 'Observers', '[]ReplicaState', (0, 32767), None, None, None, False, False, (), _C_ReplicaState),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('high_watermark', 'HighWatermark', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('current_voters', 'CurrentVoters', '[]ReplicaState', (0, 32767), None, None, None, True, False, (), _C_ReplicaState),
+    FieldSpec('observers', 'Observers', '[]ReplicaState', (0, 32767), None, None, None, True, False, (), _C_ReplicaState),
 )
 _C_ReplicaState._ENCODERS = {0: _e_ReplicaState_0, 1: _e_ReplicaState_1, 2: _e_ReplicaState_2}
 _C_ReplicaState._DECODERS = {0: _d_ReplicaState_0, 1: _d_ReplicaState_1, 2: _d_ReplicaState_2}
 _C_ReplicaState.VALID_VERSIONS = (0, 2)
 _C_ReplicaState.FLEXIBLE_VERSION = 0
 _C_ReplicaState._FIELDS = (
-    FieldSpec('replica_id', 'ReplicaId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('replica_directory_id', 'ReplicaDirectoryId', 'uuid', (2, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('log_end_offset', 'LogEndOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('replica_id', 'ReplicaId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('replica_directory_id', 'ReplicaDirectoryId', 'uuid', (2, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('log_end_offset', 'LogEndOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('last_fetch_timestamp', 'LastFetchTimestamp', 'int64', (1, 32767), None, None, None, True, False, -1, None),
     FieldSpec('last_caught_up_timestamp', 'LastCaughtUpTimestamp', 'int64', (1, 32767), None, None, None, True, False, -1, None),
 )
@@ -830,6 +821,6 @@ _C_TopicData._DECODERS = {0: _d_TopicData_0, 1: _d_TopicData_1, 2: _d_TopicData_
 _C_TopicData.VALID_VERSIONS = (0, 2)
 _C_TopicData.FLEXIBLE_VERSION = 0
 _C_TopicData._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

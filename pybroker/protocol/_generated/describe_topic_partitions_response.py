@@ -347,30 +347,30 @@ _C_DescribeTopicPartitionsResponse._ENCODERS = {0: _e_DescribeTopicPartitionsRes
 _C_DescribeTopicPartitionsResponse._DECODERS = {0: _d_DescribeTopicPartitionsResponse_0}
 _C_DescribeTopicPartitionsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]DescribeTopicPartitionsResponseTopic', (0, 32767), None, None, None, False, False, (), _C_DescribeTopicPartitionsResponseTopic),
-    FieldSpec('next_cursor', 'NextCursor', 'Cursor', (0, 32767), (0, 32767), None, None, False, False, None, _C_Cursor),
+    FieldSpec('topics', 'Topics', '[]DescribeTopicPartitionsResponseTopic', (0, 32767), None, None, None, True, False, (), _C_DescribeTopicPartitionsResponseTopic),
+    FieldSpec('next_cursor', 'NextCursor', 'Cursor', (0, 32767), (0, 32767), None, None, True, False, None, _C_Cursor),
 )
 _C_Cursor._ENCODERS = {0: _e_Cursor_0}
 _C_Cursor._DECODERS = {0: _d_Cursor_0}
 _C_Cursor.VALID_VERSIONS = (0, 0)
 _C_Cursor.FLEXIBLE_VERSION = 0
 _C_Cursor._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_DescribeTopicPartitionsResponsePartition._ENCODERS = {0: _e_DescribeTopicPartitionsResponsePartition_0}
 _C_DescribeTopicPartitionsResponsePartition._DECODERS = {0: _d_DescribeTopicPartitionsResponsePartition_0}
 _C_DescribeTopicPartitionsResponsePartition.VALID_VERSIONS = (0, 0)
 _C_DescribeTopicPartitionsResponsePartition.FLEXIBLE_VERSION = 0
 _C_DescribeTopicPartitionsResponsePartition._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('replica_nodes', 'ReplicaNodes', '[]int32', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('isr_nodes', 'IsrNodes', '[]int32', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('last_known_elr', 'LastKnownElr', '[]int32', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('replica_nodes', 'ReplicaNodes', '[]int32', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('isr_nodes', 'IsrNodes', '[]int32', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('last_known_elr', 'LastKnownElr', '[]int32', (0, 32767), (0, 32767), None, None, True, False, None, None),
     FieldSpec('offline_replicas', 'OfflineReplicas', '[]int32', (0, 32767), None, None, None, True, False, (), None),
 )
 _C_DescribeTopicPartitionsResponseTopic._ENCODERS = {0: _e_DescribeTopicPartitionsResponseTopic_0}
@@ -378,10 +378,10 @@ _C_DescribeTopicPartitionsResponseTopic._DECODERS = {0: _d_DescribeTopicPartitio
 _C_DescribeTopicPartitionsResponseTopic.VALID_VERSIONS = (0, 0)
 _C_DescribeTopicPartitionsResponseTopic.FLEXIBLE_VERSION = 0
 _C_DescribeTopicPartitionsResponseTopic._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('name', 'Name', 'string', (0, 32767), (0, 32767), None, None, False, True, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), (0, 32767), None, None, True, True, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
     FieldSpec('is_internal', 'IsInternal', 'bool', (0, 32767), None, None, None, True, False, False, None),
-    FieldSpec('partitions', 'Partitions', '[]DescribeTopicPartitionsResponsePartition', (0, 32767), None, None, None, False, False, (), _C_DescribeTopicPartitionsResponsePartition),
-    FieldSpec('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (0, 32767), None, None, None, False, False, -2147483648, None),
+    FieldSpec('partitions', 'Partitions', '[]DescribeTopicPartitionsResponsePartition', (0, 32767), None, None, None, True, False, (), _C_DescribeTopicPartitionsResponsePartition),
+    FieldSpec('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (0, 32767), None, None, None, True, False, -2147483648, None),
 )

@@ -248,28 +248,28 @@ def _d_DescribeTransactionsResponse_0(buf, pos):
 _C_DescribeTransactionsResponse._ENCODERS = {0: _e_DescribeTransactionsResponse_0}
 _C_DescribeTransactionsResponse._DECODERS = {0: _d_DescribeTransactionsResponse_0}
 _C_DescribeTransactionsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('transaction_states', 'TransactionStates', '[]TransactionState', (0, 32767), None, None, None, False, False, (), _C_TransactionState),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('transaction_states', 'TransactionStates', '[]TransactionState', (0, 32767), None, None, None, True, False, (), _C_TransactionState),
 )
 _C_TopicData._ENCODERS = {0: _e_TopicData_0}
 _C_TopicData._DECODERS = {0: _d_TopicData_0}
 _C_TopicData.VALID_VERSIONS = (0, 0)
 _C_TopicData.FLEXIBLE_VERSION = 0
 _C_TopicData._FIELDS = (
-    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, True, False, (), None),
 )
 _C_TransactionState._ENCODERS = {0: _e_TransactionState_0}
 _C_TransactionState._DECODERS = {0: _d_TransactionState_0}
 _C_TransactionState.VALID_VERSIONS = (0, 0)
 _C_TransactionState.FLEXIBLE_VERSION = 0
 _C_TransactionState._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('transactional_id', 'TransactionalId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('transaction_state', 'TransactionState', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('transaction_timeout_ms', 'TransactionTimeoutMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('transaction_start_time_ms', 'TransactionStartTimeMs', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_epoch', 'ProducerEpoch', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, False, False, (), _C_TopicData),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('transactional_id', 'TransactionalId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('transaction_state', 'TransactionState', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('transaction_timeout_ms', 'TransactionTimeoutMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('transaction_start_time_ms', 'TransactionStartTimeMs', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_epoch', 'ProducerEpoch', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TopicData', (0, 32767), None, None, None, True, False, (), _C_TopicData),
 )

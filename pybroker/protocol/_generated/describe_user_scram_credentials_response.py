@@ -231,26 +231,26 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
 _C_DescribeUserScramCredentialsResponse._ENCODERS = {0: _e_DescribeUserScramCredentialsResponse_0}
 _C_DescribeUserScramCredentialsResponse._DECODERS = {0: _d_DescribeUserScramCredentialsResponse_0}
 _C_DescribeUserScramCredentialsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('results', 'Results', '[]DescribeUserScramCredentialsResult', (0, 32767), None, None, None, False, False, (), _C_DescribeUserScramCredentialsResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('results', 'Results', '[]DescribeUserScramCredentialsResult', (0, 32767), None, None, None, True, False, (), _C_DescribeUserScramCredentialsResult),
 )
 _C_CredentialInfo._ENCODERS = {0: _e_CredentialInfo_0}
 _C_CredentialInfo._DECODERS = {0: _d_CredentialInfo_0}
 _C_CredentialInfo.VALID_VERSIONS = (0, 0)
 _C_CredentialInfo.FLEXIBLE_VERSION = 0
 _C_CredentialInfo._FIELDS = (
-    FieldSpec('mechanism', 'Mechanism', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('iterations', 'Iterations', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('mechanism', 'Mechanism', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('iterations', 'Iterations', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_DescribeUserScramCredentialsResult._ENCODERS = {0: _e_DescribeUserScramCredentialsResult_0}
 _C_DescribeUserScramCredentialsResult._DECODERS = {0: _d_DescribeUserScramCredentialsResult_0}
 _C_DescribeUserScramCredentialsResult.VALID_VERSIONS = (0, 0)
 _C_DescribeUserScramCredentialsResult.FLEXIBLE_VERSION = 0
 _C_DescribeUserScramCredentialsResult._FIELDS = (
-    FieldSpec('user', 'User', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('credential_infos', 'CredentialInfos', '[]CredentialInfo', (0, 32767), None, None, None, False, False, (), _C_CredentialInfo),
+    FieldSpec('user', 'User', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('credential_infos', 'CredentialInfos', '[]CredentialInfo', (0, 32767), None, None, None, True, False, (), _C_CredentialInfo),
 )

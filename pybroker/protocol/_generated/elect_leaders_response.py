@@ -119,8 +119,6 @@ def _e_ReplicaElectionResult_0(o, out):
 
 
 def _e_ElectLeadersResponse_0(o, out):
-    if o.error_code != 0:
-        raise _UVE("a non-default error_code cannot be written at this version")
     _a1 = o.replica_election_results
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -329,24 +327,24 @@ def _d_ElectLeadersResponse_2(buf, pos):
 _C_ElectLeadersResponse._ENCODERS = {0: _e_ElectLeadersResponse_0, 1: _e_ElectLeadersResponse_1, 2: _e_ElectLeadersResponse_2}
 _C_ElectLeadersResponse._DECODERS = {0: _d_ElectLeadersResponse_0, 1: _d_ElectLeadersResponse_1, 2: _d_ElectLeadersResponse_2}
 _C_ElectLeadersResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (1, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('replica_election_results', 'ReplicaElectionResults', '[]ReplicaElectionResult', (0, 32767), None, None, None, False, False, (), _C_ReplicaElectionResult),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (1, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('replica_election_results', 'ReplicaElectionResults', '[]ReplicaElectionResult', (0, 32767), None, None, None, True, False, (), _C_ReplicaElectionResult),
 )
 _C_PartitionResult._ENCODERS = {0: _e_PartitionResult_0, 1: _e_PartitionResult_0, 2: _e_PartitionResult_1}
 _C_PartitionResult._DECODERS = {0: _d_PartitionResult_0, 1: _d_PartitionResult_0, 2: _d_PartitionResult_1}
 _C_PartitionResult.VALID_VERSIONS = (0, 2)
 _C_PartitionResult.FLEXIBLE_VERSION = 2
 _C_PartitionResult._FIELDS = (
-    FieldSpec('partition_id', 'PartitionId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('partition_id', 'PartitionId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )
 _C_ReplicaElectionResult._ENCODERS = {0: _e_ReplicaElectionResult_0, 1: _e_ReplicaElectionResult_0, 2: _e_ReplicaElectionResult_1}
 _C_ReplicaElectionResult._DECODERS = {0: _d_ReplicaElectionResult_0, 1: _d_ReplicaElectionResult_0, 2: _d_ReplicaElectionResult_1}
 _C_ReplicaElectionResult.VALID_VERSIONS = (0, 2)
 _C_ReplicaElectionResult.FLEXIBLE_VERSION = 2
 _C_ReplicaElectionResult._FIELDS = (
-    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partition_result', 'PartitionResult', '[]PartitionResult', (0, 32767), None, None, None, False, False, (), _C_PartitionResult),
+    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partition_result', 'PartitionResult', '[]PartitionResult', (0, 32767), None, None, None, True, False, (), _C_PartitionResult),
 )

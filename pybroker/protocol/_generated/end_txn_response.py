@@ -118,8 +118,8 @@ def _d_EndTxnResponse_2(buf, pos):
 _C_EndTxnResponse._ENCODERS = {0: _e_EndTxnResponse_0, 1: _e_EndTxnResponse_0, 2: _e_EndTxnResponse_0, 3: _e_EndTxnResponse_1, 4: _e_EndTxnResponse_1, 5: _e_EndTxnResponse_2}
 _C_EndTxnResponse._DECODERS = {0: _d_EndTxnResponse_0, 1: _d_EndTxnResponse_0, 2: _d_EndTxnResponse_0, 3: _d_EndTxnResponse_1, 4: _d_EndTxnResponse_1, 5: _d_EndTxnResponse_2}
 _C_EndTxnResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('producer_id', 'ProducerId', 'int64', (5, 32767), None, None, None, True, False, -1, None),
     FieldSpec('producer_epoch', 'ProducerEpoch', 'int16', (5, 32767), None, None, None, True, False, -1, None),
 )

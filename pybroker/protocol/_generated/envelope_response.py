@@ -94,6 +94,6 @@ def _d_EnvelopeResponse_0(buf, pos):
 _C_EnvelopeResponse._ENCODERS = {0: _e_EnvelopeResponse_0}
 _C_EnvelopeResponse._DECODERS = {0: _d_EnvelopeResponse_0}
 _C_EnvelopeResponse._FIELDS = (
-    FieldSpec('response_data', 'ResponseData', 'bytes', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('response_data', 'ResponseData', 'bytes', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

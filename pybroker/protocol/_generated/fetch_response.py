@@ -226,14 +226,6 @@ _D_SnapshotId = _C_SnapshotId()
 
 
 def _e_PartitionData_0(o, out):
-    if (o.diverging_epoch is not None and o.diverging_epoch != _D_EpochEndOffset):
-        raise _UVE("a non-default diverging_epoch cannot be written at this version")
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
-    if (o.snapshot_id is not None and o.snapshot_id != _D_SnapshotId):
-        raise _UVE("a non-default snapshot_id cannot be written at this version")
-    if o.preferred_read_replica != -1:
-        raise _UVE("a non-default preferred_read_replica cannot be written at this version")
     out.append(_S_ihq.pack(o.partition_index, o.error_code, o.high_watermark))
     _wrec(out, o.records)
 
@@ -249,10 +241,6 @@ def _e_FetchableTopicResponse_0(o, out):
 
 
 def _e_FetchResponse_0(o, out):
-    if o.session_id != 0:
-        raise _UVE("a non-default session_id cannot be written at this version")
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -333,10 +321,6 @@ def _d_FetchResponse_0(buf, pos):
 
 
 def _e_FetchResponse_1(o, out):
-    if o.session_id != 0:
-        raise _UVE("a non-default session_id cannot be written at this version")
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -369,14 +353,6 @@ def _e_AbortedTransaction_0(o, out):
 
 
 def _e_PartitionData_1(o, out):
-    if (o.diverging_epoch is not None and o.diverging_epoch != _D_EpochEndOffset):
-        raise _UVE("a non-default diverging_epoch cannot be written at this version")
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
-    if (o.snapshot_id is not None and o.snapshot_id != _D_SnapshotId):
-        raise _UVE("a non-default snapshot_id cannot be written at this version")
-    if o.preferred_read_replica != -1:
-        raise _UVE("a non-default preferred_read_replica cannot be written at this version")
     _a1 = o.aborted_transactions
     out.append(_S_ihqqi.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, -1 if _a1 is None else len(_a1)))
     for _x2 in _a1 or ():
@@ -395,10 +371,6 @@ def _e_FetchableTopicResponse_1(o, out):
 
 
 def _e_FetchResponse_2(o, out):
-    if o.session_id != 0:
-        raise _UVE("a non-default session_id cannot be written at this version")
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -495,14 +467,6 @@ def _d_FetchResponse_2(buf, pos):
 
 
 def _e_PartitionData_2(o, out):
-    if (o.diverging_epoch is not None and o.diverging_epoch != _D_EpochEndOffset):
-        raise _UVE("a non-default diverging_epoch cannot be written at this version")
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
-    if (o.snapshot_id is not None and o.snapshot_id != _D_SnapshotId):
-        raise _UVE("a non-default snapshot_id cannot be written at this version")
-    if o.preferred_read_replica != -1:
-        raise _UVE("a non-default preferred_read_replica cannot be written at this version")
     _a1 = o.aborted_transactions
     out.append(_S_ihqqqi.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset, -1 if _a1 is None else len(_a1)))
     for _x2 in _a1 or ():
@@ -521,10 +485,6 @@ def _e_FetchableTopicResponse_2(o, out):
 
 
 def _e_FetchResponse_3(o, out):
-    if o.session_id != 0:
-        raise _UVE("a non-default session_id cannot be written at this version")
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -612,8 +572,6 @@ def _d_FetchResponse_3(buf, pos):
 
 
 def _e_FetchResponse_4(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ihii.pack(o.throttle_time_ms, o.error_code, o.session_id, len(_a1)))
     for _x2 in _a1:
@@ -640,12 +598,6 @@ def _d_FetchResponse_4(buf, pos):
 
 
 def _e_PartitionData_3(o, out):
-    if (o.diverging_epoch is not None and o.diverging_epoch != _D_EpochEndOffset):
-        raise _UVE("a non-default diverging_epoch cannot be written at this version")
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
-    if (o.snapshot_id is not None and o.snapshot_id != _D_SnapshotId):
-        raise _UVE("a non-default snapshot_id cannot be written at this version")
     _a1 = o.aborted_transactions
     out.append(_S_ihqqqi.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset, -1 if _a1 is None else len(_a1)))
     for _x2 in _a1 or ():
@@ -665,8 +617,6 @@ def _e_FetchableTopicResponse_3(o, out):
 
 
 def _e_FetchResponse_5(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ihii.pack(o.throttle_time_ms, o.error_code, o.session_id, len(_a1)))
     for _x2 in _a1:
@@ -822,8 +772,6 @@ def _e_FetchableTopicResponse_4(o, out):
 
 
 def _e_FetchResponse_6(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     out.append(_clen(len(_a1)))
@@ -1008,8 +956,6 @@ def _e_FetchableTopicResponse_5(o, out):
 
 
 def _e_FetchResponse_7(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     out.append(_clen(len(_a1)))
@@ -1196,25 +1142,25 @@ _C_FetchResponse._DECODERS = {0: _d_FetchResponse_0, 1: _d_FetchResponse_1, 2: _
 _C_FetchResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_code', 'ErrorCode', 'int16', (7, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('session_id', 'SessionId', 'int32', (7, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('responses', 'Responses', '[]FetchableTopicResponse', (0, 32767), None, None, None, False, False, (), _C_FetchableTopicResponse),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (16, 32767), None, 0, (16, 32767), False, False, (), _C_NodeEndpoint),
+    FieldSpec('session_id', 'SessionId', 'int32', (7, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('responses', 'Responses', '[]FetchableTopicResponse', (0, 32767), None, None, None, True, False, (), _C_FetchableTopicResponse),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (16, 32767), None, 0, (16, 32767), True, False, (), _C_NodeEndpoint),
 )
 _C_AbortedTransaction._ENCODERS = {4: _e_AbortedTransaction_0, 5: _e_AbortedTransaction_0, 6: _e_AbortedTransaction_0, 7: _e_AbortedTransaction_0, 8: _e_AbortedTransaction_0, 9: _e_AbortedTransaction_0, 10: _e_AbortedTransaction_0, 11: _e_AbortedTransaction_0, 12: _e_AbortedTransaction_1, 13: _e_AbortedTransaction_1, 14: _e_AbortedTransaction_1, 15: _e_AbortedTransaction_1, 16: _e_AbortedTransaction_1, 17: _e_AbortedTransaction_1}
 _C_AbortedTransaction._DECODERS = {4: _d_AbortedTransaction_0, 5: _d_AbortedTransaction_0, 6: _d_AbortedTransaction_0, 7: _d_AbortedTransaction_0, 8: _d_AbortedTransaction_0, 9: _d_AbortedTransaction_0, 10: _d_AbortedTransaction_0, 11: _d_AbortedTransaction_0, 12: _d_AbortedTransaction_1, 13: _d_AbortedTransaction_1, 14: _d_AbortedTransaction_1, 15: _d_AbortedTransaction_1, 16: _d_AbortedTransaction_1, 17: _d_AbortedTransaction_1}
 _C_AbortedTransaction.VALID_VERSIONS = (0, 17)
 _C_AbortedTransaction.FLEXIBLE_VERSION = 12
 _C_AbortedTransaction._FIELDS = (
-    FieldSpec('producer_id', 'ProducerId', 'int64', (4, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('first_offset', 'FirstOffset', 'int64', (4, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (4, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('first_offset', 'FirstOffset', 'int64', (4, 32767), None, None, None, True, False, 0, None),
 )
 _C_EpochEndOffset._ENCODERS = {12: _e_EpochEndOffset_0, 13: _e_EpochEndOffset_0, 14: _e_EpochEndOffset_0, 15: _e_EpochEndOffset_0, 16: _e_EpochEndOffset_0, 17: _e_EpochEndOffset_0}
 _C_EpochEndOffset._DECODERS = {12: _d_EpochEndOffset_0, 13: _d_EpochEndOffset_0, 14: _d_EpochEndOffset_0, 15: _d_EpochEndOffset_0, 16: _d_EpochEndOffset_0, 17: _d_EpochEndOffset_0}
 _C_EpochEndOffset.VALID_VERSIONS = (0, 17)
 _C_EpochEndOffset.FLEXIBLE_VERSION = 12
 _C_EpochEndOffset._FIELDS = (
-    FieldSpec('epoch', 'Epoch', 'int32', (12, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('end_offset', 'EndOffset', 'int64', (12, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('epoch', 'Epoch', 'int32', (12, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('end_offset', 'EndOffset', 'int64', (12, 32767), None, None, None, True, False, -1, None),
 )
 _C_FetchableTopicResponse._ENCODERS = {0: _e_FetchableTopicResponse_0, 1: _e_FetchableTopicResponse_0, 2: _e_FetchableTopicResponse_0, 3: _e_FetchableTopicResponse_0, 4: _e_FetchableTopicResponse_1, 5: _e_FetchableTopicResponse_2, 6: _e_FetchableTopicResponse_2, 7: _e_FetchableTopicResponse_2, 8: _e_FetchableTopicResponse_2, 9: _e_FetchableTopicResponse_2, 10: _e_FetchableTopicResponse_2, 11: _e_FetchableTopicResponse_3, 12: _e_FetchableTopicResponse_4, 13: _e_FetchableTopicResponse_5, 14: _e_FetchableTopicResponse_5, 15: _e_FetchableTopicResponse_5, 16: _e_FetchableTopicResponse_5, 17: _e_FetchableTopicResponse_5}
 _C_FetchableTopicResponse._DECODERS = {0: _d_FetchableTopicResponse_0, 1: _d_FetchableTopicResponse_0, 2: _d_FetchableTopicResponse_0, 3: _d_FetchableTopicResponse_0, 4: _d_FetchableTopicResponse_1, 5: _d_FetchableTopicResponse_2, 6: _d_FetchableTopicResponse_2, 7: _d_FetchableTopicResponse_2, 8: _d_FetchableTopicResponse_2, 9: _d_FetchableTopicResponse_2, 10: _d_FetchableTopicResponse_2, 11: _d_FetchableTopicResponse_3, 12: _d_FetchableTopicResponse_4, 13: _d_FetchableTopicResponse_5, 14: _d_FetchableTopicResponse_5, 15: _d_FetchableTopicResponse_5, 16: _d_FetchableTopicResponse_5, 17: _d_FetchableTopicResponse_5}
@@ -1223,48 +1169,48 @@ _C_FetchableTopicResponse.FLEXIBLE_VERSION = 12
 _C_FetchableTopicResponse._FIELDS = (
     FieldSpec('topic', 'Topic', 'string', (0, 12), None, None, None, True, False, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (13, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )
 _C_LeaderIdAndEpoch._ENCODERS = {12: _e_LeaderIdAndEpoch_0, 13: _e_LeaderIdAndEpoch_0, 14: _e_LeaderIdAndEpoch_0, 15: _e_LeaderIdAndEpoch_0, 16: _e_LeaderIdAndEpoch_0, 17: _e_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch._DECODERS = {12: _d_LeaderIdAndEpoch_0, 13: _d_LeaderIdAndEpoch_0, 14: _d_LeaderIdAndEpoch_0, 15: _d_LeaderIdAndEpoch_0, 16: _d_LeaderIdAndEpoch_0, 17: _d_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch.VALID_VERSIONS = (0, 17)
 _C_LeaderIdAndEpoch.FLEXIBLE_VERSION = 12
 _C_LeaderIdAndEpoch._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (12, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (12, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (12, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (12, 32767), None, None, None, True, False, -1, None),
 )
 _C_NodeEndpoint._ENCODERS = {16: _e_NodeEndpoint_0, 17: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {16: _d_NodeEndpoint_0, 17: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 17)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 12
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (16, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (16, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (16, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('rack', 'Rack', 'string', (16, 32767), (16, 32767), None, None, False, False, None, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (16, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (16, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (16, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('rack', 'Rack', 'string', (16, 32767), (16, 32767), None, None, True, False, None, None),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0, 1: _e_PartitionData_0, 2: _e_PartitionData_0, 3: _e_PartitionData_0, 4: _e_PartitionData_1, 5: _e_PartitionData_2, 6: _e_PartitionData_2, 7: _e_PartitionData_2, 8: _e_PartitionData_2, 9: _e_PartitionData_2, 10: _e_PartitionData_2, 11: _e_PartitionData_3, 12: _e_PartitionData_4, 13: _e_PartitionData_4, 14: _e_PartitionData_4, 15: _e_PartitionData_4, 16: _e_PartitionData_4, 17: _e_PartitionData_4}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0, 1: _d_PartitionData_0, 2: _d_PartitionData_0, 3: _d_PartitionData_0, 4: _d_PartitionData_1, 5: _d_PartitionData_2, 6: _d_PartitionData_2, 7: _d_PartitionData_2, 8: _d_PartitionData_2, 9: _d_PartitionData_2, 10: _d_PartitionData_2, 11: _d_PartitionData_3, 12: _d_PartitionData_4, 13: _d_PartitionData_4, 14: _d_PartitionData_4, 15: _d_PartitionData_4, 16: _d_PartitionData_4, 17: _d_PartitionData_4}
 _C_PartitionData.VALID_VERSIONS = (0, 17)
 _C_PartitionData.FLEXIBLE_VERSION = 12
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('high_watermark', 'HighWatermark', 'int64', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('high_watermark', 'HighWatermark', 'int64', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('last_stable_offset', 'LastStableOffset', 'int64', (4, 32767), None, None, None, True, False, -1, None),
     FieldSpec('log_start_offset', 'LogStartOffset', 'int64', (5, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('diverging_epoch', 'DivergingEpoch', 'EpochEndOffset', (12, 32767), None, 0, (12, 32767), False, False, None, _C_EpochEndOffset),
-    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (12, 32767), None, 1, (12, 32767), False, False, None, _C_LeaderIdAndEpoch),
-    FieldSpec('snapshot_id', 'SnapshotId', 'SnapshotId', (12, 32767), None, 2, (12, 32767), False, False, None, _C_SnapshotId),
+    FieldSpec('diverging_epoch', 'DivergingEpoch', 'EpochEndOffset', (12, 32767), None, 0, (12, 32767), True, False, None, _C_EpochEndOffset),
+    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (12, 32767), None, 1, (12, 32767), True, False, None, _C_LeaderIdAndEpoch),
+    FieldSpec('snapshot_id', 'SnapshotId', 'SnapshotId', (12, 32767), None, 2, (12, 32767), True, False, None, _C_SnapshotId),
     FieldSpec('aborted_transactions', 'AbortedTransactions', '[]AbortedTransaction', (4, 32767), (4, 32767), None, None, True, False, (), _C_AbortedTransaction),
-    FieldSpec('preferred_read_replica', 'PreferredReadReplica', 'int32', (11, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('records', 'Records', 'records', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('preferred_read_replica', 'PreferredReadReplica', 'int32', (11, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('records', 'Records', 'records', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )
 _C_SnapshotId._ENCODERS = {12: _e_SnapshotId_0, 13: _e_SnapshotId_0, 14: _e_SnapshotId_0, 15: _e_SnapshotId_0, 16: _e_SnapshotId_0, 17: _e_SnapshotId_0}
 _C_SnapshotId._DECODERS = {12: _d_SnapshotId_0, 13: _d_SnapshotId_0, 14: _d_SnapshotId_0, 15: _d_SnapshotId_0, 16: _d_SnapshotId_0, 17: _d_SnapshotId_0}
 _C_SnapshotId.VALID_VERSIONS = (0, 17)
 _C_SnapshotId.FLEXIBLE_VERSION = 12
 _C_SnapshotId._FIELDS = (
-    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('epoch', 'Epoch', 'int32', (0, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('epoch', 'Epoch', 'int32', (0, 32767), None, None, None, True, False, -1, None),
 )

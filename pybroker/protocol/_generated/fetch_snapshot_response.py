@@ -212,8 +212,6 @@ def _e_TopicSnapshot_0(o, out):
 
 
 def _e_FetchSnapshotResponse_0(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.topics
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
     out.append(_clen(len(_a1)))
@@ -458,53 +456,53 @@ _C_FetchSnapshotResponse._ENCODERS = {0: _e_FetchSnapshotResponse_0, 1: _e_Fetch
 _C_FetchSnapshotResponse._DECODERS = {0: _d_FetchSnapshotResponse_0, 1: _d_FetchSnapshotResponse_1}
 _C_FetchSnapshotResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TopicSnapshot', (0, 32767), None, None, None, False, False, (), _C_TopicSnapshot),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (1, 32767), None, 0, (1, 32767), False, False, (), _C_NodeEndpoint),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TopicSnapshot', (0, 32767), None, None, None, True, False, (), _C_TopicSnapshot),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (1, 32767), None, 0, (1, 32767), True, False, (), _C_NodeEndpoint),
 )
 _C_LeaderIdAndEpoch._ENCODERS = {0: _e_LeaderIdAndEpoch_0, 1: _e_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch._DECODERS = {0: _d_LeaderIdAndEpoch_0, 1: _d_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch.VALID_VERSIONS = (0, 1)
 _C_LeaderIdAndEpoch.FLEXIBLE_VERSION = 0
 _C_LeaderIdAndEpoch._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_NodeEndpoint._ENCODERS = {1: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {1: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 1)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 0
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (1, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (1, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'uint16', (1, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (1, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (1, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'uint16', (1, 32767), None, None, None, True, False, 0, None),
 )
 _C_PartitionSnapshot._ENCODERS = {0: _e_PartitionSnapshot_0, 1: _e_PartitionSnapshot_0}
 _C_PartitionSnapshot._DECODERS = {0: _d_PartitionSnapshot_0, 1: _d_PartitionSnapshot_0}
 _C_PartitionSnapshot.VALID_VERSIONS = (0, 1)
 _C_PartitionSnapshot.FLEXIBLE_VERSION = 0
 _C_PartitionSnapshot._FIELDS = (
-    FieldSpec('index', 'Index', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('snapshot_id', 'SnapshotId', 'SnapshotId', (0, 32767), None, None, None, False, False, None, _C_SnapshotId),
-    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, 0, (0, 32767), False, False, None, _C_LeaderIdAndEpoch),
-    FieldSpec('size', 'Size', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('position', 'Position', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('unaligned_records', 'UnalignedRecords', 'records', (0, 32767), None, None, None, False, False, None, None),
+    FieldSpec('index', 'Index', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('snapshot_id', 'SnapshotId', 'SnapshotId', (0, 32767), None, None, None, True, False, None, _C_SnapshotId),
+    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, 0, (0, 32767), True, False, None, _C_LeaderIdAndEpoch),
+    FieldSpec('size', 'Size', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('position', 'Position', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('unaligned_records', 'UnalignedRecords', 'records', (0, 32767), None, None, None, True, False, None, None),
 )
 _C_SnapshotId._ENCODERS = {0: _e_SnapshotId_0, 1: _e_SnapshotId_0}
 _C_SnapshotId._DECODERS = {0: _d_SnapshotId_0, 1: _d_SnapshotId_0}
 _C_SnapshotId.VALID_VERSIONS = (0, 1)
 _C_SnapshotId.FLEXIBLE_VERSION = 0
 _C_SnapshotId._FIELDS = (
-    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('epoch', 'Epoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('epoch', 'Epoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_TopicSnapshot._ENCODERS = {0: _e_TopicSnapshot_0, 1: _e_TopicSnapshot_0}
 _C_TopicSnapshot._DECODERS = {0: _d_TopicSnapshot_0, 1: _d_TopicSnapshot_0}
 _C_TopicSnapshot.VALID_VERSIONS = (0, 1)
 _C_TopicSnapshot.FLEXIBLE_VERSION = 0
 _C_TopicSnapshot._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionSnapshot', (0, 32767), None, None, None, False, False, (), _C_PartitionSnapshot),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionSnapshot', (0, 32767), None, None, None, True, False, (), _C_PartitionSnapshot),
 )

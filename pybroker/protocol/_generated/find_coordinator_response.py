@@ -94,12 +94,9 @@ class FindCoordinatorResponse(ApiMessage):
 
 _C_FindCoordinatorResponse = FindCoordinatorResponse
 _C_Coordinator = FindCoordinatorResponse.Coordinator
-_D_Coordinator = _C_Coordinator()
 
 
 def _e_FindCoordinatorResponse_0(o, out):
-    if len(o.coordinators) > 0:
-        raise _UVE("a non-default coordinators cannot be written at this version")
     _s1 = o.host.encode()
     out.append(_S_hih.pack(o.error_code, o.node_id, len(_s1)))
     out.append(_s1)
@@ -128,8 +125,6 @@ def _d_FindCoordinatorResponse_0(buf, pos):
 
 
 def _e_FindCoordinatorResponse_1(o, out):
-    if len(o.coordinators) > 0:
-        raise _UVE("a non-default coordinators cannot be written at this version")
     _s1 = o.error_message
     _s1 = None if _s1 is None else _s1.encode()
     out.append(_S_ihh.pack(o.throttle_time_ms, o.error_code, -1 if _s1 is None else len(_s1)))
@@ -169,8 +164,6 @@ def _d_FindCoordinatorResponse_1(buf, pos):
 
 
 def _e_FindCoordinatorResponse_2(o, out):
-    if len(o.coordinators) > 0:
-        raise _UVE("a non-default coordinators cannot be written at this version")
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
     out.append(_cnstr(o.error_message))
     out.append(_S_i.pack(o.node_id))
@@ -233,14 +226,6 @@ def _e_Coordinator_0(o, out):
 
 
 def _e_FindCoordinatorResponse_3(o, out):
-    if o.error_code != 0:
-        raise _UVE("a non-default error_code cannot be written at this version")
-    if o.node_id != 0:
-        raise _UVE("a non-default node_id cannot be written at this version")
-    if o.host != '':
-        raise _UVE("a non-default host cannot be written at this version")
-    if o.port != 0:
-        raise _UVE("a non-default port cannot be written at this version")
     _a1 = o.coordinators
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -331,22 +316,22 @@ _C_FindCoordinatorResponse._ENCODERS = {0: _e_FindCoordinatorResponse_0, 1: _e_F
 _C_FindCoordinatorResponse._DECODERS = {0: _d_FindCoordinatorResponse_0, 1: _d_FindCoordinatorResponse_1, 2: _d_FindCoordinatorResponse_1, 3: _d_FindCoordinatorResponse_2, 4: _d_FindCoordinatorResponse_3, 5: _d_FindCoordinatorResponse_3, 6: _d_FindCoordinatorResponse_3}
 _C_FindCoordinatorResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 3), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 3), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (1, 3), (1, 3), None, None, True, False, '', None),
-    FieldSpec('node_id', 'NodeId', 'int32', (0, 3), None, None, None, False, False, 0, None),
-    FieldSpec('host', 'Host', 'string', (0, 3), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 3), None, None, None, False, False, 0, None),
-    FieldSpec('coordinators', 'Coordinators', '[]Coordinator', (4, 32767), None, None, None, False, False, (), _C_Coordinator),
+    FieldSpec('node_id', 'NodeId', 'int32', (0, 3), None, None, None, True, False, 0, None),
+    FieldSpec('host', 'Host', 'string', (0, 3), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 3), None, None, None, True, False, 0, None),
+    FieldSpec('coordinators', 'Coordinators', '[]Coordinator', (4, 32767), None, None, None, True, False, (), _C_Coordinator),
 )
 _C_Coordinator._ENCODERS = {4: _e_Coordinator_0, 5: _e_Coordinator_0, 6: _e_Coordinator_0}
 _C_Coordinator._DECODERS = {4: _d_Coordinator_0, 5: _d_Coordinator_0, 6: _d_Coordinator_0}
 _C_Coordinator.VALID_VERSIONS = (0, 6)
 _C_Coordinator.FLEXIBLE_VERSION = 3
 _C_Coordinator._FIELDS = (
-    FieldSpec('key', 'Key', 'string', (4, 32767), None, None, None, False, False, '', None),
-    FieldSpec('node_id', 'NodeId', 'int32', (4, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('host', 'Host', 'string', (4, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (4, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (4, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('key', 'Key', 'string', (4, 32767), None, None, None, True, False, '', None),
+    FieldSpec('node_id', 'NodeId', 'int32', (4, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('host', 'Host', 'string', (4, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (4, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (4, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (4, 32767), (4, 32767), None, None, True, False, '', None),
 )

@@ -136,13 +136,13 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
 _C_GetTelemetrySubscriptionsResponse._ENCODERS = {0: _e_GetTelemetrySubscriptionsResponse_0}
 _C_GetTelemetrySubscriptionsResponse._DECODERS = {0: _d_GetTelemetrySubscriptionsResponse_0}
 _C_GetTelemetrySubscriptionsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('client_instance_id', 'ClientInstanceId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('subscription_id', 'SubscriptionId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('accepted_compression_types', 'AcceptedCompressionTypes', '[]int8', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('push_interval_ms', 'PushIntervalMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('telemetry_max_bytes', 'TelemetryMaxBytes', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('delta_temporality', 'DeltaTemporality', 'bool', (0, 32767), None, None, None, False, False, False, None),
-    FieldSpec('requested_metrics', 'RequestedMetrics', '[]string', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('client_instance_id', 'ClientInstanceId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('subscription_id', 'SubscriptionId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('accepted_compression_types', 'AcceptedCompressionTypes', '[]int8', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('push_interval_ms', 'PushIntervalMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('telemetry_max_bytes', 'TelemetryMaxBytes', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('delta_temporality', 'DeltaTemporality', 'bool', (0, 32767), None, None, None, True, False, False, None),
+    FieldSpec('requested_metrics', 'RequestedMetrics', '[]string', (0, 32767), None, None, None, True, False, (), None),
 )

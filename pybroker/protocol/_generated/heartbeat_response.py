@@ -106,5 +106,5 @@ _C_HeartbeatResponse._ENCODERS = {0: _e_HeartbeatResponse_0, 1: _e_HeartbeatResp
 _C_HeartbeatResponse._DECODERS = {0: _d_HeartbeatResponse_0, 1: _d_HeartbeatResponse_1, 2: _d_HeartbeatResponse_1, 3: _d_HeartbeatResponse_1, 4: _d_HeartbeatResponse_2}
 _C_HeartbeatResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -229,16 +229,16 @@ def _d_IncrementalAlterConfigsResponse_1(buf, pos):
 _C_IncrementalAlterConfigsResponse._ENCODERS = {0: _e_IncrementalAlterConfigsResponse_0, 1: _e_IncrementalAlterConfigsResponse_1}
 _C_IncrementalAlterConfigsResponse._DECODERS = {0: _d_IncrementalAlterConfigsResponse_0, 1: _d_IncrementalAlterConfigsResponse_1}
 _C_IncrementalAlterConfigsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('responses', 'Responses', '[]AlterConfigsResourceResponse', (0, 32767), None, None, None, False, False, (), _C_AlterConfigsResourceResponse),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('responses', 'Responses', '[]AlterConfigsResourceResponse', (0, 32767), None, None, None, True, False, (), _C_AlterConfigsResourceResponse),
 )
 _C_AlterConfigsResourceResponse._ENCODERS = {0: _e_AlterConfigsResourceResponse_0, 1: _e_AlterConfigsResourceResponse_1}
 _C_AlterConfigsResourceResponse._DECODERS = {0: _d_AlterConfigsResourceResponse_0, 1: _d_AlterConfigsResourceResponse_1}
 _C_AlterConfigsResourceResponse.VALID_VERSIONS = (0, 1)
 _C_AlterConfigsResourceResponse.FLEXIBLE_VERSION = 1
 _C_AlterConfigsResourceResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('resource_type', 'ResourceType', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('resource_name', 'ResourceName', 'string', (0, 32767), None, None, None, True, False, '', None),
 )

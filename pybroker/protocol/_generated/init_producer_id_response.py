@@ -96,7 +96,7 @@ _C_InitProducerIdResponse._ENCODERS = {0: _e_InitProducerIdResponse_0, 1: _e_Ini
 _C_InitProducerIdResponse._DECODERS = {0: _d_InitProducerIdResponse_0, 1: _d_InitProducerIdResponse_0, 2: _d_InitProducerIdResponse_1, 3: _d_InitProducerIdResponse_1, 4: _d_InitProducerIdResponse_1, 5: _d_InitProducerIdResponse_1}
 _C_InitProducerIdResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('producer_epoch', 'ProducerEpoch', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('producer_epoch', 'ProducerEpoch', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

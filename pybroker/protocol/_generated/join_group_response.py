@@ -106,8 +106,6 @@ def _e_JoinGroupResponseMember_0(o, out):
 
 
 def _e_JoinGroupResponse_0(o, out):
-    if o.skip_assignment != False:
-        raise _UVE("a non-default skip_assignment cannot be written at this version")
     _s1 = o.protocol_name.encode()
     out.append(_S_hih.pack(o.error_code, o.generation_id, len(_s1)))
     out.append(_s1)
@@ -198,8 +196,6 @@ def _d_JoinGroupResponse_0(buf, pos):
 
 
 def _e_JoinGroupResponse_1(o, out):
-    if o.skip_assignment != False:
-        raise _UVE("a non-default skip_assignment cannot be written at this version")
     _s1 = o.protocol_name.encode()
     out.append(_S_ihih.pack(o.throttle_time_ms, o.error_code, o.generation_id, len(_s1)))
     out.append(_s1)
@@ -276,8 +272,6 @@ def _e_JoinGroupResponseMember_1(o, out):
 
 
 def _e_JoinGroupResponse_2(o, out):
-    if o.skip_assignment != False:
-        raise _UVE("a non-default skip_assignment cannot be written at this version")
     _s1 = o.protocol_name.encode()
     out.append(_S_ihih.pack(o.throttle_time_ms, o.error_code, o.generation_id, len(_s1)))
     out.append(_s1)
@@ -387,8 +381,6 @@ def _e_JoinGroupResponseMember_2(o, out):
 
 
 def _e_JoinGroupResponse_3(o, out):
-    if o.skip_assignment != False:
-        raise _UVE("a non-default skip_assignment cannot be written at this version")
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     out.append(_cstr(o.protocol_name))
     out.append(_cstr(o.leader))
@@ -505,8 +497,6 @@ def _d_JoinGroupResponse_3(buf, pos):
 
 
 def _e_JoinGroupResponse_4(o, out):
-    if o.skip_assignment != False:
-        raise _UVE("a non-default skip_assignment cannot be written at this version")
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     out.append(_cnstr(o.protocol_type))
     out.append(_cnstr(o.protocol_name))
@@ -682,21 +672,21 @@ _C_JoinGroupResponse._ENCODERS = {0: _e_JoinGroupResponse_0, 1: _e_JoinGroupResp
 _C_JoinGroupResponse._DECODERS = {0: _d_JoinGroupResponse_0, 1: _d_JoinGroupResponse_0, 2: _d_JoinGroupResponse_1, 3: _d_JoinGroupResponse_1, 4: _d_JoinGroupResponse_1, 5: _d_JoinGroupResponse_2, 6: _d_JoinGroupResponse_3, 7: _d_JoinGroupResponse_4, 8: _d_JoinGroupResponse_4, 9: _d_JoinGroupResponse_5}
 _C_JoinGroupResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (2, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('generation_id', 'GenerationId', 'int32', (0, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('generation_id', 'GenerationId', 'int32', (0, 32767), None, None, None, True, False, -1, None),
     FieldSpec('protocol_type', 'ProtocolType', 'string', (7, 32767), (7, 32767), None, None, True, False, None, None),
-    FieldSpec('protocol_name', 'ProtocolName', 'string', (0, 32767), (7, 32767), None, None, False, False, '', None),
-    FieldSpec('leader', 'Leader', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('skip_assignment', 'SkipAssignment', 'bool', (9, 32767), None, None, None, False, False, False, None),
-    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('members', 'Members', '[]JoinGroupResponseMember', (0, 32767), None, None, None, False, False, (), _C_JoinGroupResponseMember),
+    FieldSpec('protocol_name', 'ProtocolName', 'string', (0, 32767), (7, 32767), None, None, True, False, '', None),
+    FieldSpec('leader', 'Leader', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('skip_assignment', 'SkipAssignment', 'bool', (9, 32767), None, None, None, True, False, False, None),
+    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('members', 'Members', '[]JoinGroupResponseMember', (0, 32767), None, None, None, True, False, (), _C_JoinGroupResponseMember),
 )
 _C_JoinGroupResponseMember._ENCODERS = {0: _e_JoinGroupResponseMember_0, 1: _e_JoinGroupResponseMember_0, 2: _e_JoinGroupResponseMember_0, 3: _e_JoinGroupResponseMember_0, 4: _e_JoinGroupResponseMember_0, 5: _e_JoinGroupResponseMember_1, 6: _e_JoinGroupResponseMember_2, 7: _e_JoinGroupResponseMember_2, 8: _e_JoinGroupResponseMember_2, 9: _e_JoinGroupResponseMember_2}
 _C_JoinGroupResponseMember._DECODERS = {0: _d_JoinGroupResponseMember_0, 1: _d_JoinGroupResponseMember_0, 2: _d_JoinGroupResponseMember_0, 3: _d_JoinGroupResponseMember_0, 4: _d_JoinGroupResponseMember_0, 5: _d_JoinGroupResponseMember_1, 6: _d_JoinGroupResponseMember_2, 7: _d_JoinGroupResponseMember_2, 8: _d_JoinGroupResponseMember_2, 9: _d_JoinGroupResponseMember_2}
 _C_JoinGroupResponseMember.VALID_VERSIONS = (0, 9)
 _C_JoinGroupResponseMember.FLEXIBLE_VERSION = 6
 _C_JoinGroupResponseMember._FIELDS = (
-    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, True, False, '', None),
     FieldSpec('group_instance_id', 'GroupInstanceId', 'string', (5, 32767), (5, 32767), None, None, True, False, None, None),
-    FieldSpec('metadata', 'Metadata', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
+    FieldSpec('metadata', 'Metadata', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
 )

@@ -98,8 +98,6 @@ class LeaderAndIsrResponse(ApiMessage):
 _C_LeaderAndIsrResponse = LeaderAndIsrResponse
 _C_LeaderAndIsrPartitionError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
 _C_LeaderAndIsrTopicError = LeaderAndIsrResponse.LeaderAndIsrTopicError
-_D_LeaderAndIsrPartitionError = _C_LeaderAndIsrPartitionError()
-_D_LeaderAndIsrTopicError = _C_LeaderAndIsrTopicError()
 
 
 def _e_LeaderAndIsrPartitionError_0(o, out):
@@ -110,8 +108,6 @@ def _e_LeaderAndIsrPartitionError_0(o, out):
 
 
 def _e_LeaderAndIsrResponse_0(o, out):
-    if len(o.topics) > 0:
-        raise _UVE("a non-default topics cannot be written at this version")
     _a1 = o.partition_errors
     out.append(_S_hi.pack(o.error_code, len(_a1)))
     for _x2 in _a1:
@@ -165,8 +161,6 @@ def _e_LeaderAndIsrPartitionError_1(o, out):
 
 
 def _e_LeaderAndIsrResponse_1(o, out):
-    if len(o.topics) > 0:
-        raise _UVE("a non-default topics cannot be written at this version")
     _a1 = o.partition_errors
     out.append(_S_h.pack(o.error_code))
     out.append(_clen(len(_a1)))
@@ -246,8 +240,6 @@ def _e_LeaderAndIsrTopicError_0(o, out):
 
 
 def _e_LeaderAndIsrResponse_2(o, out):
-    if len(o.partition_errors) > 0:
-        raise _UVE("a non-default partition_errors cannot be written at this version")
     _a1 = o.topics
     out.append(_S_h.pack(o.error_code))
     out.append(_clen(len(_a1)))
@@ -322,9 +314,9 @@ def _d_LeaderAndIsrResponse_2(buf, pos):
 _C_LeaderAndIsrResponse._ENCODERS = {0: _e_LeaderAndIsrResponse_0, 1: _e_LeaderAndIsrResponse_0, 2: _e_LeaderAndIsrResponse_0, 3: _e_LeaderAndIsrResponse_0, 4: _e_LeaderAndIsrResponse_1, 5: _e_LeaderAndIsrResponse_2, 6: _e_LeaderAndIsrResponse_2, 7: _e_LeaderAndIsrResponse_2}
 _C_LeaderAndIsrResponse._DECODERS = {0: _d_LeaderAndIsrResponse_0, 1: _d_LeaderAndIsrResponse_0, 2: _d_LeaderAndIsrResponse_0, 3: _d_LeaderAndIsrResponse_0, 4: _d_LeaderAndIsrResponse_1, 5: _d_LeaderAndIsrResponse_2, 6: _d_LeaderAndIsrResponse_2, 7: _d_LeaderAndIsrResponse_2}
 _C_LeaderAndIsrResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition_errors', 'PartitionErrors', '[]LeaderAndIsrPartitionError', (0, 4), None, None, None, False, False, (), _C_LeaderAndIsrPartitionError),
-    FieldSpec('topics', 'Topics', '[]LeaderAndIsrTopicError', (5, 32767), None, None, None, False, False, (), _C_LeaderAndIsrTopicError),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition_errors', 'PartitionErrors', '[]LeaderAndIsrPartitionError', (0, 4), None, None, None, True, False, (), _C_LeaderAndIsrPartitionError),
+    FieldSpec('topics', 'Topics', '[]LeaderAndIsrTopicError', (5, 32767), None, None, None, True, False, (), _C_LeaderAndIsrTopicError),
 )
 _C_LeaderAndIsrPartitionError._ENCODERS = {0: _e_LeaderAndIsrPartitionError_0, 1: _e_LeaderAndIsrPartitionError_0, 2: _e_LeaderAndIsrPartitionError_0, 3: _e_LeaderAndIsrPartitionError_0, 4: _e_LeaderAndIsrPartitionError_1, 5: _e_LeaderAndIsrPartitionError_2, 6: _e_LeaderAndIsrPartitionError_2, 7: _e_LeaderAndIsrPartitionError_2}
 _C_LeaderAndIsrPartitionError._DECODERS = {0: _d_LeaderAndIsrPartitionError_0, 1: _d_LeaderAndIsrPartitionError_0, 2: _d_LeaderAndIsrPartitionError_0, 3: _d_LeaderAndIsrPartitionError_0, 4: _d_LeaderAndIsrPartitionError_1, 5: _d_LeaderAndIsrPartitionError_2, 6: _d_LeaderAndIsrPartitionError_2, 7: _d_LeaderAndIsrPartitionError_2}
@@ -332,14 +324,14 @@ _C_LeaderAndIsrPartitionError.VALID_VERSIONS = (0, 7)
 _C_LeaderAndIsrPartitionError.FLEXIBLE_VERSION = 4
 _C_LeaderAndIsrPartitionError._FIELDS = (
     FieldSpec('topic_name', 'TopicName', 'string', (0, 4), None, None, None, True, False, '', None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_LeaderAndIsrTopicError._ENCODERS = {5: _e_LeaderAndIsrTopicError_0, 6: _e_LeaderAndIsrTopicError_0, 7: _e_LeaderAndIsrTopicError_0}
 _C_LeaderAndIsrTopicError._DECODERS = {5: _d_LeaderAndIsrTopicError_0, 6: _d_LeaderAndIsrTopicError_0, 7: _d_LeaderAndIsrTopicError_0}
 _C_LeaderAndIsrTopicError.VALID_VERSIONS = (0, 7)
 _C_LeaderAndIsrTopicError.FLEXIBLE_VERSION = 4
 _C_LeaderAndIsrTopicError._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (5, 32767), None, None, None, False, True, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partition_errors', 'PartitionErrors', '[]LeaderAndIsrPartitionError', (5, 32767), None, None, None, False, False, (), _C_LeaderAndIsrPartitionError),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (5, 32767), None, None, None, True, True, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partition_errors', 'PartitionErrors', '[]LeaderAndIsrPartitionError', (5, 32767), None, None, None, True, False, (), _C_LeaderAndIsrPartitionError),
 )

@@ -79,12 +79,9 @@ class LeaveGroupResponse(ApiMessage):
 
 _C_LeaveGroupResponse = LeaveGroupResponse
 _C_MemberResponse = LeaveGroupResponse.MemberResponse
-_D_MemberResponse = _C_MemberResponse()
 
 
 def _e_LeaveGroupResponse_0(o, out):
-    if len(o.members) > 0:
-        raise _UVE("a non-default members cannot be written at this version")
     out.append(_S_h.pack(o.error_code))
 
 
@@ -99,8 +96,6 @@ def _d_LeaveGroupResponse_0(buf, pos):
 
 
 def _e_LeaveGroupResponse_1(o, out):
-    if len(o.members) > 0:
-        raise _UVE("a non-default members cannot be written at this version")
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
 
 
@@ -259,15 +254,15 @@ _C_LeaveGroupResponse._ENCODERS = {0: _e_LeaveGroupResponse_0, 1: _e_LeaveGroupR
 _C_LeaveGroupResponse._DECODERS = {0: _d_LeaveGroupResponse_0, 1: _d_LeaveGroupResponse_1, 2: _d_LeaveGroupResponse_1, 3: _d_LeaveGroupResponse_2, 4: _d_LeaveGroupResponse_3, 5: _d_LeaveGroupResponse_3}
 _C_LeaveGroupResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('members', 'Members', '[]MemberResponse', (3, 32767), None, None, None, False, False, (), _C_MemberResponse),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('members', 'Members', '[]MemberResponse', (3, 32767), None, None, None, True, False, (), _C_MemberResponse),
 )
 _C_MemberResponse._ENCODERS = {3: _e_MemberResponse_0, 4: _e_MemberResponse_1, 5: _e_MemberResponse_1}
 _C_MemberResponse._DECODERS = {3: _d_MemberResponse_0, 4: _d_MemberResponse_1, 5: _d_MemberResponse_1}
 _C_MemberResponse.VALID_VERSIONS = (0, 5)
 _C_MemberResponse.FLEXIBLE_VERSION = 4
 _C_MemberResponse._FIELDS = (
-    FieldSpec('member_id', 'MemberId', 'string', (3, 32767), None, None, None, False, False, '', None),
-    FieldSpec('group_instance_id', 'GroupInstanceId', 'string', (3, 32767), (3, 32767), None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (3, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('member_id', 'MemberId', 'string', (3, 32767), None, None, None, True, False, '', None),
+    FieldSpec('group_instance_id', 'GroupInstanceId', 'string', (3, 32767), (3, 32767), None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (3, 32767), None, None, None, True, False, 0, None),
 )

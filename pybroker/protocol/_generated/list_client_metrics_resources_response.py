@@ -142,14 +142,14 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
 _C_ListClientMetricsResourcesResponse._ENCODERS = {0: _e_ListClientMetricsResourcesResponse_0}
 _C_ListClientMetricsResourcesResponse._DECODERS = {0: _d_ListClientMetricsResourcesResponse_0}
 _C_ListClientMetricsResourcesResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('client_metrics_resources', 'ClientMetricsResources', '[]ClientMetricsResource', (0, 32767), None, None, None, False, False, (), _C_ClientMetricsResource),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('client_metrics_resources', 'ClientMetricsResources', '[]ClientMetricsResource', (0, 32767), None, None, None, True, False, (), _C_ClientMetricsResource),
 )
 _C_ClientMetricsResource._ENCODERS = {0: _e_ClientMetricsResource_0}
 _C_ClientMetricsResource._DECODERS = {0: _d_ClientMetricsResource_0}
 _C_ClientMetricsResource.VALID_VERSIONS = (0, 0)
 _C_ClientMetricsResource.FLEXIBLE_VERSION = 0
 _C_ClientMetricsResource._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
 )

@@ -442,16 +442,16 @@ _C_ListGroupsResponse._ENCODERS = {0: _e_ListGroupsResponse_0, 1: _e_ListGroupsR
 _C_ListGroupsResponse._DECODERS = {0: _d_ListGroupsResponse_0, 1: _d_ListGroupsResponse_1, 2: _d_ListGroupsResponse_1, 3: _d_ListGroupsResponse_2, 4: _d_ListGroupsResponse_3, 5: _d_ListGroupsResponse_4}
 _C_ListGroupsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('groups', 'Groups', '[]ListedGroup', (0, 32767), None, None, None, False, False, (), _C_ListedGroup),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('groups', 'Groups', '[]ListedGroup', (0, 32767), None, None, None, True, False, (), _C_ListedGroup),
 )
 _C_ListedGroup._ENCODERS = {0: _e_ListedGroup_0, 1: _e_ListedGroup_0, 2: _e_ListedGroup_0, 3: _e_ListedGroup_1, 4: _e_ListedGroup_2, 5: _e_ListedGroup_3}
 _C_ListedGroup._DECODERS = {0: _d_ListedGroup_0, 1: _d_ListedGroup_0, 2: _d_ListedGroup_0, 3: _d_ListedGroup_1, 4: _d_ListedGroup_2, 5: _d_ListedGroup_3}
 _C_ListedGroup.VALID_VERSIONS = (0, 5)
 _C_ListedGroup.FLEXIBLE_VERSION = 3
 _C_ListedGroup._FIELDS = (
-    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('protocol_type', 'ProtocolType', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('protocol_type', 'ProtocolType', 'string', (0, 32767), None, None, None, True, False, '', None),
     FieldSpec('group_state', 'GroupState', 'string', (4, 32767), None, None, None, True, False, '', None),
     FieldSpec('group_type', 'GroupType', 'string', (5, 32767), None, None, None, True, False, '', None),
 )

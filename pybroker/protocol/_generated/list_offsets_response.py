@@ -106,12 +106,6 @@ _C_ListOffsetsTopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 
 
 def _e_ListOffsetsPartitionResponse_0(o, out):
-    if o.timestamp != -1:
-        raise _UVE("a non-default timestamp cannot be written at this version")
-    if o.offset != -1:
-        raise _UVE("a non-default offset cannot be written at this version")
-    if o.leader_epoch != -1:
-        raise _UVE("a non-default leader_epoch cannot be written at this version")
     _a1 = o.old_style_offsets
     out.append(_S_ihi.pack(o.partition_index, o.error_code, len(_a1)))
     out.append(_iarr('q', _a1))
@@ -196,10 +190,6 @@ def _d_ListOffsetsResponse_0(buf, pos):
 
 
 def _e_ListOffsetsPartitionResponse_1(o, out):
-    if len(o.old_style_offsets) > 0:
-        raise _UVE("a non-default old_style_offsets cannot be written at this version")
-    if o.leader_epoch != -1:
-        raise _UVE("a non-default leader_epoch cannot be written at this version")
     out.append(_S_ihqq.pack(o.partition_index, o.error_code, o.timestamp, o.offset))
 
 
@@ -302,8 +292,6 @@ def _d_ListOffsetsResponse_2(buf, pos):
 
 
 def _e_ListOffsetsPartitionResponse_2(o, out):
-    if len(o.old_style_offsets) > 0:
-        raise _UVE("a non-default old_style_offsets cannot be written at this version")
     out.append(_S_ihqqi.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch))
 
 
@@ -379,8 +367,6 @@ def _d_ListOffsetsResponse_3(buf, pos):
 
 
 def _e_ListOffsetsPartitionResponse_3(o, out):
-    if len(o.old_style_offsets) > 0:
-        raise _UVE("a non-default old_style_offsets cannot be written at this version")
     out.append(_S_ihqqi.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch))
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
@@ -484,25 +470,25 @@ _C_ListOffsetsResponse._ENCODERS = {0: _e_ListOffsetsResponse_0, 1: _e_ListOffse
 _C_ListOffsetsResponse._DECODERS = {0: _d_ListOffsetsResponse_0, 1: _d_ListOffsetsResponse_1, 2: _d_ListOffsetsResponse_2, 3: _d_ListOffsetsResponse_2, 4: _d_ListOffsetsResponse_3, 5: _d_ListOffsetsResponse_3, 6: _d_ListOffsetsResponse_4, 7: _d_ListOffsetsResponse_4, 8: _d_ListOffsetsResponse_4, 9: _d_ListOffsetsResponse_4, 10: _d_ListOffsetsResponse_4}
 _C_ListOffsetsResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (2, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]ListOffsetsTopicResponse', (0, 32767), None, None, None, False, False, (), _C_ListOffsetsTopicResponse),
+    FieldSpec('topics', 'Topics', '[]ListOffsetsTopicResponse', (0, 32767), None, None, None, True, False, (), _C_ListOffsetsTopicResponse),
 )
 _C_ListOffsetsPartitionResponse._ENCODERS = {0: _e_ListOffsetsPartitionResponse_0, 1: _e_ListOffsetsPartitionResponse_1, 2: _e_ListOffsetsPartitionResponse_1, 3: _e_ListOffsetsPartitionResponse_1, 4: _e_ListOffsetsPartitionResponse_2, 5: _e_ListOffsetsPartitionResponse_2, 6: _e_ListOffsetsPartitionResponse_3, 7: _e_ListOffsetsPartitionResponse_3, 8: _e_ListOffsetsPartitionResponse_3, 9: _e_ListOffsetsPartitionResponse_3, 10: _e_ListOffsetsPartitionResponse_3}
 _C_ListOffsetsPartitionResponse._DECODERS = {0: _d_ListOffsetsPartitionResponse_0, 1: _d_ListOffsetsPartitionResponse_1, 2: _d_ListOffsetsPartitionResponse_1, 3: _d_ListOffsetsPartitionResponse_1, 4: _d_ListOffsetsPartitionResponse_2, 5: _d_ListOffsetsPartitionResponse_2, 6: _d_ListOffsetsPartitionResponse_3, 7: _d_ListOffsetsPartitionResponse_3, 8: _d_ListOffsetsPartitionResponse_3, 9: _d_ListOffsetsPartitionResponse_3, 10: _d_ListOffsetsPartitionResponse_3}
 _C_ListOffsetsPartitionResponse.VALID_VERSIONS = (0, 10)
 _C_ListOffsetsPartitionResponse.FLEXIBLE_VERSION = 6
 _C_ListOffsetsPartitionResponse._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('old_style_offsets', 'OldStyleOffsets', '[]int64', (0, 0), None, None, None, False, False, (), None),
-    FieldSpec('timestamp', 'Timestamp', 'int64', (1, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('offset', 'Offset', 'int64', (1, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (4, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('old_style_offsets', 'OldStyleOffsets', '[]int64', (0, 0), None, None, None, True, False, (), None),
+    FieldSpec('timestamp', 'Timestamp', 'int64', (1, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('offset', 'Offset', 'int64', (1, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (4, 32767), None, None, None, True, False, -1, None),
 )
 _C_ListOffsetsTopicResponse._ENCODERS = {0: _e_ListOffsetsTopicResponse_0, 1: _e_ListOffsetsTopicResponse_1, 2: _e_ListOffsetsTopicResponse_1, 3: _e_ListOffsetsTopicResponse_1, 4: _e_ListOffsetsTopicResponse_2, 5: _e_ListOffsetsTopicResponse_2, 6: _e_ListOffsetsTopicResponse_3, 7: _e_ListOffsetsTopicResponse_3, 8: _e_ListOffsetsTopicResponse_3, 9: _e_ListOffsetsTopicResponse_3, 10: _e_ListOffsetsTopicResponse_3}
 _C_ListOffsetsTopicResponse._DECODERS = {0: _d_ListOffsetsTopicResponse_0, 1: _d_ListOffsetsTopicResponse_1, 2: _d_ListOffsetsTopicResponse_1, 3: _d_ListOffsetsTopicResponse_1, 4: _d_ListOffsetsTopicResponse_2, 5: _d_ListOffsetsTopicResponse_2, 6: _d_ListOffsetsTopicResponse_3, 7: _d_ListOffsetsTopicResponse_3, 8: _d_ListOffsetsTopicResponse_3, 9: _d_ListOffsetsTopicResponse_3, 10: _d_ListOffsetsTopicResponse_3}
 _C_ListOffsetsTopicResponse.VALID_VERSIONS = (0, 10)
 _C_ListOffsetsTopicResponse.FLEXIBLE_VERSION = 6
 _C_ListOffsetsTopicResponse._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]ListOffsetsPartitionResponse', (0, 32767), None, None, None, False, False, (), _C_ListOffsetsPartitionResponse),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]ListOffsetsPartitionResponse', (0, 32767), None, None, None, True, False, (), _C_ListOffsetsPartitionResponse),
 )

@@ -248,26 +248,26 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
 _C_ListPartitionReassignmentsResponse._ENCODERS = {0: _e_ListPartitionReassignmentsResponse_0}
 _C_ListPartitionReassignmentsResponse._DECODERS = {0: _d_ListPartitionReassignmentsResponse_0}
 _C_ListPartitionReassignmentsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('topics', 'Topics', '[]OngoingTopicReassignment', (0, 32767), None, None, None, False, False, (), _C_OngoingTopicReassignment),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('topics', 'Topics', '[]OngoingTopicReassignment', (0, 32767), None, None, None, True, False, (), _C_OngoingTopicReassignment),
 )
 _C_OngoingPartitionReassignment._ENCODERS = {0: _e_OngoingPartitionReassignment_0}
 _C_OngoingPartitionReassignment._DECODERS = {0: _d_OngoingPartitionReassignment_0}
 _C_OngoingPartitionReassignment.VALID_VERSIONS = (0, 0)
 _C_OngoingPartitionReassignment.FLEXIBLE_VERSION = 0
 _C_OngoingPartitionReassignment._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('replicas', 'Replicas', '[]int32', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('adding_replicas', 'AddingReplicas', '[]int32', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('removing_replicas', 'RemovingReplicas', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('replicas', 'Replicas', '[]int32', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('adding_replicas', 'AddingReplicas', '[]int32', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('removing_replicas', 'RemovingReplicas', '[]int32', (0, 32767), None, None, None, True, False, (), None),
 )
 _C_OngoingTopicReassignment._ENCODERS = {0: _e_OngoingTopicReassignment_0}
 _C_OngoingTopicReassignment._DECODERS = {0: _d_OngoingTopicReassignment_0}
 _C_OngoingTopicReassignment.VALID_VERSIONS = (0, 0)
 _C_OngoingTopicReassignment.FLEXIBLE_VERSION = 0
 _C_OngoingTopicReassignment._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]OngoingPartitionReassignment', (0, 32767), None, None, None, False, False, (), _C_OngoingPartitionReassignment),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]OngoingPartitionReassignment', (0, 32767), None, None, None, True, False, (), _C_OngoingPartitionReassignment),
 )

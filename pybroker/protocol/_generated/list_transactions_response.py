@@ -191,17 +191,17 @@ def _d_ListTransactionsResponse_0(buf, pos):
 _C_ListTransactionsResponse._ENCODERS = {0: _e_ListTransactionsResponse_0, 1: _e_ListTransactionsResponse_0}
 _C_ListTransactionsResponse._DECODERS = {0: _d_ListTransactionsResponse_0, 1: _d_ListTransactionsResponse_0}
 _C_ListTransactionsResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('unknown_state_filters', 'UnknownStateFilters', '[]string', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('transaction_states', 'TransactionStates', '[]TransactionState', (0, 32767), None, None, None, False, False, (), _C_TransactionState),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('unknown_state_filters', 'UnknownStateFilters', '[]string', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('transaction_states', 'TransactionStates', '[]TransactionState', (0, 32767), None, None, None, True, False, (), _C_TransactionState),
 )
 _C_TransactionState._ENCODERS = {0: _e_TransactionState_0, 1: _e_TransactionState_0}
 _C_TransactionState._DECODERS = {0: _d_TransactionState_0, 1: _d_TransactionState_0}
 _C_TransactionState.VALID_VERSIONS = (0, 1)
 _C_TransactionState.FLEXIBLE_VERSION = 0
 _C_TransactionState._FIELDS = (
-    FieldSpec('transactional_id', 'TransactionalId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('transaction_state', 'TransactionState', 'string', (0, 32767), None, None, None, False, False, '', None),
+    FieldSpec('transactional_id', 'TransactionalId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('transaction_state', 'TransactionState', 'string', (0, 32767), None, None, None, True, False, '', None),
 )

@@ -167,8 +167,6 @@ def _e_MetadataResponsePartition_0(o, out):
 
 
 def _e_MetadataResponseTopic_0(o, out):
-    if o.topic_authorized_operations != -2147483648:
-        raise _UVE("a non-default topic_authorized_operations cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -179,8 +177,6 @@ def _e_MetadataResponseTopic_0(o, out):
 
 
 def _e_MetadataResponse_0(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -304,8 +300,6 @@ def _e_MetadataResponseBroker_1(o, out):
 
 
 def _e_MetadataResponseTopic_1(o, out):
-    if o.topic_authorized_operations != -2147483648:
-        raise _UVE("a non-default topic_authorized_operations cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -316,8 +310,6 @@ def _e_MetadataResponseTopic_1(o, out):
 
 
 def _e_MetadataResponse_1(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -415,8 +407,6 @@ def _d_MetadataResponse_1(buf, pos):
 
 
 def _e_MetadataResponse_2(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -472,8 +462,6 @@ def _d_MetadataResponse_2(buf, pos):
 
 
 def _e_MetadataResponse_3(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -540,8 +528,6 @@ def _e_MetadataResponsePartition_1(o, out):
 
 
 def _e_MetadataResponseTopic_2(o, out):
-    if o.topic_authorized_operations != -2147483648:
-        raise _UVE("a non-default topic_authorized_operations cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -552,8 +538,6 @@ def _e_MetadataResponseTopic_2(o, out):
 
 
 def _e_MetadataResponse_4(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -674,8 +658,6 @@ def _e_MetadataResponsePartition_2(o, out):
 
 
 def _e_MetadataResponseTopic_3(o, out):
-    if o.topic_authorized_operations != -2147483648:
-        raise _UVE("a non-default topic_authorized_operations cannot be written at this version")
     _s1 = o.name.encode()
     out.append(_S_hh.pack(o.error_code, len(_s1)))
     out.append(_s1)
@@ -686,8 +668,6 @@ def _e_MetadataResponseTopic_3(o, out):
 
 
 def _e_MetadataResponse_5(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -1240,8 +1220,6 @@ def _d_MetadataResponse_8(buf, pos):
 
 
 def _e_MetadataResponse_9(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -1326,8 +1304,6 @@ def _e_MetadataResponseTopic_7(o, out):
 
 
 def _e_MetadataResponse_10(o, out):
-    if o.cluster_authorized_operations != -2147483648:
-        raise _UVE("a non-default cluster_authorized_operations cannot be written at this version")
     _a1 = o.brokers
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -1439,20 +1415,20 @@ _C_MetadataResponse._ENCODERS = {0: _e_MetadataResponse_0, 1: _e_MetadataRespons
 _C_MetadataResponse._DECODERS = {0: _d_MetadataResponse_0, 1: _d_MetadataResponse_1, 2: _d_MetadataResponse_2, 3: _d_MetadataResponse_3, 4: _d_MetadataResponse_3, 5: _d_MetadataResponse_4, 6: _d_MetadataResponse_4, 7: _d_MetadataResponse_5, 8: _d_MetadataResponse_6, 9: _d_MetadataResponse_7, 10: _d_MetadataResponse_8, 11: _d_MetadataResponse_9, 12: _d_MetadataResponse_10}
 _C_MetadataResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (3, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('brokers', 'Brokers', '[]MetadataResponseBroker', (0, 32767), None, None, None, False, False, (), _C_MetadataResponseBroker),
+    FieldSpec('brokers', 'Brokers', '[]MetadataResponseBroker', (0, 32767), None, None, None, True, False, (), _C_MetadataResponseBroker),
     FieldSpec('cluster_id', 'ClusterId', 'string', (2, 32767), (2, 32767), None, None, True, False, None, None),
     FieldSpec('controller_id', 'ControllerId', 'int32', (1, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('topics', 'Topics', '[]MetadataResponseTopic', (0, 32767), None, None, None, False, False, (), _C_MetadataResponseTopic),
-    FieldSpec('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', (8, 10), None, None, None, False, False, -2147483648, None),
+    FieldSpec('topics', 'Topics', '[]MetadataResponseTopic', (0, 32767), None, None, None, True, False, (), _C_MetadataResponseTopic),
+    FieldSpec('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', (8, 10), None, None, None, True, False, -2147483648, None),
 )
 _C_MetadataResponseBroker._ENCODERS = {0: _e_MetadataResponseBroker_0, 1: _e_MetadataResponseBroker_1, 2: _e_MetadataResponseBroker_1, 3: _e_MetadataResponseBroker_1, 4: _e_MetadataResponseBroker_1, 5: _e_MetadataResponseBroker_1, 6: _e_MetadataResponseBroker_1, 7: _e_MetadataResponseBroker_1, 8: _e_MetadataResponseBroker_1, 9: _e_MetadataResponseBroker_2, 10: _e_MetadataResponseBroker_2, 11: _e_MetadataResponseBroker_2, 12: _e_MetadataResponseBroker_2}
 _C_MetadataResponseBroker._DECODERS = {0: _d_MetadataResponseBroker_0, 1: _d_MetadataResponseBroker_1, 2: _d_MetadataResponseBroker_1, 3: _d_MetadataResponseBroker_1, 4: _d_MetadataResponseBroker_1, 5: _d_MetadataResponseBroker_1, 6: _d_MetadataResponseBroker_1, 7: _d_MetadataResponseBroker_1, 8: _d_MetadataResponseBroker_1, 9: _d_MetadataResponseBroker_2, 10: _d_MetadataResponseBroker_2, 11: _d_MetadataResponseBroker_2, 12: _d_MetadataResponseBroker_2}
 _C_MetadataResponseBroker.VALID_VERSIONS = (0, 12)
 _C_MetadataResponseBroker.FLEXIBLE_VERSION = 9
 _C_MetadataResponseBroker._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('rack', 'Rack', 'string', (1, 32767), (1, 32767), None, None, True, False, None, None),
 )
 _C_MetadataResponsePartition._ENCODERS = {0: _e_MetadataResponsePartition_0, 1: _e_MetadataResponsePartition_0, 2: _e_MetadataResponsePartition_0, 3: _e_MetadataResponsePartition_0, 4: _e_MetadataResponsePartition_0, 5: _e_MetadataResponsePartition_1, 6: _e_MetadataResponsePartition_1, 7: _e_MetadataResponsePartition_2, 8: _e_MetadataResponsePartition_2, 9: _e_MetadataResponsePartition_3, 10: _e_MetadataResponsePartition_3, 11: _e_MetadataResponsePartition_3, 12: _e_MetadataResponsePartition_3}
@@ -1460,12 +1436,12 @@ _C_MetadataResponsePartition._DECODERS = {0: _d_MetadataResponsePartition_0, 1: 
 _C_MetadataResponsePartition.VALID_VERSIONS = (0, 12)
 _C_MetadataResponsePartition.FLEXIBLE_VERSION = 9
 _C_MetadataResponsePartition._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (7, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('replica_nodes', 'ReplicaNodes', '[]int32', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('isr_nodes', 'IsrNodes', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('replica_nodes', 'ReplicaNodes', '[]int32', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('isr_nodes', 'IsrNodes', '[]int32', (0, 32767), None, None, None, True, False, (), None),
     FieldSpec('offline_replicas', 'OfflineReplicas', '[]int32', (5, 32767), None, None, None, True, False, (), None),
 )
 _C_MetadataResponseTopic._ENCODERS = {0: _e_MetadataResponseTopic_0, 1: _e_MetadataResponseTopic_1, 2: _e_MetadataResponseTopic_1, 3: _e_MetadataResponseTopic_1, 4: _e_MetadataResponseTopic_1, 5: _e_MetadataResponseTopic_2, 6: _e_MetadataResponseTopic_2, 7: _e_MetadataResponseTopic_3, 8: _e_MetadataResponseTopic_4, 9: _e_MetadataResponseTopic_5, 10: _e_MetadataResponseTopic_6, 11: _e_MetadataResponseTopic_6, 12: _e_MetadataResponseTopic_7}
@@ -1473,10 +1449,10 @@ _C_MetadataResponseTopic._DECODERS = {0: _d_MetadataResponseTopic_0, 1: _d_Metad
 _C_MetadataResponseTopic.VALID_VERSIONS = (0, 12)
 _C_MetadataResponseTopic.FLEXIBLE_VERSION = 9
 _C_MetadataResponseTopic._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('name', 'Name', 'string', (0, 32767), (12, 32767), None, None, False, True, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('name', 'Name', 'string', (0, 32767), (12, 32767), None, None, True, True, '', None),
     FieldSpec('topic_id', 'TopicId', 'uuid', (10, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
     FieldSpec('is_internal', 'IsInternal', 'bool', (1, 32767), None, None, None, True, False, False, None),
-    FieldSpec('partitions', 'Partitions', '[]MetadataResponsePartition', (0, 32767), None, None, None, False, False, (), _C_MetadataResponsePartition),
-    FieldSpec('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (8, 32767), None, None, None, False, False, -2147483648, None),
+    FieldSpec('partitions', 'Partitions', '[]MetadataResponsePartition', (0, 32767), None, None, None, True, False, (), _C_MetadataResponsePartition),
+    FieldSpec('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (8, 32767), None, None, None, True, False, -2147483648, None),
 )

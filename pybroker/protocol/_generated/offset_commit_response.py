@@ -298,21 +298,21 @@ _C_OffsetCommitResponse._ENCODERS = {0: _e_OffsetCommitResponse_0, 1: _e_OffsetC
 _C_OffsetCommitResponse._DECODERS = {0: _d_OffsetCommitResponse_0, 1: _d_OffsetCommitResponse_0, 2: _d_OffsetCommitResponse_0, 3: _d_OffsetCommitResponse_1, 4: _d_OffsetCommitResponse_1, 5: _d_OffsetCommitResponse_1, 6: _d_OffsetCommitResponse_1, 7: _d_OffsetCommitResponse_1, 8: _d_OffsetCommitResponse_2, 9: _d_OffsetCommitResponse_2}
 _C_OffsetCommitResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (3, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]OffsetCommitResponseTopic', (0, 32767), None, None, None, False, False, (), _C_OffsetCommitResponseTopic),
+    FieldSpec('topics', 'Topics', '[]OffsetCommitResponseTopic', (0, 32767), None, None, None, True, False, (), _C_OffsetCommitResponseTopic),
 )
 _C_OffsetCommitResponsePartition._ENCODERS = {0: _e_OffsetCommitResponsePartition_0, 1: _e_OffsetCommitResponsePartition_0, 2: _e_OffsetCommitResponsePartition_0, 3: _e_OffsetCommitResponsePartition_0, 4: _e_OffsetCommitResponsePartition_0, 5: _e_OffsetCommitResponsePartition_0, 6: _e_OffsetCommitResponsePartition_0, 7: _e_OffsetCommitResponsePartition_0, 8: _e_OffsetCommitResponsePartition_1, 9: _e_OffsetCommitResponsePartition_1}
 _C_OffsetCommitResponsePartition._DECODERS = {0: _d_OffsetCommitResponsePartition_0, 1: _d_OffsetCommitResponsePartition_0, 2: _d_OffsetCommitResponsePartition_0, 3: _d_OffsetCommitResponsePartition_0, 4: _d_OffsetCommitResponsePartition_0, 5: _d_OffsetCommitResponsePartition_0, 6: _d_OffsetCommitResponsePartition_0, 7: _d_OffsetCommitResponsePartition_0, 8: _d_OffsetCommitResponsePartition_1, 9: _d_OffsetCommitResponsePartition_1}
 _C_OffsetCommitResponsePartition.VALID_VERSIONS = (0, 9)
 _C_OffsetCommitResponsePartition.FLEXIBLE_VERSION = 8
 _C_OffsetCommitResponsePartition._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_OffsetCommitResponseTopic._ENCODERS = {0: _e_OffsetCommitResponseTopic_0, 1: _e_OffsetCommitResponseTopic_0, 2: _e_OffsetCommitResponseTopic_0, 3: _e_OffsetCommitResponseTopic_0, 4: _e_OffsetCommitResponseTopic_0, 5: _e_OffsetCommitResponseTopic_0, 6: _e_OffsetCommitResponseTopic_0, 7: _e_OffsetCommitResponseTopic_0, 8: _e_OffsetCommitResponseTopic_1, 9: _e_OffsetCommitResponseTopic_1}
 _C_OffsetCommitResponseTopic._DECODERS = {0: _d_OffsetCommitResponseTopic_0, 1: _d_OffsetCommitResponseTopic_0, 2: _d_OffsetCommitResponseTopic_0, 3: _d_OffsetCommitResponseTopic_0, 4: _d_OffsetCommitResponseTopic_0, 5: _d_OffsetCommitResponseTopic_0, 6: _d_OffsetCommitResponseTopic_0, 7: _d_OffsetCommitResponseTopic_0, 8: _d_OffsetCommitResponseTopic_1, 9: _d_OffsetCommitResponseTopic_1}
 _C_OffsetCommitResponseTopic.VALID_VERSIONS = (0, 9)
 _C_OffsetCommitResponseTopic.FLEXIBLE_VERSION = 8
 _C_OffsetCommitResponseTopic._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]OffsetCommitResponsePartition', (0, 32767), None, None, None, False, False, (), _C_OffsetCommitResponsePartition),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]OffsetCommitResponsePartition', (0, 32767), None, None, None, True, False, (), _C_OffsetCommitResponsePartition),
 )

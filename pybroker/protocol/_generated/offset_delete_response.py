@@ -176,23 +176,23 @@ def _d_OffsetDeleteResponse_0(buf, pos):
 _C_OffsetDeleteResponse._ENCODERS = {0: _e_OffsetDeleteResponse_0}
 _C_OffsetDeleteResponse._DECODERS = {0: _d_OffsetDeleteResponse_0}
 _C_OffsetDeleteResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]OffsetDeleteResponseTopic', (0, 32767), None, None, None, False, False, (), _C_OffsetDeleteResponseTopic),
+    FieldSpec('topics', 'Topics', '[]OffsetDeleteResponseTopic', (0, 32767), None, None, None, True, False, (), _C_OffsetDeleteResponseTopic),
 )
 _C_OffsetDeleteResponsePartition._ENCODERS = {0: _e_OffsetDeleteResponsePartition_0}
 _C_OffsetDeleteResponsePartition._DECODERS = {0: _d_OffsetDeleteResponsePartition_0}
 _C_OffsetDeleteResponsePartition.VALID_VERSIONS = (0, 0)
 _C_OffsetDeleteResponsePartition.FLEXIBLE_VERSION = None
 _C_OffsetDeleteResponsePartition._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_OffsetDeleteResponseTopic._ENCODERS = {0: _e_OffsetDeleteResponseTopic_0}
 _C_OffsetDeleteResponseTopic._DECODERS = {0: _d_OffsetDeleteResponseTopic_0}
 _C_OffsetDeleteResponseTopic.VALID_VERSIONS = (0, 0)
 _C_OffsetDeleteResponseTopic.FLEXIBLE_VERSION = None
 _C_OffsetDeleteResponseTopic._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partitions', 'Partitions', '[]OffsetDeleteResponsePartition', (0, 32767), None, None, None, False, False, (), _C_OffsetDeleteResponsePartition),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partitions', 'Partitions', '[]OffsetDeleteResponsePartition', (0, 32767), None, None, None, True, False, (), _C_OffsetDeleteResponsePartition),
 )

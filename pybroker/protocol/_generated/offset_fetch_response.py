@@ -164,8 +164,6 @@ _C_OffsetFetchResponsePartition = OffsetFetchResponse.OffsetFetchResponsePartiti
 _C_OffsetFetchResponsePartitions = OffsetFetchResponse.OffsetFetchResponsePartitions
 _C_OffsetFetchResponseTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 _C_OffsetFetchResponseTopics = OffsetFetchResponse.OffsetFetchResponseTopics
-_D_OffsetFetchResponseGroup = _C_OffsetFetchResponseGroup()
-_D_OffsetFetchResponseTopic = _C_OffsetFetchResponseTopic()
 
 
 def _e_OffsetFetchResponsePartition_0(o, out):
@@ -187,8 +185,6 @@ def _e_OffsetFetchResponseTopic_0(o, out):
 
 
 def _e_OffsetFetchResponse_0(o, out):
-    if len(o.groups) > 0:
-        raise _UVE("a non-default groups cannot be written at this version")
     _a1 = o.topics
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -263,8 +259,6 @@ def _d_OffsetFetchResponse_0(buf, pos):
 
 
 def _e_OffsetFetchResponse_1(o, out):
-    if len(o.groups) > 0:
-        raise _UVE("a non-default groups cannot be written at this version")
     _a1 = o.topics
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -295,8 +289,6 @@ def _d_OffsetFetchResponse_1(buf, pos):
 
 
 def _e_OffsetFetchResponse_2(o, out):
-    if len(o.groups) > 0:
-        raise _UVE("a non-default groups cannot be written at this version")
     _a1 = o.topics
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -344,8 +336,6 @@ def _e_OffsetFetchResponseTopic_1(o, out):
 
 
 def _e_OffsetFetchResponse_3(o, out):
-    if len(o.groups) > 0:
-        raise _UVE("a non-default groups cannot be written at this version")
     _a1 = o.topics
     out.append(_S_ii.pack(o.throttle_time_ms, len(_a1)))
     for _x2 in _a1:
@@ -442,8 +432,6 @@ def _e_OffsetFetchResponseTopic_2(o, out):
 
 
 def _e_OffsetFetchResponse_4(o, out):
-    if len(o.groups) > 0:
-        raise _UVE("a non-default groups cannot be written at this version")
     _a1 = o.topics
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -554,8 +542,6 @@ def _e_OffsetFetchResponseGroup_0(o, out):
 
 
 def _e_OffsetFetchResponse_5(o, out):
-    if len(o.topics) > 0:
-        raise _UVE("a non-default topics cannot be written at this version")
     _a1 = o.groups
     out.append(_S_i.pack(o.throttle_time_ms))
     out.append(_clen(len(_a1)))
@@ -689,54 +675,54 @@ _C_OffsetFetchResponse._ENCODERS = {0: _e_OffsetFetchResponse_0, 1: _e_OffsetFet
 _C_OffsetFetchResponse._DECODERS = {0: _d_OffsetFetchResponse_0, 1: _d_OffsetFetchResponse_0, 2: _d_OffsetFetchResponse_1, 3: _d_OffsetFetchResponse_2, 4: _d_OffsetFetchResponse_2, 5: _d_OffsetFetchResponse_3, 6: _d_OffsetFetchResponse_4, 7: _d_OffsetFetchResponse_4, 8: _d_OffsetFetchResponse_5, 9: _d_OffsetFetchResponse_5}
 _C_OffsetFetchResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (3, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]OffsetFetchResponseTopic', (0, 7), None, None, None, False, False, (), _C_OffsetFetchResponseTopic),
+    FieldSpec('topics', 'Topics', '[]OffsetFetchResponseTopic', (0, 7), None, None, None, True, False, (), _C_OffsetFetchResponseTopic),
     FieldSpec('error_code', 'ErrorCode', 'int16', (2, 7), None, None, None, True, False, 0, None),
-    FieldSpec('groups', 'Groups', '[]OffsetFetchResponseGroup', (8, 32767), None, None, None, False, False, (), _C_OffsetFetchResponseGroup),
+    FieldSpec('groups', 'Groups', '[]OffsetFetchResponseGroup', (8, 32767), None, None, None, True, False, (), _C_OffsetFetchResponseGroup),
 )
 _C_OffsetFetchResponseGroup._ENCODERS = {8: _e_OffsetFetchResponseGroup_0, 9: _e_OffsetFetchResponseGroup_0}
 _C_OffsetFetchResponseGroup._DECODERS = {8: _d_OffsetFetchResponseGroup_0, 9: _d_OffsetFetchResponseGroup_0}
 _C_OffsetFetchResponseGroup.VALID_VERSIONS = (0, 9)
 _C_OffsetFetchResponseGroup.FLEXIBLE_VERSION = 6
 _C_OffsetFetchResponseGroup._FIELDS = (
-    FieldSpec('group_id', 'GroupId', 'string', (8, 32767), None, None, None, False, False, '', None),
-    FieldSpec('topics', 'Topics', '[]OffsetFetchResponseTopics', (8, 32767), None, None, None, False, False, (), _C_OffsetFetchResponseTopics),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (8, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('group_id', 'GroupId', 'string', (8, 32767), None, None, None, True, False, '', None),
+    FieldSpec('topics', 'Topics', '[]OffsetFetchResponseTopics', (8, 32767), None, None, None, True, False, (), _C_OffsetFetchResponseTopics),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (8, 32767), None, None, None, True, False, 0, None),
 )
 _C_OffsetFetchResponsePartition._ENCODERS = {0: _e_OffsetFetchResponsePartition_0, 1: _e_OffsetFetchResponsePartition_0, 2: _e_OffsetFetchResponsePartition_0, 3: _e_OffsetFetchResponsePartition_0, 4: _e_OffsetFetchResponsePartition_0, 5: _e_OffsetFetchResponsePartition_1, 6: _e_OffsetFetchResponsePartition_2, 7: _e_OffsetFetchResponsePartition_2}
 _C_OffsetFetchResponsePartition._DECODERS = {0: _d_OffsetFetchResponsePartition_0, 1: _d_OffsetFetchResponsePartition_0, 2: _d_OffsetFetchResponsePartition_0, 3: _d_OffsetFetchResponsePartition_0, 4: _d_OffsetFetchResponsePartition_0, 5: _d_OffsetFetchResponsePartition_1, 6: _d_OffsetFetchResponsePartition_2, 7: _d_OffsetFetchResponsePartition_2}
 _C_OffsetFetchResponsePartition.VALID_VERSIONS = (0, 9)
 _C_OffsetFetchResponsePartition.FLEXIBLE_VERSION = 6
 _C_OffsetFetchResponsePartition._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 7), None, None, None, False, False, 0, None),
-    FieldSpec('committed_offset', 'CommittedOffset', 'int64', (0, 7), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 7), None, None, None, True, False, 0, None),
+    FieldSpec('committed_offset', 'CommittedOffset', 'int64', (0, 7), None, None, None, True, False, 0, None),
     FieldSpec('committed_leader_epoch', 'CommittedLeaderEpoch', 'int32', (5, 7), None, None, None, True, False, -1, None),
-    FieldSpec('metadata', 'Metadata', 'string', (0, 7), (0, 7), None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 7), None, None, None, False, False, 0, None),
+    FieldSpec('metadata', 'Metadata', 'string', (0, 7), (0, 7), None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 7), None, None, None, True, False, 0, None),
 )
 _C_OffsetFetchResponsePartitions._ENCODERS = {8: _e_OffsetFetchResponsePartition_2, 9: _e_OffsetFetchResponsePartition_2}
 _C_OffsetFetchResponsePartitions._DECODERS = {8: _d_OffsetFetchResponsePartitions_0, 9: _d_OffsetFetchResponsePartitions_0}
 _C_OffsetFetchResponsePartitions.VALID_VERSIONS = (0, 9)
 _C_OffsetFetchResponsePartitions.FLEXIBLE_VERSION = 6
 _C_OffsetFetchResponsePartitions._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (8, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('committed_offset', 'CommittedOffset', 'int64', (8, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (8, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('committed_offset', 'CommittedOffset', 'int64', (8, 32767), None, None, None, True, False, 0, None),
     FieldSpec('committed_leader_epoch', 'CommittedLeaderEpoch', 'int32', (8, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('metadata', 'Metadata', 'string', (8, 32767), (8, 32767), None, None, False, False, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (8, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('metadata', 'Metadata', 'string', (8, 32767), (8, 32767), None, None, True, False, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (8, 32767), None, None, None, True, False, 0, None),
 )
 _C_OffsetFetchResponseTopic._ENCODERS = {0: _e_OffsetFetchResponseTopic_0, 1: _e_OffsetFetchResponseTopic_0, 2: _e_OffsetFetchResponseTopic_0, 3: _e_OffsetFetchResponseTopic_0, 4: _e_OffsetFetchResponseTopic_0, 5: _e_OffsetFetchResponseTopic_1, 6: _e_OffsetFetchResponseTopic_2, 7: _e_OffsetFetchResponseTopic_2}
 _C_OffsetFetchResponseTopic._DECODERS = {0: _d_OffsetFetchResponseTopic_0, 1: _d_OffsetFetchResponseTopic_0, 2: _d_OffsetFetchResponseTopic_0, 3: _d_OffsetFetchResponseTopic_0, 4: _d_OffsetFetchResponseTopic_0, 5: _d_OffsetFetchResponseTopic_1, 6: _d_OffsetFetchResponseTopic_2, 7: _d_OffsetFetchResponseTopic_2}
 _C_OffsetFetchResponseTopic.VALID_VERSIONS = (0, 9)
 _C_OffsetFetchResponseTopic.FLEXIBLE_VERSION = 6
 _C_OffsetFetchResponseTopic._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 7), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]OffsetFetchResponsePartition', (0, 7), None, None, None, False, False, (), _C_OffsetFetchResponsePartition),
+    FieldSpec('name', 'Name', 'string', (0, 7), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]OffsetFetchResponsePartition', (0, 7), None, None, None, True, False, (), _C_OffsetFetchResponsePartition),
 )
 _C_OffsetFetchResponseTopics._ENCODERS = {8: _e_OffsetFetchResponseTopic_2, 9: _e_OffsetFetchResponseTopic_2}
 _C_OffsetFetchResponseTopics._DECODERS = {8: _d_OffsetFetchResponseTopics_0, 9: _d_OffsetFetchResponseTopics_0}
 _C_OffsetFetchResponseTopics.VALID_VERSIONS = (0, 9)
 _C_OffsetFetchResponseTopics.FLEXIBLE_VERSION = 6
 _C_OffsetFetchResponseTopics._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (8, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]OffsetFetchResponsePartitions', (8, 32767), None, None, None, False, False, (), _C_OffsetFetchResponsePartitions),
+    FieldSpec('name', 'Name', 'string', (8, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]OffsetFetchResponsePartitions', (8, 32767), None, None, None, True, False, (), _C_OffsetFetchResponsePartitions),
 )

@@ -380,23 +380,23 @@ _C_OffsetForLeaderEpochResponse._ENCODERS = {0: _e_OffsetForLeaderEpochResponse_
 _C_OffsetForLeaderEpochResponse._DECODERS = {0: _d_OffsetForLeaderEpochResponse_0, 1: _d_OffsetForLeaderEpochResponse_1, 2: _d_OffsetForLeaderEpochResponse_2, 3: _d_OffsetForLeaderEpochResponse_2, 4: _d_OffsetForLeaderEpochResponse_3}
 _C_OffsetForLeaderEpochResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (2, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]OffsetForLeaderTopicResult', (0, 32767), None, None, None, False, False, (), _C_OffsetForLeaderTopicResult),
+    FieldSpec('topics', 'Topics', '[]OffsetForLeaderTopicResult', (0, 32767), None, None, None, True, False, (), _C_OffsetForLeaderTopicResult),
 )
 _C_EpochEndOffset._ENCODERS = {0: _e_EpochEndOffset_0, 1: _e_EpochEndOffset_1, 2: _e_EpochEndOffset_1, 3: _e_EpochEndOffset_1, 4: _e_EpochEndOffset_2}
 _C_EpochEndOffset._DECODERS = {0: _d_EpochEndOffset_0, 1: _d_EpochEndOffset_1, 2: _d_EpochEndOffset_1, 3: _d_EpochEndOffset_1, 4: _d_EpochEndOffset_2}
 _C_EpochEndOffset.VALID_VERSIONS = (0, 4)
 _C_EpochEndOffset.FLEXIBLE_VERSION = 4
 _C_EpochEndOffset._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (1, 32767), None, None, None, True, False, -1, None),
-    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('end_offset', 'EndOffset', 'int64', (0, 32767), None, None, None, True, False, -1, None),
 )
 _C_OffsetForLeaderTopicResult._ENCODERS = {0: _e_OffsetForLeaderTopicResult_0, 1: _e_OffsetForLeaderTopicResult_1, 2: _e_OffsetForLeaderTopicResult_1, 3: _e_OffsetForLeaderTopicResult_1, 4: _e_OffsetForLeaderTopicResult_2}
 _C_OffsetForLeaderTopicResult._DECODERS = {0: _d_OffsetForLeaderTopicResult_0, 1: _d_OffsetForLeaderTopicResult_1, 2: _d_OffsetForLeaderTopicResult_1, 3: _d_OffsetForLeaderTopicResult_1, 4: _d_OffsetForLeaderTopicResult_2}
 _C_OffsetForLeaderTopicResult.VALID_VERSIONS = (0, 4)
 _C_OffsetForLeaderTopicResult.FLEXIBLE_VERSION = 4
 _C_OffsetForLeaderTopicResult._FIELDS = (
-    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partitions', 'Partitions', '[]EpochEndOffset', (0, 32767), None, None, None, False, False, (), _C_EpochEndOffset),
+    FieldSpec('topic', 'Topic', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partitions', 'Partitions', '[]EpochEndOffset', (0, 32767), None, None, None, True, False, (), _C_EpochEndOffset),
 )

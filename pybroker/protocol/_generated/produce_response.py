@@ -173,8 +173,6 @@ _D_NodeEndpoint = _C_NodeEndpoint()
 
 
 def _e_PartitionProduceResponse_0(o, out):
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
     out.append(_S_ihq.pack(o.index, o.error_code, o.base_offset))
 
 
@@ -189,8 +187,6 @@ def _e_TopicProduceResponse_0(o, out):
 
 
 def _e_ProduceResponse_0(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -258,8 +254,6 @@ def _d_ProduceResponse_0(buf, pos):
 
 
 def _e_ProduceResponse_1(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -289,8 +283,6 @@ def _d_ProduceResponse_1(buf, pos):
 
 
 def _e_PartitionProduceResponse_1(o, out):
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
     out.append(_S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms))
 
 
@@ -305,8 +297,6 @@ def _e_TopicProduceResponse_1(o, out):
 
 
 def _e_ProduceResponse_2(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -375,8 +365,6 @@ def _d_ProduceResponse_2(buf, pos):
 
 
 def _e_PartitionProduceResponse_2(o, out):
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
 
 
@@ -391,8 +379,6 @@ def _e_TopicProduceResponse_2(o, out):
 
 
 def _e_ProduceResponse_3(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -467,8 +453,6 @@ def _e_BatchIndexAndErrorMessage_0(o, out):
 
 
 def _e_PartitionProduceResponse_3(o, out):
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
     _a1 = o.record_errors
     out.append(_S_ihqqqi.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset, len(_a1)))
     for _x2 in _a1:
@@ -490,8 +474,6 @@ def _e_TopicProduceResponse_3(o, out):
 
 
 def _e_ProduceResponse_4(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_S_i.pack(len(_a1)))
     for _x2 in _a1:
@@ -601,8 +583,6 @@ def _e_BatchIndexAndErrorMessage_1(o, out):
 
 
 def _e_PartitionProduceResponse_4(o, out):
-    if (o.current_leader is not None and o.current_leader != _D_LeaderIdAndEpoch):
-        raise _UVE("a non-default current_leader cannot be written at this version")
     _a1 = o.record_errors
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
     out.append(_clen(len(_a1)))
@@ -628,8 +608,6 @@ def _e_TopicProduceResponse_4(o, out):
 
 
 def _e_ProduceResponse_5(o, out):
-    if len(o.node_endpoints) > 0:
-        raise _UVE("a non-default node_endpoints cannot be written at this version")
     _a1 = o.responses
     out.append(_clen(len(_a1)))
     for _x2 in _a1:
@@ -1014,55 +992,55 @@ def _d_ProduceResponse_6(buf, pos):
 _C_ProduceResponse._ENCODERS = {0: _e_ProduceResponse_0, 1: _e_ProduceResponse_1, 2: _e_ProduceResponse_2, 3: _e_ProduceResponse_2, 4: _e_ProduceResponse_2, 5: _e_ProduceResponse_3, 6: _e_ProduceResponse_3, 7: _e_ProduceResponse_3, 8: _e_ProduceResponse_4, 9: _e_ProduceResponse_5, 10: _e_ProduceResponse_6, 11: _e_ProduceResponse_6}
 _C_ProduceResponse._DECODERS = {0: _d_ProduceResponse_0, 1: _d_ProduceResponse_1, 2: _d_ProduceResponse_2, 3: _d_ProduceResponse_2, 4: _d_ProduceResponse_2, 5: _d_ProduceResponse_3, 6: _d_ProduceResponse_3, 7: _d_ProduceResponse_3, 8: _d_ProduceResponse_4, 9: _d_ProduceResponse_5, 10: _d_ProduceResponse_6, 11: _d_ProduceResponse_6}
 _C_ProduceResponse._FIELDS = (
-    FieldSpec('responses', 'Responses', '[]TopicProduceResponse', (0, 32767), None, None, None, False, False, (), _C_TopicProduceResponse),
+    FieldSpec('responses', 'Responses', '[]TopicProduceResponse', (0, 32767), None, None, None, True, False, (), _C_TopicProduceResponse),
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (10, 32767), None, 0, (10, 32767), False, False, (), _C_NodeEndpoint),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (10, 32767), None, 0, (10, 32767), True, False, (), _C_NodeEndpoint),
 )
 _C_BatchIndexAndErrorMessage._ENCODERS = {8: _e_BatchIndexAndErrorMessage_0, 9: _e_BatchIndexAndErrorMessage_1, 10: _e_BatchIndexAndErrorMessage_1, 11: _e_BatchIndexAndErrorMessage_1}
 _C_BatchIndexAndErrorMessage._DECODERS = {8: _d_BatchIndexAndErrorMessage_0, 9: _d_BatchIndexAndErrorMessage_1, 10: _d_BatchIndexAndErrorMessage_1, 11: _d_BatchIndexAndErrorMessage_1}
 _C_BatchIndexAndErrorMessage.VALID_VERSIONS = (0, 11)
 _C_BatchIndexAndErrorMessage.FLEXIBLE_VERSION = 9
 _C_BatchIndexAndErrorMessage._FIELDS = (
-    FieldSpec('batch_index', 'BatchIndex', 'int32', (8, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('batch_index_error_message', 'BatchIndexErrorMessage', 'string', (8, 32767), (8, 32767), None, None, False, False, None, None),
+    FieldSpec('batch_index', 'BatchIndex', 'int32', (8, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('batch_index_error_message', 'BatchIndexErrorMessage', 'string', (8, 32767), (8, 32767), None, None, True, False, None, None),
 )
 _C_LeaderIdAndEpoch._ENCODERS = {10: _e_LeaderIdAndEpoch_0, 11: _e_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch._DECODERS = {10: _d_LeaderIdAndEpoch_0, 11: _d_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch.VALID_VERSIONS = (0, 11)
 _C_LeaderIdAndEpoch.FLEXIBLE_VERSION = 9
 _C_LeaderIdAndEpoch._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (10, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (10, 32767), None, None, None, False, False, -1, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (10, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (10, 32767), None, None, None, True, False, -1, None),
 )
 _C_NodeEndpoint._ENCODERS = {10: _e_NodeEndpoint_0, 11: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {10: _d_NodeEndpoint_0, 11: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 11)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 9
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (10, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (10, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (10, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('rack', 'Rack', 'string', (10, 32767), (10, 32767), None, None, False, False, None, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (10, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (10, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (10, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('rack', 'Rack', 'string', (10, 32767), (10, 32767), None, None, True, False, None, None),
 )
 _C_PartitionProduceResponse._ENCODERS = {0: _e_PartitionProduceResponse_0, 1: _e_PartitionProduceResponse_0, 2: _e_PartitionProduceResponse_1, 3: _e_PartitionProduceResponse_1, 4: _e_PartitionProduceResponse_1, 5: _e_PartitionProduceResponse_2, 6: _e_PartitionProduceResponse_2, 7: _e_PartitionProduceResponse_2, 8: _e_PartitionProduceResponse_3, 9: _e_PartitionProduceResponse_4, 10: _e_PartitionProduceResponse_5, 11: _e_PartitionProduceResponse_5}
 _C_PartitionProduceResponse._DECODERS = {0: _d_PartitionProduceResponse_0, 1: _d_PartitionProduceResponse_0, 2: _d_PartitionProduceResponse_1, 3: _d_PartitionProduceResponse_1, 4: _d_PartitionProduceResponse_1, 5: _d_PartitionProduceResponse_2, 6: _d_PartitionProduceResponse_2, 7: _d_PartitionProduceResponse_2, 8: _d_PartitionProduceResponse_3, 9: _d_PartitionProduceResponse_4, 10: _d_PartitionProduceResponse_5, 11: _d_PartitionProduceResponse_5}
 _C_PartitionProduceResponse.VALID_VERSIONS = (0, 11)
 _C_PartitionProduceResponse.FLEXIBLE_VERSION = 9
 _C_PartitionProduceResponse._FIELDS = (
-    FieldSpec('index', 'Index', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('base_offset', 'BaseOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('index', 'Index', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('base_offset', 'BaseOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('log_append_time_ms', 'LogAppendTimeMs', 'int64', (2, 32767), None, None, None, True, False, -1, None),
     FieldSpec('log_start_offset', 'LogStartOffset', 'int64', (5, 32767), None, None, None, True, False, -1, None),
     FieldSpec('record_errors', 'RecordErrors', '[]BatchIndexAndErrorMessage', (8, 32767), None, None, None, True, False, (), _C_BatchIndexAndErrorMessage),
     FieldSpec('error_message', 'ErrorMessage', 'string', (8, 32767), (8, 32767), None, None, True, False, None, None),
-    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (10, 32767), None, 0, (10, 32767), False, False, None, _C_LeaderIdAndEpoch),
+    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (10, 32767), None, 0, (10, 32767), True, False, None, _C_LeaderIdAndEpoch),
 )
 _C_TopicProduceResponse._ENCODERS = {0: _e_TopicProduceResponse_0, 1: _e_TopicProduceResponse_0, 2: _e_TopicProduceResponse_1, 3: _e_TopicProduceResponse_1, 4: _e_TopicProduceResponse_1, 5: _e_TopicProduceResponse_2, 6: _e_TopicProduceResponse_2, 7: _e_TopicProduceResponse_2, 8: _e_TopicProduceResponse_3, 9: _e_TopicProduceResponse_4, 10: _e_TopicProduceResponse_5, 11: _e_TopicProduceResponse_5}
 _C_TopicProduceResponse._DECODERS = {0: _d_TopicProduceResponse_0, 1: _d_TopicProduceResponse_0, 2: _d_TopicProduceResponse_1, 3: _d_TopicProduceResponse_1, 4: _d_TopicProduceResponse_1, 5: _d_TopicProduceResponse_2, 6: _d_TopicProduceResponse_2, 7: _d_TopicProduceResponse_2, 8: _d_TopicProduceResponse_3, 9: _d_TopicProduceResponse_4, 10: _d_TopicProduceResponse_5, 11: _d_TopicProduceResponse_5}
 _C_TopicProduceResponse.VALID_VERSIONS = (0, 11)
 _C_TopicProduceResponse.FLEXIBLE_VERSION = 9
 _C_TopicProduceResponse._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('partition_responses', 'PartitionResponses', '[]PartitionProduceResponse', (0, 32767), None, None, None, False, False, (), _C_PartitionProduceResponse),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('partition_responses', 'PartitionResponses', '[]PartitionProduceResponse', (0, 32767), None, None, None, True, False, (), _C_PartitionProduceResponse),
 )

@@ -79,6 +79,6 @@ def _d_PushTelemetryResponse_0(buf, pos):
 _C_PushTelemetryResponse._ENCODERS = {0: _e_PushTelemetryResponse_0}
 _C_PushTelemetryResponse._DECODERS = {0: _d_PushTelemetryResponse_0}
 _C_PushTelemetryResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

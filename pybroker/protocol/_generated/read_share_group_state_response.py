@@ -263,35 +263,35 @@ def _d_ReadShareGroupStateResponse_0(buf, pos):
 _C_ReadShareGroupStateResponse._ENCODERS = {0: _e_ReadShareGroupStateResponse_0}
 _C_ReadShareGroupStateResponse._DECODERS = {0: _d_ReadShareGroupStateResponse_0}
 _C_ReadShareGroupStateResponse._FIELDS = (
-    FieldSpec('results', 'Results', '[]ReadStateResult', (0, 32767), None, None, None, False, False, (), _C_ReadStateResult),
+    FieldSpec('results', 'Results', '[]ReadStateResult', (0, 32767), None, None, None, True, False, (), _C_ReadStateResult),
 )
 _C_PartitionResult._ENCODERS = {0: _e_PartitionResult_0}
 _C_PartitionResult._DECODERS = {0: _d_PartitionResult_0}
 _C_PartitionResult.VALID_VERSIONS = (0, 0)
 _C_PartitionResult.FLEXIBLE_VERSION = 0
 _C_PartitionResult._FIELDS = (
-    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('state_epoch', 'StateEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('start_offset', 'StartOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('state_batches', 'StateBatches', '[]StateBatch', (0, 32767), None, None, None, False, False, (), _C_StateBatch),
+    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('state_epoch', 'StateEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('start_offset', 'StartOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('state_batches', 'StateBatches', '[]StateBatch', (0, 32767), None, None, None, True, False, (), _C_StateBatch),
 )
 _C_ReadStateResult._ENCODERS = {0: _e_ReadStateResult_0}
 _C_ReadStateResult._DECODERS = {0: _d_ReadStateResult_0}
 _C_ReadStateResult.VALID_VERSIONS = (0, 0)
 _C_ReadStateResult.FLEXIBLE_VERSION = 0
 _C_ReadStateResult._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, False, False, (), _C_PartitionResult),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, True, False, (), _C_PartitionResult),
 )
 _C_StateBatch._ENCODERS = {0: _e_StateBatch_0}
 _C_StateBatch._DECODERS = {0: _d_StateBatch_0}
 _C_StateBatch.VALID_VERSIONS = (0, 0)
 _C_StateBatch.FLEXIBLE_VERSION = 0
 _C_StateBatch._FIELDS = (
-    FieldSpec('first_offset', 'FirstOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('last_offset', 'LastOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('delivery_state', 'DeliveryState', 'int8', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('delivery_count', 'DeliveryCount', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('first_offset', 'FirstOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('last_offset', 'LastOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('delivery_state', 'DeliveryState', 'int8', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('delivery_count', 'DeliveryCount', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -204,24 +204,24 @@ def _d_ReadShareGroupStateSummaryResponse_0(buf, pos):
 _C_ReadShareGroupStateSummaryResponse._ENCODERS = {0: _e_ReadShareGroupStateSummaryResponse_0}
 _C_ReadShareGroupStateSummaryResponse._DECODERS = {0: _d_ReadShareGroupStateSummaryResponse_0}
 _C_ReadShareGroupStateSummaryResponse._FIELDS = (
-    FieldSpec('results', 'Results', '[]ReadStateSummaryResult', (0, 32767), None, None, None, False, False, (), _C_ReadStateSummaryResult),
+    FieldSpec('results', 'Results', '[]ReadStateSummaryResult', (0, 32767), None, None, None, True, False, (), _C_ReadStateSummaryResult),
 )
 _C_PartitionResult._ENCODERS = {0: _e_PartitionResult_0}
 _C_PartitionResult._DECODERS = {0: _d_PartitionResult_0}
 _C_PartitionResult.VALID_VERSIONS = (0, 0)
 _C_PartitionResult.FLEXIBLE_VERSION = 0
 _C_PartitionResult._FIELDS = (
-    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('state_epoch', 'StateEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('start_offset', 'StartOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('state_epoch', 'StateEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('start_offset', 'StartOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_ReadStateSummaryResult._ENCODERS = {0: _e_ReadStateSummaryResult_0}
 _C_ReadStateSummaryResult._DECODERS = {0: _d_ReadStateSummaryResult_0}
 _C_ReadStateSummaryResult.VALID_VERSIONS = (0, 0)
 _C_ReadStateSummaryResult.FLEXIBLE_VERSION = 0
 _C_ReadStateSummaryResult._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, False, False, (), _C_PartitionResult),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, True, False, (), _C_PartitionResult),
 )

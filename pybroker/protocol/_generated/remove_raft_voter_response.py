@@ -94,7 +94,7 @@ def _d_RemoveRaftVoterResponse_0(buf, pos):
 _C_RemoveRaftVoterResponse._ENCODERS = {0: _e_RemoveRaftVoterResponse_0}
 _C_RemoveRaftVoterResponse._DECODERS = {0: _d_RemoveRaftVoterResponse_0}
 _C_RemoveRaftVoterResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )

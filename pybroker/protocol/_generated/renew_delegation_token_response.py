@@ -93,7 +93,7 @@ def _d_RenewDelegationTokenResponse_1(buf, pos):
 _C_RenewDelegationTokenResponse._ENCODERS = {0: _e_RenewDelegationTokenResponse_0, 1: _e_RenewDelegationTokenResponse_0, 2: _e_RenewDelegationTokenResponse_1}
 _C_RenewDelegationTokenResponse._DECODERS = {0: _d_RenewDelegationTokenResponse_0, 1: _d_RenewDelegationTokenResponse_0, 2: _d_RenewDelegationTokenResponse_1}
 _C_RenewDelegationTokenResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('expiry_timestamp_ms', 'ExpiryTimestampMs', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('expiry_timestamp_ms', 'ExpiryTimestampMs', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -190,8 +190,8 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
 _C_SaslAuthenticateResponse._ENCODERS = {0: _e_SaslAuthenticateResponse_0, 1: _e_SaslAuthenticateResponse_1, 2: _e_SaslAuthenticateResponse_2}
 _C_SaslAuthenticateResponse._DECODERS = {0: _d_SaslAuthenticateResponse_0, 1: _d_SaslAuthenticateResponse_1, 2: _d_SaslAuthenticateResponse_2}
 _C_SaslAuthenticateResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
-    FieldSpec('auth_bytes', 'AuthBytes', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
+    FieldSpec('auth_bytes', 'AuthBytes', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
     FieldSpec('session_lifetime_ms', 'SessionLifetimeMs', 'int64', (1, 32767), None, None, None, True, False, 0, None),
 )

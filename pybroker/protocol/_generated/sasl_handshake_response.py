@@ -97,6 +97,6 @@ def _d_SaslHandshakeResponse_0(buf, pos):
 _C_SaslHandshakeResponse._ENCODERS = {0: _e_SaslHandshakeResponse_0, 1: _e_SaslHandshakeResponse_0}
 _C_SaslHandshakeResponse._DECODERS = {0: _d_SaslHandshakeResponse_0, 1: _d_SaslHandshakeResponse_0}
 _C_SaslHandshakeResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('mechanisms', 'Mechanisms', '[]string', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('mechanisms', 'Mechanisms', '[]string', (0, 32767), None, None, None, True, False, (), None),
 )

@@ -347,37 +347,37 @@ _C_ShareAcknowledgeResponse._DECODERS = {0: _d_ShareAcknowledgeResponse_0}
 _C_ShareAcknowledgeResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('responses', 'Responses', '[]ShareAcknowledgeTopicResponse', (0, 32767), None, None, None, False, False, (), _C_ShareAcknowledgeTopicResponse),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (0, 32767), None, None, None, False, False, (), _C_NodeEndpoint),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('responses', 'Responses', '[]ShareAcknowledgeTopicResponse', (0, 32767), None, None, None, True, False, (), _C_ShareAcknowledgeTopicResponse),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (0, 32767), None, None, None, True, False, (), _C_NodeEndpoint),
 )
 _C_LeaderIdAndEpoch._ENCODERS = {0: _e_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch._DECODERS = {0: _d_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch.VALID_VERSIONS = (0, 0)
 _C_LeaderIdAndEpoch.FLEXIBLE_VERSION = 0
 _C_LeaderIdAndEpoch._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_NodeEndpoint._ENCODERS = {0: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {0: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 0)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 0
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0}
 _C_PartitionData.VALID_VERSIONS = (0, 0)
 _C_PartitionData.FLEXIBLE_VERSION = 0
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, None, None, False, False, None, _C_LeaderIdAndEpoch),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, None, None, True, False, None, _C_LeaderIdAndEpoch),
 )
 _C_ShareAcknowledgeTopicResponse._ENCODERS = {0: _e_ShareAcknowledgeTopicResponse_0}
 _C_ShareAcknowledgeTopicResponse._DECODERS = {0: _d_ShareAcknowledgeTopicResponse_0}
@@ -385,5 +385,5 @@ _C_ShareAcknowledgeTopicResponse.VALID_VERSIONS = (0, 0)
 _C_ShareAcknowledgeTopicResponse.FLEXIBLE_VERSION = 0
 _C_ShareAcknowledgeTopicResponse._FIELDS = (
     FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

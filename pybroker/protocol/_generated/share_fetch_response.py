@@ -436,58 +436,58 @@ def _d_ShareFetchResponse_0(buf, pos):
 _C_ShareFetchResponse._ENCODERS = {0: _e_ShareFetchResponse_0}
 _C_ShareFetchResponse._DECODERS = {0: _d_ShareFetchResponse_0}
 _C_ShareFetchResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('responses', 'Responses', '[]ShareFetchableTopicResponse', (0, 32767), None, None, None, False, False, (), _C_ShareFetchableTopicResponse),
-    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (0, 32767), None, None, None, False, False, (), _C_NodeEndpoint),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('responses', 'Responses', '[]ShareFetchableTopicResponse', (0, 32767), None, None, None, True, False, (), _C_ShareFetchableTopicResponse),
+    FieldSpec('node_endpoints', 'NodeEndpoints', '[]NodeEndpoint', (0, 32767), None, None, None, True, False, (), _C_NodeEndpoint),
 )
 _C_AcquiredRecords._ENCODERS = {0: _e_AcquiredRecords_0}
 _C_AcquiredRecords._DECODERS = {0: _d_AcquiredRecords_0}
 _C_AcquiredRecords.VALID_VERSIONS = (0, 0)
 _C_AcquiredRecords.FLEXIBLE_VERSION = 0
 _C_AcquiredRecords._FIELDS = (
-    FieldSpec('first_offset', 'FirstOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('last_offset', 'LastOffset', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('delivery_count', 'DeliveryCount', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('first_offset', 'FirstOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('last_offset', 'LastOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('delivery_count', 'DeliveryCount', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_LeaderIdAndEpoch._ENCODERS = {0: _e_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch._DECODERS = {0: _d_LeaderIdAndEpoch_0}
 _C_LeaderIdAndEpoch.VALID_VERSIONS = (0, 0)
 _C_LeaderIdAndEpoch.FLEXIBLE_VERSION = 0
 _C_LeaderIdAndEpoch._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_NodeEndpoint._ENCODERS = {0: _e_NodeEndpoint_0}
 _C_NodeEndpoint._DECODERS = {0: _d_NodeEndpoint_0}
 _C_NodeEndpoint.VALID_VERSIONS = (0, 0)
 _C_NodeEndpoint.FLEXIBLE_VERSION = 0
 _C_NodeEndpoint._FIELDS = (
-    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, False, True, 0, None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('node_id', 'NodeId', 'int32', (0, 32767), None, None, None, True, True, 0, None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('rack', 'Rack', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0}
 _C_PartitionData.VALID_VERSIONS = (0, 0)
 _C_PartitionData.FLEXIBLE_VERSION = 0
 _C_PartitionData._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('acknowledge_error_code', 'AcknowledgeErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('acknowledge_error_message', 'AcknowledgeErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, None, None, False, False, None, _C_LeaderIdAndEpoch),
-    FieldSpec('records', 'Records', 'records', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('acquired_records', 'AcquiredRecords', '[]AcquiredRecords', (0, 32767), None, None, None, False, False, (), _C_AcquiredRecords),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('acknowledge_error_code', 'AcknowledgeErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('acknowledge_error_message', 'AcknowledgeErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (0, 32767), None, None, None, True, False, None, _C_LeaderIdAndEpoch),
+    FieldSpec('records', 'Records', 'records', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('acquired_records', 'AcquiredRecords', '[]AcquiredRecords', (0, 32767), None, None, None, True, False, (), _C_AcquiredRecords),
 )
 _C_ShareFetchableTopicResponse._ENCODERS = {0: _e_ShareFetchableTopicResponse_0}
 _C_ShareFetchableTopicResponse._DECODERS = {0: _d_ShareFetchableTopicResponse_0}
 _C_ShareFetchableTopicResponse.VALID_VERSIONS = (0, 0)
 _C_ShareFetchableTopicResponse.FLEXIBLE_VERSION = 0
 _C_ShareFetchableTopicResponse._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, True, False, (), _C_PartitionData),
 )

@@ -453,50 +453,50 @@ def _d_ShareGroupDescribeResponse_0(buf, pos):
 _C_ShareGroupDescribeResponse._ENCODERS = {0: _e_ShareGroupDescribeResponse_0}
 _C_ShareGroupDescribeResponse._DECODERS = {0: _d_ShareGroupDescribeResponse_0}
 _C_ShareGroupDescribeResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('groups', 'Groups', '[]DescribedGroup', (0, 32767), None, None, None, False, False, (), _C_DescribedGroup),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('groups', 'Groups', '[]DescribedGroup', (0, 32767), None, None, None, True, False, (), _C_DescribedGroup),
 )
 _C_Assignment._ENCODERS = {0: _e_Assignment_0}
 _C_Assignment._DECODERS = {0: _d_Assignment_0}
 _C_Assignment.VALID_VERSIONS = (0, 0)
 _C_Assignment.FLEXIBLE_VERSION = 0
 _C_Assignment._FIELDS = (
-    FieldSpec('topic_partitions', 'TopicPartitions', '[]TopicPartitions', (0, 32767), None, None, None, False, False, (), _C_TopicPartitions),
+    FieldSpec('topic_partitions', 'TopicPartitions', '[]TopicPartitions', (0, 32767), None, None, None, True, False, (), _C_TopicPartitions),
 )
 _C_DescribedGroup._ENCODERS = {0: _e_DescribedGroup_0}
 _C_DescribedGroup._DECODERS = {0: _d_DescribedGroup_0}
 _C_DescribedGroup.VALID_VERSIONS = (0, 0)
 _C_DescribedGroup.FLEXIBLE_VERSION = 0
 _C_DescribedGroup._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('group_state', 'GroupState', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('group_epoch', 'GroupEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('assignor_name', 'AssignorName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('members', 'Members', '[]Member', (0, 32767), None, None, None, False, False, (), _C_Member),
-    FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', (0, 32767), None, None, None, False, False, -2147483648, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('group_state', 'GroupState', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('group_epoch', 'GroupEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('assignor_name', 'AssignorName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('members', 'Members', '[]Member', (0, 32767), None, None, None, True, False, (), _C_Member),
+    FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', (0, 32767), None, None, None, True, False, -2147483648, None),
 )
 _C_Member._ENCODERS = {0: _e_Member_0}
 _C_Member._DECODERS = {0: _d_Member_0}
 _C_Member.VALID_VERSIONS = (0, 0)
 _C_Member.FLEXIBLE_VERSION = 0
 _C_Member._FIELDS = (
-    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('rack_id', 'RackId', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('member_epoch', 'MemberEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('client_id', 'ClientId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('client_host', 'ClientHost', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', '[]string', (0, 32767), None, None, None, False, False, (), None),
-    FieldSpec('assignment', 'Assignment', 'Assignment', (0, 32767), None, None, None, False, False, None, _C_Assignment),
+    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('rack_id', 'RackId', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('member_epoch', 'MemberEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('client_id', 'ClientId', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('client_host', 'ClientHost', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', '[]string', (0, 32767), None, None, None, True, False, (), None),
+    FieldSpec('assignment', 'Assignment', 'Assignment', (0, 32767), None, None, None, True, False, None, _C_Assignment),
 )
 _C_TopicPartitions._ENCODERS = {0: _e_TopicPartitions_0}
 _C_TopicPartitions._DECODERS = {0: _d_TopicPartitions_0}
 _C_TopicPartitions.VALID_VERSIONS = (0, 0)
 _C_TopicPartitions.FLEXIBLE_VERSION = 0
 _C_TopicPartitions._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, True, False, (), None),
 )

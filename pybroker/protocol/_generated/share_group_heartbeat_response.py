@@ -221,26 +221,26 @@ def _d_ShareGroupHeartbeatResponse_0(buf, pos):
 _C_ShareGroupHeartbeatResponse._ENCODERS = {0: _e_ShareGroupHeartbeatResponse_0}
 _C_ShareGroupHeartbeatResponse._DECODERS = {0: _d_ShareGroupHeartbeatResponse_0}
 _C_ShareGroupHeartbeatResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
-    FieldSpec('member_epoch', 'MemberEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('heartbeat_interval_ms', 'HeartbeatIntervalMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('assignment', 'Assignment', 'Assignment', (0, 32767), (0, 32767), None, None, False, False, None, _C_Assignment),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('member_id', 'MemberId', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
+    FieldSpec('member_epoch', 'MemberEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('heartbeat_interval_ms', 'HeartbeatIntervalMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('assignment', 'Assignment', 'Assignment', (0, 32767), (0, 32767), None, None, True, False, None, _C_Assignment),
 )
 _C_Assignment._ENCODERS = {0: _e_Assignment_0}
 _C_Assignment._DECODERS = {0: _d_Assignment_0}
 _C_Assignment.VALID_VERSIONS = (0, 0)
 _C_Assignment.FLEXIBLE_VERSION = 0
 _C_Assignment._FIELDS = (
-    FieldSpec('topic_partitions', 'TopicPartitions', '[]TopicPartitions', (0, 32767), None, None, None, False, False, (), _C_TopicPartitions),
+    FieldSpec('topic_partitions', 'TopicPartitions', '[]TopicPartitions', (0, 32767), None, None, None, True, False, (), _C_TopicPartitions),
 )
 _C_TopicPartitions._ENCODERS = {0: _e_TopicPartitions_0}
 _C_TopicPartitions._DECODERS = {0: _d_TopicPartitions_0}
 _C_TopicPartitions.VALID_VERSIONS = (0, 0)
 _C_TopicPartitions.FLEXIBLE_VERSION = 0
 _C_TopicPartitions._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, False, False, (), None),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]int32', (0, 32767), None, None, None, True, False, (), None),
 )

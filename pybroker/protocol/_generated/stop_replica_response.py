@@ -199,15 +199,15 @@ def _d_StopReplicaResponse_1(buf, pos):
 _C_StopReplicaResponse._ENCODERS = {0: _e_StopReplicaResponse_0, 1: _e_StopReplicaResponse_0, 2: _e_StopReplicaResponse_1, 3: _e_StopReplicaResponse_1, 4: _e_StopReplicaResponse_1}
 _C_StopReplicaResponse._DECODERS = {0: _d_StopReplicaResponse_0, 1: _d_StopReplicaResponse_0, 2: _d_StopReplicaResponse_1, 3: _d_StopReplicaResponse_1, 4: _d_StopReplicaResponse_1}
 _C_StopReplicaResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('partition_errors', 'PartitionErrors', '[]StopReplicaPartitionError', (0, 32767), None, None, None, False, False, (), _C_StopReplicaPartitionError),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('partition_errors', 'PartitionErrors', '[]StopReplicaPartitionError', (0, 32767), None, None, None, True, False, (), _C_StopReplicaPartitionError),
 )
 _C_StopReplicaPartitionError._ENCODERS = {0: _e_StopReplicaPartitionError_0, 1: _e_StopReplicaPartitionError_0, 2: _e_StopReplicaPartitionError_1, 3: _e_StopReplicaPartitionError_1, 4: _e_StopReplicaPartitionError_1}
 _C_StopReplicaPartitionError._DECODERS = {0: _d_StopReplicaPartitionError_0, 1: _d_StopReplicaPartitionError_0, 2: _d_StopReplicaPartitionError_1, 3: _d_StopReplicaPartitionError_1, 4: _d_StopReplicaPartitionError_1}
 _C_StopReplicaPartitionError.VALID_VERSIONS = (0, 4)
 _C_StopReplicaPartitionError.FLEXIBLE_VERSION = 2
 _C_StopReplicaPartitionError._FIELDS = (
-    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('topic_name', 'TopicName', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

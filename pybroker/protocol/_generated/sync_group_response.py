@@ -211,8 +211,8 @@ _C_SyncGroupResponse._ENCODERS = {0: _e_SyncGroupResponse_0, 1: _e_SyncGroupResp
 _C_SyncGroupResponse._DECODERS = {0: _d_SyncGroupResponse_0, 1: _d_SyncGroupResponse_1, 2: _d_SyncGroupResponse_1, 3: _d_SyncGroupResponse_1, 4: _d_SyncGroupResponse_2, 5: _d_SyncGroupResponse_3}
 _C_SyncGroupResponse._FIELDS = (
     FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 32767), None, None, None, True, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('protocol_type', 'ProtocolType', 'string', (5, 32767), (5, 32767), None, None, True, False, None, None),
     FieldSpec('protocol_name', 'ProtocolName', 'string', (5, 32767), (5, 32767), None, None, True, False, None, None),
-    FieldSpec('assignment', 'Assignment', 'bytes', (0, 32767), None, None, None, False, False, b'', None),
+    FieldSpec('assignment', 'Assignment', 'bytes', (0, 32767), None, None, None, True, False, b'', None),
 )

@@ -271,22 +271,22 @@ def _d_TxnOffsetCommitResponse_1(buf, pos):
 _C_TxnOffsetCommitResponse._ENCODERS = {0: _e_TxnOffsetCommitResponse_0, 1: _e_TxnOffsetCommitResponse_0, 2: _e_TxnOffsetCommitResponse_0, 3: _e_TxnOffsetCommitResponse_1, 4: _e_TxnOffsetCommitResponse_1}
 _C_TxnOffsetCommitResponse._DECODERS = {0: _d_TxnOffsetCommitResponse_0, 1: _d_TxnOffsetCommitResponse_0, 2: _d_TxnOffsetCommitResponse_0, 3: _d_TxnOffsetCommitResponse_1, 4: _d_TxnOffsetCommitResponse_1}
 _C_TxnOffsetCommitResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]TxnOffsetCommitResponseTopic', (0, 32767), None, None, None, False, False, (), _C_TxnOffsetCommitResponseTopic),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]TxnOffsetCommitResponseTopic', (0, 32767), None, None, None, True, False, (), _C_TxnOffsetCommitResponseTopic),
 )
 _C_TxnOffsetCommitResponsePartition._ENCODERS = {0: _e_TxnOffsetCommitResponsePartition_0, 1: _e_TxnOffsetCommitResponsePartition_0, 2: _e_TxnOffsetCommitResponsePartition_0, 3: _e_TxnOffsetCommitResponsePartition_1, 4: _e_TxnOffsetCommitResponsePartition_1}
 _C_TxnOffsetCommitResponsePartition._DECODERS = {0: _d_TxnOffsetCommitResponsePartition_0, 1: _d_TxnOffsetCommitResponsePartition_0, 2: _d_TxnOffsetCommitResponsePartition_0, 3: _d_TxnOffsetCommitResponsePartition_1, 4: _d_TxnOffsetCommitResponsePartition_1}
 _C_TxnOffsetCommitResponsePartition.VALID_VERSIONS = (0, 4)
 _C_TxnOffsetCommitResponsePartition.FLEXIBLE_VERSION = 3
 _C_TxnOffsetCommitResponsePartition._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_TxnOffsetCommitResponseTopic._ENCODERS = {0: _e_TxnOffsetCommitResponseTopic_0, 1: _e_TxnOffsetCommitResponseTopic_0, 2: _e_TxnOffsetCommitResponseTopic_0, 3: _e_TxnOffsetCommitResponseTopic_1, 4: _e_TxnOffsetCommitResponseTopic_1}
 _C_TxnOffsetCommitResponseTopic._DECODERS = {0: _d_TxnOffsetCommitResponseTopic_0, 1: _d_TxnOffsetCommitResponseTopic_0, 2: _d_TxnOffsetCommitResponseTopic_0, 3: _d_TxnOffsetCommitResponseTopic_1, 4: _d_TxnOffsetCommitResponseTopic_1}
 _C_TxnOffsetCommitResponseTopic.VALID_VERSIONS = (0, 4)
 _C_TxnOffsetCommitResponseTopic.FLEXIBLE_VERSION = 3
 _C_TxnOffsetCommitResponseTopic._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]TxnOffsetCommitResponsePartition', (0, 32767), None, None, None, False, False, (), _C_TxnOffsetCommitResponsePartition),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]TxnOffsetCommitResponsePartition', (0, 32767), None, None, None, True, False, (), _C_TxnOffsetCommitResponsePartition),
 )

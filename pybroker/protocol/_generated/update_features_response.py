@@ -209,9 +209,9 @@ def _d_UpdateFeaturesResponse_1(buf, pos):
 _C_UpdateFeaturesResponse._ENCODERS = {0: _e_UpdateFeaturesResponse_0, 1: _e_UpdateFeaturesResponse_0, 2: _e_UpdateFeaturesResponse_1}
 _C_UpdateFeaturesResponse._DECODERS = {0: _d_UpdateFeaturesResponse_0, 1: _d_UpdateFeaturesResponse_0, 2: _d_UpdateFeaturesResponse_1}
 _C_UpdateFeaturesResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
     FieldSpec('results', 'Results', '[]UpdatableFeatureResult', (0, 1), None, None, None, True, False, (), _C_UpdatableFeatureResult),
 )
 _C_UpdatableFeatureResult._ENCODERS = {0: _e_UpdatableFeatureResult_0, 1: _e_UpdatableFeatureResult_0}
@@ -219,7 +219,7 @@ _C_UpdatableFeatureResult._DECODERS = {0: _d_UpdatableFeatureResult_0, 1: _d_Upd
 _C_UpdatableFeatureResult.VALID_VERSIONS = (0, 2)
 _C_UpdatableFeatureResult.FLEXIBLE_VERSION = 0
 _C_UpdatableFeatureResult._FIELDS = (
-    FieldSpec('feature', 'Feature', 'string', (0, 32767), None, None, None, False, True, '', None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, '', None),
+    FieldSpec('feature', 'Feature', 'string', (0, 32767), None, None, None, True, True, '', None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, '', None),
 )

@@ -89,5 +89,5 @@ def _d_UpdateMetadataResponse_1(buf, pos):
 _C_UpdateMetadataResponse._ENCODERS = {0: _e_UpdateMetadataResponse_0, 1: _e_UpdateMetadataResponse_0, 2: _e_UpdateMetadataResponse_0, 3: _e_UpdateMetadataResponse_0, 4: _e_UpdateMetadataResponse_0, 5: _e_UpdateMetadataResponse_0, 6: _e_UpdateMetadataResponse_1, 7: _e_UpdateMetadataResponse_1, 8: _e_UpdateMetadataResponse_1}
 _C_UpdateMetadataResponse._DECODERS = {0: _d_UpdateMetadataResponse_0, 1: _d_UpdateMetadataResponse_0, 2: _d_UpdateMetadataResponse_0, 3: _d_UpdateMetadataResponse_0, 4: _d_UpdateMetadataResponse_0, 5: _d_UpdateMetadataResponse_0, 6: _d_UpdateMetadataResponse_1, 7: _d_UpdateMetadataResponse_1, 8: _d_UpdateMetadataResponse_1}
 _C_UpdateMetadataResponse._FIELDS = (
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )

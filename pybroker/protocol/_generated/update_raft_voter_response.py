@@ -162,17 +162,17 @@ def _d_UpdateRaftVoterResponse_0(buf, pos):
 _C_UpdateRaftVoterResponse._ENCODERS = {0: _e_UpdateRaftVoterResponse_0}
 _C_UpdateRaftVoterResponse._DECODERS = {0: _d_UpdateRaftVoterResponse_0}
 _C_UpdateRaftVoterResponse._FIELDS = (
-    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('current_leader', 'CurrentLeader', 'CurrentLeader', (0, 32767), None, 0, (0, 32767), False, False, None, _C_CurrentLeader),
+    FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('current_leader', 'CurrentLeader', 'CurrentLeader', (0, 32767), None, 0, (0, 32767), True, False, None, _C_CurrentLeader),
 )
 _C_CurrentLeader._ENCODERS = {0: _e_CurrentLeader_0}
 _C_CurrentLeader._DECODERS = {0: _d_CurrentLeader_0}
 _C_CurrentLeader.VALID_VERSIONS = (0, 0)
 _C_CurrentLeader.FLEXIBLE_VERSION = 0
 _C_CurrentLeader._FIELDS = (
-    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, -1, None),
-    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('leader_id', 'LeaderId', 'int32', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, -1, None),
+    FieldSpec('host', 'Host', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('port', 'Port', 'int32', (0, 32767), None, None, None, True, False, 0, None),
 )

@@ -196,22 +196,22 @@ def _d_WriteShareGroupStateResponse_0(buf, pos):
 _C_WriteShareGroupStateResponse._ENCODERS = {0: _e_WriteShareGroupStateResponse_0}
 _C_WriteShareGroupStateResponse._DECODERS = {0: _d_WriteShareGroupStateResponse_0}
 _C_WriteShareGroupStateResponse._FIELDS = (
-    FieldSpec('results', 'Results', '[]WriteStateResult', (0, 32767), None, None, None, False, False, (), _C_WriteStateResult),
+    FieldSpec('results', 'Results', '[]WriteStateResult', (0, 32767), None, None, None, True, False, (), _C_WriteStateResult),
 )
 _C_PartitionResult._ENCODERS = {0: _e_PartitionResult_0}
 _C_PartitionResult._DECODERS = {0: _d_PartitionResult_0}
 _C_PartitionResult.VALID_VERSIONS = (0, 0)
 _C_PartitionResult.FLEXIBLE_VERSION = 0
 _C_PartitionResult._FIELDS = (
-    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, False, False, None, None),
+    FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
 )
 _C_WriteStateResult._ENCODERS = {0: _e_WriteStateResult_0}
 _C_WriteStateResult._DECODERS = {0: _d_WriteStateResult_0}
 _C_WriteStateResult.VALID_VERSIONS = (0, 0)
 _C_WriteStateResult.FLEXIBLE_VERSION = 0
 _C_WriteStateResult._FIELDS = (
-    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
-    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, False, False, (), _C_PartitionResult),
+    FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, True, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
+    FieldSpec('partitions', 'Partitions', '[]PartitionResult', (0, 32767), None, None, None, True, False, (), _C_PartitionResult),
 )

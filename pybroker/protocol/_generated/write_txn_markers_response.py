@@ -345,29 +345,29 @@ def _d_WriteTxnMarkersResponse_1(buf, pos):
 _C_WriteTxnMarkersResponse._ENCODERS = {0: _e_WriteTxnMarkersResponse_0, 1: _e_WriteTxnMarkersResponse_1}
 _C_WriteTxnMarkersResponse._DECODERS = {0: _d_WriteTxnMarkersResponse_0, 1: _d_WriteTxnMarkersResponse_1}
 _C_WriteTxnMarkersResponse._FIELDS = (
-    FieldSpec('markers', 'Markers', '[]WritableTxnMarkerResult', (0, 32767), None, None, None, False, False, (), _C_WritableTxnMarkerResult),
+    FieldSpec('markers', 'Markers', '[]WritableTxnMarkerResult', (0, 32767), None, None, None, True, False, (), _C_WritableTxnMarkerResult),
 )
 _C_WritableTxnMarkerPartitionResult._ENCODERS = {0: _e_WritableTxnMarkerPartitionResult_0, 1: _e_WritableTxnMarkerPartitionResult_1}
 _C_WritableTxnMarkerPartitionResult._DECODERS = {0: _d_WritableTxnMarkerPartitionResult_0, 1: _d_WritableTxnMarkerPartitionResult_1}
 _C_WritableTxnMarkerPartitionResult.VALID_VERSIONS = (0, 1)
 _C_WritableTxnMarkerPartitionResult.FLEXIBLE_VERSION = 1
 _C_WritableTxnMarkerPartitionResult._FIELDS = (
-    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('partition_index', 'PartitionIndex', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_WritableTxnMarkerResult._ENCODERS = {0: _e_WritableTxnMarkerResult_0, 1: _e_WritableTxnMarkerResult_1}
 _C_WritableTxnMarkerResult._DECODERS = {0: _d_WritableTxnMarkerResult_0, 1: _d_WritableTxnMarkerResult_1}
 _C_WritableTxnMarkerResult.VALID_VERSIONS = (0, 1)
 _C_WritableTxnMarkerResult.FLEXIBLE_VERSION = 1
 _C_WritableTxnMarkerResult._FIELDS = (
-    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, False, False, 0, None),
-    FieldSpec('topics', 'Topics', '[]WritableTxnMarkerTopicResult', (0, 32767), None, None, None, False, False, (), _C_WritableTxnMarkerTopicResult),
+    FieldSpec('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('topics', 'Topics', '[]WritableTxnMarkerTopicResult', (0, 32767), None, None, None, True, False, (), _C_WritableTxnMarkerTopicResult),
 )
 _C_WritableTxnMarkerTopicResult._ENCODERS = {0: _e_WritableTxnMarkerTopicResult_0, 1: _e_WritableTxnMarkerTopicResult_1}
 _C_WritableTxnMarkerTopicResult._DECODERS = {0: _d_WritableTxnMarkerTopicResult_0, 1: _d_WritableTxnMarkerTopicResult_1}
 _C_WritableTxnMarkerTopicResult.VALID_VERSIONS = (0, 1)
 _C_WritableTxnMarkerTopicResult.FLEXIBLE_VERSION = 1
 _C_WritableTxnMarkerTopicResult._FIELDS = (
-    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('partitions', 'Partitions', '[]WritableTxnMarkerPartitionResult', (0, 32767), None, None, None, False, False, (), _C_WritableTxnMarkerPartitionResult),
+    FieldSpec('name', 'Name', 'string', (0, 32767), None, None, None, True, False, '', None),
+    FieldSpec('partitions', 'Partitions', '[]WritableTxnMarkerPartitionResult', (0, 32767), None, None, None, True, False, (), _C_WritableTxnMarkerPartitionResult),
 )
