@@ -21,7 +21,16 @@ from .adapters import (
     aiokafka_produce_async,
     aiokafka_producer,
 )
-from .helpers import ACKS, CODECS, Rec, assert_same_records, now_ms, numbered, sample_records, wait_until
+from .helpers import (
+    ACKS,
+    CODECS,
+    Rec,
+    assert_same_records,
+    now_ms,
+    numbered,
+    sample_records,
+    wait_until,
+)
 
 TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR = 36, 37, 38
 UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -24,7 +24,16 @@ from .adapters import (
     confluent_produce,
 )
 from .conftest import unique_topic
-from .helpers import ACKS, CODECS, Rec, assert_same_records, now_ms, numbered, sample_records, wait_until
+from .helpers import (
+    ACKS,
+    CODECS,
+    Rec,
+    assert_same_records,
+    now_ms,
+    numbered,
+    sample_records,
+    wait_until,
+)
 
 TIMEOUTS = {"request_timeout": 15, "operation_timeout": 10}
 

@@ -16,7 +16,16 @@ from .adapters import (
     kafka_python_produce,
     kafka_python_producer,
 )
-from .helpers import ACKS, CODECS, Rec, assert_same_records, now_ms, numbered, sample_records, wait_until
+from .helpers import (
+    ACKS,
+    CODECS,
+    Rec,
+    assert_same_records,
+    now_ms,
+    numbered,
+    sample_records,
+    wait_until,
+)
 
 
 @pytest.fixture
