@@ -68,7 +68,7 @@ def _recompress(view: memoryview, header: BatchHeader, codec: int, level: int | 
     """Rebuild the batch with another codec, keeping producer fields and timestamps (new CRC)."""
     _, recs = iter_batch_records(view)
     return bytearray(build_batch(
-        [(r.timestamp, r.key, r.value, r.headers) for r in recs],
+        [(r.timestamp_ms, r.key, r.value, r.headers) for r in recs],
         compression=codec, timestamp_type=header.timestamp_type, producer_id=header.producer_id,
         producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
         transactional=header.is_transactional, base_timestamp=header.base_timestamp,

@@ -42,8 +42,9 @@ def confluent_common(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def confluent_producer(bootstrap: str, *, acks: int = -1, codec: str = "none",
-                       idempotent: bool = False, **extra: Any):
+def confluent_producer(
+    bootstrap: str, *, acks: int = -1, codec: str = "none", idempotent: bool = False, **extra: Any
+):
     from confluent_kafka import Producer
 
     conf = confluent_common(bootstrap) | {
@@ -58,16 +59,27 @@ def confluent_producer(bootstrap: str, *, acks: int = -1, codec: str = "none",
     return Producer(conf)
 
 
-def confluent_produce(bootstrap: str, topic: str, recs: Sequence[Rec], *, partition: int = 0,
-                      acks: int = -1, codec: str = "none", idempotent: bool = False,
-                      **extra: Any) -> list[int]:
+def confluent_produce(
+    bootstrap: str,
+    topic: str,
+    recs: Sequence[Rec],
+    *,
+    partition: int = 0,
+    acks: int = -1,
+    codec: str = "none",
+    idempotent: bool = False,
+    **extra: Any,
+) -> list[int]:
     """Produce in order; returns the offsets from the delivery reports (-1 with acks=0)."""
     producer = confluent_producer(bootstrap, acks=acks, codec=codec, idempotent=idempotent, **extra)
     reports: list[tuple[Any, Any]] = []
     for rec in recs:
-        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value,
-                                  "headers": list(rec.headers),
-                                  "on_delivery": lambda err, msg: reports.append((err, msg))}
+        kwargs: dict[str, Any] = {
+            "key": rec.key,
+            "value": rec.value,
+            "headers": list(rec.headers),
+            "on_delivery": lambda err, msg: reports.append((err, msg)),
+        }
         if partition is not None:
             kwargs["partition"] = partition
         if rec.timestamp_ms is not None:
@@ -96,9 +108,16 @@ def confluent_consumer(bootstrap: str, **extra: Any):
     return Consumer(conf)
 
 
-def confluent_consume(bootstrap: str, topic: str, *, partition: int = 0,
-                      start: Start = "earliest", count: int, deadline_s: float = DEADLINE_S,
-                      **extra: Any) -> list[Rec]:
+def confluent_consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    start: Start = "earliest",
+    count: int,
+    deadline_s: float = DEADLINE_S,
+    **extra: Any,
+) -> list[Rec]:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
     consumer = confluent_consumer(bootstrap, **extra)
@@ -108,8 +127,9 @@ def confluent_consume(bootstrap: str, topic: str, *, partition: int = 0,
         elif start == "latest":
             tp = TopicPartition(topic, partition, OFFSET_END)
         elif isinstance(start, tuple):
-            found = consumer.offsets_for_times([TopicPartition(topic, partition, start[1])],
-                                               timeout=10)
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, partition, start[1])], timeout=10
+            )
             assert found[0].error is None, found[0].error
             tp = TopicPartition(topic, partition, found[0].offset)
         else:
@@ -139,8 +159,15 @@ def confluent_poll(consumer: Any, count: int, deadline_s: float = DEADLINE_S) ->
 def confluent_rec(msg: Any) -> Rec:
     ts_type, ts = msg.timestamp()
     # confluent: TIMESTAMP_CREATE_TIME == 1, TIMESTAMP_LOG_APPEND_TIME == 2; Rec uses Kafka's 0/1.
-    return Rec(msg.key(), msg.value(), tuple(msg.headers() or ()), ts,
-               offset=msg.offset(), timestamp_type=ts_type - 1, partition=msg.partition())
+    return Rec(
+        msg.key(),
+        msg.value(),
+        tuple(msg.headers() or ()),
+        ts,
+        offset=msg.offset(),
+        timestamp_type=ts_type - 1,
+        partition=msg.partition(),
+    )
 
 
 def confluent_admin(bootstrap: str):
@@ -162,8 +189,14 @@ def kafka_python_common(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def kafka_python_producer(bootstrap: str, *, acks: int | str = "all", codec: str = "none",
-                          idempotent: bool | None = None, **extra: Any):
+def kafka_python_producer(
+    bootstrap: str,
+    *,
+    acks: int | str = "all",
+    codec: str = "none",
+    idempotent: bool | None = None,
+    **extra: Any,
+):
     from kafka import KafkaProducer
 
     conf = kafka_python_common(bootstrap) | {
@@ -179,18 +212,35 @@ def kafka_python_producer(bootstrap: str, *, acks: int | str = "all", codec: str
     return KafkaProducer(**conf)
 
 
-def kafka_python_produce(bootstrap: str, topic: str, recs: Sequence[Rec], *,
-                         partition: int | None = 0, acks: int | str = "all",
-                         codec: str = "none", idempotent: bool | None = None,
-                         producer: Any = None, **extra: Any) -> list[int]:
+def kafka_python_produce(
+    bootstrap: str,
+    topic: str,
+    recs: Sequence[Rec],
+    *,
+    partition: int | None = 0,
+    acks: int | str = "all",
+    codec: str = "none",
+    idempotent: bool | None = None,
+    producer: Any = None,
+    **extra: Any,
+) -> list[int]:
     own = producer is None
     if own:
-        producer = kafka_python_producer(bootstrap, acks=acks, codec=codec,
-                                         idempotent=idempotent, **extra)
+        producer = kafka_python_producer(
+            bootstrap, acks=acks, codec=codec, idempotent=idempotent, **extra
+        )
     try:
-        futures = [producer.send(topic, value=r.value, key=r.key, partition=partition,
-                                 timestamp_ms=r.timestamp_ms, headers=list(r.headers))
-                   for r in recs]
+        futures = [
+            producer.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=partition,
+                timestamp_ms=r.timestamp_ms,
+                headers=list(r.headers),
+            )
+            for r in recs
+        ]
         producer.flush(timeout=DEADLINE_S + 5)
         return [f.get(timeout=DEADLINE_S).offset for f in futures]
     finally:
@@ -210,9 +260,16 @@ def kafka_python_consumer(bootstrap: str, **extra: Any):
     return KafkaConsumer(**conf)
 
 
-def kafka_python_consume(bootstrap: str, topic: str, *, partition: int = 0,
-                         start: Start = "earliest", count: int,
-                         deadline_s: float = DEADLINE_S, **extra: Any) -> list[Rec]:
+def kafka_python_consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    start: Start = "earliest",
+    count: int,
+    deadline_s: float = DEADLINE_S,
+    **extra: Any,
+) -> list[Rec]:
     from kafka import TopicPartition
 
     consumer = kafka_python_consumer(bootstrap, **extra)
@@ -244,8 +301,15 @@ def kafka_python_poll(consumer: Any, count: int, deadline_s: float = DEADLINE_S)
 
 
 def kafka_python_rec(r: Any) -> Rec:
-    return Rec(r.key, r.value, tuple((k, v) for k, v in (r.headers or ())), r.timestamp,
-               offset=r.offset, timestamp_type=r.timestamp_type, partition=r.partition)
+    return Rec(
+        r.key,
+        r.value,
+        tuple((k, v) for k, v in (r.headers or ())),
+        r.timestamp,
+        offset=r.offset,
+        timestamp_type=r.timestamp_type,
+        partition=r.partition,
+    )
 
 
 def kafka_python_admin(bootstrap: str, **extra: Any):
@@ -270,8 +334,14 @@ def aiokafka_common(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def aiokafka_producer(bootstrap: str, *, acks: int | str = "all", codec: str = "none",
-                      idempotent: bool = False, **extra: Any):
+def aiokafka_producer(
+    bootstrap: str,
+    *,
+    acks: int | str = "all",
+    codec: str = "none",
+    idempotent: bool = False,
+    **extra: Any,
+):
     from aiokafka import AIOKafkaProducer
 
     conf = aiokafka_common(bootstrap) | {
@@ -284,19 +354,34 @@ def aiokafka_producer(bootstrap: str, *, acks: int | str = "all", codec: str = "
     return AIOKafkaProducer(**conf)
 
 
-async def aiokafka_produce_async(bootstrap: str, topic: str, recs: Sequence[Rec], *,
-                                 partition: int | None = 0, acks: int | str = "all",
-                                 codec: str = "none", idempotent: bool = False,
-                                 **extra: Any) -> list[int]:
-    producer = aiokafka_producer(bootstrap, acks=acks, codec=codec, idempotent=idempotent,
-                                 **extra)
+async def aiokafka_produce_async(
+    bootstrap: str,
+    topic: str,
+    recs: Sequence[Rec],
+    *,
+    partition: int | None = 0,
+    acks: int | str = "all",
+    codec: str = "none",
+    idempotent: bool = False,
+    **extra: Any,
+) -> list[int]:
+    producer = aiokafka_producer(bootstrap, acks=acks, codec=codec, idempotent=idempotent, **extra)
     await asyncio.wait_for(producer.start(), DEADLINE_S)
     try:
-        futures = [await producer.send(topic, value=r.value, key=r.key, partition=partition,
-                                       timestamp_ms=r.timestamp_ms, headers=list(r.headers))
-                   for r in recs]
+        futures = [
+            await producer.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=partition,
+                timestamp_ms=r.timestamp_ms,
+                headers=list(r.headers),
+            )
+            for r in recs
+        ]
         metas = await asyncio.wait_for(asyncio.gather(*futures), DEADLINE_S + 5)
-        return [m.offset for m in metas]
+        # With acks=0 aiokafka resolves each send to None (there is no response to read).
+        return [-1 if m is None else m.offset for m in metas]
     finally:
         await asyncio.wait_for(producer.stop(), DEADLINE_S)
 
@@ -317,9 +402,16 @@ def aiokafka_consumer(bootstrap: str, **extra: Any):
     return AIOKafkaConsumer(**conf)
 
 
-async def aiokafka_consume_async(bootstrap: str, topic: str, *, partition: int = 0,
-                                 start: Start = "earliest", count: int,
-                                 deadline_s: float = DEADLINE_S, **extra: Any) -> list[Rec]:
+async def aiokafka_consume_async(
+    bootstrap: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    start: Start = "earliest",
+    count: int,
+    deadline_s: float = DEADLINE_S,
+    **extra: Any,
+) -> list[Rec]:
     from aiokafka import TopicPartition
 
     consumer = aiokafka_consumer(bootstrap, **extra)
@@ -353,8 +445,15 @@ async def aiokafka_poll(consumer: Any, count: int, deadline_s: float = DEADLINE_
 
 
 def aiokafka_rec(r: Any) -> Rec:
-    return Rec(r.key, r.value, tuple((k, v) for k, v in (r.headers or ())), r.timestamp,
-               offset=r.offset, timestamp_type=r.timestamp_type, partition=r.partition)
+    return Rec(
+        r.key,
+        r.value,
+        tuple((k, v) for k, v in (r.headers or ())),
+        r.timestamp,
+        offset=r.offset,
+        timestamp_type=r.timestamp_type,
+        partition=r.partition,
+    )
 
 
 def aiokafka_consume(*args: Any, **kwargs: Any) -> list[Rec]:
@@ -368,36 +467,77 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 KCAT_FORMAT = r"%o %p %T %K %S\t%h\n%k%s\n"
 
 
-def kcat(args: Sequence[str], *, stdin: bytes | None = None, timeout: float = 30.0,
-         check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def kcat(
+    args: Sequence[str], *, stdin: bytes | None = None, timeout: float = 30.0, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
     assert KCAT, "kcat is not installed"
     proc = subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"kcat {' '.join(args)} exited {proc.returncode}:\n"
-                             f"{proc.stderr.decode(errors='replace')[-3000:]}")
+        raise AssertionError(
+            f"kcat {' '.join(args)} exited {proc.returncode}:\n"
+            f"{proc.stderr.decode(errors='replace')[-3000:]}"
+        )
     return proc
 
 
 def kcat_conf(bootstrap: str) -> list[str]:
-    return ["-b", bootstrap, "-m", "10", "-X", "socket.timeout.ms=10000",
-            "-X", "reconnect.backoff.max.ms=500", "-X", "log.connection.close=false"]
+    return [
+        "-b",
+        bootstrap,
+        "-m",
+        "10",
+        "-X",
+        "socket.timeout.ms=10000",
+        "-X",
+        "reconnect.backoff.max.ms=500",
+        "-X",
+        "log.connection.close=false",
+    ]
 
 
-def kcat_produce_lines(bootstrap: str, topic: str, lines: Sequence[tuple[bytes, bytes]], *,
-                       partition: int = 0, acks: int = -1, codec: str = "none",
-                       headers: Sequence[str] = (), idempotent: bool = False) -> None:
+def kcat_produce_lines(
+    bootstrap: str,
+    topic: str,
+    lines: Sequence[tuple[bytes, bytes]],
+    *,
+    partition: int = 0,
+    acks: int = -1,
+    codec: str = "none",
+    headers: Sequence[str] = (),
+    idempotent: bool = False,
+) -> None:
     """Produce ``key:value`` lines (no ':' or newline inside keys and values)."""
     payload = b"".join(k + b":" + v + b"\n" for k, v in lines)
-    args = ["-P", *kcat_conf(bootstrap), "-t", topic, "-p", str(partition), "-K", ":",
-            "-X", f"acks={acks}", "-X", f"compression.codec={codec}",
-            "-X", f"enable.idempotence={'true' if idempotent else 'false'}"]
+    args = [
+        "-P",
+        *kcat_conf(bootstrap),
+        "-t",
+        topic,
+        "-p",
+        str(partition),
+        "-K",
+        ":",
+        "-X",
+        f"acks={acks}",
+        "-X",
+        f"compression.codec={codec}",
+        "-X",
+        f"enable.idempotence={'true' if idempotent else 'false'}",
+    ]
     for h in headers:
         args += ["-H", h]
     kcat(args, stdin=payload)
 
 
-def kcat_produce_files(bootstrap: str, topic: str, values: Sequence[bytes], *, key: bytes,
-                       partition: int = 0, codec: str = "none") -> None:
+def kcat_produce_files(
+    bootstrap: str,
+    topic: str,
+    values: Sequence[bytes],
+    *,
+    key: bytes,
+    partition: int = 0,
+    codec: str = "none",
+) -> None:
     """Each value is one message, sent from a file (binary safe), all with the same key."""
     with tempfile.TemporaryDirectory() as d:
         paths = []
@@ -405,12 +545,32 @@ def kcat_produce_files(bootstrap: str, topic: str, values: Sequence[bytes], *, k
             p = Path(d) / f"m{i}"
             p.write_bytes(v)
             paths.append(str(p))
-        kcat(["-P", *kcat_conf(bootstrap), "-t", topic, "-p", str(partition),
-              "-k", key.decode(), "-X", f"compression.codec={codec}", *paths])
+        kcat(
+            [
+                "-P",
+                *kcat_conf(bootstrap),
+                "-t",
+                topic,
+                "-p",
+                str(partition),
+                "-k",
+                key.decode(),
+                "-X",
+                f"compression.codec={codec}",
+                *paths,
+            ]
+        )
 
 
-def kcat_consume(bootstrap: str, topic: str, *, partition: int = 0, start: Start = "beginning",
-                 count: int, timeout: float = DEADLINE_S) -> list[Rec]:
+def kcat_consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    partition: int = 0,
+    start: Start = "beginning",
+    count: int,
+    timeout: float = DEADLINE_S,
+) -> list[Rec]:
     """Consume `count` records with ``-e`` and parse the length-prefixed format.
 
     Header values come back as text (kcat prints ``n=v`` CSV), so only ASCII headers without
@@ -423,8 +583,24 @@ def kcat_consume(bootstrap: str, topic: str, *, partition: int = 0, start: Start
         offset = "end"
     else:
         offset = str(start)
-    proc = kcat(["-C", *kcat_conf(bootstrap), "-t", topic, "-p", str(partition), "-o", offset,
-                 "-c", str(count), "-e", "-f", KCAT_FORMAT], timeout=timeout + 15)
+    proc = kcat(
+        [
+            "-C",
+            *kcat_conf(bootstrap),
+            "-t",
+            topic,
+            "-p",
+            str(partition),
+            "-o",
+            offset,
+            "-c",
+            str(count),
+            "-e",
+            "-f",
+            KCAT_FORMAT,
+        ],
+        timeout=timeout + 15,
+    )
     return parse_kcat_output(proc.stdout)
 
 
@@ -436,15 +612,16 @@ def parse_kcat_output(out: bytes) -> list[Rec]:
         meta, _, hdrs = out[pos:nl].partition(b"\t")
         offset, partition, ts, klen, vlen = (int(x) for x in meta.split(b" "))
         pos = nl + 1
-        key = None if klen < 0 else out[pos:pos + klen]
+        key = None if klen < 0 else out[pos : pos + klen]
         pos += max(klen, 0)
-        value = None if vlen < 0 else out[pos:pos + vlen]
+        value = None if vlen < 0 else out[pos : pos + vlen]
         pos += max(vlen, 0)
-        assert out[pos:pos + 1] == b"\n", f"kcat output misparsed at {pos}"
+        assert out[pos : pos + 1] == b"\n", f"kcat output misparsed at {pos}"
         pos += 1
         headers: tuple[tuple[str, bytes | None], ...] = ()
         if hdrs:
-            headers = tuple((n, v.encode()) for n, _, v in
-                            (h.partition("=") for h in hdrs.decode().split(",")))
+            headers = tuple(
+                (n, v.encode()) for n, _, v in (h.partition("=") for h in hdrs.decode().split(","))
+            )
         recs.append(Rec(key, value, headers, ts, offset=offset, partition=partition))
     return recs

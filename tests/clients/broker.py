@@ -28,6 +28,20 @@ import sys
 import time
 from pathlib import Path
 
+if sys.platform.startswith("linux"):
+    import ctypes
+
+    # Looked up before any fork: the child may only call async-signal-safe code.
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _PR_SET_PDEATHSIG = 1
+
+    def _die_with_parent() -> None:
+        # If pytest itself is killed (e.g. by `timeout`), finalizers never run; the kernel
+        # then SIGKILLs the broker instead of leaving it orphaned.
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+else:  # pragma: no cover - the suites run on Linux
+    _die_with_parent = None
+
 LISTENING_RE = re.compile(rb"listening on (\w+)://([^\s]+):(\d+)")
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,8 +80,11 @@ class BrokerProcess:
         self.port = 0  # 0 until the first start binds one; reused on restart
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.output_path = Path(output_path) if output_path else self.log_dir.parent / (
-            self.log_dir.name + ".broker-output.log")
+        self.output_path = (
+            Path(output_path)
+            if output_path
+            else self.log_dir.parent / (self.log_dir.name + ".broker-output.log")
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
         self.starts = 0
@@ -118,10 +135,18 @@ class BrokerProcess:
             # The repo root first on the path: `python -m pybroker` must find this checkout
             # even when pytest runs from elsewhere.
             env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+            )
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=str(REPO_ROOT), env=env, start_new_session=True)
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=str(REPO_ROOT),
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.returncode = None
         self.starts += 1
         deadline = time.monotonic() + self.start_timeout
@@ -131,18 +156,23 @@ class BrokerProcess:
                 bound = int(match.group(3))
                 if self.port and bound != self.port:
                     self._force_kill()
-                    raise BrokerStartError(self._describe(
-                        f"restarted broker bound port {bound}, asked for {self.port}"))
+                    raise BrokerStartError(
+                        self._describe(
+                            f"restarted broker bound port {bound}, asked for {self.port}"
+                        )
+                    )
                 self.port = bound
                 return
             if self.proc.poll() is not None:
                 self.returncode = self.proc.returncode
-                raise BrokerStartError(self._describe(
-                    f"broker exited with code {self.returncode} before listening"))
+                raise BrokerStartError(
+                    self._describe(f"broker exited with code {self.returncode} before listening")
+                )
             if time.monotonic() > deadline:
                 self._force_kill()
-                raise BrokerStartError(self._describe(
-                    f"no 'listening on' line within {self.start_timeout:.0f}s"))
+                raise BrokerStartError(
+                    self._describe(f"no 'listening on' line within {self.start_timeout:.0f}s")
+                )
             time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float | None = None) -> int:
@@ -159,9 +189,12 @@ class BrokerProcess:
                 self.proc.wait(timeout=self.stop_timeout if timeout is None else timeout)
             except subprocess.TimeoutExpired:
                 self._force_kill()
-                raise TimeoutError(self._describe(
-                    f"broker did not exit within {timeout or self.stop_timeout:.0f}s of signal "
-                    f"{signal.Signals(sig).name}; killed")) from None
+                raise TimeoutError(
+                    self._describe(
+                        f"broker did not exit within {timeout or self.stop_timeout:.0f}s of signal "
+                        f"{signal.Signals(sig).name}; killed"
+                    )
+                ) from None
         self.returncode = self.proc.returncode
         return self.returncode
 
@@ -219,5 +252,7 @@ class BrokerProcess:
             self.returncode = self.proc.returncode
 
     def _describe(self, what: str) -> str:
-        return (f"{what}\ncommand: {shlex.join(self.command())}\n"
-                f"output ({self.output_path}), last lines:\n{self.output_tail()}")
+        return (
+            f"{what}\ncommand: {shlex.join(self.command())}\n"
+            f"output ({self.output_path}), last lines:\n{self.output_tail()}"
+        )

@@ -31,8 +31,9 @@ def _start(broker: BrokerProcess) -> BrokerProcess:
 
 
 @pytest.fixture(scope="module")
-def broker(request: pytest.FixtureRequest,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     overrides = dict(getattr(request.module, "BROKER_OVERRIDES", {}))
     name = request.module.__name__.rsplit(".", 1)[-1]
     node = BrokerProcess(tmp_path_factory.mktemp(name) / "data", overrides=overrides)
@@ -41,8 +42,9 @@ def broker(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-def broker_factory(request: pytest.FixtureRequest,
-                   tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+def broker_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., BrokerProcess]]:
     started: list[BrokerProcess] = []
 
     def make(**overrides: str) -> BrokerProcess:
@@ -70,9 +72,11 @@ def _broker_alive(request: pytest.FixtureRequest) -> None:
     if "broker" in request.fixturenames:
         node: BrokerProcess = request.getfixturevalue("broker")
         if not node.is_running():
-            pytest.fail(f"the module's broker is no longer running (exit code "
-                        f"{node.proc.poll() if node.proc else None}):\n{node.output_tail()}",
-                        pytrace=False)
+            pytest.fail(
+                f"the module's broker is no longer running (exit code "
+                f"{node.proc.poll() if node.proc else None}):\n{node.output_tail()}",
+                pytrace=False,
+            )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -55,23 +55,36 @@ def sample_records(null_header_values: bool = True, base_ts: int | None = None) 
 
 def numbered(n: int, prefix: bytes = b"m", base_ts: int | None = None) -> list[Rec]:
     ts = (now_ms() - 30_000) if base_ts is None else base_ts
-    return [Rec(b"%s-key-%d" % (prefix, i), b"%s-value-%d" % (prefix, i),
-                (("i", str(i).encode()),), ts + i) for i in range(n)]
+    return [
+        Rec(
+            b"%s-key-%d" % (prefix, i),
+            b"%s-value-%d" % (prefix, i),
+            (("i", str(i).encode()),),
+            ts + i,
+        )
+        for i in range(n)
+    ]
 
 
-def assert_same_records(produced: Sequence[Rec], consumed: Sequence[Rec],
-                        first_offset: int = 0) -> None:
+def assert_same_records(
+    produced: Sequence[Rec], consumed: Sequence[Rec], first_offset: int = 0
+) -> None:
     """Consumed records equal the produced ones, in order, at consecutive offsets, CreateTime."""
     assert len(consumed) == len(produced), (
-        f"produced {len(produced)} records, consumed {len(consumed)}")
+        f"produced {len(produced)} records, consumed {len(consumed)}"
+    )
     for i, (want, got) in enumerate(zip(produced, consumed, strict=True)):
         assert got == want, f"record {i} differs:\n produced {want}\n consumed {got}"
         assert got.offset == first_offset + i, f"record {i} at offset {got.offset}"
         assert got.timestamp_type == CREATE_TIME, f"record {i} timestamp type {got.timestamp_type}"
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.1,
-               what: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> T:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -83,8 +96,10 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         except Exception as exc:  # noqa: BLE001 - retried until the deadline, then reported
             last_exc = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f" (last error: {last_exc!r})" if last_exc else ""))
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}"
+                + (f" (last error: {last_exc!r})" if last_exc else "")
+            )
         time.sleep(interval)
 
 

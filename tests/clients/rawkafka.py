@@ -22,6 +22,7 @@ API_PRODUCE, API_METADATA, API_API_VERSIONS = 0, 3, 18
 
 # -- primitives -------------------------------------------------------------------------------
 
+
 def string(s: str | None) -> bytes:
     if s is None:
         return struct.pack(">h", -1)
@@ -41,8 +42,13 @@ def zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
-def request_header(api_key: int, api_version: int, correlation_id: int,
-                   client_id: str | None = "rawkafka", flexible: bool = False) -> bytes:
+def request_header(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None = "rawkafka",
+    flexible: bool = False,
+) -> bytes:
     """Header v1 (v2 when flexible: an empty tagged-field section follows client_id)."""
     head = struct.pack(">hhi", api_key, api_version, correlation_id) + string(client_id)
     return head + (b"\x00" if flexible else b"")
@@ -54,20 +60,33 @@ def frame(payload: bytes) -> bytes:
 
 # -- record batch v2 --------------------------------------------------------------------------
 
-def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
-                  value: bytes | None, headers: Sequence[tuple[bytes, bytes | None]] = ()) -> bytes:
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[bytes, bytes | None]] = (),
+) -> bytes:
     def blob(b: bytes | None) -> bytes:
         return zigzag_varint(-1) if b is None else zigzag_varint(len(b)) + b
 
-    body = (b"\x00" + zigzag_varint(timestamp_delta) + zigzag_varint(offset_delta)
-            + blob(key) + blob(value) + zigzag_varint(len(headers))
-            + b"".join(zigzag_varint(len(k)) + k + blob(v) for k, v in headers))
+    body = (
+        b"\x00"
+        + zigzag_varint(timestamp_delta)
+        + zigzag_varint(offset_delta)
+        + blob(key)
+        + blob(value)
+        + zigzag_varint(len(headers))
+        + b"".join(zigzag_varint(len(k)) + k + blob(v) for k, v in headers)
+    )
     return zigzag_varint(len(body)) + body
 
 
 @dataclass
 class BatchSpec:
     """Fields of a record batch v2 header; defaults are what a plain client sends."""
+
     base_timestamp: int
     records: Sequence[tuple[bytes | None, bytes | None]]
     attributes: int = 0
@@ -83,9 +102,20 @@ def record_batch(spec: BatchSpec) -> bytes:
     records = b"".join(encode_record(i, 0, k, v) for i, (k, v) in enumerate(spec.records))
     last_delta = len(spec.records) - 1 if spec.last_offset_delta is None else spec.last_offset_delta
     count = len(spec.records) if spec.records_count is None else spec.records_count
-    after_crc = struct.pack(">hiqqqhii", spec.attributes, last_delta, spec.base_timestamp,
-                            spec.base_timestamp, spec.producer_id, spec.producer_epoch,
-                            spec.base_sequence, count) + records
+    after_crc = (
+        struct.pack(
+            ">hiqqqhii",
+            spec.attributes,
+            last_delta,
+            spec.base_timestamp,
+            spec.base_timestamp,
+            spec.producer_id,
+            spec.producer_epoch,
+            spec.base_sequence,
+            count,
+        )
+        + records
+    )
     crc = crc32c.crc32c(after_crc)
     if spec.corrupt_crc:
         crc ^= 0xDEADBEEF
@@ -98,32 +128,57 @@ def control_batch(base_timestamp: int, producer_id: int = 1000, producer_epoch: 
     """A transactional control batch holding one ABORT marker (key: version 0, type 0)."""
     key = struct.pack(">hh", 0, 0)
     value = struct.pack(">hi", 0, 0)  # version, coordinator epoch
-    return record_batch(BatchSpec(base_timestamp, [(key, value)], attributes=0x10 | 0x20,
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=-1))
+    return record_batch(
+        BatchSpec(
+            base_timestamp,
+            [(key, value)],
+            attributes=0x10 | 0x20,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=-1,
+        )
+    )
 
 
 # -- request bodies ---------------------------------------------------------------------------
+
 
 def api_versions_v0(correlation_id: int) -> bytes:
     return frame(request_header(API_API_VERSIONS, 0, correlation_id))
 
 
 def metadata_v1(correlation_id: int, topics: Sequence[str] | None) -> bytes:
-    body = struct.pack(">i", -1) if topics is None else (
-        struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics))
+    body = (
+        struct.pack(">i", -1)
+        if topics is None
+        else (struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics))
+    )
     return frame(request_header(API_METADATA, 1, correlation_id) + body)
 
 
-def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, acks: int = -1,
-               timeout_ms: int = 10_000) -> bytes:
-    body = (string(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1)
-            + string(topic) + struct.pack(">i", 1) + struct.pack(">i", partition)
-            + struct.pack(">i", len(records)) + records)
+def produce_v3(
+    correlation_id: int,
+    topic: str,
+    partition: int,
+    records: bytes,
+    acks: int = -1,
+    timeout_ms: int = 10_000,
+) -> bytes:
+    body = (
+        string(None)
+        + struct.pack(">hi", acks, timeout_ms)
+        + struct.pack(">i", 1)
+        + string(topic)
+        + struct.pack(">i", 1)
+        + struct.pack(">i", partition)
+        + struct.pack(">i", len(records))
+        + records
+    )
     return frame(request_header(API_PRODUCE, 3, correlation_id) + body)
 
 
 # -- responses --------------------------------------------------------------------------------
+
 
 class Reader:
     def __init__(self, data: bytes) -> None:
@@ -138,7 +193,7 @@ class Reader:
         n = self.take("h")
         if n < 0:
             return None
-        s = self.data[self.pos:self.pos + n].decode()
+        s = self.data[self.pos : self.pos + n].decode()
         self.pos += n
         return s
 
@@ -200,6 +255,7 @@ def parse_produce_v3(body: bytes) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 # -- connection -------------------------------------------------------------------------------
+
 
 class Connection:
     def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:

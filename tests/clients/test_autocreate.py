@@ -31,8 +31,11 @@ def partition_count(node, topic: str) -> int:
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_produce_creates_topic_with_num_partitions(broker, topic, client):
-    produce = {"confluent": confluent_produce, "kafka-python": kafka_python_produce,
-               "aiokafka": aiokafka_produce}[client]
+    produce = {
+        "confluent": confluent_produce,
+        "kafka-python": kafka_python_produce,
+        "aiokafka": aiokafka_produce,
+    }[client]
     assert produce(broker.bootstrap, topic, numbered(2), partition=2) == [0, 1]
     assert partition_count(broker, topic) == 3
 

@@ -48,7 +48,8 @@ def create_topic(broker, name: str, partitions: int = 1, config: dict | None = N
     admin = confluent_admin(broker.bootstrap)
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
-        **TIMEOUTS)
+        **TIMEOUTS,
+    )
     futures[name].result(timeout=20)
 
 
@@ -59,6 +60,7 @@ def partitions_of(broker, name: str) -> dict[int, object]:
 
 
 # -- produce / consume ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("acks", ACKS)
 @pytest.mark.parametrize("codec", CODECS)
@@ -73,8 +75,14 @@ def test_produce_consume_round_trip(broker, topic, codec, acks):
 
 def test_idempotent_produce(broker, topic):
     recs = numbered(50)
-    offsets = confluent_produce(broker.bootstrap, topic, recs, idempotent=True, codec="lz4",
-                                **{"max.in.flight.requests.per.connection": 5, "linger.ms": 0})
+    offsets = confluent_produce(
+        broker.bootstrap,
+        topic,
+        recs,
+        idempotent=True,
+        codec="lz4",
+        **{"max.in.flight.requests.per.connection": 5, "linger.ms": 0},
+    )
     assert offsets == list(range(50))
     assert_same_records(recs, confluent_consume(broker.bootstrap, topic, count=50))
 
@@ -121,8 +129,7 @@ def test_watermarks_and_offsets_for_times(broker, topic):
         at = consumer.offsets_for_times([TopicPartition(topic, 0, base + 2)], timeout=10)[0]
         assert (at.error, at.offset) == (None, 2)
         # A timestamp after every record: no such offset, Kafka answers -1 (librdkafka: END).
-        after = consumer.offsets_for_times([TopicPartition(topic, 0, base + 10_000)],
-                                           timeout=10)[0]
+        after = consumer.offsets_for_times([TopicPartition(topic, 0, base + 10_000)], timeout=10)[0]
         assert after.offset in (-1, 5)
     finally:
         consumer.close()
@@ -148,15 +155,30 @@ def test_admin_list_offsets(broker, topic):
             assert info.timestamp == base + 50
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.lists(st.tuples(
-    st.one_of(st.none(), st.binary(max_size=40)),
-    st.one_of(st.none(), st.binary(max_size=300)),
-    st.lists(st.tuples(st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8),
-                       st.one_of(st.none(), st.binary(max_size=20))), max_size=3),
-    st.integers(min_value=-3_600_000, max_value=0)), min_size=1, max_size=8),
-    st.sampled_from(CODECS))
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=40)),
+            st.one_of(st.none(), st.binary(max_size=300)),
+            st.lists(
+                st.tuples(
+                    st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8),
+                    st.one_of(st.none(), st.binary(max_size=20)),
+                ),
+                max_size=3,
+            ),
+            st.integers(min_value=-3_600_000, max_value=0),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(CODECS),
+)
 def test_any_records_round_trip(broker, records, codec):
     """Property: whatever a producer sends (any bytes, headers, timestamps) comes back."""
     name = unique_topic("prop")
@@ -168,6 +190,7 @@ def test_any_records_round_trip(broker, records, codec):
 
 # -- admin ------------------------------------------------------------------------------------
 
+
 def test_create_topic_then_already_exists(broker, topic):
     create_topic(broker, topic, partitions=3)
     parts = partitions_of(broker, topic)
@@ -175,18 +198,21 @@ def test_create_topic_then_already_exists(broker, topic):
     for p in parts.values():
         assert (p.leader, list(p.replicas), list(p.isrs)) == (1, [1], [1])
     admin = confluent_admin(broker.bootstrap)
-    fut = admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)],
-                              **TIMEOUTS)[topic]
+    fut = admin.create_topics(
+        [NewTopic(topic, num_partitions=3, replication_factor=1)], **TIMEOUTS
+    )[topic]
     assert admin_error(fut).code() == KafkaError.TOPIC_ALREADY_EXISTS
 
 
 def test_create_topic_invalid_arguments(broker, topic):
     admin = confluent_admin(broker.bootstrap)
-    fut = admin.create_topics([NewTopic(topic, num_partitions=0, replication_factor=1)],
-                              **TIMEOUTS)[topic]
+    fut = admin.create_topics(
+        [NewTopic(topic, num_partitions=0, replication_factor=1)], **TIMEOUTS
+    )[topic]
     assert admin_error(fut).code() == KafkaError.INVALID_PARTITIONS
-    fut = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)],
-                              **TIMEOUTS)[topic]
+    fut = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=3)], **TIMEOUTS
+    )[topic]
     assert admin_error(fut).code() == KafkaError.INVALID_REPLICATION_FACTOR
     assert topic not in confluent_admin(broker.bootstrap).list_topics(timeout=10).topics
 
@@ -221,7 +247,7 @@ def test_describe_topic_configs(broker, topic):
     res = ConfigResource(ResourceType.TOPIC, topic)
     configs = admin.describe_configs([res], request_timeout=15)[res].result(timeout=20)
     assert configs["cleanup.policy"].value == "delete"
-    assert configs["segment.bytes"].value == str(1024 ** 3)
+    assert configs["segment.bytes"].value == str(1024**3)
     assert configs["retention.ms"].value == "123456"
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert not configs["retention.ms"].is_default

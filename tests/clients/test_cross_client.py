@@ -17,10 +17,16 @@ from .adapters import (
 )
 from .helpers import CODECS, assert_same_records, sample_records
 
-PRODUCERS = {"confluent": confluent_produce, "kafka-python": kafka_python_produce,
-             "aiokafka": aiokafka_produce}
-CONSUMERS = {"confluent": confluent_consume, "kafka-python": kafka_python_consume,
-             "aiokafka": aiokafka_consume}
+PRODUCERS = {
+    "confluent": confluent_produce,
+    "kafka-python": kafka_python_produce,
+    "aiokafka": aiokafka_produce,
+}
+CONSUMERS = {
+    "confluent": confluent_consume,
+    "kafka-python": kafka_python_consume,
+    "aiokafka": aiokafka_consume,
+}
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -14,7 +14,7 @@ import pytest
 
 from .broker import BrokerProcess, BrokerStartError
 
-FAKE_BROKER = r'''
+FAKE_BROKER = r"""
 import re, signal, socket, sys, time
 ov = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
 mode = ov.get("fake.mode", "serve")
@@ -37,7 +37,7 @@ print(f"INFO listening on PLAINTEXT://{host}:{srv.getsockname()[1]}", file=sys.s
 while True:
     conn, _ = srv.accept()
     conn.close()
-'''
+"""
 
 
 @pytest.fixture
@@ -48,10 +48,10 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     nodes: list[BrokerProcess] = []
 
     def make(**overrides: str) -> BrokerProcess:
-        node = BrokerProcess(tmp_path / f"data{len(nodes)}", overrides=overrides,
-                             start_timeout=5.0)
+        node = BrokerProcess(tmp_path / f"data{len(nodes)}", overrides=overrides, start_timeout=5.0)
         nodes.append(node)
         return node
+
     yield make
     for node in nodes:
         node.close()
@@ -98,3 +98,39 @@ def test_no_listening_line_times_out_and_kills(fake):
         node.start()
     assert not node.is_running()
     assert "fake broker booting" in node.output_tail()
+
+
+def test_broker_dies_with_a_killed_test_process(fake, tmp_path):
+    """If pytest is SIGKILLed (a CI timeout), no broker is left behind."""
+    import os
+    import subprocess
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        "from tests.clients.broker import BrokerProcess\n"
+        f"node = BrokerProcess({str(tmp_path / 'orphan')!r}, start_timeout=5.0)\n"
+        "node.start()\n"
+        "print(node.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE)
+    try:
+        child = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the broker outlived its killed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)

@@ -44,6 +44,7 @@ def partition_ids(admin, name: str) -> list[int]:
 
 # -- produce / consume ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("acks", ACKS)
 @pytest.mark.parametrize("codec", CODECS)
 def test_produce_consume_round_trip(broker, topic, codec, acks):
@@ -65,8 +66,9 @@ def test_default_producer_is_idempotent(broker, topic):
         assert offsets == list(range(30))
         # Several batches from the same producer id: sequences must have been accepted in order.
         more = numbered(30, b"more")
-        assert kafka_python_produce(broker.bootstrap, topic, more,
-                                    producer=producer) == list(range(30, 60))
+        assert kafka_python_produce(broker.bootstrap, topic, more, producer=producer) == list(
+            range(30, 60)
+        )
     finally:
         producer.close(timeout=5)
     assert_same_records(recs + more, kafka_python_consume(broker.bootstrap, topic, count=60))
@@ -105,8 +107,9 @@ def test_consume_from_latest_sees_only_new_records(broker, topic):
 def test_list_offsets(broker, topic):
     base = now_ms() - 20_000
     ts = [base, base + 1, base + 50, base + 2, base + 3]
-    kafka_python_produce(broker.bootstrap, topic,
-                         [Rec(b"k", b"v%d" % i, (), t) for i, t in enumerate(ts)])
+    kafka_python_produce(
+        broker.bootstrap, topic, [Rec(b"k", b"v%d" % i, (), t) for i, t in enumerate(ts)]
+    )
     tp = TopicPartition(topic, 0)
     consumer = kafka_python_consumer(broker.bootstrap)
     try:
@@ -128,6 +131,7 @@ def test_list_offsets(broker, topic):
 
 
 # -- admin ------------------------------------------------------------------------------------
+
 
 def test_create_topic_then_already_exists(broker, admin, topic):
     admin.create_topics({topic: {"num_partitions": 3, "replication_factor": 1}})
@@ -170,12 +174,19 @@ def test_create_partitions(broker, admin, topic):
 
 
 def test_describe_configs(broker, admin, topic):
-    admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1,
-                                 "configs": {"retention.ms": "7654321"}}})
+    admin.create_topics(
+        {
+            topic: {
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "configs": {"retention.ms": "7654321"},
+            }
+        }
+    )
     out = admin.describe_configs([ConfigResource("TOPIC", topic)], config_filter="ALL")
     configs = out["topic"][topic]
     assert configs["cleanup.policy"]["value"] == "delete"
-    assert configs["segment.bytes"]["value"] == str(1024 ** 3)
+    assert configs["segment.bytes"]["value"] == str(1024**3)
     assert configs["retention.ms"]["value"] == "7654321"
     assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
     modified = admin.describe_configs([ConfigResource("TOPIC", topic)])["topic"][topic]
@@ -187,7 +198,8 @@ def test_describe_configs(broker, admin, topic):
 def test_describe_cluster(broker, admin):
     cluster = admin.describe_cluster()
     assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
-        (1, broker.host, broker.port)]
+        (1, broker.host, broker.port)
+    ]
     assert cluster["controller_id"] == 1
     assert isinstance(cluster["cluster_id"], str) and cluster["cluster_id"]
 

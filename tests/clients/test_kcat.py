@@ -21,7 +21,8 @@ from .adapters import (
 from .helpers import ACKS, CODECS, Rec, now_ms, numbered
 
 pytestmark = pytest.mark.skipif(
-    KCAT is None, reason="kcat is not installed (apt-get install kcat; .ci/run installs it)")
+    KCAT is None, reason="kcat is not installed (apt-get install kcat; .ci/run installs it)"
+)
 
 LINES = [(b"key-%d" % i, b"value %d with spaces\tand tabs" % i) for i in range(5)]
 
@@ -30,11 +31,13 @@ LINES = [(b"key-%d" % i, b"value %d with spaces\tand tabs" % i) for i in range(5
 @pytest.mark.parametrize("codec", CODECS)
 def test_kcat_produce_confluent_consume(broker, topic, codec, acks):
     before = now_ms()
-    kcat_produce_lines(broker.bootstrap, topic, LINES, acks=acks, codec=codec,
-                       headers=["h1=a", "h1=b", "h2=x"])
+    kcat_produce_lines(
+        broker.bootstrap, topic, LINES, acks=acks, codec=codec, headers=["h1=a", "h1=b", "h2=x"]
+    )
     got = confluent_consume(broker.bootstrap, topic, count=len(LINES))
-    assert [(r.key, r.value, r.offset) for r in got] == [(k, v, i) for i, (k, v) in
-                                                         enumerate(LINES)]
+    assert [(r.key, r.value, r.offset) for r in got] == [
+        (k, v, i) for i, (k, v) in enumerate(LINES)
+    ]
     for r in got:
         assert r.headers == (("h1", b"a"), ("h1", b"b"), ("h2", b"x"))
         assert r.timestamp_type == 0 and before - 1000 <= r.timestamp_ms <= now_ms() + 1000
@@ -51,21 +54,25 @@ def test_kcat_binary_values_from_files(broker, topic, codec):
     values = [bytes(range(256)) * 4, b"\n\x00\n", b"x" * 50_000]
     kcat_produce_files(broker.bootstrap, topic, values, key=b"file", codec=codec)
     got = kcat_consume(broker.bootstrap, topic, count=3)
-    assert [(r.key, r.value, r.offset) for r in got] == [(b"file", v, i)
-                                                         for i, v in enumerate(values)]
+    assert [(r.key, r.value, r.offset) for r in got] == [
+        (b"file", v, i) for i, v in enumerate(values)
+    ]
 
 
 def test_kcat_consumes_what_confluent_produced(broker, topic):
     base = now_ms() - 5_000
     every = bytes(range(256))
-    recs = [Rec(b"k", every, (("a", b"1"), ("a", b"2")), base),
-            Rec(None, b"v", (), base + 1),
-            Rec(every, None, (("b", b"3"),), base + 2),
-            Rec(b"", b"", (), base + 3)]
+    recs = [
+        Rec(b"k", every, (("a", b"1"), ("a", b"2")), base),
+        Rec(None, b"v", (), base + 1),
+        Rec(every, None, (("b", b"3"),), base + 2),
+        Rec(b"", b"", (), base + 3),
+    ]
     confluent_produce(broker.bootstrap, topic, recs, codec="snappy")
     got = kcat_consume(broker.bootstrap, topic, count=len(recs))
     assert [(r.key, r.value, r.headers, r.timestamp_ms, r.offset) for r in got] == [
-        (r.key, r.value, r.headers, r.timestamp_ms, i) for i, r in enumerate(recs)]
+        (r.key, r.value, r.headers, r.timestamp_ms, i) for i, r in enumerate(recs)
+    ]
 
 
 def test_kcat_offsets_latest_explicit_and_timestamp(broker, topic):
@@ -82,8 +89,22 @@ def test_kcat_offsets_latest_explicit_and_timestamp(broker, topic):
 def test_kcat_json_envelope_has_create_time(broker, topic):
     ts = now_ms() - 1234
     confluent_produce(broker.bootstrap, topic, [Rec(b"k", b"v", (("h", b"x"),), ts)])
-    out = kcat(["-C", *kcat_conf(broker.bootstrap), "-t", topic, "-p", "0", "-o", "beginning",
-                "-c", "1", "-e", "-J"]).stdout
+    out = kcat(
+        [
+            "-C",
+            *kcat_conf(broker.bootstrap),
+            "-t",
+            topic,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-c",
+            "1",
+            "-e",
+            "-J",
+        ]
+    ).stdout
     msg = json.loads(out.splitlines()[0])
     assert (msg["key"], msg["payload"], msg["offset"]) == ("k", "v", 0)
     assert (msg["tstype"], msg["ts"], msg["broker"]) == ("create", ts, 1)

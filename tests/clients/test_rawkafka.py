@@ -15,7 +15,7 @@ from . import rawkafka as rk
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
 
 
-@given(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1))
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
 def test_zigzag_varint_matches_kafka_python(n):
     from kafka.record.util import decode_varint
 
@@ -23,8 +23,10 @@ def test_zigzag_varint_matches_kafka_python(n):
     assert decode_varint(bytearray(encoded), 0) == (n, len(encoded))
 
 
-@given(st.lists(st.tuples(maybe_bytes, maybe_bytes), min_size=1, max_size=20),
-       st.integers(min_value=0, max_value=2 ** 41))
+@given(
+    st.lists(st.tuples(maybe_bytes, maybe_bytes), min_size=1, max_size=20),
+    st.integers(min_value=0, max_value=2**41),
+)
 def test_record_batch_is_read_back_by_kafka_python(records, ts):
     batch = rk.record_batch(rk.BatchSpec(ts, records))
     parsed = DefaultRecordBatch(bytearray(batch))
@@ -40,7 +42,9 @@ def test_record_batch_is_read_back_by_kafka_python(records, ts):
 def test_bad_batches_are_bad_in_the_intended_way_only():
     ts = 1_700_000_000_000
     recs = [(b"a", b"1"), (b"b", b"2")]
-    bad_crc = DefaultRecordBatch(bytearray(rk.record_batch(rk.BatchSpec(ts, recs, corrupt_crc=True))))
+    bad_crc = DefaultRecordBatch(
+        bytearray(rk.record_batch(rk.BatchSpec(ts, recs, corrupt_crc=True)))
+    )
     assert not bad_crc.validate_crc()
     wrong_count = rk.record_batch(rk.BatchSpec(ts, recs, records_count=3))
     parsed = DefaultRecordBatch(bytearray(wrong_count))
@@ -57,7 +61,7 @@ def test_produce_v3_layout():
     size, api_key, version, cid = struct.unpack_from(">ihhi", msg)
     assert (size, api_key, version, cid) == (len(msg) - 4, 0, 3, 7)
     # client_id "rawkafka", null transactional_id, acks, timeout, 1 topic "t", 1 partition 0
-    rest = msg[4 + 8 + 2 + len(b"rawkafka"):]
+    rest = msg[4 + 8 + 2 + len(b"rawkafka") :]
     assert rest[:2] == b"\xff\xff"
     assert struct.unpack_from(">hii", rest, 2) == (-1, 1000, 1)
     assert rest[12:15] == b"\x00\x01t"
@@ -66,12 +70,25 @@ def test_produce_v3_layout():
 
 
 def test_parse_metadata_v1_reads_a_hand_built_response():
-    body = (struct.pack(">i", 1) + struct.pack(">i", 1) + rk.string("h") + struct.pack(">i", 9)
-            + rk.string(None) + struct.pack(">i", 1)  # controller
-            + struct.pack(">i", 1) + struct.pack(">h", 0) + rk.string("t") + b"\x00"
-            + struct.pack(">i", 2)
-            + struct.pack(">hii", 0, 0, 1) + struct.pack(">ii", 1, 1) + struct.pack(">ii", 1, 1)
-            + struct.pack(">hii", 5, 1, -1) + struct.pack(">i", 0) + struct.pack(">i", 0))
+    body = (
+        struct.pack(">i", 1)
+        + struct.pack(">i", 1)
+        + rk.string("h")
+        + struct.pack(">i", 9)
+        + rk.string(None)
+        + struct.pack(">i", 1)  # controller
+        + struct.pack(">i", 1)
+        + struct.pack(">h", 0)
+        + rk.string("t")
+        + b"\x00"
+        + struct.pack(">i", 2)
+        + struct.pack(">hii", 0, 0, 1)
+        + struct.pack(">ii", 1, 1)
+        + struct.pack(">ii", 1, 1)
+        + struct.pack(">hii", 5, 1, -1)
+        + struct.pack(">i", 0)
+        + struct.pack(">i", 0)
+    )
     brokers, controller, topics = rk.parse_metadata_v1(body)
     assert brokers == [(1, "h", 9)] and controller == 1
     assert topics[0].name == "t" and topics[0].partitions == {0: (0, 1), 1: (5, -1)}

@@ -37,8 +37,9 @@ def produce_fixture_data(node, topic: str) -> dict[int, list[Rec]]:
     confluent_produce(node.bootstrap, topic, p0[:3], partition=0, codec="zstd")
     kafka_python_produce(node.bootstrap, topic, p0[3:], partition=0, codec="gzip")
     for chunk in range(4):
-        confluent_produce(node.bootstrap, topic, p1[chunk * 10:(chunk + 1) * 10], partition=1,
-                          codec="lz4")
+        confluent_produce(
+            node.bootstrap, topic, p1[chunk * 10 : (chunk + 1) * 10], partition=1, codec="lz4"
+        )
     return {0: p0, 1: p1}
 
 
@@ -46,9 +47,11 @@ def create_two_partitions(node, topic: str) -> None:
     from confluent_kafka.admin import NewTopic
 
     from .adapters import confluent_admin
+
     admin = confluent_admin(node.bootstrap)  # keep a reference: the future dies with it
     fut = admin.create_topics(
-        [NewTopic(topic, num_partitions=2, replication_factor=1)], request_timeout=15)[topic]
+        [NewTopic(topic, num_partitions=2, replication_factor=1)], request_timeout=15
+    )[topic]
     fut.result(timeout=20)
 
 
@@ -64,7 +67,8 @@ def assert_all_clients_read(node, topic: str, data: dict[int, list[Rec]]) -> Non
         for partition, recs in data.items():
             got = kcat_consume(node.bootstrap, topic, partition=partition, count=len(recs))
             assert [(r.key, r.value, r.timestamp_ms) for r in got] == [
-                (r.key, r.value, r.timestamp_ms) for r in recs], f"kcat, partition {partition}"
+                (r.key, r.value, r.timestamp_ms) for r in recs
+            ], f"kcat, partition {partition}"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -89,13 +93,18 @@ def test_data_survives_restart(broker_factory, topic, sig):
     # The log continues where it stopped, on both partitions.
     more = numbered(3, b"after")
     assert confluent_produce(node.bootstrap, topic, more, partition=0) == [
-        len(data[0]), len(data[0]) + 1, len(data[0]) + 2]
+        len(data[0]),
+        len(data[0]) + 1,
+        len(data[0]) + 2,
+    ]
     assert confluent_produce(node.bootstrap, topic, more, partition=1)[0] == len(data[1])
 
     # And once more, so recovery of a recovered log is covered too.
     node.restart(signal.SIGTERM)
-    assert_same_records(data[0] + more, confluent_consume(node.bootstrap, topic, partition=0,
-                                                          count=len(data[0]) + 3))
+    assert_same_records(
+        data[0] + more,
+        confluent_consume(node.bootstrap, topic, partition=0, count=len(data[0]) + 3),
+    )
 
 
 def test_sigterm_answers_in_flight_produce(broker_factory, topic):
@@ -114,12 +123,14 @@ def test_sigterm_answers_in_flight_produce(broker_factory, topic):
             failed.append(str(err))
 
     def produce_loop():
-        producer = confluent_producer(node.bootstrap, acks=-1, **{
-            "linger.ms": 1, "message.timeout.ms": 5_000, "retries": 0})
+        producer = confluent_producer(
+            node.bootstrap, acks=-1, **{"linger.ms": 1, "message.timeout.ms": 5_000, "retries": 0}
+        )
         i = 0
         while not stop.is_set():
-            producer.produce(topic, value=b"inflight-%06d" % i, partition=0,
-                             on_delivery=on_delivery)
+            producer.produce(
+                topic, value=b"inflight-%06d" % i, partition=0, on_delivery=on_delivery
+            )
             producer.poll(0)
             i += 1
             if i % 50 == 0:
