@@ -17,7 +17,11 @@ from pybroker.protocol.messages import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
-from pybroker.server.configs import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_DYNAMIC_TOPIC, CONFIG_SOURCE_STATIC
+from pybroker.server.configs import (
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_DYNAMIC_TOPIC,
+    CONFIG_SOURCE_STATIC,
+)
 
 ZERO_ID = bytes(16)
 

@@ -8,7 +8,12 @@ import pytest
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
-from pybroker.protocol.messages import CreateTopicsRequest, FetchRequest, InitProducerIdRequest, ProduceRequest
+from pybroker.protocol.messages import (
+    CreateTopicsRequest,
+    FetchRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
 from pybroker.testing import EmbeddedBroker
 
