@@ -593,7 +593,10 @@ def assign_offsets(buf, Py_ssize_t pos, int64_t base_offset, int32_t partition_l
 
 
 def set_log_append_time(buf, Py_ssize_t pos, int64_t timestamp_ms):
-    """Mark the batch LogAppendTime: attribute bit 3, base and max timestamp; new CRC."""
+    """Mark the batch LogAppendTime: attribute bit 3 and max timestamp; new CRC.
+
+    The base timestamp stays as the producer wrote it, as Kafka's setMaxTimestamp does;
+    readers take every record's timestamp from maxTimestamp in a LogAppendTime batch."""
     cdef Py_buffer view
     cdef uint8_t *p = writable_header(buf, &view, pos)
     cdef int32_t batch_length
@@ -602,7 +605,6 @@ def set_log_append_time(buf, Py_ssize_t pos, int64_t timestamp_ms):
         if batch_length < MIN_BATCH_LENGTH or pos + OVERHEAD + <Py_ssize_t>batch_length > view.len:
             raise CorruptRecordError(f"batchLength {batch_length} does not fit the buffer")
         store_be16(p + 21, load_be16(p + 21) | LOG_APPEND_TIME)
-        store_be64(p + 27, <uint64_t>timestamp_ms)
         store_be64(p + 35, <uint64_t>timestamp_ms)
         store_be32(p + 17, crc_of(p + CRC_START, OVERHEAD + batch_length - CRC_START))
     finally:

@@ -390,7 +390,9 @@ def assign_offsets(buf, pos: int, base_offset: int, partition_leader_epoch: int)
 
 
 def set_log_append_time(buf, pos: int, timestamp_ms: int) -> None:
-    """Mark the batch LogAppendTime: attribute bit 3, base and max timestamp; new CRC.
+    """Mark the batch LogAppendTime: attribute bit 3 and max timestamp; new CRC.
+
+    The base timestamp stays as the producer wrote it (Kafka's setMaxTimestamp).
 
     The CRC covers the batch up to pos + LOG_OVERHEAD + batchLength, which must lie
     inside the buffer.
@@ -403,6 +405,5 @@ def set_log_append_time(buf, pos: int, timestamp_ms: int) -> None:
         raise CorruptRecordError(f"batchLength {batch_length} does not fit the buffer")
     attributes = _I16.unpack_from(view, pos + 21)[0] | _LOG_APPEND_TIME
     _I16.pack_into(view, pos + 21, attributes)
-    _I64.pack_into(view, pos + 27, timestamp_ms)
     _I64.pack_into(view, pos + 35, timestamp_ms)
     _U32.pack_into(view, pos + 17, crc32c(view[pos + _CRC_START:end]))

@@ -167,7 +167,12 @@ def test_admin_list_offsets(broker, topic):
             st.one_of(st.none(), st.binary(max_size=300)),
             st.lists(
                 st.tuples(
-                    st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8),
+                    st.text(
+                        # utf-8-encodable only: confluent-kafka 2.16.1 segfaults in produce() on a
+                        # header key it cannot encode (a lone surrogate) -- see FINDINGS.md
+                        st.characters(codec="utf-8", exclude_characters="\x00"),
+                        min_size=1, max_size=8,
+                    ),
                     st.one_of(st.none(), st.binary(max_size=20)),
                 ),
                 max_size=3,
