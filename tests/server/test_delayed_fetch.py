@@ -19,12 +19,6 @@ from .test_live_versions import create_topic, produce
 from .wire import WireClient
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
 def fetch_request(topic, offset, max_wait_ms, min_bytes):
     return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20,
                         isolation_level=0, session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(

@@ -29,9 +29,6 @@ from pybroker.protocol.messages import (
 )
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
 from pybroker.server.api_versions import SUPPORTED
-from pybroker.testing import EmbeddedBroker
-
-from .wire import WireClient
 
 
 def versions(api: ApiKey) -> list[int]:
@@ -39,17 +36,6 @@ def versions(api: ApiKey) -> list[int]:
     return list(range(lo, hi + 1))
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
 
 
 def create_topic(wire, name, partitions=1):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
@@ -15,23 +13,6 @@ from pybroker.protocol.messages import (
     ProduceRequest,
 )
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
-from pybroker.testing import EmbeddedBroker
-
-from .wire import WireClient
-
-
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
-
-
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
-
 
 _n = [0]
 
