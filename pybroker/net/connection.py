@@ -62,18 +62,14 @@ class Connection:
     # ------------------------------------------------------------------ reading
 
     async def _fill(self, need: int) -> None:
-        """Ensure at least `need` buffered bytes after _start."""
+        """Ensure at least `need` (<= the buffer size) buffered bytes after _start."""
         have = self._end - self._start
         if have >= need:
             return
-        if self._start and (len(self._buf) - self._start < need):
+        if len(self._buf) - self._start < need:
             # compact: move the partial frame to the front
             self._buf[:have] = self._buf[self._start:self._end]
             self._start, self._end = 0, have
-        if len(self._buf) < need:
-            newbuf = bytearray(max(need, _RECV_CHUNK))
-            newbuf[:have] = self._buf[self._start:self._end]
-            self._buf, self._start, self._end = newbuf, 0, have
         view = memoryview(self._buf)
         while self._end - self._start < need:
             n = await self.sock.recv_into(view[self._end:], len(self._buf) - self._end)
@@ -82,17 +78,35 @@ class Connection:
             self._end += n
 
     async def read_frame(self, max_bytes: int) -> bytearray | None:
-        """The next request frame (without its size), or None when the size is out of bounds."""
+        """The next request frame (without its size), or None when the size is out of bounds.
+
+        The frame is a fresh bytearray (writable, so Produce can assign offsets in place).
+        Frames larger than the receive buffer are read straight into their own bytearray,
+        so a 1 MiB produce is copied once, and the buffer never grows.
+        """
         await self._fill(4)
         (size,) = _SIZE.unpack_from(self._buf, self._start)
         if size < 0 or size > max_bytes:
             return None
-        await self._fill(4 + size)
         start = self._start + 4
-        frame = self._buf[start:start + size]  # a bytearray copy: writable, so produce can assign offsets in place
-        self._start = start + size
-        if self._start == self._end:
-            self._start = self._end = 0
+        if size + 4 <= len(self._buf):
+            await self._fill(4 + size)
+            start = self._start + 4
+            frame = self._buf[start:start + size]
+            self._start = start + size
+            if self._start == self._end:
+                self._start = self._end = 0
+            return frame
+        frame = bytearray(size)
+        have = self._end - start
+        frame[:have] = self._buf[start:self._end]
+        self._start = self._end = 0
+        view = memoryview(frame)
+        while have < size:
+            n = await self.sock.recv_into(view[have:], size - have)
+            if n == 0:
+                raise ConnectionClosed()
+            have += n
         return frame
 
     # ------------------------------------------------------------------ writing

@@ -1,0 +1,70 @@
+"""Framing of the per-connection reader: any split of the byte stream gives the same frames."""
+
+from __future__ import annotations
+
+import struct
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybroker.net import connection as connmod
+from pybroker.net.connection import Connection
+
+
+def frames_through(frames, chunk_sizes, max_bytes=1 << 24):
+    wire = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    got = []
+
+    async def main():
+        a, b = trio.socket.socketpair()
+        conn = Connection(b, None, "PLAINTEXT")
+
+        async def writer():
+            pos, i = 0, 0
+            while pos < len(wire):
+                n = chunk_sizes[i % len(chunk_sizes)]
+                await a.send(wire[pos:pos + n])
+                pos += n
+                i += 1
+                await trio.sleep(0)
+            a.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            for _ in frames:
+                got.append(await conn.read_frame(max_bytes))
+        b.close()
+
+    trio.run(main)
+    return got
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=3000), min_size=1, max_size=6),
+       st.lists(st.integers(1, 5000), min_size=1, max_size=5))
+def test_any_split_yields_the_same_frames(frames, chunk_sizes):
+    assert frames_through(frames, chunk_sizes) == frames
+
+
+def test_frames_larger_than_the_buffer_keep_the_buffer_small(monkeypatch):
+    monkeypatch.setattr(connmod, "_RECV_CHUNK", 1024)
+    frames = [b"a" * 10, bytes(range(256)) * 40, b"b" * 5, b"c" * 3000]
+    got = frames_through(frames, [700, 3, 4096])
+    assert got == frames
+    assert all(isinstance(f, bytearray) for f in got)  # writable: produce assigns offsets in place
+
+
+def test_oversized_or_negative_sizes_are_refused():
+    async def main(size_field):
+        a, b = trio.socket.socketpair()
+        conn = Connection(b, None, "PLAINTEXT")
+        await a.send(struct.pack(">i", size_field) + b"x" * 8)
+        result = await conn.read_frame(100)
+        a.close()
+        b.close()
+        return result
+
+    assert trio.run(main, 101) is None
+    assert trio.run(main, -1) is None
+    assert trio.run(main, 8) == bytearray(b"x" * 8)
