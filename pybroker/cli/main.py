@@ -1,6 +1,7 @@
 """`pybroker`: start a node (combined broker+controller) from Kafka-style properties.
 
     pybroker [--config server.properties] [--override key=value ...]
+    pybroker topics ... | pybroker groups ...   (admin tools: pybroker/cli/admin.py)
 
 With no arguments it serves on 127.0.0.1:9092 with its data in ./pybroker-data,
 formatting the directory on first start. A bad value or unreadable file prints one line
@@ -25,8 +26,12 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_CONFIG)
 
 
+ADMIN_TOOLS = ("topics", "groups")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.")
+    p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.",
+                        epilog="Admin tools: `pybroker topics --help`, `pybroker groups --help`.")
     p.add_argument("--config", "-c", metavar="FILE", help="server.properties file (Kafka property names)")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")
@@ -44,6 +49,13 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A first word naming an admin tool selects it; anything else (no arguments, options)
+    # starts the broker exactly as before.
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in ADMIN_TOOLS:
+        from pybroker.cli.admin import main as admin_main
+
+        return admin_main(words)
     args = parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -1,0 +1,135 @@
+"""`pybroker topics`: kafka-topics.sh's list / describe / create / delete.
+
+    pybroker topics list [--exclude-internal]
+    pybroker topics describe [--topic T ...] [--exclude-internal]
+    pybroker topics create --topic T [--partitions N] [--replication-factor R]
+                           [--config KEY=VALUE ...] [--if-not-exists]
+    pybroker topics delete --topic T [--if-exists]
+
+`describe` prints two tables: one row per topic (TOPIC TOPIC-ID PARTITION-COUNT
+REPLICATION-FACTOR CONFIGS, the configs being the topic's own overrides, as kafka-topics
+shows them), then one row per partition (TOPIC PARTITION LEADER REPLICAS ISR). Topic ids
+print as Kafka prints a Uuid: url-safe base64 without padding. Partitions and replication
+factor default to the broker's num.partitions / default.replication.factor, as in Kafka.
+Concurrency: a one-shot command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from typing import TextIO
+
+from pybroker.cli.admin import EXIT_OK, CliError, print_table
+from pybroker.client.admin import AdminClient
+from pybroker.protocol.errors import Errors, KafkaError
+
+
+def format_topic_id(topic_id: bytes) -> str:
+    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode()
+
+
+def _ids(nodes: list[int]) -> str:
+    return ",".join(map(str, nodes))
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"bad --config '{text}' (expected KEY=VALUE)")
+    return key.strip(), value
+
+
+def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,describe,create,delete}")
+
+    p = actions.add_parser("list", parents=[common], help="list topic names")
+    p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    p.set_defaults(handler=run_list)
+
+    p = actions.add_parser("describe", parents=[common], help="partitions, leaders, replicas, ISR, configs")
+    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic to describe (repeatable; "
+                   "default all)")
+    p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    p.set_defaults(handler=run_describe)
+
+    p = actions.add_parser("create", parents=[common], help="create a topic")
+    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--partitions", type=int, default=-1, metavar="N",
+                   help="number of partitions (default: the broker's num.partitions)")
+    p.add_argument("--replication-factor", type=int, default=-1, metavar="R",
+                   help="replication factor (default: the broker's default.replication.factor)")
+    p.add_argument("--config", action="append", default=[], type=_config_pair, metavar="KEY=VALUE",
+                   help="topic config override (repeatable)")
+    p.add_argument("--if-not-exists", action="store_true", help="succeed quietly if the topic exists")
+    p.set_defaults(handler=run_create)
+
+    p = actions.add_parser("delete", parents=[common], help="delete a topic")
+    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--if-exists", action="store_true", help="succeed quietly if the topic does not exist")
+    p.set_defaults(handler=run_delete)
+
+    for name, action in actions.choices.items():
+        action.prog = f"pybroker topics {name}"
+
+
+def run_list(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for name in admin.list_topics(include_internal=not args.exclude_internal):
+        out.write(name + "\n")
+    return EXIT_OK
+
+
+def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    wanted = list(dict.fromkeys(args.topic))
+    topics = admin.describe_topics(wanted or None)
+    for name in wanted:
+        t = topics.get(name)
+        if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            raise CliError(f"topic '{name}' does not exist")
+        if t.error:
+            raise KafkaError(t.error, f"cannot describe topic '{name}'")
+    names = sorted(n for n, t in topics.items() if not (args.exclude_internal and t.is_internal))
+    overrides = admin.topic_config_overrides(names) if names else {}
+    topic_rows = []
+    partition_rows = []
+    for name in names:
+        t = topics[name]
+        rf = max((len(p.replicas) for p in t.partitions), default=0)
+        configs = ",".join(f"{k}={v}" for k, v in overrides.get(name, {}).items())
+        topic_rows.append([name, format_topic_id(t.topic_id), len(t.partitions), rf, configs])
+        for p in t.partitions:
+            partition_rows.append([name, p.partition, p.leader if p.leader >= 0 else "none",
+                                   _ids(p.replicas), _ids(p.isr)])
+    print_table(out, ["TOPIC", "TOPIC-ID", "PARTITION-COUNT", "REPLICATION-FACTOR", "CONFIGS"], topic_rows)
+    out.write("\n")
+    print_table(out, ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], partition_rows)
+    return EXIT_OK
+
+
+def run_create(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.partitions == 0 or args.partitions < -1:
+        raise CliError("--partitions must be at least 1")
+    if args.replication_factor == 0 or args.replication_factor < -1:
+        raise CliError("--replication-factor must be at least 1")
+    configs = dict(args.config)
+    result, message = admin.create_topics({args.topic: (args.partitions, args.replication_factor, configs)})[args.topic]
+    if result == Errors.TOPIC_ALREADY_EXISTS:
+        if args.if_not_exists:
+            return EXIT_OK
+        raise CliError(f"topic '{args.topic}' already exists")
+    if result:
+        raise KafkaError(result, f"cannot create topic '{args.topic}'" + (f": {message}" if message else ""))
+    out.write(f"Created topic {args.topic}.\n")
+    return EXIT_OK
+
+
+def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    result, message = admin.delete_topics([args.topic])[args.topic]
+    if result == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+        if args.if_exists:
+            return EXIT_OK
+        raise CliError(f"topic '{args.topic}' does not exist")
+    if result:
+        raise KafkaError(result, f"cannot delete topic '{args.topic}'" + (f": {message}" if message else ""))
+    out.write(f"Deleted topic {args.topic}.\n")
+    return EXIT_OK

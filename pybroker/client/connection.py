@@ -1,0 +1,356 @@
+"""A blocking connection to one Kafka broker, on pybroker's own codec.
+
+Format: the Kafka request/response framing of pybroker.protocol.frame (int32 size, header,
+body). On `connect()` the connection sends ApiVersions (at v4, or at the version the broker
+names when it answers UNSUPPORTED_VERSION, as Kafka's NetworkClient does) and keeps the
+broker's ranges; every later request goes out at the highest version both sides speak,
+unless the caller narrows the range.
+Correlation ids count up from 1 per connection; a response whose id differs is a protocol
+error and closes the connection.
+Timeouts: `request_timeout_s` bounds each request from send to the end of its response
+(Kafka's request.timeout.ms); when it expires the connection is closed, since a late
+response would otherwise be read as the answer to the next request.
+Concurrency: not thread-safe; one request in flight at a time, like the broker's own
+one-request-per-connection rule.
+
+`retry_call` is the retry loop the admin client wraps around whole operations: it repeats
+on connection failures and on retriable Kafka errors (Errors.retriable), with exponential
+backoff, up to a count and a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pybroker import __version__
+from pybroker.protocol.api_keys import VALID_VERSIONS, ApiKey
+from pybroker.protocol.api_message import ApiMessage
+from pybroker.protocol.errors import Errors, KafkaError, ProtocolError, UnsupportedVersionError
+from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+__all__ = [
+    "BrokerConnection",
+    "BrokerConnectionError",
+    "RequestTimeoutError",
+    "parse_bootstrap_servers",
+    "retry_call",
+]
+
+_INT32 = struct.Struct(">i")
+# The largest response frame we accept; a broken or foreign peer announcing more is a
+# protocol error rather than a reason to allocate gigabytes.
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+API_VERSIONS_MAX = VALID_VERSIONS[ApiKey.API_VERSIONS][1]
+
+T = TypeVar("T")
+
+
+class BrokerConnectionError(Exception):
+    """The broker could not be reached, closed the connection, or did not answer in time.
+
+    Retriable, like Kafka's NetworkException / DisconnectException.
+    """
+
+    retriable = True
+
+    def __init__(self, address: str, message: str) -> None:
+        self.address = address
+        super().__init__(f"{address}: {message}")
+
+
+class RequestTimeoutError(BrokerConnectionError):
+    """No complete response within the request timeout (Kafka's TimeoutException)."""
+
+
+def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
+    """`host:port[,host:port...]` (IPv6 as `[::1]:9092`) -> [(host, port)]; ValueError if bad."""
+    out: list[tuple[str, int]] = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("["):
+            host, sep, rest = item[1:].partition("]")
+            if not sep or not rest.startswith(":"):
+                raise ValueError(f"bad bootstrap server {item!r} (expected [host]:port)")
+            port_s = rest[1:]
+        else:
+            host, sep, port_s = item.rpartition(":")
+            if not sep or not host:
+                raise ValueError(f"bad bootstrap server {item!r} (expected host:port)")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ValueError(f"bad port in bootstrap server {item!r}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"port out of range in bootstrap server {item!r}")
+        out.append((host, port))
+    if not out:
+        raise ValueError("no bootstrap servers given")
+    return out
+
+
+SocketFactory = Callable[[tuple[str, int], float], Any]
+
+
+def _default_socket_factory(address: tuple[str, int], timeout_s: float) -> socket.socket:
+    sock = socket.create_connection(address, timeout=timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+class BrokerConnection:
+    """One TCP connection to one broker; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "pybroker-admin",
+        request_timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
+        socket_factory: SocketFactory = _default_socket_factory,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._socket_factory = socket_factory
+        self._clock = clock
+        self._sock: Any = None
+        self._correlation_id = 0
+        # api key -> (min, max) as the broker advertised them
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the socket and negotiate versions; BrokerConnectionError if unreachable."""
+        if self._sock is not None:
+            return
+        try:
+            self._sock = self._socket_factory((self.host, self.port), self.connect_timeout_s)
+        except OSError as exc:
+            raise BrokerConnectionError(self.address, f"cannot connect: {exc.strerror or exc}") from exc
+        self._correlation_id = 0
+        try:
+            self.api_versions = self._negotiate()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> BrokerConnection:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _negotiate(self) -> dict[int, tuple[int, int]]:
+        version = API_VERSIONS_MAX
+        for _attempt in range(2):
+            body = ApiVersionsRequest(client_software_name="pybroker-admin",
+                                      client_software_version=__version__) if version >= 3 \
+                else ApiVersionsRequest()
+            frame = self._round_trip(ApiKey.API_VERSIONS, version, body)
+            resp = self._decode_api_versions(version, frame)
+            if resp.error_code == Errors.UNSUPPORTED_VERSION:
+                # The broker names its own ApiVersions range in the (v0) error body; retry
+                # at the highest version we share.
+                theirs = {k.api_key: k.max_version for k in resp.api_keys}
+                their_max = theirs.get(ApiKey.API_VERSIONS, 0)
+                if their_max >= version:
+                    break
+                version = min(their_max, API_VERSIONS_MAX)
+                continue
+            if resp.error_code != 0:
+                raise KafkaError(resp.error_code, f"ApiVersions failed at {self.address}")
+            return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        raise KafkaError(Errors.UNSUPPORTED_VERSION, f"{self.address} does not speak a known ApiVersions version")
+
+    def _decode_api_versions(self, version: int, frame: bytes) -> ApiVersionsResponse:
+        # An UNSUPPORTED_VERSION answer is a v0 body whatever version was asked for (Kafka's
+        # ApiVersionsResponse.parse falls back the same way).
+        try:
+            cid, resp = decode_response(ApiKey.API_VERSIONS, version, frame)
+        except ProtocolError:
+            cid, resp = decode_response(ApiKey.API_VERSIONS, 0, frame)
+        if resp.error_code == Errors.UNSUPPORTED_VERSION and version != 0:
+            cid, resp = decode_response(ApiKey.API_VERSIONS, 0, frame)
+        self._check_correlation(cid)
+        assert isinstance(resp, ApiVersionsResponse)
+        return resp
+
+    # -- versions ---------------------------------------------------------------------
+
+    def version_for(self, api_key: int, min_version: int = 0, max_version: int | None = None) -> int:
+        """The highest version of `api_key` both sides speak within [min_version, max_version].
+
+        Raises UnsupportedVersionError (code UNSUPPORTED_VERSION) when there is none.
+        """
+        ours = VALID_VERSIONS[api_key]
+        lo = max(ours[0], min_version)
+        hi = ours[1] if max_version is None else min(ours[1], max_version)
+        theirs = self.api_versions.get(api_key)
+        if theirs is not None:
+            lo = max(lo, theirs[0])
+            hi = min(hi, theirs[1])
+        if theirs is None or lo > hi:
+            name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else str(api_key)
+            raise UnsupportedVersionError(
+                f"{self.address} does not support {name}"
+                + (f" (it speaks v{theirs[0]}-{theirs[1]})" if theirs else ""),
+                api_key=api_key,
+            )
+        return hi
+
+    def supports(self, api_key: int) -> bool:
+        return api_key in self.api_versions
+
+    # -- requests ---------------------------------------------------------------------
+
+    def send(self, body: ApiMessage, version: int | None = None) -> Any:
+        """Send one request and return the decoded response body.
+
+        `version` None means the highest shared version. Raises BrokerConnectionError on
+        network failure or timeout (the connection is then closed), ProtocolError on an
+        undecodable or mismatched response.
+        """
+        api_key = int(body.API_KEY)
+        if self._sock is None:
+            self.connect()
+        if version is None:
+            version = self.version_for(api_key)
+        frame = self._round_trip(api_key, version, body)
+        try:
+            cid, resp = decode_response(api_key, version, frame)
+        except ProtocolError:
+            self.close()
+            raise
+        self._check_correlation(cid)
+        return resp
+
+    def _check_correlation(self, cid: int) -> None:
+        if cid != self._correlation_id:
+            self.close()
+            raise ProtocolError(
+                f"{self.address}: response correlation id {cid} does not match request {self._correlation_id}",
+                correlation_id=cid,
+            )
+
+    def _round_trip(self, api_key: int, version: int, body: ApiMessage) -> bytes:
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        data = encode_request(api_key, version, self._correlation_id, self.client_id, body)
+        deadline = self._clock() + self.request_timeout_s
+        try:
+            self._sendall(data, deadline)
+            (size,) = _INT32.unpack(self._recv_exact(4, deadline))
+            if not 0 <= size <= MAX_RESPONSE_BYTES:
+                self.close()
+                raise ProtocolError(f"{self.address}: response frame size {size} is out of range")
+            return self._recv_exact(size, deadline)
+        except RequestTimeoutError:
+            self.close()
+            raise
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(self.address, f"connection failed: {exc.strerror or exc}") from exc
+
+    def _remaining(self, deadline: float) -> float:
+        left = deadline - self._clock()
+        if left <= 0:
+            raise RequestTimeoutError(self.address, f"no response within {self.request_timeout_s:g}s")
+        return left
+
+    def _sendall(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            self._sock.settimeout(self._remaining(deadline))
+            try:
+                n = self._sock.send(view)
+            except TimeoutError:
+                continue  # _remaining raises once the deadline has passed
+            view = view[n:]
+
+    def _recv_exact(self, n: int, deadline: float) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            self._sock.settimeout(self._remaining(deadline))
+            try:
+                chunk = self._sock.recv(min(n - len(buf), 1 << 20))
+            except TimeoutError:
+                continue
+            if not chunk:
+                self.close()
+                raise BrokerConnectionError(self.address, "connection closed by the broker")
+            buf += chunk
+        return bytes(buf)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Connection failures and Kafka errors Kafka marks retriable (Errors.retriable)."""
+    if isinstance(exc, BrokerConnectionError):
+        return True
+    if isinstance(exc, ProtocolError):
+        return False
+    return isinstance(exc, KafkaError) and exc.retriable
+
+
+def retry_call(
+    fn: Callable[[], T],
+    *,
+    retries: int = 5,
+    backoff_s: float = 0.1,
+    max_backoff_s: float = 1.0,
+    deadline_s: float | None = None,
+    on_retry: Callable[[BaseException], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Call fn, repeating on retriable failures (see is_retriable) with exponential backoff.
+
+    Stops after `retries` repeats or when the next wait would pass `deadline_s` seconds from
+    the first call, and re-raises the last failure. `on_retry(exc)` runs before each repeat
+    (the admin client drops cached coordinators and connections there).
+    """
+    end = None if deadline_s is None else clock() + deadline_s
+    delay = backoff_s
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_retriable(exc) or attempt >= retries:
+                raise
+            if end is not None and clock() + delay > end:
+                raise
+            attempt += 1
+            if on_retry is not None:
+                on_retry(exc)
+            sleep(delay)
+            delay = min(delay * 2, max_backoff_s)
+
