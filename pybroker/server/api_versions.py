@@ -23,6 +23,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # classic consumer groups; FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup from 0
+    # and OffsetFetch from 1 because librdkafka < 2.11.1 needs those exact versions in range
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 

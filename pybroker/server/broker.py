@@ -6,7 +6,7 @@ image, register this node with its bound endpoints, create the partition logs it
 then log "listening on ..." and serve. Requests that arrive before that wait.
 
 Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting, wake every waiting
-fetch/produce so it answers now, let each connection finish the request in hand, then
+fetch/produce/join/sync so it answers now, let each connection finish the request in hand, then
 flush every log, write the checkpoints and the clean-shutdown marker.
 """
 
@@ -24,6 +24,7 @@ from pybroker.config import BrokerConfig, Endpoint
 from pybroker.controller.controller import QuorumController
 from pybroker.controller.image import MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
+from pybroker.coordinators.group.coordinator import GroupCoordinator
 from pybroker.log.errors import LogError
 from pybroker.log.manager import LogManager
 from pybroker.net.server import SocketServer
@@ -61,6 +62,7 @@ class Broker:
         self.log_manager: LogManager
         self.metadata_log: MetadataLog
         self.producer_ids: ProducerIdManager
+        self.group_coordinator: GroupCoordinator
         self.server: SocketServer
 
     def request_shutdown(self) -> None:
@@ -117,7 +119,13 @@ class Broker:
             self.replica_manager.apply_metadata()
             self.controller.listeners.append(lambda _records: self.replica_manager.apply_metadata())
             self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+            # the group coordinator loads the __consumer_offsets partitions it leads in worker
+            # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
+            self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller, self.image,
+                                                      nursery.start_soon)
+            self.controller.listeners.append(lambda _records: self.group_coordinator.on_metadata())
             await nursery.start(timer.run)
+            self.group_coordinator.on_metadata()
             await nursery.start(self.replica_manager.run_checkpointer)
             for ep in self.bound:
                 log.info("listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)", ep, self.node_id,
@@ -132,6 +140,8 @@ class Broker:
     async def _stop(self, timer: SystemTimer) -> None:
         log.info("shutting down")
         self.server.begin_shutdown()
+        # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
+        self.group_coordinator.shutdown()
         rm = self.replica_manager
         for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
             for ops in list(purgatory._watchers.values()):

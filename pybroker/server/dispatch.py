@@ -20,7 +20,17 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.chunks import Chunk
 from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
 from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
-from pybroker.server import cluster, fetch, list_offsets, metadata, produce, topics
+from pybroker.server import (
+    cluster,
+    fetch,
+    find_coordinator,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    topics,
+)
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
 
 log = logging.getLogger("pybroker.server")
@@ -48,6 +58,17 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.FIND_COORDINATOR: find_coordinator.handle_find_coordinator,
+    ApiKey.JOIN_GROUP: groups.handle_join_group,
+    ApiKey.SYNC_GROUP: groups.handle_sync_group,
+    ApiKey.HEARTBEAT: groups.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+    ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
+    ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

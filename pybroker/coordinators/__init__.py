@@ -1,0 +1,1 @@
+"""Coordinators: state machines over internal topics (groups; later transactions)."""

@@ -1,0 +1,1 @@
+"""The classic group coordinator (consumer groups, committed offsets)."""

@@ -1,0 +1,275 @@
+"""A classic-protocol group and its members (Kafka's ClassicGroup / ClassicGroupMember).
+
+State machine (Kafka's ClassicGroupState), with the transitions this module allows:
+
+    Empty               -> PreparingRebalance, Dead
+    PreparingRebalance  -> CompletingRebalance, Empty, Dead
+    CompletingRebalance -> PreparingRebalance, Stable, Dead
+    Stable              -> PreparingRebalance, Dead
+    Dead                -> (nothing: the group is gone)
+
+A member's `protocols` are the (name, metadata bytes) pairs of its JoinGroup; the group
+selects the protocol every member supports, by vote. Subscribed topics are parsed from the
+"consumer" protocol's ConsumerProtocolSubscription (int16 version + struct) so OffsetDelete
+can refuse GROUP_SUBSCRIBED_TO_TOPIC; other protocol types have no known topics.
+
+Pending futures (join/sync) are plain objects completed synchronously: the server side
+awaits them; the state machine never awaits. Concurrency: used only from one thread (the
+trio thread, or a test) — no locking.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybroker.protocol.messages import ConsumerProtocolSubscription
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+GROUP_TYPE_CLASSIC = "classic"
+
+
+class ClassicGroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    ClassicGroupState.EMPTY: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.PREPARING_REBALANCE: frozenset({
+        ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY}),
+    ClassicGroupState.COMPLETING_REBALANCE: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    ClassicGroupState.STABLE: frozenset({ClassicGroupState.COMPLETING_REBALANCE}),
+    ClassicGroupState.DEAD: frozenset({
+        ClassicGroupState.STABLE, ClassicGroupState.PREPARING_REBALANCE,
+        ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY, ClassicGroupState.DEAD}),
+}
+
+
+class IllegalStateTransition(RuntimeError):
+    pass
+
+
+class Future:
+    """A one-shot result slot; callbacks run synchronously on completion (no event loop)."""
+
+    __slots__ = ("done", "value", "_callbacks")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+        self._callbacks: list[Callable[[Any], None]] = []
+
+    def complete(self, value: Any) -> bool:
+        if self.done:
+            return False
+        self.done, self.value = True, value
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb(value)
+        return True
+
+    def add_callback(self, cb: Callable[[Any], None]) -> None:
+        if self.done:
+            cb(self.value)
+        else:
+            self._callbacks.append(cb)
+
+
+@dataclass
+class ClassicGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_future: Future | None = None
+    sync_future: Future | None = None
+    join_version: int = 0
+    is_new: bool = False
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.join_future is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.sync_future is not None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self.protocols]
+
+
+def subscribed_topics(metadata: bytes) -> set[str] | None:
+    """Topics of a consumer-protocol subscription, None if it cannot be parsed."""
+    if len(metadata) < 2:
+        return None
+    (version,) = struct.unpack_from(">h", metadata, 0)
+    if version < 0:
+        return None
+    try:
+        sub = ConsumerProtocolSubscription.decode_from(memoryview(metadata), 2, min(version, 3))
+        if isinstance(sub, tuple):
+            sub = sub[0]
+        return set(sub.topics)
+    except Exception:
+        return None
+
+
+@dataclass
+class ClassicGroup:
+    group_id: str
+    state: ClassicGroupState = ClassicGroupState.EMPTY
+    state_timestamp_ms: int = -1
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, ClassicGroupMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: set[str] = field(default_factory=set)  # v4+ ids handed out, not yet joined
+    pending_sync: set[str] = field(default_factory=set)  # joined this generation, not yet synced
+    new_member_added: bool = False
+    initial_join_delay_ms: int = 0  # remaining budget of the initial rebalance delay
+    group_type: str = GROUP_TYPE_CLASSIC  # room for KIP-848 "consumer" groups
+
+    # ------------------------------------------------------------------ state
+
+    def is_in(self, *states: ClassicGroupState) -> bool:
+        return self.state in states
+
+    def transition_to(self, target: ClassicGroupState, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS[target]:
+            raise IllegalStateTransition(f"group {self.group_id}: {self.state.value} -> {target.value}")
+        self.state = target
+        self.state_timestamp_ms = now_ms
+
+    # ------------------------------------------------------------------ members
+
+    def has_member(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def add(self, member: ClassicGroupMember, join_future: Future | None = None) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        if member.is_static:
+            self.static_members[member.group_instance_id] = member.member_id  # type: ignore[index]
+        member.join_future = join_future
+        self.members[member.member_id] = member
+        self.pending_members.discard(member.member_id)
+
+    def remove(self, member_id: str) -> ClassicGroupMember | None:
+        member = self.members.pop(member_id, None)
+        self.pending_sync.discard(member_id)
+        if member is not None and member.is_static:
+            if self.static_members.get(member.group_instance_id) == member_id:  # type: ignore[arg-type]
+                del self.static_members[member.group_instance_id]  # type: ignore[arg-type]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def static_member_id(self, instance_id: str | None) -> str | None:
+        return None if instance_id is None else self.static_members.get(instance_id)
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicGroupMember:
+        member = self.members.pop(old_id)
+        member.member_id = new_id
+        self.members[new_id] = member
+        self.static_members[instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+        return member
+
+    def awaiting_join_count(self) -> int:
+        return sum(1 for m in self.members.values() if m.is_awaiting_join)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.awaiting_join_count() and not self.pending_members
+
+    def not_yet_rejoined(self) -> list[ClassicGroupMember]:
+        return [m for m in self.members.values() if not m.is_awaiting_join]
+
+    # ------------------------------------------------------------------ protocols
+
+    def supports_protocols(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """A new member must share the protocol type and at least one protocol with all others."""
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        names = {n for n, _ in protocols}
+        return bool(names & self.candidate_protocols())
+
+    def candidate_protocols(self) -> set[str]:
+        sets = [set(m.protocol_names()) for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins, ties by
+        the first member's preference order (Kafka: max by vote count)."""
+        candidates = self.candidate_protocols()
+        if not candidates:
+            raise IllegalStateTransition(f"group {self.group_id}: no protocol supported by all members")
+        votes: dict[str, int] = {}
+        order: list[str] = []
+        for m in self.members.values():
+            vote = next(n for n in m.protocol_names() if n in candidates)
+            if vote not in votes:
+                order.append(vote)
+            votes[vote] = votes.get(vote, 0) + 1
+        return max(order, key=lambda n: votes[n])
+
+    def init_next_generation(self, now_ms: int) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.transition_to(ClassicGroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.transition_to(ClassicGroupState.EMPTY, now_ms)
+        self.pending_sync = set(self.members)
+
+    def subscribed_topics(self) -> set[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            got = subscribed_topics(m.metadata(self.protocol_name))
+            if got is None:
+                return None
+            topics |= got
+        return topics
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        if self.state == ClassicGroupState.EMPTY:
+            return False
+        topics = self.subscribed_topics()
+        return topics is not None and topic in topics

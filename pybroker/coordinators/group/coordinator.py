@@ -1,0 +1,183 @@
+"""The group coordinator service (Kafka's GroupCoordinatorService): routes a group to the
+shard of its __consumer_offsets partition and runs the operation there.
+
+Partition of a group: Utils.abs(group_id.hashCode()) % offsets.topic.num.partitions, as in
+Kafka, so a group lands on the same partition number here and in Kafka.
+
+__consumer_offsets is created on first use (FindCoordinator or any group API) through the
+controller: offsets.topic.num.partitions partitions, replication factor
+min(offsets.topic.replication.factor, live brokers), cleanup.policy=compact,
+segment.bytes=offsets.topic.segment.bytes. Creation is serialised by a lock.
+
+Errors: CoordinatorError(code) from the runtime (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, REQUEST_TIMED_OUT) reach the server handlers, which put the
+code where each API wants it; a failed log append becomes COORDINATOR_NOT_AVAILABLE.
+
+Concurrency: trio thread; join/sync answers are awaited here (trio.Event per request).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pybroker.coordinators.group.classic_group import Future
+from pybroker.coordinators.group.group_config import GroupConfig
+from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
+from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
+from pybroker.coordinators.shard import CoordinatorResult
+from pybroker.log.errors import LogError
+from pybroker.protocol.errors import Errors
+
+log = logging.getLogger("pybroker.group")
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+
+
+class GroupCoordinator:
+    def __init__(self, broker_config: Any, replica_manager: Any, controller: Any, image: Any,
+                 spawn: Callable[..., Any]) -> None:
+        self.config = GroupConfig.from_broker_config(broker_config)
+        self.broker_config = broker_config
+        self.controller = controller
+        self.image = image
+        self.runtime = CoordinatorRuntime(
+            GROUP_METADATA_TOPIC_NAME, replica_manager,
+            lambda index, timer: GroupCoordinatorShard(index, self.config, timer), spawn,
+            commit_timeout_ms=self.config.offsets_commit_timeout_ms)
+        self._create_lock = trio.Lock()
+
+    # ------------------------------------------------------------------ topic + routing
+
+    def num_partitions(self) -> int:
+        t = self.image.topic(GROUP_METADATA_TOPIC_NAME)
+        return len(t.partitions) if t is not None and t.partitions else self.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions())
+
+    async def ensure_topic(self) -> bool:
+        """Create __consumer_offsets if missing; False if it cannot be created now."""
+        if self.image.topic(GROUP_METADATA_TOPIC_NAME) is not None:
+            return True
+        async with self._create_lock:
+            if self.image.topic(GROUP_METADATA_TOPIC_NAME) is not None:
+                return True
+            live = sum(1 for b in self.image.brokers.values() if not b.fenced)
+            rf = max(1, min(self.broker_config["offsets.topic.replication.factor"], live))
+            configs = {"cleanup.policy": "compact",
+                       "segment.bytes": str(self.broker_config["offsets.topic.segment.bytes"])}
+            results = await self.controller.create_topics(
+                [(GROUP_METADATA_TOPIC_NAME, self.config.offsets_topic_num_partitions, rf, {}, configs)])
+            if results[0].error and self.image.topic(GROUP_METADATA_TOPIC_NAME) is None:
+                log.warning("cannot create %s: %s", GROUP_METADATA_TOPIC_NAME, results[0].message)
+                return False
+            log.info("created %s with %d partitions", GROUP_METADATA_TOPIC_NAME,
+                     self.config.offsets_topic_num_partitions)
+            return True
+
+    def coordinator_node(self, group_id: str) -> int | None:
+        """The broker leading the group's partition, or None."""
+        t = self.image.topic(GROUP_METADATA_TOPIC_NAME)
+        if t is None:
+            return None
+        reg = t.partitions.get(self.partition_for(group_id))
+        return None if reg is None or reg.leader < 0 else reg.leader
+
+    async def _index(self, group_id: str) -> int:
+        if not await self.ensure_topic():
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+        return self.partition_for(group_id)
+
+    async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], CoordinatorResult]) -> Any:
+        index = await self._index(group_id)
+        try:
+            return await self.runtime.write(index, op)
+        except LogError as exc:
+            log.warning("write for group %s failed: %s", group_id, exc)
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+
+    async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], Any]) -> Any:
+        index = await self._index(group_id)
+        return self.runtime.read(index, op)
+
+    # ------------------------------------------------------------------ membership
+
+    async def join_group(self, req: Any, version: int, client_id: str, client_host: str) -> Any:
+        fut: Future = await self.write(req.group_id,
+                                       lambda s, now: s.groups.join(req, version, client_id, client_host, now))
+        return await _await(fut)
+
+    async def sync_group(self, req: Any, version: int) -> Any:
+        fut: Future = await self.write(req.group_id, lambda s, now: s.groups.sync(req, version, now))
+        return await _await(fut)
+
+    async def heartbeat(self, req: Any, version: int) -> int:
+        return int(await self.read(req.group_id, lambda s, now: s.groups.heartbeat(req, version, now)))
+
+    async def leave_group(self, req: Any, version: int) -> Any:
+        return await self.write(req.group_id, lambda s, now: s.groups.leave(req, version, now))
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit_offsets(self, req: Any, version: int) -> Any:
+        return await self.write(req.group_id, lambda s, now: s.offsets.commit(req, version, now))
+
+    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> Any:
+        return await self.read(group_id, lambda s, now: s.offsets.fetch(group_id, topics))
+
+    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
+        def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:
+            top, parts, records = s.offsets.delete_offsets(group_id, topics)
+            return CoordinatorResult(records=records, response=(top, parts))
+        return await self.write(group_id, op)
+
+    # ------------------------------------------------------------------ admin
+
+    async def list_groups(self, states: list[str], types: list[str]) -> tuple[int, list[Any]]:
+        if not await self.ensure_topic():
+            return int(Errors.COORDINATOR_NOT_AVAILABLE), []
+        out: list[Any] = []
+        error = 0
+        for index in sorted(self.runtime.led_partitions()):
+            try:
+                out.extend(self.runtime.read(index, lambda s, now: s.list_groups(states, types)))
+            except CoordinatorError as exc:
+                error = exc.code  # Kafka reports COORDINATOR_LOAD_IN_PROGRESS and lists the rest
+        return error, out
+
+    async def describe_group(self, group_id: str, include_ops: bool) -> Any:
+        return await self.read(group_id, lambda s, now: s.describe_group(group_id, include_ops))
+
+    async def delete_groups(self, group_ids: list[str]) -> list[tuple[str, int]]:
+        by_partition: dict[int, list[str]] = {}
+        out: dict[str, int] = {}
+        if not await self.ensure_topic():
+            return [(g, int(Errors.COORDINATOR_NOT_AVAILABLE)) for g in group_ids]
+        for g in group_ids:
+            by_partition.setdefault(self.partition_for(g), []).append(g)
+        for index, groups in by_partition.items():
+            try:
+                for gid, code in await self.runtime.write(index, lambda s, now, groups=groups: s.delete_groups(groups)):
+                    out[gid] = code
+            except CoordinatorError as exc:
+                for gid in groups:
+                    out[gid] = exc.code
+        return [(g, out[g]) for g in group_ids]
+
+    def on_metadata(self) -> None:
+        self.runtime.on_metadata()
+
+    def shutdown(self) -> None:
+        self.runtime.close()
+
+
+async def _await(fut: Future) -> Any:
+    if not fut.done:
+        done = trio.Event()
+        fut.add_callback(lambda _v: done.set())
+        await done.wait()
+    return fut.value

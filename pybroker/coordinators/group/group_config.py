@@ -1,0 +1,40 @@
+"""Group coordinator settings (Kafka's GroupCoordinatorConfig), read once from the broker config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def _int(cfg: Any, name: str, default: int) -> int:
+    # every key is declared in pybroker.config (typed and validated there); plain mappings
+    # in unit tests may leave some out
+    value = cfg.get(name, default)
+    return default if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    max_size: int = 2**31 - 1
+    initial_rebalance_delay_ms: int = 3000
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_topic_num_partitions: int = 50
+    offsets_commit_timeout_ms: int = 5000
+
+    @classmethod
+    def from_broker_config(cls, cfg: Any) -> GroupConfig:
+        return cls(
+            min_session_timeout_ms=_int(cfg, "group.min.session.timeout.ms", 6000),
+            max_session_timeout_ms=_int(cfg, "group.max.session.timeout.ms", 1800000),
+            max_size=_int(cfg, "group.max.size", 2**31 - 1),
+            initial_rebalance_delay_ms=_int(cfg, "group.initial.rebalance.delay.ms", 3000),
+            offset_metadata_max_bytes=_int(cfg, "offset.metadata.max.bytes", 4096),
+            offsets_retention_ms=_int(cfg, "offsets.retention.minutes", 10080) * 60 * 1000,
+            offsets_retention_check_interval_ms=_int(cfg, "offsets.retention.check.interval.ms", 600000),
+            offsets_topic_num_partitions=_int(cfg, "offsets.topic.num.partitions", 50),
+            offsets_commit_timeout_ms=_int(cfg, "offsets.commit.timeout.ms", 5000),
+        )

@@ -1,0 +1,288 @@
+"""Runs coordinator shards on the partitions of their topic (Kafka's CoordinatorRuntime).
+
+One shard per partition of the coordinator topic that this broker leads. A shard is
+LOADING while its partition's log is replayed (requests get COORDINATOR_LOAD_IN_PROGRESS),
+then ACTIVE; a partition led elsewhere gets NOT_COORDINATOR.
+
+Write path, `await write(partition, op)`: `op(shard, now_ms)` returns a CoordinatorResult;
+its records become one uncompressed v2 batch (key/value per record_serde) appended to the
+partition as leader through ReplicaManager; then, if `result.replay`, the shard replays
+them (the same replay() as loading); then the caller waits until the high watermark covers
+the batch (acks=all, offsets.commit.timeout.ms) before `on_committed` runs and the response
+is returned. Everything up to the append is synchronous, so operations on one shard are
+serialised without a lock: trio switches tasks only at the HW wait.
+
+Load path: in a worker thread, read the partition from its log start to its end, decode
+every record and replay it into a fresh shard whose timer is suspended; the trio thread
+then installs the shard, resumes its timer and calls `on_loaded`.
+
+Deadlines: each shard gets a PurgatoryTimer on the broker's SystemTimer; the result of a
+timer operation is written like a request's (`_write_now`).
+
+Concurrency: trio thread, except the loader's worker thread which touches only the shard it
+builds and the log it reads.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from pybroker.coordinators import record_serde as serde
+from pybroker.coordinators.shard import CoordinatorResult
+from pybroker.coordinators.timer import PurgatoryTimer
+from pybroker.protocol.errors import Errors
+from pybroker.purgatory.purgatory import DelayedOperation, DelayedOperationPurgatory
+from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
+
+log = logging.getLogger("pybroker.coordinator")
+
+LOAD_READ_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units, int32 wrap-around)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """Kafka's Utils.abs(key.hashCode) % partitions (abs = & 0x7fffffff, so MIN_VALUE -> 0)."""
+    return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
+
+
+class CoordinatorError(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message or Errors(code).name)
+        self.code = int(code)
+
+
+class ShardStatus(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"
+
+
+@dataclass
+class ShardContext:
+    partition: int
+    status: ShardStatus
+    shard: Any
+    timer: PurgatoryTimer
+    epoch: int  # leader epoch the shard was loaded for
+
+
+class DelayedAppend(DelayedOperation):
+    """Waits until the coordinator partition's high watermark reaches `required`."""
+
+    def __init__(self, delay_ms: int, partition: Any, required: int) -> None:
+        super().__init__(delay_ms)
+        self.partition = partition
+        self.required = required
+
+    def try_complete(self) -> bool:
+        if self.partition.high_watermark >= self.required:
+            return self.force_complete()
+        return False
+
+
+class CoordinatorRuntime:
+    def __init__(self, topic: str, replica_manager: Any, shard_factory: Callable[[int, PurgatoryTimer], Any],
+                 spawn: Callable[..., Any], commit_timeout_ms: int = 5000,
+                 now_ms: Callable[[], int] = wall_ms) -> None:
+        self.topic = topic
+        self.rm = replica_manager
+        self.shard_factory = shard_factory
+        self.spawn = spawn
+        self.commit_timeout_ms = commit_timeout_ms
+        self.now_ms = now_ms
+        self.purgatory = DelayedOperationPurgatory(f"{topic}-coordinator", replica_manager.timer)
+        self.shards: dict[int, ShardContext] = {}
+        self.closed = False
+
+    # ------------------------------------------------------------------ leadership
+
+    def led_partitions(self) -> dict[int, Any]:
+        return {p.partition: p for (t, _), p in self.rm.partitions.items() if t == self.topic and p.is_leader}
+
+    def on_metadata(self) -> None:
+        """Load shards for partitions we now lead, unload the others (a metadata listener)."""
+        if self.closed:
+            return
+        led = self.led_partitions()
+        for index, p in led.items():
+            ctx = self.shards.get(index)
+            if ctx is None or ctx.epoch != p.leader_epoch:
+                if ctx is not None:
+                    self._unload(index)
+                self._schedule_load(index, p)
+        for index in [i for i in self.shards if i not in led]:
+            self._unload(index)
+
+    def _new_context(self, index: int, epoch: int) -> ShardContext:
+        ctx_box: list[ShardContext] = []
+        timer = PurgatoryTimer(self.purgatory, self.now_ms,
+                               lambda result: self._write_now(ctx_box[0], result), scope=f"{index}:")
+        ctx = ShardContext(index, ShardStatus.LOADING, self.shard_factory(index, timer), timer, epoch)
+        ctx_box.append(ctx)
+        return ctx
+
+    def _schedule_load(self, index: int, partition: Any) -> None:
+        ctx = self._new_context(index, partition.leader_epoch)
+        self.shards[index] = ctx
+        plog = partition.log
+        if plog.log_end_offset == plog.log_start_offset:
+            self._activate(ctx)  # nothing to replay: a freshly created partition
+        else:
+            self.spawn(self._load, ctx, partition)
+
+    async def _load(self, ctx: ShardContext, partition: Any) -> None:
+        started = time.monotonic()
+        try:
+            count = await trio.to_thread.run_sync(load_shard, ctx.shard, partition.log)
+        except Exception:
+            log.exception("loading %s-%d failed", self.topic, ctx.partition)
+            ctx.status = ShardStatus.FAILED
+            return
+        if self.shards.get(ctx.partition) is not ctx:
+            return  # unloaded (or reloaded) while we read
+        self._activate(ctx)
+        log.info("loaded %s-%d: %d records in %.0f ms", self.topic, ctx.partition, count,
+                 (time.monotonic() - started) * 1000)
+
+    def _activate(self, ctx: ShardContext) -> None:
+        ctx.timer.resume()
+        ctx.status = ShardStatus.ACTIVE
+        ctx.shard.on_loaded(self.now_ms())
+
+    def _unload(self, index: int) -> None:
+        ctx = self.shards.pop(index, None)
+        if ctx is None:
+            return
+        ctx.timer.suspend()
+        if ctx.status == ShardStatus.ACTIVE:
+            ctx.shard.on_unloaded()
+
+    def close(self) -> None:
+        self.closed = True
+        for index in list(self.shards):
+            self._unload(index)
+
+    # ------------------------------------------------------------------ access
+
+    def active(self, index: int) -> ShardContext:
+        """The ACTIVE shard of `index`, else CoordinatorError NOT_COORDINATOR / LOAD_IN_PROGRESS."""
+        ctx = self.shards.get(index)
+        if ctx is None or ctx.status == ShardStatus.FAILED:
+            raise CoordinatorError(Errors.NOT_COORDINATOR)
+        if ctx.status == ShardStatus.LOADING:
+            raise CoordinatorError(Errors.COORDINATOR_LOAD_IN_PROGRESS)
+        return ctx
+
+    def read(self, index: int, op: Callable[[Any, int], Any]) -> Any:
+        ctx = self.active(index)
+        return op(ctx.shard, self.now_ms())
+
+    async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult]) -> Any:
+        """Run `op` on the shard, append + replay its records, wait for the HW, answer."""
+        ctx = self.active(index)
+        result = op(ctx.shard, self.now_ms())
+        end = self._append(ctx, result)
+        if end is not None:
+            partition = self.rm.get_partition(self.topic, index)
+            wait = DelayedAppend(self.commit_timeout_ms, partition, end)
+            if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
+                await wait.wait()
+            if wait.expired:
+                raise CoordinatorError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
+        if result.on_committed is not None:
+            result.on_committed()
+        return result.response
+
+    def _write_now(self, ctx: ShardContext, result: CoordinatorResult) -> None:
+        """Write a timer operation's result (nobody awaits it)."""
+        if self.shards.get(ctx.partition) is not ctx or ctx.status != ShardStatus.ACTIVE:
+            return
+        end = self._append(ctx, result)
+        if result.on_committed is None:
+            return
+        partition = self.rm.get_partition(self.topic, ctx.partition)
+        if end is None or partition.high_watermark >= end:
+            result.on_committed()
+        else:
+            wait = DelayedAppend(self.commit_timeout_ms, partition, end)
+            on_committed = result.on_committed
+
+            async def later() -> None:
+                if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                    await wait.wait()
+                if not wait.expired:
+                    on_committed()
+            self.spawn(later)
+
+    def _append(self, ctx: ShardContext, result: CoordinatorResult) -> int | None:
+        """Append the result's records as one batch; returns the offset after it (None: no records)."""
+        if not result.records:
+            return None
+        partition = self.rm.get_partition(self.topic, ctx.partition)
+        if partition is None or not partition.is_leader:
+            raise CoordinatorError(Errors.NOT_COORDINATOR)
+        now = self.now_ms()
+        rows = [(now, *r.encode()) for r in result.records]
+        batch = bytearray(build_batch([(ts, k, v, ()) for ts, k, v in rows]))
+        info = self.rm.append(partition, batch)
+        if result.replay:
+            for i, record in enumerate(result.records):
+                ctx.shard.replay(record, info.first_offset + i, now)
+        return info.last_offset + 1
+
+
+def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES) -> int:
+    """Replay a partition's log into `shard` (worker thread); returns the records replayed.
+
+    Control batches are skipped; a record of a type this broker cannot read is skipped with a
+    warning (Kafka fails the load instead; we keep serving the groups we understand)."""
+    offset = plog.log_start_offset
+    end = plog.log_end_offset
+    count = 0
+    while offset < end:
+        info = plog.read(offset, read_bytes, max_offset=end)
+        if info.empty:
+            break
+        data = b"".join(os.pread(r.fd, r.length, r.position) for r in info.regions)
+        progressed = False
+        for header, batch in iter_batches(data):
+            if header.next_offset <= offset:
+                continue
+            progressed = True
+            offset = header.next_offset
+            if header.is_control:
+                continue
+            _, records = iter_batch_records(batch)
+            for rec in records:
+                if rec.key is None:
+                    continue
+                try:
+                    decoded = serde.decode(rec.key, rec.value)
+                except serde.UnknownRecordTypeError as exc:
+                    log.warning("%s at offset %d: skipped", exc, rec.offset)
+                    continue
+                shard.replay(decoded, rec.offset, rec.timestamp_ms)
+                count += 1
+        if not progressed:
+            break
+    return count

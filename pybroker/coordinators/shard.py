@@ -1,0 +1,62 @@
+"""What a coordinator shard is (Kafka's CoordinatorShard, CoordinatorResult, CoordinatorTimer).
+
+A shard owns the state of one partition of its coordinator topic (__consumer_offsets for
+groups). Its handlers are synchronous and take the time as `now_ms`; each returns a
+`CoordinatorResult`: the records to append to that partition and the response. The
+runtime appends the records as one batch, then — when `replay` is set — applies them with
+the same `replay()` that rebuilds the shard when the partition is loaded, and answers once
+the high watermark covers them (`on_committed` runs at that point).
+
+`replay=False` is for handlers that already changed their in-memory state and write a
+record only to persist it (Kafka does the same for classic groups): loading replays those
+records to rebuild the state.
+
+Timers: shards never sleep. They schedule keyed operations on a `CoordinatorTimer`; an
+operation runs later with the time and returns a result the runtime writes like any other.
+Scheduling a key again replaces the pending operation under it.
+
+Concurrency: a shard is used from one thread at a time, never concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pybroker.coordinators.record_serde import CoordinatorRecord
+
+
+@dataclass
+class CoordinatorResult:
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    response: Any = None
+    replay: bool = True
+    on_committed: Callable[[], None] | None = None
+
+
+EMPTY_RESULT = CoordinatorResult()
+
+TimerOperation = Callable[[int], "CoordinatorResult | None"]
+
+
+class CoordinatorTimer(Protocol):
+    def schedule(self, key: str, delay_ms: int, operation: TimerOperation, kind: str = "heartbeat",
+                 try_complete: Callable[[], bool] | None = None) -> None:
+        """Run `operation(now_ms)` after delay_ms (replacing any operation under `key`).
+        With `try_complete`, `check(key)` runs the operation early once it returns True."""
+
+    def cancel(self, key: str) -> None: ...
+
+    def check(self, key: str) -> None:
+        """Run the operation under `key` now if its try_complete condition holds."""
+
+    def is_scheduled(self, key: str) -> bool: ...
+
+
+class CoordinatorShard(Protocol):
+    def replay(self, record: CoordinatorRecord, offset: int) -> None: ...
+
+    def on_loaded(self, now_ms: int) -> None: ...
+
+    def on_unloaded(self) -> None: ...

@@ -1,0 +1,51 @@
+"""FindCoordinator (api 10), v0-6.
+
+v0-3 ask for one key and get one node; v4+ batch `coordinator_keys` and answer one entry
+per key (CLIENTS.md pitfall 7). Key type 0 (group) names the leader of the group's
+__consumer_offsets partition, creating the topic on first use; the node returned is one
+Metadata lists (same listener as the request). Key type 1 (transaction) gets
+COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists; other key types
+INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.coordinators.group.coordinator import GROUP_METADATA_TOPIC_NAME
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from pybroker.server.metadata import broker_list
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+async def _lookup(broker: Any, ctx: Any, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one key."""
+    if key_type == TRANSACTION_KEY_TYPE:
+        return Errors.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available", -1, "", -1
+    if key_type != GROUP_KEY_TYPE:
+        return Errors.INVALID_REQUEST, f"Unknown coordinator type {key_type}", -1, "", -1
+    gc = broker.group_coordinator
+    if not await gc.ensure_topic():
+        return Errors.COORDINATOR_NOT_AVAILABLE, f"{GROUP_METADATA_TOPIC_NAME} is not available", -1, "", -1
+    node = gc.coordinator_node(key)
+    for b in broker_list(broker, ctx.conn.listener_name):
+        if b.node_id == node:
+            return 0, None, b.node_id, b.host, b.port
+    return Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available", -1, "", -1
+
+
+async def handle_find_coordinator(broker: Any, ctx: Any, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    key_type = req.key_type if ctx.api_version >= 1 else GROUP_KEY_TYPE
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in req.coordinator_keys:
+            err, msg, node, host, port = await _lookup(broker, ctx, key, key_type)
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                key=key, node_id=node, host=host, port=port, error_code=int(err), error_message=msg))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    err, msg, node, host, port = await _lookup(broker, ctx, req.key, key_type)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=int(err), error_message=msg, node_id=node,
+                                   host=host, port=port, coordinators=[])

@@ -1,0 +1,103 @@
+"""Classic group membership and admin APIs: JoinGroup (11) v0-9, Heartbeat (12) v0-4,
+LeaveGroup (13) v0-5, SyncGroup (14) v0-5, DescribeGroups (15) v0-5, ListGroups (16) v0-5,
+DeleteGroups (42) v0-2.
+
+Thin translations onto pybroker.coordinators.group.coordinator.GroupCoordinator; the rules
+live there. A coordinator error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) goes
+where each API carries errors. JoinGroup and SyncGroup may wait (rebalance), so these
+handlers are async; one request in flight per connection is what the clients expect too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+
+def client_host(ctx: Any) -> str:
+    peer = getattr(ctx.conn, "peer", None)
+    host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
+    return "/" + host  # Kafka reports the InetAddress form, "/127.0.0.1"
+
+
+async def handle_join_group(broker: Any, ctx: Any, req: JoinGroupRequest) -> JoinGroupResponse:
+    v = ctx.api_version
+    try:
+        resp = await broker.group_coordinator.join_group(req, v, ctx.client_id or "", client_host(ctx))
+    except CoordinatorError as exc:
+        resp = JoinGroupResponse(throttle_time_ms=0, error_code=exc.code, generation_id=-1, protocol_type=None,
+                                 protocol_name=None, leader="", skip_assignment=False,
+                                 member_id=req.member_id or "", members=[])
+    if v < 7 and resp.protocol_name is None:
+        resp.protocol_name = ""  # not nullable before v7
+    return resp
+
+
+async def handle_sync_group(broker: Any, ctx: Any, req: SyncGroupRequest) -> SyncGroupResponse:
+    try:
+        return await broker.group_coordinator.sync_group(req, ctx.api_version)
+    except CoordinatorError as exc:
+        return SyncGroupResponse(throttle_time_ms=0, error_code=exc.code, protocol_type=None, protocol_name=None,
+                                 assignment=b"")
+
+
+async def handle_heartbeat(broker: Any, ctx: Any, req: HeartbeatRequest) -> HeartbeatResponse:
+    try:
+        code = await broker.group_coordinator.heartbeat(req, ctx.api_version)
+    except CoordinatorError as exc:
+        code = exc.code
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+
+async def handle_leave_group(broker: Any, ctx: Any, req: LeaveGroupRequest) -> LeaveGroupResponse:
+    try:
+        return await broker.group_coordinator.leave_group(req, ctx.api_version)
+    except CoordinatorError as exc:
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=exc.code, members=[])
+
+
+async def handle_list_groups(broker: Any, ctx: Any, req: ListGroupsRequest) -> ListGroupsResponse:
+    v = ctx.api_version
+    states = list(req.states_filter) if v >= 4 else []
+    types = list(req.types_filter) if v >= 5 else []
+    error, groups = await broker.group_coordinator.list_groups(states, types)
+    return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=groups)
+
+
+async def handle_describe_groups(broker: Any, ctx: Any, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    include_ops = ctx.api_version >= 3 and req.include_authorized_operations
+    out = []
+    for gid in req.groups:
+        try:
+            out.append(await broker.group_coordinator.describe_group(gid, include_ops))
+        except CoordinatorError as exc:
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=exc.code, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[],
+                authorized_operations=-2147483648))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+
+async def handle_delete_groups(broker: Any, ctx: Any, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    results = await broker.group_coordinator.delete_groups(list(req.groups_names))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[
+        DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=code) for g, code in results])
+
+
+

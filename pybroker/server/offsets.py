@@ -1,0 +1,85 @@
+"""Committed offsets: OffsetCommit (8) v2-9, OffsetFetch (9) v1-9, OffsetDelete (47) v0.
+
+OffsetFetch shapes: v0-7 one group (`topics` null from v2 = every committed partition),
+v8+ a batch of groups each with its own error. A partition without a commit answers offset
+-1, metadata "" and no error, as Kafka does. require_stable (v7+) never has to wait: there
+are no pending transactional offsets. Topic ids (OffsetCommit/OffsetFetch v10) are not
+advertised.
+
+Coordinator errors go top-level where the version has one (OffsetFetch v2+, per group v8+,
+OffsetDelete), else on every partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.messages import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+
+R = OffsetFetchResponse
+
+
+async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    try:
+        return await broker.group_coordinator.commit_offsets(req, ctx.api_version)
+    except CoordinatorError as exc:
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+                OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                                   error_code=exc.code)
+                for p in t.partitions]) for t in req.topics])
+
+
+async def _fetch_group(broker: Any, group_id: str, topics: list[tuple[str, list[int]]] | None
+                       ) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
+    try:
+        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics)
+    except CoordinatorError as exc:
+        return exc.code, [(t, [(p, None) for p in parts]) for t, parts in (topics or [])]
+
+
+async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    v = ctx.api_version
+    if v >= 8:
+        groups_out = []
+        for g in req.groups:
+            wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            error, found = await _fetch_group(broker, g.group_id, wanted)
+            groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
+                R.OffsetFetchResponseTopics(name=topic, partitions=[
+                    R.OffsetFetchResponsePartitions(
+                        partition_index=p, committed_offset=om.offset if om else -1,
+                        committed_leader_epoch=om.leader_epoch if om else -1,
+                        metadata=om.metadata if om else "", error_code=0)
+                    for p, om in parts]) for topic, parts in found]))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
+    wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
+    error, found = await _fetch_group(broker, req.group_id, wanted)
+    per_partition_error = error if v < 2 else 0
+    topics_out = [R.OffsetFetchResponseTopic(name=topic, partitions=[
+        R.OffsetFetchResponsePartition(partition_index=p, committed_offset=om.offset if om else -1,
+                                       committed_leader_epoch=om.leader_epoch if om else -1,
+                                       metadata=om.metadata if om else "", error_code=per_partition_error)
+        for p, om in parts]) for topic, parts in found]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics_out, error_code=error if v >= 2 else 0,
+                               groups=[])
+
+
+async def handle_offset_delete(broker: Any, ctx: Any, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+    try:
+        top, parts = await broker.group_coordinator.delete_offsets(req.group_id, wanted)
+    except CoordinatorError as exc:
+        top, parts = exc.code, []
+    return OffsetDeleteResponse(error_code=int(top), throttle_time_ms=0, topics=[
+        OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic, partitions=[
+            OffsetDeleteResponse.OffsetDeleteResponsePartition(partition_index=p, error_code=code)
+            for p, code in plist]) for topic, plist in parts])
