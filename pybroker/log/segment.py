@@ -46,6 +46,7 @@ TXN_INDEX_FILE_SUFFIX = ".txnindex"
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12
 _READ_BLOCK = 64 * 1024
+_RECENT_BATCHES = 128
 _MIN_BATCH_SIZE = 49 + LOG_OVERHEAD
 _LOG_APPEND_TIME_FLAG = 0x08
 _CODEC_MASK = 0x07
@@ -93,6 +94,10 @@ class LogSegment:
         self.offset_index = OffsetIndex(offset_index_file(self.dir, base_offset), base_offset, max_index_size)
         self.time_index = TimeIndex(time_index_file(self.dir, base_offset), base_offset, max_index_size)
         self._bytes_since_last_index_entry = 0
+        # base offset -> (position, size) of the most recently appended batches: a consumer at
+        # the tail fetches exactly at the next batch's base offset, so its read needs neither
+        # the index nor a header scan. Cleared whenever the file is cut.
+        self._recent: dict[int, tuple[int, int]] = {}
         self._max_ts_and_offset: tuple[int, int] | None = None  # None: not read from the time index yet
         self._rolling_based_timestamp: int | None = None
         self._closed = False
@@ -148,6 +153,11 @@ class LogSegment:
         while written < n:
             written += os.pwrite(self._fd, view[written:], physical_position + written)
         self._size = physical_position + n
+        if n >= HEADER_SIZE and int.from_bytes(view[8:12], "big") + LOG_OVERHEAD == n:
+            recent = self._recent
+            recent[int.from_bytes(view[0:8], "big")] = (physical_position, n)
+            if len(recent) > _RECENT_BATCHES:
+                del recent[next(iter(recent))]
         if largest_timestamp > self.max_timestamp_so_far:
             self._max_ts_and_offset = (largest_timestamp, offset_of_max_timestamp)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
@@ -191,10 +201,16 @@ class LogSegment:
         beyond the last batch of this segment."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size}")
-        found = self.translate_offset(start_offset)
-        if found is None:
-            return None
-        position, batch_size, header = found
+        hit = self._recent.get(start_offset)
+        if hit is not None:  # fast path: a tailing consumer asks for the next batch exactly
+            position, batch_size = hit
+            first_base = start_offset
+        else:
+            found = self.translate_offset(start_offset)
+            if found is None:
+                return None
+            position, batch_size, header = found
+            first_base = header[H_BASE_OFFSET]
         if max_position is None:
             max_position = self._size
         adjusted = max(max_size, batch_size) if min_one_message else max_size
@@ -206,7 +222,7 @@ class LogSegment:
         if fetch_size > 0:
             info.regions.append(FileRegion(self._fd, position, fetch_size))
             info.size = fetch_size
-            info.first_batch_offset = header[H_BASE_OFFSET]
+            info.first_batch_offset = first_base
             info.first_entry_incomplete = adjusted < batch_size
         return info
 
@@ -355,6 +371,7 @@ class LogSegment:
             finally:
                 mm.close()
         truncated = self._size - valid
+        self._recent.clear()
         if truncated:
             os.ftruncate(self._fd, valid)
             self._size = valid
@@ -368,6 +385,7 @@ class LogSegment:
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Remove batches from the one containing `offset` on; returns bytes removed."""
         mapping = self.translate_offset(offset)
+        self._recent.clear()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.resize_indexes(self.offset_index.max_index_size)

@@ -79,8 +79,7 @@ class SocketServer:
         self._shutting_down = True
         self._accept_scope.cancel()
         for conn in list(self.connections):
-            if conn.read_scope is not None and not conn.busy:
-                conn.read_scope.cancel()
+            conn.close_idle()
 
     async def wait_idle(self, timeout_s: float) -> bool:
         with trio.move_on_after(timeout_s):

@@ -72,21 +72,25 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
     raise InvalidRecordError(f"unknown compression codec id {codec}")
 
 
-def decompress(codec: int, data) -> bytes:
-    """Decompress a records section from any client (see the table above)."""
+def decompress(codec: int, data) -> bytes | memoryview:
+    """Decompress a records section from any client (see the table above).
+
+    Returns a read-only bytes-like view of cramjam's output buffer: no second copy of the
+    decompressed records on the produce validation path (it was a quarter of lz4 produce).
+    """
     if codec == NONE:
         return bytes(data)
     try:
         if codec == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return memoryview(cramjam.gzip.decompress(data))
         if codec == SNAPPY:
             return _snappy_decompress(memoryview(data).cast("B"))
         if codec == LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return memoryview(cramjam.lz4.decompress(data))
         if codec == ZSTD:
             # cramjam streams the frame, so frames without a content size (librdkafka,
             # zstd-jni streaming) decode too.
-            return bytes(cramjam.zstd.decompress(data))
+            return memoryview(cramjam.zstd.decompress(data))
     except CorruptRecordError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError and ValueErrors
@@ -104,9 +108,9 @@ def _xerial_compress(view: memoryview) -> bytes:
     return bytes(out)
 
 
-def _snappy_decompress(view: memoryview) -> bytes:
+def _snappy_decompress(view: memoryview) -> bytes | memoryview:
     if len(view) < 16 or view[:8] != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
+        return memoryview(cramjam.snappy.decompress_raw(view))
     out = bytearray()
     pos, end = 16, len(view)
     while pos < end:
@@ -118,7 +122,7 @@ def _snappy_decompress(view: memoryview) -> bytes:
             raise CorruptRecordError(f"xerial snappy block of {length} bytes is truncated")
         out += cramjam.snappy.decompress_raw(view[pos:pos + length])
         pos += length
-    return bytes(out)
+    return out
 
 
 def _lz4_frame_compress(view: memoryview, level: int | None) -> bytes:

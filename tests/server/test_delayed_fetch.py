@@ -94,3 +94,21 @@ def test_shutdown_answers_a_parked_fetch():
         assert got_cid == cid and resp.responses[0].partitions[0].error_code == 0
     finally:
         b.close()
+
+
+def test_large_and_small_regions_in_one_response_arrive_intact(broker):
+    """Regions above the pread threshold go out with sendfile, small ones inline: mixed in one
+    response (several partitions), the bytes must still be exactly the log's."""
+    w = WireClient("127.0.0.1", broker.port)
+    create_topic(w, "df-mixed", partitions=3)
+    big = bytes(range(256)) * 1024  # 256 KiB: sendfile path
+    for p, value in enumerate([b"small", big, b"tiny"]):
+        assert produce(w, "df-mixed", [value], partition=p).error_code == 0
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 22, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                           topic="df-mixed", partitions=[FetchRequest.FetchPartition(
+                               partition=p, fetch_offset=0, partition_max_bytes=1 << 21) for p in range(3)])])
+    resp = w.request(ApiKey.FETCH, 11, req)
+    got = [[r.value for _, b in iter_batches(bytes(pd.records)) for r in iter_batch_records(b)[1]]
+           for pd in resp.responses[0].partitions]
+    assert got == [[b"small"], [big], [b"tiny"]]

@@ -49,10 +49,36 @@ def test_any_split_yields_the_same_frames(frames, chunk_sizes):
 
 def test_frames_larger_than_the_buffer_keep_the_buffer_small(monkeypatch):
     monkeypatch.setattr(connmod, "_RECV_CHUNK", 1024)
+    monkeypatch.setattr(connmod, "_SMALL_FRAME", 100)
     frames = [b"a" * 10, bytes(range(256)) * 40, b"b" * 5, b"c" * 3000]
     got = frames_through(frames, [700, 3, 4096])
     assert got == frames
-    assert all(isinstance(f, bytearray) for f in got)  # writable: produce assigns offsets in place
+    for f in got:  # writable: produce assigns offsets in place
+        memoryview(f)[0:1] = b"z"
+
+
+def test_frame_buffer_is_reused_only_when_no_view_of_the_last_frame_is_alive(monkeypatch):
+    monkeypatch.setattr(connmod, "_SMALL_FRAME", 10)
+    big = [bytes([i]) * 5000 for i in range(4)]
+
+    async def main():
+        a, b = trio.socket.socketpair()
+        conn = Connection(b, None, "PLAINTEXT")
+        for f in big:
+            await a.send(struct.pack(">i", len(f)) + f)
+        first = await conn.read_frame(1 << 20)
+        kept = first[100:200]  # a live slice, like a records field still being used
+        del first
+        second = await conn.read_frame(1 << 20)
+        assert bytes(kept) == big[0][100:200] and bytes(second) == big[1]  # nothing overwritten
+        buffer_of_second = id(second.obj)  # an id, not a reference (a reference would pin it)
+        del second, kept
+        third = await conn.read_frame(1 << 20)
+        assert id(third.obj) == buffer_of_second and bytes(third) == big[2]  # released, so reused
+        a.close()
+        b.close()
+
+    trio.run(main)
 
 
 def test_oversized_or_negative_sizes_are_refused():
