@@ -157,7 +157,9 @@ def validate_and_count(batch: bytes | bytearray | memoryview) -> BatchHeader:
     """
     header = BatchHeader._make(_records.validate_batch(batch))
     if header.compression:
-        section = records_section(batch, header)
+        view = memoryview(batch)
+        section = _codecs.decompress_scratch(header.compression,
+                                             view[BATCH_HEADER_SIZE:header.batch_length + LOG_OVERHEAD])
         _records.count_records(section, 0, len(section), header.records_count)
     else:
         _records.count_records(batch, BATCH_HEADER_SIZE, len(memoryview(batch)),

@@ -20,6 +20,7 @@ GIL while it (de)compresses, so large batches may go to a worker thread.
 from __future__ import annotations
 
 import struct
+import threading
 
 import cramjam
 import xxhash
@@ -96,6 +97,39 @@ def decompress(codec: int, data) -> bytes | memoryview:
     except Exception as exc:  # cramjam raises its own DecompressionError and ValueErrors
         raise CorruptRecordError(f"{CODEC_NAMES[codec]} decompression failed: {exc}") from exc
     raise InvalidRecordError(f"unknown compression codec id {codec}")
+
+
+_scratch = threading.local()
+_SCRATCH_START = 1 << 20
+_SCRATCH_KEEP = 64 << 20  # a larger scratch buffer is not kept between calls
+_INTO = {GZIP: cramjam.gzip.decompress_into, LZ4: cramjam.lz4.decompress_into,
+         ZSTD: cramjam.zstd.decompress_into}
+
+
+def decompress_scratch(codec: int, data) -> bytes | memoryview:
+    """`decompress` into a reused per-thread buffer, for callers that only read the result
+    before their next call on the same thread (produce validation).
+
+    The returned view aliases that buffer: the next call on this thread overwrites it.
+    Decompressing into warm memory is ~3x faster than into a fresh buffer for a 1 MiB
+    section (no page faults), which is most of a compressed produce's CPU.
+    """
+    into = _INTO.get(codec)
+    if into is None:
+        return decompress(codec, data)
+    buf = getattr(_scratch, "buf", None) or bytearray(_SCRATCH_START)
+    while True:
+        try:
+            n = into(data, buf)
+            break
+        except cramjam.DecompressionError as exc:
+            if "whole buffer" not in str(exc) or len(buf) >= _SCRATCH_KEEP:
+                return decompress(codec, data)  # corrupt (raises) or too big for scratch
+            buf = bytearray(len(buf) * 4)
+        except Exception as exc:
+            raise CorruptRecordError(f"{CODEC_NAMES[codec]} decompression failed: {exc}") from exc
+    _scratch.buf = buf
+    return memoryview(buf)[:n]
 
 
 def _xerial_compress(view: memoryview) -> bytes:
