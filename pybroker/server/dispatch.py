@@ -22,6 +22,7 @@ from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, Unsuppor
 from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
 from pybroker.server import (
     cluster,
+    consumer_group,
     fetch,
     find_coordinator,
     groups,
@@ -69,6 +70,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
     ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
     ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group.handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group.handle_consumer_group_describe,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

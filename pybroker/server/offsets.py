@@ -7,7 +7,9 @@ are no pending transactional offsets. Topic ids (OffsetCommit/OffsetFetch v10) a
 advertised.
 
 Coordinator errors go top-level where the version has one (OffsetFetch v2+, per group v8+,
-OffsetDelete), else on every partition.
+OffsetDelete), else on every partition. OffsetFetch v9 carries member id + epoch: a consumer
+group (KIP-848) answers UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH for a member it does not know at
+that epoch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -27,21 +30,47 @@ from pybroker.protocol.messages import (
 R = OffsetFetchResponse
 
 
+def _split_unknown_partitions(broker: Any, req: OffsetCommitRequest) -> list[Any]:
+    """Take partitions of topics the cluster does not have out of `req` (Kafka's KafkaApis
+    answers them UNKNOWN_TOPIC_OR_PARTITION without asking the coordinator)."""
+    unknown = []
+    known_topics = []
+    for t in req.topics:
+        image_topic = broker.image.topic(t.name)
+        bad = [p for p in t.partitions if image_topic is None or p.partition_index not in image_topic.partitions]
+        if bad:
+            unknown.append(OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+                OffsetCommitResponse.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                for p in bad]))
+            t.partitions = [p for p in t.partitions if p not in bad]
+        if t.partitions:
+            known_topics.append(t)
+    req.topics = known_topics
+    return unknown
+
+
 async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    unknown = _split_unknown_partitions(broker, req)
+    if not req.topics and unknown:
+        return OffsetCommitResponse(throttle_time_ms=0, topics=unknown)
     try:
-        return await broker.group_coordinator.commit_offsets(req, ctx.api_version)
+        resp = await broker.group_coordinator.commit_offsets(req, ctx.api_version)
     except CoordinatorError as exc:
-        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        resp = OffsetCommitResponse(throttle_time_ms=0, topics=[
             OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
                 OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index,
                                                                    error_code=exc.code)
                 for p in t.partitions]) for t in req.topics])
+    resp.topics.extend(unknown)
+    return resp
 
 
-async def _fetch_group(broker: Any, group_id: str, topics: list[tuple[str, list[int]]] | None
+async def _fetch_group(broker: Any, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                       member_id: str | None = None, member_epoch: int = -1
                        ) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
     try:
-        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics)
+        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch)
     except CoordinatorError as exc:
         return exc.code, [(t, [(p, None) for p in parts]) for t, parts in (topics or [])]
 
@@ -52,7 +81,9 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
         groups_out = []
         for g in req.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, found = await _fetch_group(broker, g.group_id, wanted)
+            # v9: a consumer-protocol member names itself; its epoch is checked (KIP-848)
+            member_id, member_epoch = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
+            error, found = await _fetch_group(broker, g.group_id, wanted, member_id, member_epoch)
             groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
                 R.OffsetFetchResponseTopics(name=topic, partitions=[
                     R.OffsetFetchResponsePartitions(

@@ -28,6 +28,7 @@ from pybroker.protocol.messages import (
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.testing import EmbeddedBroker
 
+from .test_live_versions import create_topic
 from .wire import WireClient
 
 GROUP_APIS = [ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
@@ -43,6 +44,10 @@ def versions(api: ApiKey) -> list[int]:
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker(overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}) as b:
+        # commits are only accepted for partitions that exist (UNKNOWN_TOPIC_OR_PARTITION otherwise)
+        c = WireClient("127.0.0.1", b.port)
+        create_topic(c, "topic-a", partitions=2)
+        c.close()
         yield b
 
 

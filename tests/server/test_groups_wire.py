@@ -20,6 +20,7 @@ from pybroker.protocol.messages import (
 )
 from pybroker.testing import EmbeddedBroker
 
+from .test_live_versions import create_topic
 from .wire import WireClient
 
 OVERRIDES = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 4,
@@ -126,6 +127,7 @@ def test_offsets_and_groups_survive_a_restart_and_loaded_members_expire():
     log_dir = tempfile.mkdtemp(prefix="pybroker-groups-")
     with EmbeddedBroker(log_dir=log_dir, overrides=OVERRIDES) as b:
         c = WireClient("127.0.0.1", b.port)
+        create_topic(c, "t")
         assert commit(c, "simple", 12, "kept")
         r = join(c, "live", session_ms=1000)
         sync(c, "live", r, {r.member_id: b"asg"})

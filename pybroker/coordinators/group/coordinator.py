@@ -25,6 +25,8 @@ from typing import Any
 import trio
 
 from pybroker.coordinators.group.classic_group import Future
+from pybroker.coordinators.group.consumer_group import GroupApiError
+from pybroker.coordinators.group.consumer_group_manager import heartbeat_error, validate_heartbeat
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
 from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
@@ -46,7 +48,7 @@ class GroupCoordinator:
         self.image = image
         self.runtime = CoordinatorRuntime(
             GROUP_METADATA_TOPIC_NAME, replica_manager,
-            lambda index, timer: GroupCoordinatorShard(index, self.config, timer), spawn,
+            lambda index, timer: GroupCoordinatorShard(index, self.config, timer, image), spawn,
             commit_timeout_ms=self.config.offsets_commit_timeout_ms)
         self._create_lock = trio.Lock()
 
@@ -108,7 +110,7 @@ class GroupCoordinator:
 
     async def join_group(self, req: Any, version: int, client_id: str, client_host: str) -> Any:
         fut: Future = await self.write(req.group_id,
-                                       lambda s, now: s.groups.join(req, version, client_id, client_host, now))
+                                       lambda s, now: s.classic_join(req, version, client_id, client_host, now))
         return await _await(fut)
 
     async def sync_group(self, req: Any, version: int) -> Any:
@@ -121,13 +123,34 @@ class GroupCoordinator:
     async def leave_group(self, req: Any, version: int) -> Any:
         return await self.write(req.group_id, lambda s, now: s.groups.leave(req, version, now))
 
+    # ------------------------------------------------------------------ KIP-848 consumer groups
+
+    async def consumer_group_heartbeat(self, req: Any, version: int, client_id: str, client_host: str) -> Any:
+        # invalid requests are answered before routing, as Kafka's GroupCoordinatorService does
+        try:
+            validate_heartbeat(req, version, self.config.consumer_group_assignors)
+        except GroupApiError as exc:
+            return heartbeat_error(exc.code, exc.message)
+        return await self.write(req.group_id, lambda s, now: s.consumer.heartbeat(req, version, client_id,
+                                                                                   client_host, now))
+
+    async def consumer_group_describe(self, group_id: str, include_ops: bool) -> Any:
+        return await self.read(group_id, lambda s, now: s.consumer_group_describe(group_id, include_ops))
+
     # ------------------------------------------------------------------ offsets
 
     async def commit_offsets(self, req: Any, version: int) -> Any:
         return await self.write(req.group_id, lambda s, now: s.offsets.commit(req, version, now))
 
-    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> Any:
-        return await self.read(group_id, lambda s, now: s.offsets.fetch(group_id, topics))
+    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                            member_id: str | None = None, member_epoch: int = -1) -> Any:
+        """OffsetFetch; v9 members of a consumer group are checked (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
+        def op(s: GroupCoordinatorShard, now: int) -> Any:
+            code = s.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+            if code:
+                raise CoordinatorError(code)
+            return s.offsets.fetch(group_id, topics)
+        return await self.read(group_id, op)
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:

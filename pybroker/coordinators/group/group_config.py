@@ -13,6 +13,16 @@ def _int(cfg: Any, name: str, default: int) -> int:
     return default if value is None else int(value)
 
 
+def _list(cfg: Any, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    value = cfg.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        value = [v for v in value.split(",")]
+    out = tuple(v.strip() for v in value if v.strip())
+    return out or default
+
+
 @dataclass(frozen=True)
 class GroupConfig:
     min_session_timeout_ms: int = 6000
@@ -24,6 +34,11 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000
     offsets_topic_num_partitions: int = 50
     offsets_commit_timeout_ms: int = 5000
+    # KIP-848 consumer groups
+    consumer_group_session_timeout_ms: int = 45000
+    consumer_group_heartbeat_interval_ms: int = 5000
+    consumer_group_max_size: int = 2**31 - 1
+    consumer_group_assignors: tuple[str, ...] = ("uniform", "range")
 
     @classmethod
     def from_broker_config(cls, cfg: Any) -> GroupConfig:
@@ -37,4 +52,8 @@ class GroupConfig:
             offsets_retention_check_interval_ms=_int(cfg, "offsets.retention.check.interval.ms", 600000),
             offsets_topic_num_partitions=_int(cfg, "offsets.topic.num.partitions", 50),
             offsets_commit_timeout_ms=_int(cfg, "offsets.commit.timeout.ms", 5000),
+            consumer_group_session_timeout_ms=_int(cfg, "group.consumer.session.timeout.ms", 45000),
+            consumer_group_heartbeat_interval_ms=_int(cfg, "group.consumer.heartbeat.interval.ms", 5000),
+            consumer_group_max_size=_int(cfg, "group.consumer.max.size", 2**31 - 1),
+            consumer_group_assignors=_list(cfg, "group.consumer.assignors", ("uniform", "range")),
         )

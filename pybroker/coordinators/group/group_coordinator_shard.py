@@ -1,11 +1,14 @@
 """The group coordinator's shard for one __consumer_offsets partition (Kafka's
 GroupCoordinatorShard): membership (GroupMetadataManager) + offsets (OffsetMetadataManager),
-the admin operations that span both (ListGroups, DescribeGroups, DeleteGroups), and the one
-`replay()` that applies records when writing and when loading.
+KIP-848 consumer groups (ConsumerGroupManager), the admin operations that span them
+(ListGroups, DescribeGroups, ConsumerGroupDescribe, DeleteGroups), and the one `replay()`
+that applies records when writing and when loading.
 
 Record handling in `replay()`: OffsetCommit (types 0/1) -> offsets; GroupMetadata (type 2)
 -> a classic group rebuilt as Stable (members) or Empty, or removed by a tombstone;
-ConsumerGroup* (types 3..8, KIP-848) are not replayed yet (kept for a later coordinator).
+ConsumerGroup* (types 3..8) -> consumer groups. A group id is either classic or consumer: an
+Empty classic group (offsets only) gives way to a consumer group and vice versa, as in
+Kafka 4 (a non-empty group of the other kind refuses the request).
 
 Concurrency: one thread; every handler takes `now_ms`.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.group.classic_group import (
@@ -21,14 +25,21 @@ from pybroker.coordinators.group.classic_group import (
     ClassicGroup,
     ClassicGroupMember,
     ClassicGroupState,
+    Future,
 )
+from pybroker.coordinators.group.consumer_group import CONSUMER_PROTOCOL_TYPE, GROUP_TYPE_CONSUMER
+from pybroker.coordinators.group.consumer_group_manager import ConsumerGroupManager
 from pybroker.coordinators.group.group_config import GroupConfig
-from pybroker.coordinators.group.group_metadata_manager import GroupMetadataManager
+from pybroker.coordinators.group.group_metadata_manager import GroupMetadataManager, join_error
 from pybroker.coordinators.group.offset_metadata_manager import OffsetMetadataManager
 from pybroker.coordinators.record_serde import CoordinatorRecord
 from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
 from pybroker.protocol.errors import Errors
-from pybroker.protocol.messages import DescribeGroupsResponse, ListGroupsResponse
+from pybroker.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
 
 log = logging.getLogger("pybroker.group")
 
@@ -40,12 +51,13 @@ CLEANUP_KEY = "cleanup-group-metadata"
 
 
 class GroupCoordinatorShard:
-    def __init__(self, partition: int, config: GroupConfig, timer: CoordinatorTimer) -> None:
+    def __init__(self, partition: int, config: GroupConfig, timer: CoordinatorTimer, image: Any = None) -> None:
         self.partition = partition
         self.config = config
         self.timer = timer
         self.groups = GroupMetadataManager(config, timer)
-        self.offsets = OffsetMetadataManager(config, self.groups)
+        self.consumer = ConsumerGroupManager(config, timer, image, classic_group_blocks=self._classic_blocks)
+        self.offsets = OffsetMetadataManager(config, self.groups, self.consumer)
         self.groups._has_offsets = self.offsets.has_offsets
         self._now_ms = 0  # time of the record being replayed (load: the batch's append time)
 
@@ -58,7 +70,22 @@ class GroupCoordinatorShard:
             self.offsets.replay(record.key, record.value, now)
         elif kind == 2:
             self._replay_group(record.key.group, record.value, now)
-        # 3..8: KIP-848 consumer groups, not replayed by the classic coordinator
+        elif 3 <= kind <= 8:
+            gid = record.key.group_id
+            if record.value is not None and gid not in self.consumer.groups:
+                # an offsets-only classic group replayed earlier gives way (its tombstone may be compacted away)
+                g = self.groups.group(gid)
+                if g is not None and g.state == S.EMPTY and not g.members:
+                    self.groups.remove_group(gid)
+            self.consumer.replay(record)
+
+    def _classic_blocks(self, group_id: str) -> int | None:
+        g = self.groups.group(group_id)
+        if g is None or g.state == S.DEAD:
+            return None
+        if g.state == S.EMPTY and not g.members and not g.pending_members:
+            return 0
+        return int(Errors.GROUP_ID_NOT_FOUND)
 
     def _replay_group(self, group_id: str, value: object | None, now_ms: int) -> None:
         if value is None:
@@ -89,6 +116,7 @@ class GroupCoordinatorShard:
         for group in self.groups.groups.values():
             for m in group.members.values():
                 self.groups._schedule_heartbeat(group, m.member_id, m.session_timeout_ms)
+        self.consumer.on_loaded()
         self._schedule_cleanup()
 
     def _schedule_cleanup(self) -> None:
@@ -101,6 +129,27 @@ class GroupCoordinatorShard:
     def on_unloaded(self) -> None:
         for gid in list(self.groups.groups):
             self.groups.remove_group(gid)
+        self.consumer.on_unloaded()
+
+    # ------------------------------------------------------------------ JoinGroup (classic)
+
+    def classic_join(self, req: Any, version: int, client_id: str, client_host: str, now_ms: int
+                     ) -> CoordinatorResult:
+        """JoinGroup; an Empty consumer group of that id is deleted first (Kafka 4 converts it);
+        a consumer group with members refuses classic members (no mixed groups here)."""
+        cg = self.consumer.group(req.group_id)
+        if cg is None:
+            return self.groups.join(req, version, client_id, client_host, now_ms)
+        if not cg.is_empty():
+            fut = Future()
+            fut.complete(join_error(req.member_id or "", Errors.INCONSISTENT_GROUP_PROTOCOL))
+            return CoordinatorResult(response=fut, replay=False)
+        # the classic join does not replay its records, so drop the consumer group in memory too
+        tombstones = self.consumer.delete_group_records(req.group_id)
+        self.consumer.remove_group(req.group_id)
+        result = self.groups.join(req, version, client_id, client_host, now_ms)
+        result.records = [*tombstones, *result.records]
+        return result
 
     # ------------------------------------------------------------------ ListGroups
 
@@ -117,7 +166,51 @@ class GroupCoordinatorShard:
                 continue
             out.append(ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
                                                       group_state=g.state.value, group_type=GROUP_TYPE_CLASSIC))
+        for cg in self.consumer.groups.values():
+            state = cg.state.value
+            if want_states and state.lower() not in want_states:
+                continue
+            if want_types and GROUP_TYPE_CONSUMER not in want_types:
+                continue
+            out.append(ListGroupsResponse.ListedGroup(group_id=cg.group_id, protocol_type=CONSUMER_PROTOCOL_TYPE,
+                                                      group_state=state, group_type=GROUP_TYPE_CONSUMER))
+        out.sort(key=lambda lg: lg.group_id)
         return out
+
+    # ------------------------------------------------------------------ ConsumerGroupDescribe
+
+    def consumer_group_describe(self, group_id: str, include_authorized_operations: bool
+                                ) -> ConsumerGroupDescribeResponse.DescribedGroup:
+        D = ConsumerGroupDescribeResponse
+        ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+        cg = self.consumer.group(group_id)
+        if cg is None:
+            classic = self.groups.group(group_id)
+            message = (f"Group {group_id} is not a consumer group." if classic is not None and classic.state != S.DEAD
+                       else f"Group {group_id} not found.")
+            return D.DescribedGroup(error_code=int(Errors.GROUP_ID_NOT_FOUND), error_message=message,
+                                    group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1,
+                                    assignor_name="", members=[], authorized_operations=ops)
+
+        def assignment(a: dict[bytes, frozenset[int]]) -> ConsumerGroupDescribeResponse.Assignment:
+            tps = []
+            for tid, parts in sorted(a.items()):
+                name = self.consumer.topic_name(tid)
+                if name is not None:  # a deleted topic is left out, as Kafka does
+                    tps.append(D.TopicPartitions(topic_id=tid, topic_name=name, partitions=sorted(parts)))
+            return D.Assignment(topic_partitions=tps)
+
+        members = [D.Member(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                            member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                            subscribed_topic_names=sorted(m.subscribed_topic_names),
+                            subscribed_topic_regex=m.subscribed_topic_regex,
+                            assignment=assignment(m.assigned_partitions),
+                            target_assignment=assignment(cg.target_assignment.get(m.member_id, {})))
+                   for m in cg.members.values()]
+        return D.DescribedGroup(error_code=0, error_message=None, group_id=group_id, group_state=cg.state.value,
+                                group_epoch=cg.group_epoch, assignment_epoch=cg.target_assignment_epoch,
+                                assignor_name=self.consumer.preferred_assignor(cg.members), members=members,
+                                authorized_operations=ops)
 
     # ------------------------------------------------------------------ DescribeGroups
 
@@ -148,6 +241,14 @@ class GroupCoordinatorShard:
         records: list[CoordinatorRecord] = []
         out = []
         for gid in group_ids:
+            cg = self.consumer.group(gid)
+            if cg is not None:
+                if not cg.is_empty():
+                    out.append((gid, int(Errors.NON_EMPTY_GROUP)))
+                else:
+                    records.extend([*self.offsets.delete_all_offsets(gid), *self.consumer.delete_group_records(gid)])
+                    out.append((gid, 0))
+                continue
             g = self.groups.group(gid)
             if g is None or g.state == S.DEAD:
                 out.append((gid, int(Errors.GROUP_ID_NOT_FOUND)))

@@ -5,7 +5,9 @@ OffsetCommit record (type 1 key; value v3, or v1 when the commit carries an expi
 timestamp) or its tombstone, and `replay()` is the only code that changes the state, both
 when writing and when loading. A commit to a group that does not exist (generation -1,
 assign() + commit) creates an Empty classic group, on write and on replay alike, so such a
-group is listed and described as "Empty" (CLIENTS.md pitfall 11).
+group is listed and described as "Empty" (CLIENTS.md pitfall 11) — unless a KIP-848 consumer
+group holds the id: its commits are validated by member id and member epoch (OffsetCommit v9:
+UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; older versions from its members UNSUPPORTED_VERSION).
 
 Retention (offsets.retention.minutes): `cleanup_expired(now_ms)` returns tombstones for
 offsets of Empty groups older than the retention — measured from when the group became
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.group.classic_group import ClassicGroup, ClassicGroupState
+from pybroker.coordinators.group.consumer_group import ConsumerGroup
+from pybroker.coordinators.group.consumer_group_manager import ConsumerGroupManager
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_metadata_manager import GroupMetadataManager
 from pybroker.coordinators.shard import CoordinatorResult
@@ -42,9 +46,11 @@ class OffsetAndMetadata:
 
 
 class OffsetMetadataManager:
-    def __init__(self, config: GroupConfig, groups: GroupMetadataManager) -> None:
+    def __init__(self, config: GroupConfig, groups: GroupMetadataManager,
+                 consumer_groups: ConsumerGroupManager | None = None) -> None:
         self.config = config
         self.groups = groups
+        self.consumer_groups = consumer_groups
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
 
     def has_offsets(self, group_id: str) -> bool:
@@ -65,18 +71,25 @@ class OffsetMetadataManager:
                     del self.offsets[group_id]
             return
         # an offsets-only group exists as an Empty classic group
-        self.groups.get_or_create(group_id, now_ms)
+        if self._consumer_group(group_id) is None:
+            self.groups.get_or_create(group_id, now_ms)
         self.offsets.setdefault(group_id, {})[(topic, partition)] = OffsetAndMetadata(
             value.offset, value.leader_epoch, value.metadata,  # type: ignore[attr-defined]
             value.commit_timestamp, value.expire_timestamp)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ OffsetCommit
 
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return None if self.consumer_groups is None else self.consumer_groups.group(group_id)
+
     def _validate_commit(self, req: OffsetCommitRequest, version: int, now_ms: int) -> int:
         group = self.groups.group(req.group_id)
         generation = req.generation_id_or_member_epoch if version >= 1 else -1
         member_id = (req.member_id or "") if version >= 1 else ""
         instance_id = req.group_instance_id if version >= 7 else None
+        cg = self._consumer_group(req.group_id)
+        if cg is not None and self.consumer_groups is not None:
+            return self.consumer_groups.validate_offset_commit(cg, member_id, generation, version)
         if group is None:
             if generation < 0:
                 self.groups.get_or_create(req.group_id, now_ms)
@@ -148,11 +161,13 @@ class OffsetMetadataManager:
     def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[tuple[str, list[tuple[int, int]]]], list[serde.CoordinatorRecord]]:
         """Kafka's deleteOffsets: (top-level error, per-partition errors, tombstones)."""
-        group = self.groups.group(group_id)
-        if group is None or group.state == S.DEAD:
-            return Errors.GROUP_ID_NOT_FOUND, [], []
-        if group.state != S.EMPTY and group.protocol_type != "consumer":
-            return Errors.NON_EMPTY_GROUP, [], []
+        group: ClassicGroup | ConsumerGroup | None = self._consumer_group(group_id)
+        if group is None:
+            group = self.groups.group(group_id)
+            if group is None or group.state == S.DEAD:
+                return Errors.GROUP_ID_NOT_FOUND, [], []
+            if group.state != S.EMPTY and group.protocol_type != "consumer":
+                return Errors.NON_EMPTY_GROUP, [], []
         committed = self.offsets.get(group_id, {})
         out = []
         records = []
@@ -184,6 +199,16 @@ class OffsetMetadataManager:
             records.extend(serde.offset_commit_tombstone(group_id, t, p) for t, p in sorted(expired))
             if group.state == S.EMPTY and len(expired) == len(committed):
                 records.extend(delete_group(group_id))
+        if self.consumer_groups is not None:
+            # consumer groups: offsets of topics no member subscribes to expire from their commit
+            for group_id, cg in list(self.consumer_groups.groups.items()):
+                committed = self.offsets.get(group_id, {})
+                expired = [tp for tp, om in committed.items() if not cg.is_subscribed_to(tp[0]) and (
+                    now_ms >= om.expire_timestamp_ms if om.expire_timestamp_ms >= 0
+                    else now_ms - om.commit_timestamp_ms >= retention)]
+                records.extend(serde.offset_commit_tombstone(group_id, t, p) for t, p in sorted(expired))
+                if cg.is_empty() and len(expired) == len(committed):
+                    records.extend(self.consumer_groups.delete_group_records(group_id))
         return records
 
     @staticmethod

@@ -1,0 +1,232 @@
+"""A KIP-848 consumer group and its members (Kafka's ConsumerGroup / ConsumerGroupMember /
+MemberState), as rebuilt by replaying the ConsumerGroup* records of __consumer_offsets.
+
+Assignments are `{topic_id (16 bytes): frozenset(partition)}`. Epochs:
+    group_epoch              bumps when a member joins/leaves or changes its subscription, or
+                             when the subscribed topics' metadata changes
+    target_assignment_epoch  the group epoch the target assignment was computed for
+    member_epoch             the epoch of the target assignment the member reconciled to
+A partition is owned (assigned, or pending revocation) by at most one member;
+`partition_owners` maps (topic_id, partition) to its owner and the owner's member epoch: how a
+member learns a partition is not released yet (`partition_owners`).
+
+Group state (Kafka's ConsumerGroup.ConsumerGroupState): Empty (no members), Assigning
+(group_epoch > target_assignment_epoch), Reconciling (a member is behind the target or not
+STABLE), Stable.
+
+Mutation happens only through `replay_*` (on write, right after the append, and on load),
+so the state is exactly what the records say. Concurrency: one thread, no locks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+Assignment = dict[bytes, frozenset[int]]
+
+GROUP_TYPE_CONSUMER = "consumer"
+CONSUMER_PROTOCOL_TYPE = "consumer"
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class MemberState(enum.IntEnum):
+    """Persisted as ConsumerGroupCurrentMemberAssignmentValue.State (int8)."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """One subscribed topic as recorded in ConsumerGroupPartitionMetadata."""
+
+    topic_id: bytes
+    name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    # current assignment (ConsumerGroupCurrentMemberAssignment)
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned_partitions: Assignment = field(default_factory=dict)
+    partitions_pending_revocation: Assignment = field(default_factory=dict)
+
+    def with_subscription(self, **changes: object) -> ConsumerGroupMember:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def subscription_key(self) -> tuple:
+        """What ConsumerGroupMemberMetadata persists."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor)
+
+    def assignment_key(self) -> tuple:
+        """What ConsumerGroupCurrentMemberAssignment persists."""
+        return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned_partitions,
+                self.partitions_pending_revocation)
+
+    def owned(self) -> Assignment:
+        """Assigned + pending revocation: the partitions this member may still be using."""
+        out = dict(self.assigned_partitions)
+        for tid, parts in self.partitions_pending_revocation.items():
+            out[tid] = out.get(tid, frozenset()) | parts
+        return out
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.subscription_metadata: dict[str, TopicMetadata] = {}  # topic name -> metadata
+        self.target_assignment_epoch = 0
+        self.target_assignment: dict[str, Assignment] = {}
+        # (topic id, partition) -> (owner member id, owner's member epoch)
+        self.partition_owners: dict[tuple[bytes, int], tuple[str, int]] = {}
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.target_assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.target_assignment_epoch or m.state != MemberState.STABLE:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:
+        owner = self.partition_owners.get((topic_id, partition))
+        return -1 if owner is None else owner[1]
+
+    def subscribed_topic_names(self) -> set[str]:
+        """Topic names subscribed by name (regex subscriptions resolve against metadata)."""
+        out: set[str] = set()
+        for m in self.members.values():
+            out.update(m.subscribed_topic_names)
+        return out
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        return topic in self.subscription_metadata or topic in self.subscribed_topic_names()
+
+    # ------------------------------------------------------------------ replay
+
+    def replay_member_metadata(self, member_id: str, value: object | None) -> None:
+        old = self.members.get(member_id)
+        if value is None:
+            if old is not None:
+                self._unown(old)
+                del self.members[member_id]
+                if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                    del self.static_members[old.instance_id]
+            return
+        v = value
+        base = old or ConsumerGroupMember(member_id)
+        member = replace(
+            base, instance_id=v.instance_id, rack_id=v.rack_id,  # type: ignore[attr-defined]
+            client_id=v.client_id, client_host=v.client_host,  # type: ignore[attr-defined]
+            subscribed_topic_names=tuple(v.subscribed_topic_names),  # type: ignore[attr-defined]
+            subscribed_topic_regex=v.subscribed_topic_regex,  # type: ignore[attr-defined]
+            rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)  # type: ignore[attr-defined]
+        self.members[member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member_id
+
+    def replay_current_assignment(self, member_id: str, value: object | None) -> None:
+        old = self.members.get(member_id)
+        if old is None:
+            if value is None:
+                return
+            old = ConsumerGroupMember(member_id)
+        self._unown(old)
+        if value is None:
+            member = replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                             state=MemberState.STABLE, assigned_partitions={}, partitions_pending_revocation={})
+        else:
+            v = value
+            try:
+                state = MemberState(v.state)  # type: ignore[attr-defined]
+            except ValueError:
+                state = MemberState.UNKNOWN
+            member = replace(
+                old, member_epoch=v.member_epoch,  # type: ignore[attr-defined]
+                previous_member_epoch=v.previous_member_epoch, state=state,  # type: ignore[attr-defined]
+                assigned_partitions=_assignment(v.assigned_partitions),  # type: ignore[attr-defined]
+                partitions_pending_revocation=_assignment(v.partitions_pending_revocation))  # type: ignore[attr-defined]
+        self.members[member_id] = member
+        self._own(member)
+
+    def replay_target_member(self, member_id: str, value: object | None) -> None:
+        if value is None:
+            self.target_assignment.pop(member_id, None)
+        else:
+            self.target_assignment[member_id] = _assignment(value.topic_partitions)  # type: ignore[attr-defined]
+
+    def replay_partition_metadata(self, value: object | None) -> None:
+        if value is None:
+            self.subscription_metadata = {}
+            return
+        self.subscription_metadata = {
+            t.topic_name: TopicMetadata(bytes(t.topic_id), t.topic_name, t.num_partitions)
+            for t in value.topics}  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ partition ownership
+
+    def _own(self, member: ConsumerGroupMember) -> None:
+        for tid, parts in member.owned().items():
+            for p in parts:
+                self.partition_owners[(tid, p)] = (member.member_id, member.member_epoch)
+
+    def _unown(self, member: ConsumerGroupMember) -> None:
+        for tid, parts in member.owned().items():
+            for p in parts:
+                owner = self.partition_owners.get((tid, p))
+                if owner is not None and owner[0] == member.member_id:
+                    del self.partition_owners[(tid, p)]
+
+
+def _assignment(topic_partitions: object) -> Assignment:
+    out: Assignment = {}
+    for tp in topic_partitions:  # type: ignore[attr-defined]
+        parts = frozenset(tp.partitions)
+        if parts:
+            out[bytes(tp.topic_id)] = out.get(bytes(tp.topic_id), frozenset()) | parts
+    return out
+
+
+class GroupApiError(Exception):
+    """A request-level error of a consumer group operation: error code + message."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = int(code)
+        self.message = message

@@ -1,0 +1,505 @@
+"""KIP-848 consumer groups of one __consumer_offsets partition (the consumer half of Kafka's
+GroupMetadataManager: consumerGroupHeartbeat, consumerGroupLeave, session and rebalance
+timeouts, consumerGroupDescribe). Classic groups live in group_metadata_manager.py; a group id
+is one or the other.
+
+A heartbeat, as Kafka runs it:
+ 1. validate (member id, epochs: FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, static instance ids);
+ 2. update the member's subscription; when a member joins, changes its subscription, or the
+    subscribed topics change (created, deleted, partitions added — resolved against the
+    broker's metadata image on every heartbeat, regex subscriptions included), the group
+    epoch bumps;
+ 3. if group epoch > target assignment epoch, the group's server-side assignor (the members'
+    most requested `server_assignor`, else the first of group.consumer.assignors) computes a
+    new target assignment;
+ 4. the member reconciles towards its target (current_assignment_builder);
+ 5. the answer carries the member epoch, heartbeat interval and — on a full request or when
+    it changed — the assignment, as topic ids + partitions.
+
+Handlers never change the state: they return records (consumer_group_records) and the runtime
+replays them into ConsumerGroup (on write and on load alike), so state == what the topic says.
+
+Deadlines on the CoordinatorTimer (one timing wheel, no task per member):
+    "consumer-session-<group>-<member>"    group.consumer.session.timeout.ms after the last
+                                           heartbeat: the member is fenced (removed)
+    "consumer-rebalance-<group>-<member>"  the member's rebalance timeout while it holds
+                                           partitions it must revoke: fenced if still holding
+
+Concurrency: one thread (the shard's); handlers take `now_ms`.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pybroker.coordinators.group import consumer_group_records as rec
+from pybroker.coordinators.group.assignors import MemberSpec, get_assignor
+from pybroker.coordinators.group.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    GroupApiError,
+    MemberState,
+    TopicMetadata,
+)
+from pybroker.coordinators.group.current_assignment_builder import reconcile
+from pybroker.coordinators.group.group_config import GroupConfig
+from pybroker.coordinators.record_serde import CoordinatorRecord
+from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+
+log = logging.getLogger("pybroker.group")
+
+R = ConsumerGroupHeartbeatResponse
+CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def heartbeat_error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatResponse:
+    return R(throttle_time_ms=0, error_code=int(code), error_message=message, member_id=None, member_epoch=0,
+             heartbeat_interval_ms=0, assignment=None)
+
+
+def new_member_id() -> str:
+    """Kafka's Uuid.randomUuid().toString(): url-safe base64 of 16 random bytes, no padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def validate_heartbeat(req: ConsumerGroupHeartbeatRequest, version: int, assignors: tuple[str, ...]) -> None:
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR)."""
+    def invalid(msg: str) -> GroupApiError:
+        return GroupApiError(Errors.INVALID_REQUEST, msg)
+    epoch = req.member_epoch
+    if (version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION or epoch > 0
+            or epoch == LEAVE_GROUP_MEMBER_EPOCH) and req.member_id == "":
+        raise invalid("MemberId can't be empty.")
+    if req.group_id == "":
+        raise invalid("GroupId can't be empty.")
+    if req.instance_id == "":
+        raise invalid("InstanceId can't be empty.")
+    if req.rack_id == "":
+        raise invalid("RackId can't be empty.")
+    regex = req.subscribed_topic_regex if version >= 1 else None
+    if epoch == 0:
+        if req.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if req.topic_partitions is None or req.topic_partitions:
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and regex is None:
+            raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if req.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
+    if req.server_assignor is not None and req.server_assignor not in assignors:
+        raise GroupApiError(Errors.UNSUPPORTED_ASSIGNOR,
+                            f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                            f"{', '.join(assignors)}.")
+    if regex:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise GroupApiError(Errors.INVALID_REGULAR_EXPRESSION,
+                                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.") from None
+
+
+class ConsumerGroupManager:
+    def __init__(self, config: GroupConfig, timer: CoordinatorTimer, image: Any = None,
+                 classic_group_blocks: Callable[[str], int | None] = lambda _g: None) -> None:
+        """`image` answers topics_by_name / topics_by_id (the broker's MetadataImage);
+        `classic_group_blocks(group_id)` says whether a classic group holds the id: None (no),
+        0 (an Empty classic group that may be converted), or an error code."""
+        self.config = config
+        self.timer = timer
+        self.image = image
+        self.groups: dict[str, ConsumerGroup] = {}
+        self.classic_group_blocks = classic_group_blocks
+        self._regex_cache: dict[str, re.Pattern[str]] = {}
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        return self.groups.get(group_id)
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        kind, key, value = record.key_version, record.key, record.value
+        gid = key.group_id
+        group = self.groups.get(gid)
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[gid] = ConsumerGroup(gid)
+        if kind == rec.GROUP_METADATA:
+            if value is None:
+                self.remove_group(gid)
+            else:
+                group.group_epoch = value.epoch
+        elif kind == rec.PARTITION_METADATA:
+            group.replay_partition_metadata(value)
+        elif kind == rec.MEMBER_METADATA:
+            group.replay_member_metadata(key.member_id, value)
+        elif kind == rec.TARGET_ASSIGNMENT_METADATA:
+            group.target_assignment_epoch = value.assignment_epoch if value is not None else 0
+        elif kind == rec.TARGET_ASSIGNMENT_MEMBER:
+            group.replay_target_member(key.member_id, value)
+        elif kind == rec.CURRENT_MEMBER_ASSIGNMENT:
+            group.replay_current_assignment(key.member_id, value)
+
+    def remove_group(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            for mid in group.members:
+                self._cancel_timers(group_id, mid)
+
+    def on_loaded(self) -> None:
+        """Loaded members must heartbeat within the session timeout, as after a failover."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                self._schedule_session(group.group_id, m.member_id)
+                if m.state == MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance(group.group_id, m)
+
+    def on_unloaded(self) -> None:
+        for gid in list(self.groups):
+            self.remove_group(gid)
+
+    # ------------------------------------------------------------------ metadata
+
+    def _topic(self, name: str) -> Any:
+        return None if self.image is None else self.image.topics_by_name.get(name)
+
+    def topic_name(self, topic_id: bytes) -> str | None:
+        t = None if self.image is None else self.image.topics_by_id.get(topic_id)
+        return None if t is None else t.name
+
+    def _regex_matches(self, regex: str) -> set[str]:
+        pattern = self._regex_cache.get(regex)
+        if pattern is None:
+            try:
+                pattern = self._regex_cache[regex] = re.compile(regex)
+            except re.error:
+                return set()
+        names = () if self.image is None else self.image.topics_by_name
+        return {n for n in names if n not in INTERNAL_TOPICS and pattern.fullmatch(n)}
+
+    def subscribed_names(self, member: ConsumerGroupMember) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= self._regex_matches(member.subscribed_topic_regex)
+        return names
+
+    def _subscription_metadata(self, members: dict[str, ConsumerGroupMember]) -> dict[str, TopicMetadata]:
+        out: dict[str, TopicMetadata] = {}
+        for m in members.values():
+            for name in self.subscribed_names(m):
+                if name in out:
+                    continue
+                t = self._topic(name)
+                if t is not None and t.partitions:
+                    out[name] = TopicMetadata(t.topic_id, name, len(t.partitions))
+        return out
+
+    def _subscribed_ids(self, member: ConsumerGroupMember, metadata: dict[str, TopicMetadata]) -> frozenset[bytes]:
+        return frozenset(metadata[n].topic_id for n in self.subscribed_names(member) if n in metadata)
+
+    def preferred_assignor(self, members: dict[str, ConsumerGroupMember] | None) -> str:
+        """The assignor most members ask for (Kafka's computePreferredServerAssignor), else the default."""
+        counts = Counter(m.server_assignor for m in (members or {}).values() if m.server_assignor)
+        if counts:
+            return max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        return self.config.consumer_group_assignors[0]
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def heartbeat(self, req: ConsumerGroupHeartbeatRequest, version: int, client_id: str, client_host: str,
+                  now_ms: int) -> CoordinatorResult:
+        try:
+            validate_heartbeat(req, version, self.config.consumer_group_assignors)
+            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(req)
+            return self._heartbeat(req, version, client_id, client_host)
+        except GroupApiError as exc:
+            return CoordinatorResult(response=heartbeat_error(exc.code, exc.message))
+
+    def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, version: int, client_id: str,
+                   client_host: str) -> CoordinatorResult:
+        gid, epoch = req.group_id, req.member_epoch
+        records: list[CoordinatorRecord] = []
+        group = self.groups.get(gid)
+        if group is None:
+            if epoch != 0:
+                # the group is gone (deleted, or its records expired): make the member rejoin
+                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
+            blocked = self.classic_group_blocks(gid)
+            if blocked:
+                raise GroupApiError(blocked, f"Group {gid} is not a consumer group.")
+            if blocked == 0:
+                # an Empty classic group (e.g. offsets only) becomes a consumer group, keeping its offsets
+                from pybroker.coordinators import record_serde
+                records.append(record_serde.group_metadata_tombstone(gid))
+            group = ConsumerGroup(gid)  # scratch: replaying the records creates the real one
+        member_id = req.member_id
+        if version < CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION and epoch == 0 and not member_id:
+            member_id = new_member_id()
+        members = dict(group.members)
+        targets = dict(group.target_assignment)
+        member = members.get(member_id)
+        owned = _owned(req.topic_partitions)
+        is_new = False
+        if epoch == 0:
+            if member is None:
+                if len(members) >= self.config.consumer_group_max_size:
+                    raise GroupApiError(Errors.GROUP_MAX_SIZE_REACHED,
+                                        f"The consumer group has reached its maximum capacity of "
+                                        f"{self.config.consumer_group_max_size} members.")
+                member = self._static_takeover(group, req.instance_id, member_id, members, targets, records)
+                if member is None:
+                    member = ConsumerGroupMember(member_id)
+                    is_new = True
+        else:
+            if member is None:
+                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                                    f"Member {member_id} is not a member of group {gid}.")
+            _check_member_epoch(member, epoch, owned)
+            if req.instance_id is not None and member.instance_id not in (None, req.instance_id):
+                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                                    f"Member {member_id} has instance id {member.instance_id}, "
+                                    f"not {req.instance_id}.")
+        regex = req.subscribed_topic_regex if version >= 1 else None
+        updated = replace(
+            member,
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+                                  else member.rebalance_timeout_ms),
+            subscribed_topic_names=(tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None
+                                    else member.subscribed_topic_names),
+            subscribed_topic_regex=(regex or None) if regex is not None else member.subscribed_topic_regex,
+            server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+            client_id=client_id, client_host=client_host)
+        bump = is_new
+        if is_new or updated.subscription_key() != member.subscription_key():
+            records.append(rec.member_metadata_record(gid, updated))
+            bump = bump or (set(updated.subscribed_topic_names) != set(member.subscribed_topic_names)
+                            or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        members[member_id] = updated
+        metadata = self._subscription_metadata(members)
+        if metadata != group.subscription_metadata:
+            records.append(rec.partition_metadata_record(gid, metadata))
+            bump = True
+        group_epoch = group.group_epoch + 1 if bump else group.group_epoch
+        if bump:
+            records.append(rec.group_epoch_record(gid, group_epoch))
+        target_epoch = group.target_assignment_epoch
+        if group_epoch > target_epoch:
+            targets = self._compute_targets(gid, members, targets, metadata, records)
+            records.append(rec.target_assignment_epoch_record(gid, group_epoch))
+            target_epoch = group_epoch
+        reconciled = reconcile(updated, target_epoch, targets.get(member_id, {}),
+                               self._subscribed_ids(updated, metadata), owned, group.current_partition_epoch)
+        if is_new or reconciled.assignment_key() != member.assignment_key():
+            records.append(rec.current_assignment_record(gid, reconciled))
+            if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance(gid, reconciled)
+            else:
+                self.timer.cancel(rebalance_key(gid, member_id))
+        self._schedule_session(gid, member_id)
+        full = epoch == 0 or (req.rebalance_timeout_ms != -1 and owned is not None
+                              and (req.subscribed_topic_names is not None or regex is not None))
+        resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member_id,
+                 member_epoch=reconciled.member_epoch,
+                 heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms, assignment=None)
+        if full or reconciled.assigned_partitions != member.assigned_partitions:
+            resp.assignment = R.Assignment(topic_partitions=[
+                R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
+                for tid, parts in sorted(reconciled.assigned_partitions.items())])
+        return CoordinatorResult(records=records, response=resp)
+
+    def _static_takeover(self, group: ConsumerGroup, instance_id: str | None, member_id: str,
+                         members: dict[str, ConsumerGroupMember], targets: dict[str, Assignment],
+                         records: list[CoordinatorRecord]) -> ConsumerGroupMember | None:
+        """A static member rejoining under a new member id takes over its old place (KIP-345)."""
+        if instance_id is None:
+            return None
+        old_id = group.static_members.get(instance_id)
+        if old_id is None or old_id == member_id:
+            return None
+        old = members[old_id]
+        if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise GroupApiError(Errors.UNRELEASED_INSTANCE_ID,
+                                f"Static member {old_id} with instance id {instance_id} is not released yet.")
+        gid = group.group_id
+        records.extend(rec.member_removal_records(gid, old_id))
+        self._cancel_timers(gid, old_id)
+        del members[old_id]
+        target = targets.pop(old_id, {})
+        targets[member_id] = target
+        new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
+                      partitions_pending_revocation={})
+        records.append(rec.member_metadata_record(gid, new))
+        records.append(rec.target_member_record(gid, member_id, target))
+        records.append(rec.current_assignment_record(gid, new))
+        return new
+
+    def _compute_targets(self, gid: str, members: dict[str, ConsumerGroupMember], targets: dict[str, Assignment],
+                         metadata: dict[str, TopicMetadata], records: list[CoordinatorRecord]
+                         ) -> dict[str, Assignment]:
+        assignor = get_assignor(self.preferred_assignor(members))
+        assert assignor is not None
+        specs = {mid: MemberSpec(mid, self._subscribed_ids(m, metadata), targets.get(mid, {}), m.instance_id,
+                                 m.rack_id) for mid, m in members.items()}
+        topics = {t.topic_id: t.num_partitions for t in metadata.values()}
+        new = assignor.assign(specs, topics)
+        for mid in sorted(new):
+            if mid not in targets or new[mid] != targets[mid]:
+                records.append(rec.target_member_record(gid, mid, new[mid]))
+        return new
+
+    # ------------------------------------------------------------------ leaving and fencing
+
+    def _leave(self, req: ConsumerGroupHeartbeatRequest) -> CoordinatorResult:
+        gid = req.group_id
+        group = self.groups.get(gid)
+        if group is None:
+            raise GroupApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+        member = group.members.get(req.member_id)
+        if member is None and req.instance_id is not None:
+            known = group.static_members.get(req.instance_id)
+            if known is not None and req.member_id and known != req.member_id:
+                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                                    f"Instance id {req.instance_id} belongs to member {known}.")
+            member = group.members.get(known) if known is not None else None
+        if member is None:
+            raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
+        resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member.member_id,
+                 member_epoch=req.member_epoch, heartbeat_interval_ms=0, assignment=None)
+        if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and member.instance_id is not None:
+            # a static member leaving temporarily keeps its assignment until its session expires
+            left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                           previous_member_epoch=member.member_epoch)
+            self.timer.cancel(rebalance_key(gid, member.member_id))
+            self._schedule_session(gid, member.member_id)
+            log.info("group %s: static member %s left temporarily", gid, member.member_id)
+            return CoordinatorResult(records=[rec.current_assignment_record(gid, left)], response=resp)
+        log.info("group %s: member %s left", gid, member.member_id)
+        return CoordinatorResult(records=self.fence_records(group, member.member_id), response=resp)
+
+    def fence_records(self, group: ConsumerGroup, member_id: str) -> list[CoordinatorRecord]:
+        """Remove a member: its records' tombstones, the new subscription metadata, a new group epoch."""
+        gid = group.group_id
+        self._cancel_timers(gid, member_id)
+        records = rec.member_removal_records(gid, member_id)
+        members = {mid: m for mid, m in group.members.items() if mid != member_id}
+        metadata = self._subscription_metadata(members)
+        if metadata != group.subscription_metadata:
+            records.append(rec.partition_metadata_record(gid, metadata))
+        records.append(rec.group_epoch_record(gid, group.group_epoch + 1))
+        return records
+
+    def _cancel_timers(self, gid: str, mid: str) -> None:
+        self.timer.cancel(session_key(gid, mid))
+        self.timer.cancel(rebalance_key(gid, mid))
+
+    def _schedule_session(self, gid: str, mid: str) -> None:
+        self.timer.schedule(session_key(gid, mid), self.config.consumer_group_session_timeout_ms,
+                            lambda now: self._session_expired(gid, mid), kind="heartbeat")
+
+    def _session_expired(self, gid: str, mid: str) -> CoordinatorResult | None:
+        group = self.groups.get(gid)
+        if group is None or mid not in group.members:
+            return None
+        log.info("group %s: member %s fenced, its session expired", gid, mid)
+        return CoordinatorResult(records=self.fence_records(group, mid))
+
+    def _schedule_rebalance(self, gid: str, member: ConsumerGroupMember) -> None:
+        mid, epoch = member.member_id, member.member_epoch
+        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
+            self.config.consumer_group_session_timeout_ms
+        self.timer.schedule(rebalance_key(gid, mid), timeout,
+                            lambda now: self._rebalance_expired(gid, mid, epoch), kind="task")
+
+    def _rebalance_expired(self, gid: str, mid: str, epoch: int) -> CoordinatorResult | None:
+        group = self.groups.get(gid)
+        member = None if group is None else group.members.get(mid)
+        if member is None or member.member_epoch != epoch or member.state != MemberState.UNREVOKED_PARTITIONS:
+            return None
+        log.info("group %s: member %s fenced, it did not revoke its partitions in time", gid, mid)
+        return CoordinatorResult(records=self.fence_records(group, mid))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ offsets
+
+    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int, version: int) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit: an error code, 0 if allowed."""
+        if member_epoch < 0 and group.is_empty():
+            return 0  # admin / assign()-only commits to an Empty group
+        member = group.members.get(member_id)
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if version < 9:
+            return Errors.UNSUPPORTED_VERSION  # consumer-protocol members must use OffsetCommit v9+
+        if member_epoch != member.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return 0
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """Kafka's ConsumerGroup.validateOffsetFetch: an error code, 0 if allowed."""
+        group = self.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return 0
+        member = group.members.get(member_id or "")
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return 0
+
+    def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
+        group = self.groups[group_id]
+        return rec.group_tombstones(group_id, sorted(group.members))
+
+
+def _owned(topic_partitions: Any) -> dict[bytes, frozenset[int]] | None:
+    if topic_partitions is None:
+        return None
+    out: dict[bytes, frozenset[int]] = {}
+    for tp in topic_partitions:
+        out[bytes(tp.topic_id)] = out.get(bytes(tp.topic_id), frozenset()) | frozenset(tp.partitions)
+    return out
+
+
+def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: dict[bytes, frozenset[int]] | None) -> None:
+    """Kafka's throwIfMemberEpochIsInvalid: a member ahead of us, or behind without being a
+    retry of the previous epoch that owns nothing new, is fenced."""
+    if received > member.member_epoch:
+        raise GroupApiError(Errors.FENCED_MEMBER_EPOCH,
+                            f"The consumer group member has a greater member epoch ({received}) than the one "
+                            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                            "all its partitions and rejoin.")
+    if received < member.member_epoch:
+        # a lost response: the member may retry with its previous epoch, owning only what it had
+        if received == member.previous_member_epoch and owned is not None and all(
+                parts <= member.assigned_partitions.get(tid, frozenset()) for tid, parts in owned.items()):
+            return
+        raise GroupApiError(Errors.FENCED_MEMBER_EPOCH,
+                            f"The consumer group member has a smaller member epoch ({received}) than the one "
+                            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                            "all its partitions and rejoin.")

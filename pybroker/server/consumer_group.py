@@ -1,0 +1,44 @@
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat (68) v0-1 and ConsumerGroupDescribe (69) v0.
+
+Thin translations onto GroupCoordinator.consumer_group_heartbeat / consumer_group_describe; the
+rules live in pybroker/coordinators/group/consumer_group_manager.py. v0 heartbeats get a
+member id from the coordinator, v1 members bring their own. A coordinator error
+(NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) is the heartbeat's top-level error, and
+each described group's own error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.coordinators.group.consumer_group_manager import heartbeat_error
+from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from pybroker.server.groups import client_host
+
+
+async def handle_consumer_group_heartbeat(broker: Any, ctx: Any, req: ConsumerGroupHeartbeatRequest
+                                          ) -> ConsumerGroupHeartbeatResponse:
+    try:
+        return await broker.group_coordinator.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
+                                                                       client_host(ctx))
+    except CoordinatorError as exc:
+        return heartbeat_error(exc.code)
+
+
+async def handle_consumer_group_describe(broker: Any, ctx: Any, req: ConsumerGroupDescribeRequest
+                                         ) -> ConsumerGroupDescribeResponse:
+    out = []
+    for gid in req.group_ids:
+        try:
+            out.append(await broker.group_coordinator.consumer_group_describe(gid, req.include_authorized_operations))
+        except CoordinatorError as exc:
+            out.append(ConsumerGroupDescribeResponse.DescribedGroup(
+                error_code=exc.code, error_message=None, group_id=gid, group_state="", group_epoch=-1,
+                assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-2147483648))
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
