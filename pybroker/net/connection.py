@@ -34,7 +34,6 @@ _RECV_CHUNK = 256 * 1024
 _SMALL_FRAME = 16 * 1024  # below this, slicing the receive buffer is cheaper than anything else
 _REUSE_MAX = 8 * 1024 * 1024  # a larger frame buffer is not kept per connection
 _PREAD_MAX = 32 * 1024  # file regions up to this size are read and written with the header
-_IOV_MAX = 512  # writev takes at most IOV_MAX (1024 on Linux) buffers
 
 
 class ConnectionClosed(Exception):
@@ -151,47 +150,43 @@ class Connection:
     # ------------------------------------------------------------------ writing
 
     async def write(self, chunks: Sequence[Chunk]) -> None:
+        """Send a response: bytes pieces joined into one write, large file regions sendfile'd."""
         pending: list[bytes | bytearray | memoryview] = []
         for chunk in chunks:
             if type(chunk) is FileRegion:
                 if chunk.length <= _PREAD_MAX:
-                    # small regions: one pread into the writev beats a sendfile plus an extra
-                    # writev for the bytes after it (a tailing consumer's fetch is all small
-                    # regions); the data was just written, so it is in the page cache
+                    # small regions: one pread into the single write beats a sendfile plus an
+                    # extra write for the bytes after it (a tailing consumer's fetch is all
+                    # small regions); the data was just written, so it is in the page cache
                     data = os.pread(chunk.fd, chunk.length, chunk.position)
                     if len(data) != chunk.length:
                         raise ConnectionAbortedError("log data vanished while answering a fetch")
                     pending.append(data)
                     continue
                 if pending:
-                    await self._send_bytes(pending)
+                    await self._send_all(b"".join(pending))
                     pending = []
                 await self._sendfile(chunk)
             else:
                 pending.append(chunk)  # type: ignore[arg-type]
         if pending:
-            await self._send_bytes(pending)
+            await self._send_all(pending[0] if len(pending) == 1 else b"".join(pending))
 
-    async def _send_bytes(self, parts: list[bytes | bytearray | memoryview]) -> None:
-        """writev the parts (no join copy), continuing after partial writes."""
-        views = [memoryview(p).cast("B") for p in parts]
-        while views:
+    async def _send_all(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            n = os.write(self.fd, data)
+        except BlockingIOError:
+            n = 0
+        if n == len(data):
+            return
+        view = memoryview(data).cast("B")[n:]
+        while view:
+            self.waited = True
+            await trio.lowlevel.wait_writable(self.fd)
             try:
-                n = os.writev(self.fd, views)
+                view = view[os.write(self.fd, view):]
             except BlockingIOError:
-                self.waited = True
-                await trio.lowlevel.wait_writable(self.fd)
-                continue
-            while n:
-                first = views[0]
-                if n >= len(first):
-                    n -= len(first)
-                    views.pop(0)
-                else:
-                    views[0] = first[n:]
-                    n = 0
-            if views and len(views) > _IOV_MAX:
-                views = [memoryview(b"".join(views))]
+                pass
 
     async def _sendfile(self, region: FileRegion) -> None:
         fd = self.fd

@@ -35,7 +35,7 @@ from pybroker.protocol.api_keys import (
     request_header_version,
     response_header_version,
 )
-from pybroker.protocol.api_message import ApiMessage, as_memoryview, coalesce
+from pybroker.protocol.api_message import ApiMessage, as_memoryview
 from pybroker.protocol.chunks import Chunk, FileRegion
 from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
 from pybroker.protocol.primitives import MalformedDataError, read_tagged_fields_raw
@@ -130,7 +130,8 @@ def frame_size(chunks: list[Any]) -> int:
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, body: ApiMessage
 ) -> list[Chunk]:
-    """A response frame with its size prefix, as chunks ready for writev/sendfile."""
+    """A response frame with its size prefix, as its encoded pieces in order (bytes-like
+    pieces and FileRegions); the connection joins the bytes and sendfiles the regions."""
     parts = body.encode_parts(api_version)
     if response_header_version(api_key, api_version) == 0:
         size = 4 + frame_size(parts)
@@ -139,7 +140,7 @@ def encode_response(
         size = 5 + frame_size(parts)
         head = _INT32.pack(size) + _INT32.pack(correlation_id) + b"\x00"
     parts.insert(0, head)
-    return coalesce(parts)
+    return parts
 
 
 def encode_api_versions_unsupported(
