@@ -1001,6 +1001,20 @@ def render_all(specs: list[Spec]) -> str:
     return "\n".join(L) + "\n"
 
 
+def render_index(specs: list[Spec]) -> str:
+    """Class name -> module, so pybroker.protocol.messages can import classes lazily."""
+    L = [
+        BANNER.rstrip("\n"),
+        '"""Which generated module holds each class (for lazy imports by name)."""',
+        "",
+        "MODULES = {",
+    ]
+    for s in sorted(specs, key=lambda s: s.name):
+        L.append(f"    {s.name!r}: {s.module!r},")
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
 def render(specs_dir: Path) -> dict[str, str]:
     specs = load_specs(specs_dir)
     files = {
@@ -1008,6 +1022,7 @@ def render(specs_dir: Path) -> dict[str, str]:
         + '"""Schema modules generated from Kafka\'s JSON message specs (see tools/gen_protocol.py)."""\n',
         "api_keys.py": render_api_keys(specs),
         "all_messages.py": render_all(specs),
+        "index.py": render_index(specs),
     }
     for s in specs:
         files[f"{s.module}.py"] = render_module(s)
