@@ -82,23 +82,26 @@ class DelayedOperationPurgatory:
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
-        """Try the operations watching `key`; drop completed ones. Returns how many completed."""
+        """Try the operations watching `key`; drop completed ones. Returns how many completed.
+
+        Completing an operation runs callbacks that may watch new operations (even under
+        this key) or trigger a purge, so the watch list is re-read afterwards, never
+        assumed to be the one we iterated.
+        """
         ops = self._watchers.get(key)
         if not ops:
             return 0
         done = 0
-        remaining = []
-        for op in ops:
-            if op.completed:
-                continue
-            if op.try_complete():
+        for op in list(ops):
+            if not op.completed and op.try_complete():
                 done += 1
+        current = self._watchers.get(key)
+        if current is not None:
+            remaining = [op for op in current if not op.completed]
+            if remaining:
+                self._watchers[key] = remaining
             else:
-                remaining.append(op)
-        if remaining:
-            self._watchers[key] = remaining
-        else:
-            del self._watchers[key]
+                del self._watchers[key]
         return done
 
     def watched(self) -> int:

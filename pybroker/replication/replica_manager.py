@@ -78,8 +78,9 @@ class ReplicaManager:
                 if p is None or p.topic_id != t.topic_id:
                     if p is not None:  # same name, new topic id: the old log goes
                         self._delete_partition(tp)
-                    plog = self.log_manager.get_or_create_log(t.name, pid, t.topic_id,
-                                                              self.log_config_for(t.name), now_ms=now)
+                    log_config = self.log_config_for(t.name)
+                    plog = self.log_manager.get_or_create_log(t.name, pid, t.topic_id, log_config, now_ms=now)
+                    plog.config = log_config  # a log found on disk at start-up was opened with defaults
                     p = Partition(t.name, pid, t.topic_id, plog, self.node_id, reg.leader, reg.leader_epoch,
                                   reg.partition_epoch, list(reg.replicas), list(reg.isr))
                     hw = self._hw_checkpoint.pop(tp, None)

@@ -101,3 +101,35 @@ def test_completed_ops_are_purged_from_idle_keys():
             assert purg.watched() == 0
             n.cancel_scope.cancel()
     run(main)
+
+
+def test_completion_callbacks_may_watch_and_purge_during_a_check():
+    """A completion that watches new operations (and so triggers a purge) inside
+    check_and_complete must neither crash nor drop the newly watched operation."""
+
+    class Chain(Counter):
+        def __init__(self, purg, box):
+            super().__init__(10_000, box, 1)
+            self.purg = purg
+            self.followers = []
+
+        def on_complete(self):
+            super().on_complete()
+            self.purg._adds_since_purge = self.purg.purge_interval - 1  # next watch purges
+            follower = Counter(10_000, [0], 1)
+            self.followers.append(follower)
+            self.purg.try_complete_else_watch(follower, ["k"])
+
+    async def main():
+        timer = SystemTimer()
+        purg = DelayedOperationPurgatory("join", timer)
+        box = [0]
+        op = Chain(purg, box)
+        async with trio.open_nursery() as n:
+            await n.start(timer.run)
+            assert not purg.try_complete_else_watch(op, ["k"])
+            box[0] = 1
+            assert purg.check_and_complete("k") == 1
+            assert purg.watched() == 1 and not op.followers[0].completed
+            n.cancel_scope.cancel()
+    run(main)
