@@ -9,6 +9,8 @@ committed change.
 Validation follows Kafka's ReplicationControlManager: topic names (INVALID_TOPIC_EXCEPTION),
 partition counts (INVALID_PARTITIONS), replication factors (INVALID_REPLICATION_FACTOR),
 manual assignments (INVALID_REPLICA_ASSIGNMENT), topic configs (INVALID_CONFIG).
+Topic config changes follow ConfigurationControlManager: a ConfigRecord per changed key
+(value None removes the override), validated as the whole resulting override set.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from typing import Any
 
 import trio
 
-from pybroker.config import BrokerConfig, ConfigError, format_value, validate_topic_configs
+from pybroker.config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    format_value,
+    validate_topic_configs,
+)
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.protocol import messages as m
@@ -35,6 +43,9 @@ METADATA_VERSION = 25  # 4.0-IV3: the feature level Kafka 4.0 writes at format t
 PRODUCER_ID_BLOCK_SIZE = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 
 
 @dataclass
@@ -325,6 +336,106 @@ class QuorumController:
                         partition_id=current + i, topic_id=tid, replicas=replicas, isr=list(replicas),
                         removing_replicas=[], adding_replicas=[], leader=replicas[0], leader_epoch=0,
                         partition_epoch=0))
+            await self._commit(records)
+            return out
+
+    # ------------------------------------------------------------------ topic configs
+
+    def _validate_topic_config_change(self, name: str, current: Mapping[str, str],
+                                      changes: Mapping[str, str | None]) -> tuple[int, str | None, list[Any]]:
+        """Kafka's ConfigurationControlManager.validateAlterConfig for a TOPIC resource: the
+        resulting override set must validate (INVALID_CONFIG), then the topic must exist
+        (UNKNOWN_TOPIC_OR_PARTITION). Returns (error, message, ConfigRecords to commit)."""
+        if not name:
+            return Errors.INVALID_REQUEST, "Default topic resources are not allowed.", []
+        msg = validate_topic_name(name)
+        if msg:
+            return Errors.INVALID_TOPIC_EXCEPTION, msg, []
+        merged = dict(current)
+        for key, value in changes.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        try:
+            parsed = validate_topic_configs(merged)
+        except ConfigError as exc:
+            return Errors.INVALID_CONFIG, str(exc), []
+        if name not in self.image.topics_by_name:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.", []
+        records = []
+        for key, value in changes.items():
+            # stored in the same normalised form CreateTopics writes
+            stored = None if value is None else format_value(parsed[key])
+            if current.get(key) != stored:
+                records.append(m.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=name, name=key,
+                                              value=stored))
+        return 0, None, records
+
+    async def incremental_alter_topic_configs(
+            self, resources: Sequence[tuple[str, Sequence[tuple[str, int, str | None]]]],
+            validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """IncrementalAlterConfigs for TOPIC resources: (topic, [(key, op, value)]) each, ops
+        0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT (list-typed keys only). One result per resource,
+        in order; a resource whose change fails changes nothing. The caller has already
+        rejected duplicate resources/keys and null values (Kafka's ConfigAdminManager)."""
+        async with self._lock:
+            out: list[tuple[int, str | None]] = []
+            records: list[Any] = []
+            for name, ops in resources:
+                current = dict(self.image.topic_configs(name))
+                changes: dict[str, str | None] = {}
+                error: tuple[int, str | None] | None = None
+                for key, op, value in ops:
+                    now = changes[key] if key in changes else current.get(key)
+                    if op == OP_SET:
+                        changes[key] = value
+                    elif op == OP_DELETE:
+                        changes[key] = None
+                    elif op in (OP_APPEND, OP_SUBTRACT):
+                        entry = TOPIC_CONFIGS.get(key)
+                        if entry is None or entry[0].type != "list":
+                            error = (Errors.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key {key} because its type "
+                                                            "is not LIST.")
+                            break
+                        if now is None:
+                            now = format_value(entry[0].default) or ""
+                        parts = [p for p in now.split(",") if p]
+                        for item in (value or "").split(","):
+                            if op == OP_APPEND and item not in parts:
+                                parts.append(item)
+                            elif op == OP_SUBTRACT and item in parts:
+                                parts.remove(item)
+                        changes[key] = ",".join(parts)
+                    else:
+                        error = (Errors.INVALID_REQUEST, f"Unknown operations type {op}")
+                        break
+                if error is None:
+                    code, msg, recs = self._validate_topic_config_change(name, current, changes)
+                    error = (code, msg)
+                    if not code and not validate_only:
+                        records.extend(recs)
+                out.append(error)
+            await self._commit(records)
+            return out
+
+    async def legacy_alter_topic_configs(self, resources: Sequence[tuple[str, Mapping[str, str]]],
+                                         validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """AlterConfigs for TOPIC resources: each (topic, configs) replaces the topic's whole set of
+        overrides (keys not named are removed). One (error, message) per resource, in order."""
+        async with self._lock:
+            out: list[tuple[int, str | None]] = []
+            records: list[Any] = []
+            for name, configs in resources:
+                current = dict(self.image.topic_configs(name))
+                changes: dict[str, str | None] = dict(configs)
+                for key in current:
+                    if key not in configs:
+                        changes[key] = None
+                code, msg, recs = self._validate_topic_config_change(name, current, changes)
+                out.append((code, msg))
+                if not code and not validate_only:
+                    records.extend(recs)
             await self._commit(records)
             return out
 

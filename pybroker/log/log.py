@@ -18,10 +18,13 @@ Flush policy: flush.messages (unflushed message count) and flush.ms (time since 
 evaluated by `needs_flush(now_ms)`; a roll also asks for a flush of the now-inactive segments, as
 Kafka schedules one. The server then runs `flush(offset)` in a worker thread.
 
-Concurrency: appends, reads, roll, truncate and close run on the event loop thread. `flush()` may
-run concurrently in one worker thread: it snapshots the segment list under `_lock` (which roll,
-truncate and close also take when they change the list) and fsyncs outside it; each segment's
-own lock orders its fsync against its close.
+DeleteRecords (`delete_records_before`) raises the log start offset and detaches the segments
+wholly below it, renamed `*.deleted`; `delete_segment_files` removes them later in a worker thread.
+
+Concurrency: appends, reads, roll, truncate, delete_records_before and close run on the event loop
+thread. `flush()` may run concurrently in one worker thread: it snapshots the segment list under
+`_lock` (which roll, truncate, delete_records_before and close also take when they change the
+list) and fsyncs outside it; each segment's own lock orders its fsync against its close.
 """
 
 from __future__ import annotations
@@ -433,6 +436,58 @@ class UnifiedLog:
                 return segment.find_offset_by_timestamp(target_timestamp, self.log_start_offset)
         return None
 
+    # -- DeleteRecords ---------------------------------------------------------------------
+    def delete_records_before(self, new_log_start_offset: int) -> list[LogSegment]:
+        """DeleteRecords on the leader: Kafka's maybeIncrementLogStartOffset(ClientRecordDeletion)
+        followed by deleteLogStartOffsetBreachedSegments. Event loop thread.
+
+        Raises OffsetOutOfRangeError (1) when the offset is negative or above the high watermark.
+        An offset at or below the current log start offset changes nothing. Otherwise the log
+        start offset moves (reads below it are then OFFSET_OUT_OF_RANGE) and every segment whose
+        successor starts at or below it is detached and its files renamed to `*.deleted` (a
+        restart finishes removing them, so the deletion survives a crash before the
+        log-start-offset checkpoint is written). The detached segments keep their fds open for
+        fetch responses still being sent; the caller hands them to `delete_segment_files` in a
+        worker thread once file.delete.delay.ms has passed. The active segment always stays.
+        """
+        if new_log_start_offset < 0:
+            raise OffsetOutOfRangeError(f"The offset {new_log_start_offset} for partition "
+                                        f"{self.topic}-{self.partition} is not valid")
+        if new_log_start_offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {new_log_start_offset} of partition "
+                f"{self.topic}-{self.partition} since it is larger than the high watermark "
+                f"{self.high_watermark}")
+        if new_log_start_offset <= self.log_start_offset:
+            return []
+        self.log_start_offset = new_log_start_offset
+        self.recovery_point = max(self.recovery_point, new_log_start_offset)
+        # The epoch cache only needs rewriting when a whole epoch falls below the new start:
+        # otherwise its first entry already names the epoch of the first readable batch. Kafka
+        # rewrites it asynchronously; here the (rare) rewrite is a small checkpoint file.
+        starts = [start for _, start in self.leader_epoch_cache.entries()]
+        if bisect.bisect_right(starts, new_log_start_offset) >= 2:
+            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        keep_from = bisect.bisect_right(self._bases, new_log_start_offset) - 1
+        if keep_from <= 0:
+            return []
+        with self._lock:
+            doomed = self.segments[:keep_from]
+            del self.segments[:keep_from]
+            del self._bases[:keep_from]
+        for segment in doomed:
+            _rename_to_deleted(segment)
+        return doomed
+
+    def delete_segment_files(self, segments: list[LogSegment]) -> None:
+        """Close and remove segments detached by `delete_records_before`, with their producer
+        snapshots (blocking: run in a worker thread)."""
+        from pybroker.log.producer_state import snapshot_file
+
+        for segment in segments:
+            segment.delete()
+            snapshot_file(self.dir, segment.base_offset).unlink(missing_ok=True)
+
     # -- truncation, lifecycle -------------------------------------------------------------
     def truncate_to(self, target_offset: int, now_ms: int) -> bool:
         """Remove everything at and above target_offset (follower truncation); True if it did."""
@@ -500,3 +555,23 @@ class UnifiedLog:
 
 
 Log = UnifiedLog
+
+
+DELETED_FILE_SUFFIX = ".deleted"
+
+
+def _rename_to_deleted(segment: LogSegment) -> None:
+    """Rename a detached segment's files to `*.deleted` (Kafka's asyncDeleteSegment); open fds
+    and index maps stay valid, so in-flight reads finish. `segment.delete()` then removes the
+    renamed files."""
+    deleted = Path(str(segment.log_path) + DELETED_FILE_SUFFIX)
+    try:
+        os.replace(segment.log_path, deleted)
+    except FileNotFoundError:
+        pass
+    segment.log_path = deleted
+    for index in (segment.offset_index, segment.time_index):
+        try:
+            index.rename(Path(str(index.path) + DELETED_FILE_SUFFIX))
+        except FileNotFoundError:
+            pass

@@ -23,6 +23,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # admin: dynamic topic configs, DeleteRecords, DescribeLogDirs (v0 removed in Kafka 4)
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     # classic consumer groups; FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup from 0
     # and OffsetFetch from 1 because librdkafka < 2.11.1 needs those exact versions in range
     ApiKey.FIND_COORDINATOR: (0, 6),

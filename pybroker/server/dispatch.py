@@ -21,12 +21,15 @@ from pybroker.protocol.chunks import Chunk
 from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
 from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
 from pybroker.server import (
+    alter_configs,
     cluster,
     consumer_group,
+    delete_records,
     fetch,
     find_coordinator,
     groups,
     list_offsets,
+    log_dirs,
     metadata,
     offsets,
     produce,
@@ -59,6 +62,10 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.ALTER_CONFIGS: alter_configs.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle_incremental_alter_configs,
+    ApiKey.DELETE_RECORDS: delete_records.handle_delete_records,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
     ApiKey.FIND_COORDINATOR: find_coordinator.handle_find_coordinator,
     ApiKey.JOIN_GROUP: groups.handle_join_group,
     ApiKey.SYNC_GROUP: groups.handle_sync_group,
