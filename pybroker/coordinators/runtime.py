@@ -26,6 +26,7 @@ builds and the log it reads.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import time
@@ -51,6 +52,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+@functools.lru_cache(maxsize=16384)  # every group request hashes its group id: few distinct ids, many calls
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode (over UTF-16 code units, int32 wrap-around)."""
     h = 0

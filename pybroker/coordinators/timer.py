@@ -9,6 +9,15 @@ members have rejoined). When an operation completes (early or at expiry) it runs
 wall-clock time and its CoordinatorResult goes to `on_result` (the runtime's write path).
 No task sleeps per member: a group of N members costs N+2 timer entries.
 
+Rescheduling is lazy (the idea of Kafka's heartbeat handling): scheduling a key whose live
+operation has no completion condition, is of the same kind and is due no later than the new
+deadline only records the new deadline and operation on it (no new DelayedOperation, no
+wheel work). When the wheel fires at the old deadline the operation sees its deadline moved
+and re-arms itself for the remaining time instead of running. A session rescheduled by every
+heartbeat thus costs one wheel entry and one allocation per session timeout, not per
+heartbeat. Moving a deadline earlier, or any operation with a condition (a DelayedJoin),
+replaces the operation as before.
+
 Concurrency: trio thread only. While the shard loads in a worker thread the timer is
 suspended (every call is a no-op); `resume()` re-enables it on the trio thread.
 """
@@ -28,12 +37,14 @@ class DelayedCoordinatorOperation(DelayedOperation):
     """Runs `operation(now_ms)` once: when `condition()` holds on a check, or at expiry."""
 
     def __init__(self, key: str, delay_ms: int, operation: TimerOperation,
-                 condition: Callable[[], bool] | None, run: Callable[[DelayedCoordinatorOperation], None]) -> None:
+                 condition: Callable[[], bool] | None, run: Callable[[DelayedCoordinatorOperation], None],
+                 deadline_ms: int = 0) -> None:
         super().__init__(delay_ms)
         self.key = key
         self.operation = operation
         self.condition = condition
         self.cancelled = False
+        self.deadline_ms = deadline_ms  # on the purgatory's timer clock; may move later (lazy reschedule)
         self._run = run
 
     def try_complete(self) -> bool:
@@ -94,11 +105,22 @@ class PurgatoryTimer:
                  try_complete: Callable[[], bool] | None = None) -> None:
         if self.suspended:
             return
-        self.cancel(key)
+        delay = max(0, int(delay_ms))
+        deadline = self.purgatory.timer.now_ms() + delay
         cls = _KINDS.get(kind, DelayedTask)
-        op = cls(key, max(0, int(delay_ms)), operation, try_complete, self._run)
-        self._ops[key] = op
-        self.purgatory.try_complete_else_watch(op, [self.scope + key])
+        op = self._ops.get(key)
+        if (op is not None and try_complete is None and op.condition is None and type(op) is cls
+                and not op.completed and deadline >= op.deadline_ms):
+            # lazy: the wheel keeps the earlier entry; _run re-arms when it fires
+            op.deadline_ms = deadline
+            op.operation = operation
+            return
+        self.cancel(key)
+        self._arm(cls(key, delay, operation, try_complete, self._run, deadline))
+
+    def _arm(self, op: DelayedCoordinatorOperation) -> None:
+        self._ops[op.key] = op
+        self.purgatory.try_complete_else_watch(op, [self.scope + op.key])
 
     def cancel(self, key: str) -> None:
         op = self._ops.pop(key, None)
@@ -117,10 +139,17 @@ class PurgatoryTimer:
         return sum(1 for op in self._ops.values() if not op.completed)
 
     def _run(self, op: DelayedCoordinatorOperation) -> None:
-        if self._ops.get(op.key) is op:
+        current = self._ops.get(op.key) is op
+        if current:
             del self._ops[op.key]
         if self.suspended:
             return
+        if op.expired and current:
+            remaining = op.deadline_ms - self.purgatory.timer.now_ms()
+            if remaining > 0:
+                # rescheduled lazily since it was armed: wait out the rest of the new deadline
+                self._arm(type(op)(op.key, remaining, op.operation, op.condition, self._run, op.deadline_ms))
+                return
         try:
             result = op.operation(self.now_ms())
             if result is not None:

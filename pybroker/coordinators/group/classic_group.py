@@ -82,21 +82,60 @@ class Future:
             self._callbacks.append(cb)
 
 
-@dataclass
 class ClassicGroupMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    join_future: Future | None = None
-    sync_future: Future | None = None
-    join_version: int = 0
-    is_new: bool = False
+    """One member. `join_future` and `protocols` may be reassigned freely: while the member
+    belongs to a group (`add` .. `remove`) each assignment updates that group's counters."""
+
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
+                 "session_timeout_ms", "protocol_type", "_protocols", "assignment", "_join_future",
+                 "sync_future", "join_version", "is_new", "_group")
+
+    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                 rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                 protocols: list[tuple[str, bytes]], assignment: bytes = b"", join_future: Future | None = None,
+                 sync_future: Future | None = None, join_version: int = 0, is_new: bool = False) -> None:
+        self._group: ClassicGroup | None = None  # set while the member is in a group's counters
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = protocol_type
+        self._protocols = protocols
+        self.assignment = assignment
+        self._join_future = join_future
+        self.sync_future = sync_future
+        self.join_version = join_version
+        self.is_new = is_new
+
+    def __repr__(self) -> str:
+        return (f"ClassicGroupMember(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, "
+                f"protocols={[n for n, _ in self._protocols]!r}, awaiting_join={self.is_awaiting_join}, "
+                f"awaiting_sync={self.is_awaiting_sync})")
+
+    @property
+    def join_future(self) -> Future | None:
+        return self._join_future
+
+    @join_future.setter
+    def join_future(self, fut: Future | None) -> None:
+        group = self._group
+        if group is not None and (self._join_future is None) != (fut is None):
+            group.num_members_awaiting_join += 1 if fut is not None else -1
+        self._join_future = fut
+
+    @property
+    def protocols(self) -> list[tuple[str, bytes]]:
+        return self._protocols
+
+    @protocols.setter
+    def protocols(self, protocols: list[tuple[str, bytes]]) -> None:
+        group = self._group
+        if group is not None:
+            group._count_protocols(self._protocols, -1)
+            group._count_protocols(protocols, +1)
+        self._protocols = protocols
 
     @property
     def is_static(self) -> bool:
@@ -104,23 +143,23 @@ class ClassicGroupMember:
 
     @property
     def is_awaiting_join(self) -> bool:
-        return self.join_future is not None
+        return self._join_future is not None
 
     @property
     def is_awaiting_sync(self) -> bool:
         return self.sync_future is not None
 
     def metadata(self, protocol: str | None) -> bytes:
-        for name, meta in self.protocols:
+        for name, meta in self._protocols:
             if name == protocol:
                 return meta
         return b""
 
     def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
+        return [name for name, _ in self._protocols]
 
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
-        return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self.protocols]
+        return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self._protocols]
 
 
 def subscribed_topics(metadata: bytes) -> set[str] | None:
@@ -155,6 +194,15 @@ class ClassicGroup:
     new_member_added: bool = False
     initial_join_delay_ms: int = 0  # remaining budget of the initial rebalance delay
     group_type: str = GROUP_TYPE_CLASSIC  # room for KIP-848 "consumer" groups
+    # Kafka's numMembersAwaitingJoinResponse and supportedProtocols: kept up to date by
+    # add/remove and by assignments to a member's join_future/protocols, so a JoinGroup
+    # costs O(its protocols), not O(members)
+    num_members_awaiting_join: int = field(default=0, init=False, repr=False, compare=False)
+    _protocol_support: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for m in self.members.values():
+            self._track(m)
 
     # ------------------------------------------------------------------ state
 
@@ -180,11 +228,22 @@ class ClassicGroup:
         if member.is_static:
             self.static_members[member.group_instance_id] = member.member_id  # type: ignore[index]
         member.join_future = join_future
-        self.members[member.member_id] = member
+        self.restore(member)
         self.pending_members.discard(member.member_id)
+
+    def restore(self, member: ClassicGroupMember) -> None:
+        """Put `member` in the member map as is (loading a group from its record)."""
+        previous = self.members.get(member.member_id)
+        if previous is not None and previous is not member:
+            self._untrack(previous)
+        self.members[member.member_id] = member
+        if member._group is not self:
+            self._track(member)
 
     def remove(self, member_id: str) -> ClassicGroupMember | None:
         member = self.members.pop(member_id, None)
+        if member is not None:
+            self._untrack(member)
         self.pending_sync.discard(member_id)
         if member is not None and member.is_static:
             if self.static_members.get(member.group_instance_id) == member_id:  # type: ignore[arg-type]
@@ -208,11 +267,34 @@ class ClassicGroup:
             self.pending_sync.add(new_id)
         return member
 
+    def _track(self, member: ClassicGroupMember) -> None:
+        member._group = self
+        self._count_protocols(member.protocols, +1)
+        if member.is_awaiting_join:
+            self.num_members_awaiting_join += 1
+
+    def _untrack(self, member: ClassicGroupMember) -> None:
+        if member._group is not self:
+            return
+        self._count_protocols(member.protocols, -1)
+        if member.is_awaiting_join:
+            self.num_members_awaiting_join -= 1
+        member._group = None
+
+    def _count_protocols(self, protocols: list[tuple[str, bytes]], delta: int) -> None:
+        support = self._protocol_support
+        for name in {n for n, _ in protocols}:  # a member supports a name once, however often listed
+            count = support.get(name, 0) + delta
+            if count:
+                support[name] = count
+            else:
+                del support[name]
+
     def awaiting_join_count(self) -> int:
-        return sum(1 for m in self.members.values() if m.is_awaiting_join)
+        return self.num_members_awaiting_join
 
     def has_all_members_joined(self) -> bool:
-        return len(self.members) == self.awaiting_join_count() and not self.pending_members
+        return len(self.members) == self.num_members_awaiting_join and not self.pending_members
 
     def not_yet_rejoined(self) -> list[ClassicGroupMember]:
         return [m for m in self.members.values() if not m.is_awaiting_join]
@@ -225,12 +307,15 @@ class ClassicGroup:
             return bool(protocol_type) and bool(protocols)
         if protocol_type != self.protocol_type:
             return False
-        names = {n for n, _ in protocols}
-        return bool(names & self.candidate_protocols())
+        n, support = len(self.members), self._protocol_support
+        return any(support.get(name, 0) == n for name, _ in protocols)
 
     def candidate_protocols(self) -> set[str]:
-        sets = [set(m.protocol_names()) for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+        """The protocol names every member supports."""
+        n = len(self.members)
+        if not n:
+            return set()
+        return {name for name, count in self._protocol_support.items() if count == n}
 
     def select_protocol(self) -> str:
         """Each member votes for its most preferred candidate; most votes wins, ties by

@@ -107,6 +107,10 @@ class ConsumerGroup:
         self.target_assignment: dict[str, Assignment] = {}
         # (topic id, partition) -> (owner member id, owner's member epoch)
         self.partition_owners: dict[tuple[bytes, int], tuple[str, int]] = {}
+        # Kafka's subscribedTopicNames: how many members subscribe to each topic name, and to
+        # each regex; kept by replay so a heartbeat need not walk the members
+        self.subscribed_topic_name_counts: dict[str, int] = {}
+        self.subscribed_regex_counts: dict[str, int] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -130,10 +134,7 @@ class ConsumerGroup:
 
     def subscribed_topic_names(self) -> set[str]:
         """Topic names subscribed by name (regex subscriptions resolve against metadata)."""
-        out: set[str] = set()
-        for m in self.members.values():
-            out.update(m.subscribed_topic_names)
-        return out
+        return set(self.subscribed_topic_name_counts)
 
     def is_subscribed_to(self, topic: str) -> bool:
         return topic in self.subscription_metadata or topic in self.subscribed_topic_names()
@@ -145,6 +146,7 @@ class ConsumerGroup:
         if value is None:
             if old is not None:
                 self._unown(old)
+                count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, old, -1)
                 del self.members[member_id]
                 if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
                     del self.static_members[old.instance_id]
@@ -157,6 +159,9 @@ class ConsumerGroup:
             subscribed_topic_names=tuple(v.subscribed_topic_names),  # type: ignore[attr-defined]
             subscribed_topic_regex=v.subscribed_topic_regex,  # type: ignore[attr-defined]
             rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)  # type: ignore[attr-defined]
+        if old is not None:
+            count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, old, -1)
+        count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, member, +1)
         self.members[member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member_id
@@ -212,6 +217,25 @@ class ConsumerGroup:
                 owner = self.partition_owners.get((tid, p))
                 if owner is not None and owner[0] == member.member_id:
                     del self.partition_owners[(tid, p)]
+
+
+def count_subscription(names: dict[str, int], regexes: dict[str, int], member: ConsumerGroupMember,
+                       delta: int) -> None:
+    """Add (delta=+1) or take away (-1) `member`'s subscription from per-name / per-regex counts;
+    a count that reaches 0 is deleted, so the keys are exactly what some member subscribes to."""
+    for name in set(member.subscribed_topic_names):
+        count = names.get(name, 0) + delta
+        if count:
+            names[name] = count
+        else:
+            del names[name]
+    regex = member.subscribed_topic_regex
+    if regex:
+        count = regexes.get(regex, 0) + delta
+        if count:
+            regexes[regex] = count
+        else:
+            del regexes[regex]
 
 
 def _assignment(topic_partitions: object) -> Assignment:

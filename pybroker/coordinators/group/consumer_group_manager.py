@@ -35,7 +35,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +50,7 @@ from pybroker.coordinators.group.consumer_group import (
     GroupApiError,
     MemberState,
     TopicMetadata,
+    count_subscription,
 )
 from pybroker.coordinators.group.current_assignment_builder import reconcile
 from pybroker.coordinators.group.group_config import GroupConfig
@@ -207,15 +208,33 @@ class ConsumerGroupManager:
             names |= self._regex_matches(member.subscribed_topic_regex)
         return names
 
-    def _subscription_metadata(self, members: dict[str, ConsumerGroupMember]) -> dict[str, TopicMetadata]:
+    def _subscription_metadata(self, group: ConsumerGroup, removed: tuple[ConsumerGroupMember, ...] = (),
+                               added: tuple[ConsumerGroupMember, ...] = ()) -> dict[str, TopicMetadata]:
+        """The metadata of every topic the group's members subscribe to (by name or regex), as
+        the broker's image has it now, with the members `removed` taken out and `added` put in.
+        Works from the group's per-topic/per-regex subscriber counts: O(subscribed topics), not
+        O(members)."""
+        names, regexes = group.subscribed_topic_name_counts, group.subscribed_regex_counts
+        if len(removed) != len(added) or any(
+                _subscription(r) != _subscription(a) for r, a in zip(removed, added, strict=True)):
+            names, regexes = dict(names), dict(regexes)
+            for m in removed:
+                count_subscription(names, regexes, m, -1)
+            for m in added:
+                count_subscription(names, regexes, m, +1)
         out: dict[str, TopicMetadata] = {}
-        for m in members.values():
-            for name in self.subscribed_names(m):
-                if name in out:
-                    continue
-                t = self._topic(name)
-                if t is not None and t.partitions:
-                    out[name] = TopicMetadata(t.topic_id, name, len(t.partitions))
+        for name in self._resolve(names, regexes):
+            t = self._topic(name)
+            if t is not None and t.partitions:
+                out[name] = TopicMetadata(t.topic_id, name, len(t.partitions))
+        return out
+
+    def _resolve(self, names: dict[str, int], regexes: dict[str, int]) -> Iterable[str]:
+        if not regexes:
+            return names
+        out = set(names)
+        for regex in regexes:
+            out |= self._regex_matches(regex)
         return out
 
     def _subscribed_ids(self, member: ConsumerGroupMember, metadata: dict[str, TopicMetadata]) -> frozenset[bytes]:
@@ -260,9 +279,12 @@ class ConsumerGroupManager:
         member_id = req.member_id
         if version < CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION and epoch == 0 and not member_id:
             member_id = new_member_id()
-        members = dict(group.members)
-        targets = dict(group.target_assignment)
+        # read-only on the steady path; copied only when a member joins (a static takeover
+        # edits the copies) or a new target assignment is computed
+        members = group.members
+        targets = group.target_assignment
         member = members.get(member_id)
+        replaced: tuple[ConsumerGroupMember, ...] = () if member is None else (member,)
         owned = _owned(req.topic_partitions)
         is_new = False
         if epoch == 0:
@@ -271,8 +293,11 @@ class ConsumerGroupManager:
                     raise GroupApiError(Errors.GROUP_MAX_SIZE_REACHED,
                                         f"The consumer group has reached its maximum capacity of "
                                         f"{self.config.consumer_group_max_size} members.")
+                members, targets = dict(members), dict(targets)
                 member = self._static_takeover(group, req.instance_id, member_id, members, targets, records)
-                if member is None:
+                if member is not None:
+                    replaced = (group.members[group.static_members[req.instance_id]],)
+                else:
                     member = ConsumerGroupMember(member_id)
                     is_new = True
         else:
@@ -301,8 +326,7 @@ class ConsumerGroupManager:
             records.append(rec.member_metadata_record(gid, updated))
             bump = bump or (set(updated.subscribed_topic_names) != set(member.subscribed_topic_names)
                             or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-        members[member_id] = updated
-        metadata = self._subscription_metadata(members)
+        metadata = self._subscription_metadata(group, replaced, (updated,))
         if metadata != group.subscription_metadata:
             records.append(rec.partition_metadata_record(gid, metadata))
             bump = True
@@ -311,6 +335,9 @@ class ConsumerGroupManager:
             records.append(rec.group_epoch_record(gid, group_epoch))
         target_epoch = group.target_assignment_epoch
         if group_epoch > target_epoch:
+            if members is group.members:
+                members = dict(members)
+            members[member_id] = updated
             targets = self._compute_targets(gid, members, targets, metadata, records)
             records.append(rec.target_assignment_epoch_record(gid, group_epoch))
             target_epoch = group_epoch
@@ -408,8 +435,8 @@ class ConsumerGroupManager:
         gid = group.group_id
         self._cancel_timers(gid, member_id)
         records = rec.member_removal_records(gid, member_id)
-        members = {mid: m for mid, m in group.members.items() if mid != member_id}
-        metadata = self._subscription_metadata(members)
+        member = group.members.get(member_id)
+        metadata = self._subscription_metadata(group, () if member is None else (member,))
         if metadata != group.subscription_metadata:
             records.append(rec.partition_metadata_record(gid, metadata))
         records.append(rec.group_epoch_record(gid, group.group_epoch + 1))
@@ -475,6 +502,10 @@ class ConsumerGroupManager:
     def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
         group = self.groups[group_id]
         return rec.group_tombstones(group_id, sorted(group.members))
+
+
+def _subscription(member: ConsumerGroupMember) -> tuple[frozenset[str], str | None]:
+    return frozenset(member.subscribed_topic_names), member.subscribed_topic_regex or None
 
 
 def _owned(topic_partitions: Any) -> dict[bytes, frozenset[int]] | None:

@@ -100,11 +100,11 @@ class GroupCoordinatorShard:
                              protocol_type=v.protocol_type or None,  # type: ignore[attr-defined]
                              protocol_name=v.protocol, leader_id=v.leader)  # type: ignore[attr-defined]
         for mm in members:
-            group.members[mm.member_id] = ClassicGroupMember(
+            group.restore(ClassicGroupMember(
                 mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host,
                 mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout, mm.session_timeout,
                 group.protocol_type or "", [(v.protocol or "", bytes(mm.subscription))],  # type: ignore[attr-defined]
-                assignment=bytes(mm.assignment))
+                assignment=bytes(mm.assignment)))
             if mm.group_instance_id is not None:
                 group.static_members[mm.group_instance_id] = mm.member_id
         if not members:
