@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import trio
+import trio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ def frames_through(frames, chunk_sizes, max_bytes=1 << 24):
                 await a.send(wire[pos:pos + n])
                 pos += n
                 i += 1
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
             a.close()
 
         async with trio.open_nursery() as nursery:
