@@ -479,6 +479,37 @@ class UnifiedLog:
             _rename_to_deleted(segment)
         return doomed
 
+    def retention_start_offset(self, now_ms: int) -> int | None:
+        """Kafka's deleteRetentionMsBreachedSegments + deleteRetentionSizeBreachedSegments:
+        the base offset of the first segment retention keeps, or None when nothing goes.
+
+        Only with cleanup.policy containing delete. Candidates are the oldest segments whose
+        successor starts at or below the high watermark (never the active segment, never
+        unreplicated data). By time: a segment goes when its largest timestamp is older than
+        retention.ms (< 0: forever). By size: the oldest segments go while the log stays at or
+        above retention.bytes without them (< 0: unbounded). Hand the result to
+        `delete_records_before`.
+        """
+        cfg = self.config
+        if not cfg.delete:
+            return None
+        segments = self.segments
+        candidates = 0
+        for i in range(len(segments) - 1):
+            if segments[i + 1].base_offset > self.high_watermark:
+                break
+            candidates = i + 1
+        drop = 0
+        if cfg.retention_ms >= 0:
+            while drop < candidates and now_ms - segments[drop].largest_timestamp() > cfg.retention_ms:
+                drop += 1
+        if cfg.retention_bytes >= 0:
+            excess = sum(s.size for s in segments[drop:]) - cfg.retention_bytes
+            while drop < candidates and excess - segments[drop].size >= 0:
+                excess -= segments[drop].size
+                drop += 1
+        return segments[drop].base_offset if drop else None
+
     def delete_segment_files(self, segments: list[LogSegment]) -> None:
         """Close and remove segments detached by `delete_records_before`, with their producer
         snapshots (blocking: run in a worker thread)."""

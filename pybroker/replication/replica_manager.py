@@ -132,6 +132,47 @@ class ReplicaManager:
         finally:
             partition.flushing = False
 
+    # ------------------------------------------------------------------ deletion
+
+    def schedule_segment_deletion(self, plog: Any, segments: list[Any]) -> None:
+        """Remove detached segments' files after file.delete.delay.ms, off the event loop (the
+        delay lets fetch responses already holding their file regions finish)."""
+        if segments:
+            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms)
+
+    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int) -> None:
+        try:
+            await trio.sleep(delay_ms / 1000)
+        finally:
+            # shielded: at shutdown the files still go (a restart would remove them anyway)
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(plog.delete_segment_files, segments)
+                except OSError:
+                    log.exception("removing deleted segments of %s failed", plog)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """One pass of Kafka's log retention over every hosted log; returns segments removed."""
+        removed = 0
+        for p in list(self.partitions.values()):
+            start = p.log.retention_start_offset(now_ms)
+            if start is None:
+                continue
+            doomed = p.log.delete_records_before(start)
+            removed += len(doomed)
+            self.schedule_segment_deletion(p.log, doomed)
+        return removed
+
+    async def run_retention(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Every log.retention.check.interval.ms, delete segments retention no longer keeps."""
+        task_status.started()
+        interval_s = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval_s)
+            removed = self.enforce_retention(wall_ms())
+            if removed:
+                log.info("retention removed %d segment(s)", removed)
+
     # ------------------------------------------------------------------ background
 
     def high_watermarks(self) -> dict[TopicPartition, int]:

@@ -27,11 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import trio
-
 from pybroker.log.errors import OffsetOutOfRangeError
 from pybroker.log.log import UnifiedLog
-from pybroker.log.segment import LogSegment
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
 
@@ -63,21 +60,8 @@ def _delete_one(broker: Any, topic: str, partition: int, offset: int) -> tuple[i
         doomed = plog.delete_records_before(target)
     except OffsetOutOfRangeError:
         return Errors.OFFSET_OUT_OF_RANGE, INVALID_LOW_WATERMARK
-    if doomed:
-        broker.replica_manager.spawn(_delete_later, plog, doomed, plog.config.file_delete_delay_ms)
+    broker.replica_manager.schedule_segment_deletion(plog, doomed)
     return 0, plog.log_start_offset
-
-
-async def _delete_later(plog: UnifiedLog, segments: list[LogSegment], delay_ms: int) -> None:
-    try:
-        await trio.sleep(delay_ms / 1000)
-    finally:
-        # shielded: at shutdown the files still go (a restart would remove them anyway)
-        with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(plog.delete_segment_files, segments)
-            except OSError:
-                log.exception("removing deleted segments of %s failed", plog)
 
 
 def handle_delete_records(broker: Any, ctx: Any, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
