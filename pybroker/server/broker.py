@@ -16,7 +16,6 @@ import logging
 import signal
 import socket
 import time
-from typing import Any
 
 import trio
 
@@ -187,4 +186,4 @@ def run_broker(config: BrokerConfig) -> int:
     return 0
 
 
-__all__ = ["Broker", "StartupError", "run_broker", "Any"]
+__all__ = ["Broker", "StartupError", "run_broker"]

@@ -14,11 +14,9 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
     DescribeClusterResponse,
-    DescribeConfigsRequest,  # noqa: F401  (re-exported for dispatch)
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from pybroker.server.configs import handle_describe_configs  # noqa: F401
 from pybroker.server.metadata import broker_list
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648

@@ -23,6 +23,7 @@ from pybroker.protocol.frame import decode_request, encode_api_versions_unsuppor
 from pybroker.server import (
     alter_configs,
     cluster,
+    configs,
     consumer_group,
     delete_records,
     fetch,
@@ -60,7 +61,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.DELETE_TOPICS: topics.handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
     ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
-    ApiKey.DESCRIBE_CONFIGS: cluster.handle_describe_configs,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.ALTER_CONFIGS: alter_configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle_incremental_alter_configs,

@@ -24,7 +24,6 @@ from pybroker.net.connection import CloseConnection
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ProduceRequest, ProduceResponse
 from pybroker.purgatory.purgatory import DelayedOperation
-from pybroker.records import compression
 from pybroker.records.batch import BatchHeader, build_batch, iter_batch_records, validate_and_count
 
 PartResp = ProduceResponse.PartitionProduceResponse
@@ -171,4 +170,4 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     return ProduceResponse(responses=topics_out, throttle_time_ms=0)
 
 
-__all__ = ["handle_produce", "DelayedProduce", "compression"]
+__all__ = ["DelayedProduce", "handle_produce"]
