@@ -115,6 +115,18 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
             _fail(resp, Errors.INVALID_TIMESTAMP, msg,
                   [BatchError(batch_index=0, batch_index_error_message=msg)] if version >= 8 else None)
             return None
+    if cfg.compact:
+        # Kafka's LogValidator: a compacted topic keeps the latest value per key, so every
+        # record needs one (decoded only for compacted topics: the common path stays byte-only)
+        _, recs = iter_batch_records(view)
+        missing = [i for i, r in enumerate(recs) if r.key is None]
+        if missing:
+            msg = "Compacted topic cannot accept message without key in topic partition " \
+                  f"{topic}-{index}."
+            _fail(resp, Errors.INVALID_RECORD, msg,
+                  [BatchError(batch_index=i, batch_index_error_message=msg) for i in missing]
+                  if version >= 8 else None)
+            return None
     target = cfg.compression_type
     if target != "producer" and _CODEC_BY_NAME.get(target, codec) != codec:
         level = {"gzip": getattr(cfg, "compression_gzip_level", None)}.get(target)

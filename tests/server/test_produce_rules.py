@@ -154,3 +154,11 @@ def test_invalid_acks_value(wire):
 def test_produce_to_a_missing_topic_or_partition(wire):
     assert send(wire, "pr-missing", build_batch([(now(), None, b"x", [])])).error_code \
         == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_compacted_topic_needs_keys(wire):
+    t = new_topic(wire, **{"cleanup.policy": "compact"})
+    r = send(wire, t, build_batch([(now(), b"k", b"1", []), (now(), None, b"2", [])]))
+    assert r.error_code == Errors.INVALID_RECORD
+    assert [e.batch_index for e in r.record_errors] == [1]
+    assert send(wire, t, build_batch([(now(), b"k", b"1", [])], compression=3)).error_code == 0
