@@ -160,6 +160,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.retention.check.interval.ms", "long", 300000, at_least(1)),
     ConfigDef("log.cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), read_only=False),
     ConfigDef("log.cleaner.enable", "boolean", True),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, at_least(0)),
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0), read_only=False),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0), read_only=False),
     ConfigDef("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, at_least(1), read_only=False),

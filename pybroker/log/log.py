@@ -157,9 +157,18 @@ class UnifiedLog:
                           roll_jitter_ms=self.config.segment_jitter_ms, now_ms=now_ms)
 
     def _load(self, clean_shutdown: bool, now_ms: int) -> None:
-        # Leftovers of an interrupted write/rename (Kafka: .cleaned/.swap/.deleted) are removed.
+        # Leftovers of an interrupted write/rename (Kafka: .cleaned/.deleted) are removed; a
+        # `.log.swap` is a finished cleaned segment whose swap was cut short: complete it.
+        swaps = []
         for path in list(self.dir.iterdir()):
-            if path.name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
+            if path.name.endswith((".tmp", ".deleted", ".cleaned")):
+                path.unlink(missing_ok=True)
+            elif path.name.endswith(LOG_FILE_SUFFIX + _SWAP_SUFFIX) and path.name.split(".")[0].isdigit():
+                swaps.append(int(path.name.split(".")[0]))
+        for base in sorted(swaps):
+            self._complete_swap(base, now_ms)
+        for path in list(self.dir.iterdir()):
+            if path.name.endswith(_SWAP_SUFFIX):  # index .swap files without their .log
                 path.unlink(missing_ok=True)
         bases = set()
         for path in self.dir.iterdir():
@@ -202,6 +211,44 @@ class UnifiedLog:
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._rebuild_producer_state(now_ms)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+
+    def _complete_swap(self, base: int, now_ms: int) -> None:
+        """Kafka's LogLoader swap handling: the old segments whose base offsets fall inside the
+        cleaned segment's offset range go, then the `.swap` files lose their suffix. The swap
+        file was fsynced before it got its name, so it is whole; its indexes are rebuilt."""
+        swap = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.segment_index_bytes, now_ms=now_ms,
+                          file_suffix=_SWAP_SUFFIX)
+        try:
+            swap.recover()
+            next_offset = swap.read_next_offset()
+            for path in list(self.dir.iterdir()):
+                stem = path.name.split(".")[0]
+                if path.suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX) \
+                        and stem.isdigit() and base <= int(stem) < max(next_offset, base + 1):
+                    path.unlink()
+            swap.change_file_suffixes(_SWAP_SUFFIX, "")
+        finally:
+            swap.close()
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> bool:
+        """Swap a cleaned segment (files named `*.swap`) in for the consecutive, non-active
+        `old_segments` (Kafka's replaceSegments); False, changing nothing, when they are no
+        longer all in the log. The old files are renamed `*.deleted`: hand the old segments to
+        `delete_segment_files` after file.delete.delay.ms. Event loop thread."""
+        with self._lock:
+            i = next((k for k, s in enumerate(self.segments) if s is old_segments[0]), None)
+            n = len(old_segments)
+            if (i is None or i + n >= len(self.segments)
+                    or any(a is not b for a, b in zip(self.segments[i:i + n], old_segments, strict=True))
+                    or any(s._closed for s in old_segments)):
+                return False
+            self.segments[i:i + n] = [new_segment]
+            self._bases[i:i + n] = [new_segment.base_offset]
+        for segment in old_segments:
+            _rename_to_deleted(segment)
+        new_segment.change_file_suffixes(_SWAP_SUFFIX, "")
+        return True
 
     def _recover_segments(self, now_ms: int) -> None:
         """Recover every segment from the one holding the recovery point on (unclean shutdown)."""
@@ -589,6 +636,7 @@ Log = UnifiedLog
 
 
 DELETED_FILE_SUFFIX = ".deleted"
+_SWAP_SUFFIX = ".swap"
 
 
 def _rename_to_deleted(segment: LogSegment) -> None:

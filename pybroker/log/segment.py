@@ -81,18 +81,23 @@ def txn_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
 
 class LogSegment:
     def __init__(self, dir: str | os.PathLike[str], base_offset: int, *, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, now_ms: int = 0) -> None:
+                 max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, now_ms: int = 0,
+                 file_suffix: str = "") -> None:
+        """file_suffix names the files `<base>.log<suffix>` etc.: the cleaner writes `.cleaned`
+        segments and renames them with `change_file_suffixes`."""
         self.dir = Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = now_ms
         self._lock = threading.Lock()
-        self.log_path = log_file(self.dir, base_offset)
+        self.log_path = log_file(self.dir, base_offset, file_suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(offset_index_file(self.dir, base_offset), base_offset, max_index_size)
-        self.time_index = TimeIndex(time_index_file(self.dir, base_offset), base_offset, max_index_size)
+        self.offset_index = OffsetIndex(offset_index_file(self.dir, base_offset, file_suffix), base_offset,
+                                        max_index_size)
+        self.time_index = TimeIndex(time_index_file(self.dir, base_offset, file_suffix), base_offset,
+                                    max_index_size)
         self._bytes_since_last_index_entry = 0
         # base offset -> (position, size) of the most recently appended batches: a consumer at
         # the tail fetches exactly at the next batch's base offset, so its read needs neither
@@ -441,6 +446,19 @@ class LogSegment:
             self.offset_index.close_handler()
             self.time_index.close_handler()
             os.close(self._fd)
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the log and index files from `...<old_suffix>` to `...<new_suffix>` (Kafka's
+        changeFileSuffixes); open fds and index maps stay valid."""
+        def renamed(path: Path) -> Path:
+            name = path.name[:len(path.name) - len(old_suffix)] if old_suffix else path.name
+            return path.with_name(name + new_suffix)
+
+        new_log = renamed(self.log_path)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for index in (self.offset_index, self.time_index):
+            index.rename(renamed(index.path))
 
     def delete(self) -> None:
         """Close and remove the segment's files."""

@@ -173,6 +173,28 @@ class ReplicaManager:
             if removed:
                 log.info("retention removed %d segment(s)", removed)
 
+    async def run_cleaner(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Kafka's LogCleaner: compact logs with cleanup.policy=compact (pybroker/log/cleaner.py),
+        then sleep log.cleaner.backoff.ms when a pass found nothing to clean."""
+        from pybroker.log.cleaner import LogCleaner
+
+        task_status.started()
+        if not self.config["log.cleaner.enable"]:
+            return
+        cleaner = LogCleaner(self.log_manager, self.schedule_segment_deletion)
+        backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
+        while True:
+            logs = [p.log for p in list(self.partitions.values()) if p.log.config.compact]
+            try:
+                cleaned = await cleaner.clean_logs(logs, wall_ms())
+            except Exception:  # a cleaner bug must not take the broker down; Kafka marks the dir
+                log.exception("log cleaner pass failed")
+                cleaned = 0
+            if not cleaned:
+                await trio.sleep(backoff_s)
+            else:
+                await trio.lowlevel.checkpoint()
+
     # ------------------------------------------------------------------ background
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
