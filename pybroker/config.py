@@ -198,6 +198,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.state.log.replication.factor", "short", 1, at_least(1)),
     ConfigDef("transaction.state.log.min.isr", "int", 1, at_least(1)),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, at_least(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000),
     ConfigDef("group.min.session.timeout.ms", "int", 6000),

@@ -105,8 +105,10 @@ class DelayedAppend(DelayedOperation):
 class CoordinatorRuntime:
     def __init__(self, topic: str, replica_manager: Any, shard_factory: Callable[[int, PurgatoryTimer], Any],
                  spawn: Callable[..., Any], commit_timeout_ms: int = 5000,
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+                 now_ms: Callable[[], int] = wall_ms,
+                 decode: Callable[[Any, Any], Any] = serde.decode) -> None:
         self.topic = topic
+        self.decode = decode  # record key/value bytes -> record (the topic's serde)
         self.rm = replica_manager
         self.shard_factory = shard_factory
         self.spawn = spawn
@@ -155,7 +157,8 @@ class CoordinatorRuntime:
     async def _load(self, ctx: ShardContext, partition: Any) -> None:
         started = time.monotonic()
         try:
-            count = await trio.to_thread.run_sync(load_shard, ctx.shard, partition.log)
+            count = await trio.to_thread.run_sync(load_shard, ctx.shard, partition.log, LOAD_READ_BYTES,
+                                                  self.decode)
         except Exception:
             log.exception("loading %s-%d failed", self.topic, ctx.partition)
             ctx.status = ShardStatus.FAILED
@@ -253,7 +256,8 @@ class CoordinatorRuntime:
         return info.last_offset + 1
 
 
-def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES) -> int:
+def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
+               decode: Callable[[Any, Any], Any] = serde.decode) -> int:
     """Replay a partition's log into `shard` (worker thread); returns the records replayed.
 
     Control batches are skipped; a record of a type this broker cannot read is skipped with a
@@ -279,7 +283,7 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES) -> int:
                 if rec.key is None:
                     continue
                 try:
-                    decoded = serde.decode(rec.key, rec.value)
+                    decoded = decode(rec.key, rec.value)
                 except serde.UnknownRecordTypeError as exc:
                     log.warning("%s at offset %d: skipped", exc, rec.offset)
                     continue

@@ -68,6 +68,12 @@ from pybroker.log.segment import (
     TIME_INDEX_FILE_SUFFIX,
     LogSegment,
 )
+from pybroker.log.txn_index import (
+    TransactionIndex,
+    check_marker_epoch,
+    complete_txn,
+    parse_marker_key,
+)
 
 PARTITION_METADATA_FILE = "partition.metadata"
 
@@ -79,6 +85,7 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 _TRANSACTIONAL_FLAG = 0x10
+_CONTROL_FLAG = 0x20
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
@@ -131,6 +138,7 @@ class UnifiedLog:
         self.topic_id = self._init_topic_id(topic_id)
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
+        self.txn_index = TransactionIndex(self.dir)
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.recovery_point = recovery_point
@@ -332,7 +340,13 @@ class UnifiedLog:
         first_offset = self.log_end_offset
         last_offset = first_offset + last_offset_delta
 
-        if producer_id >= 0:
+        is_control = bool(header[H_ATTRIBUTES] & _CONTROL_FLAG)
+        marker_type = -1
+        if is_control:
+            # only the transaction coordinator writes control batches: one uncompressed marker record
+            marker_type = parse_marker_key(records.decode_records(view, records.BATCH_HEADER_SIZE, size, 1)[0][3])
+            check_marker_epoch(self, producer_id, producer_epoch)
+        elif producer_id >= 0:
             duplicate = self.producer_state.prepare(producer_id, producer_epoch, base_sequence,
                                                     last_sequence, first_offset)
             if duplicate is not None:
@@ -357,7 +371,9 @@ class UnifiedLog:
             latest = self.leader_epoch_cache.latest_epoch()
             if latest is None or leader_epoch > latest:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        if producer_id >= 0:
+        if is_control:
+            complete_txn(self, producer_id, producer_epoch, marker_type, first_offset)
+        elif producer_id >= 0:
             self.producer_state.update(producer_id, producer_epoch, last_sequence, first_offset,
                                        last_offset, max_timestamp,
                                        bool(header[H_ATTRIBUTES] & _TRANSACTIONAL_FLAG))
@@ -592,6 +608,7 @@ class UnifiedLog:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state.delete_snapshots_after(self.log_end_offset)
+        self.txn_index.truncate_to(self.log_end_offset)
         self._rebuild_producer_state(now_ms)
         return True
 
@@ -610,6 +627,7 @@ class UnifiedLog:
         self.high_watermark = new_offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(new_offset)
+        self.txn_index.truncate_to(0)
 
     def close(self) -> None:
         """Clean close: snapshot producer state at the LEO, close segments (trims indexes)."""

@@ -212,6 +212,7 @@ class ProducerStateManager:
         self.dir = Path(dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.map_end_offset = 0
         self.last_snapshot_offset = 0
 
@@ -257,6 +258,7 @@ class ProducerStateManager:
         entry.add_batch(producer_epoch, last_sequence, last_offset, last_offset - first_offset, max_timestamp)
         if is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
+            self.ongoing_txns[producer_id] = first_offset
 
     def check_and_update(self, producer_id: int, producer_epoch: int, base_sequence: int,
                          last_sequence: int, first_offset: int, last_offset: int, max_timestamp: int,
@@ -273,7 +275,16 @@ class ProducerStateManager:
         base_offset, _, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id, \
             producer_epoch, base_sequence, _ = header
         last_offset = base_offset + last_offset_delta
-        if producer_id != NO_PRODUCER_ID and not attributes & _CONTROL_FLAG:
+        if producer_id != NO_PRODUCER_ID and attributes & _CONTROL_FLAG:
+            # an end-transaction marker: the producer's transaction is over (aborted ones are in
+            # the log's txn index already); its epoch is the producer's from here on
+            entry = self.producers.setdefault(producer_id, ProducerStateEntry(producer_id))
+            entry.current_txn_first_offset = None
+            self.ongoing_txns.pop(producer_id, None)
+            if producer_epoch != entry.producer_epoch:
+                entry.batch_metadata.clear()
+                entry.producer_epoch = producer_epoch
+        elif producer_id != NO_PRODUCER_ID:
             last_seq = increment_sequence(base_sequence, last_offset_delta) if base_sequence >= 0 else NO_SEQUENCE
             self.update(producer_id, producer_epoch, last_seq, base_offset, last_offset, max_timestamp,
                         bool(attributes & _TRANSACTIONAL_FLAG))
@@ -323,6 +334,7 @@ class ProducerStateManager:
         caller then replays batches from the returned offset to the log end.
         """
         self.producers.clear()
+        self.ongoing_txns.clear()
         for offset in reversed(self.snapshot_offsets()):
             path = snapshot_file(self.dir, offset)
             if offset > log_end_offset:
@@ -336,6 +348,8 @@ class ProducerStateManager:
             for entry in entries:
                 if not self.is_producer_expired(now_ms, entry):
                     self.producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset is not None:
+                        self.ongoing_txns[entry.producer_id] = entry.current_txn_first_offset
             self.map_end_offset = self.last_snapshot_offset = offset
             return offset
         self.map_end_offset = self.last_snapshot_offset = log_start_offset
@@ -343,6 +357,7 @@ class ProducerStateManager:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
         for snapshot_offset in self.snapshot_offsets():
             snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)
         self.map_end_offset = self.last_snapshot_offset = offset

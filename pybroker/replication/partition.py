@@ -12,6 +12,7 @@ Concurrency: trio thread only.
 from __future__ import annotations
 
 from pybroker.log.log import UnifiedLog
+from pybroker.log.txn_index import last_stable_offset
 
 
 class Partition:
@@ -44,8 +45,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # no transactions yet: nothing is pending, so the LSO is the high watermark
-        return self.log.high_watermark
+        # min(HW, first offset of any ongoing transaction)
+        return last_stable_offset(self.log)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Advance the HW to the smallest LEO in the ISR; True if it moved."""

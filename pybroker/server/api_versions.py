@@ -44,6 +44,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-848 consumer groups: librdkafka 2.16 needs ConsumerGroupHeartbeat 1 (CLIENTS.md pitfall 12)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    # transactions (KIP-98); AddPartitionsToTxn v4+ is the broker-to-broker batched form
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
 }
 
 

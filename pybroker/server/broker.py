@@ -24,6 +24,7 @@ from pybroker.controller.controller import QuorumController
 from pybroker.controller.image import MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.coordinators.group.coordinator import GroupCoordinator
+from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.log.errors import LogError
 from pybroker.log.manager import LogManager
 from pybroker.net.server import SocketServer
@@ -62,6 +63,7 @@ class Broker:
         self.metadata_log: MetadataLog
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
+        self.txn_coordinator: TransactionCoordinator
         self.server: SocketServer
 
     def request_shutdown(self) -> None:
@@ -123,8 +125,13 @@ class Broker:
             self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller, self.image,
                                                       nursery.start_soon)
             self.controller.listeners.append(lambda _records: self.group_coordinator.on_metadata())
+            self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller, self.image,
+                                                          self.producer_ids, self.group_coordinator,
+                                                          nursery.start_soon)
+            self.controller.listeners.append(lambda _records: self.txn_coordinator.on_metadata())
             await nursery.start(timer.run)
             self.group_coordinator.on_metadata()
+            self.txn_coordinator.on_metadata()
             await nursery.start(self.replica_manager.run_checkpointer)
             await nursery.start(self.replica_manager.run_retention)
             await nursery.start(self.replica_manager.run_cleaner)
@@ -143,6 +150,7 @@ class Broker:
         self.server.begin_shutdown()
         # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
         self.group_coordinator.shutdown()
+        self.txn_coordinator.shutdown()
         rm = self.replica_manager
         for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
             for ops in list(purgatory._watchers.values()):

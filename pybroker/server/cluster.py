@@ -2,8 +2,7 @@
 
 Producer ids come in blocks of 1000 from the controller (a ProducerIdsRecord in
 __cluster_metadata, Kafka's ProducerIdManager), so ids are never reused across restarts.
-Transactional ids need the transaction coordinator, which does not exist yet: such
-requests get COORDINATOR_NOT_AVAILABLE.
+A transactional id goes to the transaction coordinator (pybroker/server/txn.py).
 """
 
 from __future__ import annotations
@@ -58,10 +57,8 @@ class ProducerIdManager:
 
 async def handle_init_producer_id(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
     if req.transactional_id is not None:
-        if req.transaction_timeout_ms <= 0 or req.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.INVALID_TRANSACTION_TIMEOUT,
-                                          producer_id=-1, producer_epoch=-1)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.COORDINATOR_NOT_AVAILABLE,
-                                      producer_id=-1, producer_epoch=-1)
+        from pybroker.server.txn import init_transactional_producer
+
+        return await init_transactional_producer(broker, ctx, req)
     pid = await broker.producer_ids.generate()
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

@@ -35,6 +35,7 @@ from pybroker.server import (
     offsets,
     produce,
     topics,
+    txn,
 )
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
 
@@ -80,6 +81,10 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group.handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group.handle_consumer_group_describe,
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: txn.handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: txn.handle_txn_offset_commit,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

@@ -22,6 +22,7 @@ from pybroker.purgatory.purgatory import DelayedOperation
 
 PData = FetchResponse.PartitionData
 TResp = FetchResponse.FetchableTopicResponse
+AbortedTxn = FetchResponse.AbortedTransaction
 ZERO_ID = bytes(16)
 READ_COMMITTED = 1
 
@@ -64,6 +65,10 @@ def _read_all(slots: list[_Slot], max_bytes: int, isolation: int) -> int:
         if info.size:
             d.records = list(info.regions)
             total += info.size
+            if isolation == READ_COMMITTED:
+                d.aborted_transactions = [
+                    AbortedTxn(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in p.log.txn_index.collect(s.fetch_offset, d.last_stable_offset)]
             min_one = False
         else:
             d.records = b""

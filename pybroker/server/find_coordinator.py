@@ -3,16 +3,15 @@
 v0-3 ask for one key and get one node; v4+ batch `coordinator_keys` and answer one entry
 per key (CLIENTS.md pitfall 7). Key type 0 (group) names the leader of the group's
 __consumer_offsets partition, creating the topic on first use; the node returned is one
-Metadata lists (same listener as the request). Key type 1 (transaction) gets
-COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists; other key types
-INVALID_REQUEST.
+Metadata lists (same listener as the request). Key type 1 (transaction) names the leader
+of the transactional id's __transaction_state partition (created on first use); other key
+types INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pybroker.coordinators.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 from pybroker.server.metadata import broker_list
@@ -24,12 +23,13 @@ TRANSACTION_KEY_TYPE = 1
 async def _lookup(broker: Any, ctx: Any, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
     if key_type == TRANSACTION_KEY_TYPE:
-        return Errors.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available", -1, "", -1
-    if key_type != GROUP_KEY_TYPE:
+        gc = broker.txn_coordinator
+    elif key_type == GROUP_KEY_TYPE:
+        gc = broker.group_coordinator
+    else:
         return Errors.INVALID_REQUEST, f"Unknown coordinator type {key_type}", -1, "", -1
-    gc = broker.group_coordinator
     if not await gc.ensure_topic():
-        return Errors.COORDINATOR_NOT_AVAILABLE, f"{GROUP_METADATA_TOPIC_NAME} is not available", -1, "", -1
+        return Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator topic is not available", -1, "", -1
     node = gc.coordinator_node(key)
     for b in broker_list(broker, ctx.conn.listener_name):
         if b.node_id == node:

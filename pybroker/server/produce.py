@@ -102,6 +102,12 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
     if header.is_control:
         _fail(resp, Errors.INVALID_RECORD, "Clients are not allowed to write control records")
         return None
+    if header.is_transactional and header.producer_id >= 0:
+        code = broker.txn_coordinator.verify_produce(header.producer_id, header.producer_epoch, topic, index)
+        if code:
+            _fail(resp, code, f"Transactional batch for {topic}-{index} outside an ongoing transaction "
+                              "that added this partition")
+            return None
     codec = header.compression
     if codec == ZSTD and version < 7:
         _fail(resp, Errors.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")

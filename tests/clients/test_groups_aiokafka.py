@@ -191,11 +191,22 @@ def test_commit_with_metadata_and_committed(broker, topic):
                 await asyncio.wait_for(consumer.committed(tp0), DEADLINE_S),
                 await asyncio.wait_for(consumer.committed(tp1), DEADLINE_S),
             )
-            position = await asyncio.wait_for(consumer.position(tp0), DEADLINE_S)
-            record = await asyncio.wait_for(consumer.getone(tp0), DEADLINE_S)
-            return before, after, position, record
         finally:
             await asyncio.wait_for(consumer.stop(), DEADLINE_S)
+        # A fresh consumer starts from the commit. (The first one cannot be asked: right after
+        # assign() it found no committed offset and aiokafka resets the position to "latest"
+        # in the background, racing the commit -- a client-side race, seen in FINDINGS.md.)
+        resumed = AIOKafkaConsumer(
+            **aiokafka_common(broker.bootstrap), group_id=group, enable_auto_commit=False
+        )
+        await asyncio.wait_for(resumed.start(), DEADLINE_S)
+        try:
+            resumed.assign([tp0, tp1])
+            position = await asyncio.wait_for(resumed.position(tp0), DEADLINE_S)
+            record = await asyncio.wait_for(resumed.getone(tp0), DEADLINE_S)
+            return before, after, position, record
+        finally:
+            await asyncio.wait_for(resumed.stop(), DEADLINE_S)
 
     before, after, position, record = asyncio.run(run())
     assert before is None

@@ -1,0 +1,249 @@
+"""The transaction coordinator service (Kafka's TransactionCoordinator + its marker channel).
+
+A transactional id lives on __transaction_state partition
+Utils.abs(transactional_id.hashCode()) % transaction.state.log.num.partitions (the same Java
+hash as groups); the topic (internal, compacted) is created on first use. Each partition led
+here is a TransactionCoordinatorShard run by a CoordinatorRuntime (load by replay, one batch
+per write, answer once the HW covers it).
+
+Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort; then this service writes a
+COMMIT/ABORT control batch (pybroker/log/txn_index.py) to every data partition of the
+transaction through ReplicaManager as leader, materialises (commit) or drops (abort) the
+transaction's pending TxnOffsetCommit offsets through the group coordinator, and writes
+CompleteCommit/CompleteAbort. EndTxn answers after that, so a read_committed consumer sees
+the data as soon as commit() returns (Kafka answers after Prepare*; both are allowed).
+
+**Differences from Kafka:** markers are appended locally (this node leads every partition;
+a multi-node cluster needs WriteTxnMarkers); a partition that is gone or led elsewhere is
+skipped with a warning instead of retried. Pending transactional offsets are held in memory
+until the end of the transaction and then written as ordinary OffsetCommit records (Kafka
+writes them as transactional records to __consumer_offsets at once), so a broker restart
+mid-transaction loses them (the transaction itself is aborted or completed on reload).
+
+Concurrency: trio thread. One completion runs per transactional id at a time; EndTxn and
+InitProducerId wait for it with a trio.Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pybroker.coordinators import record_serde as group_serde
+from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
+from pybroker.coordinators.shard import CoordinatorResult
+from pybroker.coordinators.txn import transaction_metadata as tm
+from pybroker.coordinators.txn.transaction_coordinator_shard import TransactionCoordinatorShard
+from pybroker.coordinators.txn.transaction_metadata import TxnState
+from pybroker.log.errors import LogError
+from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch
+from pybroker.protocol.errors import Errors
+
+log = logging.getLogger("pybroker.txn")
+
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, broker_config: Any, replica_manager: Any, controller: Any, image: Any,
+                 producer_ids: Any, group_coordinator: Any, spawn: Callable[..., Any]) -> None:
+        self.config = broker_config
+        self.rm = replica_manager
+        self.controller = controller
+        self.image = image
+        self.producer_ids = producer_ids
+        self.group_coordinator = group_coordinator
+        self.spawn = spawn
+        sweep = broker_config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        self.runtime = CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC_NAME, replica_manager,
+            lambda index, timer: TransactionCoordinatorShard(index, timer, sweep, self._on_prepared),
+            spawn, commit_timeout_ms=broker_config["offsets.commit.timeout.ms"], decode=tm.decode)
+        self._create_lock = trio.Lock()
+        self._completions: dict[str, trio.Event] = {}
+        # producer id -> group -> (topic, partition) -> (offset, leader epoch, metadata)
+        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], tuple[int, int, str]]]] = {}
+
+    # ------------------------------------------------------------------ topic + routing
+
+    def num_partitions(self) -> int:
+        t = self.image.topic(TRANSACTION_STATE_TOPIC_NAME)
+        return len(t.partitions) if t is not None and t.partitions else self.config["transaction.state.log.num.partitions"]
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions())
+
+    async def ensure_topic(self) -> bool:
+        if self.image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
+            return True
+        async with self._create_lock:
+            if self.image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
+                return True
+            live = sum(1 for b in self.image.brokers.values() if not b.fenced)
+            rf = max(1, min(self.config["transaction.state.log.replication.factor"], live))
+            configs = {"cleanup.policy": "compact",
+                       "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+                       "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"]))}
+            n = self.config["transaction.state.log.num.partitions"]
+            results = await self.controller.create_topics([(TRANSACTION_STATE_TOPIC_NAME, n, rf, {}, configs)])
+            if results[0].error and self.image.topic(TRANSACTION_STATE_TOPIC_NAME) is None:
+                log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC_NAME, results[0].message)
+                return False
+            log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC_NAME, n)
+            return True
+
+    def coordinator_node(self, transactional_id: str) -> int | None:
+        t = self.image.topic(TRANSACTION_STATE_TOPIC_NAME)
+        if t is None:
+            return None
+        reg = t.partitions.get(self.partition_for(transactional_id))
+        return None if reg is None or reg.leader < 0 else reg.leader
+
+    async def _index(self, transactional_id: str) -> int:
+        if not await self.ensure_topic():
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+        return self.partition_for(transactional_id)
+
+    async def _write(self, index: int, op: Callable[[TransactionCoordinatorShard, int], CoordinatorResult]) -> Any:
+        try:
+            return await self.runtime.write(index, op)
+        except LogError as exc:
+            log.warning("__transaction_state-%d write failed: %s", index, exc)
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+
+    async def _wait_completion(self, transactional_id: str) -> None:
+        ev = self._completions.get(transactional_id)
+        if ev is not None:
+            await ev.wait()
+
+    # ------------------------------------------------------------------ APIs
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = -1,
+                               expected_epoch: int = -1) -> tuple[int, int, int]:
+        """(error, producer id, epoch)."""
+        index = await self._index(transactional_id)
+        new_pid = -1
+        for _ in range(3):
+            await self._wait_completion(transactional_id)
+            err, pid, epoch, fenced = await self._write(index, lambda s, now, a=(new_pid, expected_pid, expected_epoch):
+                                                        s.init_producer_id(transactional_id, timeout_ms, *a, now))
+            if err == "need_pid":
+                new_pid = await self.producer_ids.generate()
+                continue
+            if not fenced:
+                return int(err), pid, epoch
+            # an ongoing transaction was fenced: its abort completes, then the epoch is bumped again
+            expected_pid = expected_epoch = -1
+        return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]]) -> int:
+        index = await self._index(transactional_id)
+        return int(await self._write(index, lambda s, now: s.add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions, now)))
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
+        """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction."""
+        if not await self.group_coordinator.ensure_topic():
+            return int(Errors.COORDINATOR_NOT_AVAILABLE)
+        tp = (GROUP_METADATA_TOPIC_NAME, self.group_coordinator.partition_for(group_id))
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        index = await self._index(transactional_id)
+        result = await self._write(index, lambda s, now: s.end_txn(transactional_id, producer_id, producer_epoch,
+                                                                     commit, now))
+        if result == "prepared":
+            await self._wait_completion(transactional_id)
+            return 0
+        return int(result)
+
+    def txn_offset_commit(self, producer_id: int, group_id: str,
+                          offsets: list[tuple[str, int, int, int, str]]) -> None:
+        """Hold a transaction's offsets (topic, partition, offset, leader epoch, metadata) until it ends."""
+        per_group = self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+        for topic, partition, offset, epoch, metadata in offsets:
+            per_group[(topic, partition)] = (offset, epoch, metadata)
+
+    def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
+        """The error for a transactional batch (0: allowed): the producer, when known here, must
+        have added the partition to its ongoing transaction (Kafka 4 verifies with
+        AddPartitionsToTxn v4; a producer this node does not coordinate is let through)."""
+        for ctx in list(self.runtime.shards.values()):
+            verify = getattr(ctx.shard, "verify_produce", None)
+            if verify is None:
+                continue
+            code = verify(producer_id, producer_epoch, topic, partition)
+            if code is not None:
+                return code
+        return 0
+
+    # ------------------------------------------------------------------ completion
+
+    def _on_prepared(self, index: int, transactional_id: str) -> None:
+        if transactional_id in self._completions:
+            return
+        self._completions[transactional_id] = trio.Event()
+        self.spawn(self._complete, index, transactional_id)
+
+    async def _complete(self, index: int, transactional_id: str) -> None:
+        try:
+            md = self.runtime.read(index, lambda s, now: s.get(transactional_id))
+            if md is None or md.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                return
+            commit = md.state == TxnState.PREPARE_COMMIT
+            await self._write_markers(md.producer_id, md.producer_epoch, commit, md.partitions,
+                                      self.runtime.active(index).epoch)
+            await self._write(index, lambda s, now: s.complete(transactional_id, now))
+        except CoordinatorError as exc:
+            log.warning("completing transaction %s failed: %s", transactional_id, exc)
+        except Exception:
+            log.exception("completing transaction %s failed", transactional_id)
+        finally:
+            ev = self._completions.pop(transactional_id, None)
+            if ev is not None:
+                ev.set()
+
+    async def _write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
+                             partitions: set[tuple[str, int]], coordinator_epoch: int) -> None:
+        marker = COMMIT if commit else ABORT
+        now = wall_ms()
+        for topic, p in sorted(partitions):
+            if topic == GROUP_METADATA_TOPIC_NAME:
+                continue  # offsets are handled below
+            partition = self.rm.get_partition(topic, p)
+            if partition is None or not partition.is_leader:
+                log.warning("transaction marker for %s-%d skipped: partition not led here", topic, p)
+                continue
+            try:
+                self.rm.append(partition, build_marker_batch(producer_id, producer_epoch, marker,
+                                                             coordinator_epoch, now))
+            except LogError as exc:
+                log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
+        pending = self.pending_offsets.pop(producer_id, {})
+        if not commit:
+            return
+        for group_id, offs in pending.items():
+            records = [group_serde.offset_commit_record(group_id, t, p, off, epoch, meta, now)
+                       for (t, p), (off, epoch, meta) in sorted(offs.items())]
+            try:
+                await self.group_coordinator.write(group_id, lambda s, now, r=records: CoordinatorResult(records=r))
+            except CoordinatorError as exc:
+                log.warning("committing transactional offsets of group %s failed: %s", group_id, exc)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_metadata(self) -> None:
+        self.runtime.on_metadata()
+
+    def shutdown(self) -> None:
+        self.runtime.close()

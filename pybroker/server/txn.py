@@ -1,0 +1,154 @@
+"""Transaction APIs: InitProducerId (22) with a transactional id, AddPartitionsToTxn (24) v0-3,
+AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4, TxnOffsetCommit (28) v0-4.
+
+The state machine lives in pybroker/coordinators/txn/. Errors as Kafka's KafkaApis: a
+transaction timeout above transaction.max.timeout.ms is INVALID_TRANSACTION_TIMEOUT;
+PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions older than the clients that know
+it (InitProducerId < 4, the others < 2); coordinator errors (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, ...) go where each API puts its error. AddPartitionsToTxn
+answers UNKNOWN_TOPIC_OR_PARTITION for partitions the cluster lacks and
+OPERATION_NOT_ATTEMPTED for the rest of that request. Not implemented (so not advertised):
+the batched broker-to-broker AddPartitionsToTxn (v4+) and transaction version 2 (EndTxn v5).
+AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 only allow TRANSACTION_ABORTABLE, which this
+broker never answers.
+
+Concurrency: trio thread; each handler awaits its coordinator write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+
+def _fenced(code: int, version: int, first_version: int) -> int:
+    if code == Errors.PRODUCER_FENCED and version < first_version:
+        return int(Errors.INVALID_PRODUCER_EPOCH)
+    return int(code)
+
+
+async def init_transactional_producer(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    v = ctx.api_version
+    if not req.transactional_id:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1,
+                                      producer_epoch=-1)
+    if req.transaction_timeout_ms <= 0 or req.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.INVALID_TRANSACTION_TIMEOUT,
+                                      producer_id=-1, producer_epoch=-1)
+    expected_pid, expected_epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (-1, -1)
+    try:
+        err, pid, epoch = await broker.txn_coordinator.init_producer_id(
+            req.transactional_id, req.transaction_timeout_ms, expected_pid, expected_epoch)
+    except CoordinatorError as exc:
+        err, pid, epoch = exc.code, -1, -1
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=_fenced(err, v, 4), producer_id=pid,
+                                  producer_epoch=epoch)
+
+
+async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitionsToTxnRequest
+                                       ) -> AddPartitionsToTxnResponse:
+    v = ctx.api_version
+    R = AddPartitionsToTxnResponse
+    wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
+    unknown = set()
+    for name, parts in wanted:
+        topic = broker.image.topic(name)
+        for p in parts:
+            if topic is None or p not in topic.partitions:
+                unknown.add((name, p))
+    if unknown:
+        codes = {(n, p): int(Errors.UNKNOWN_TOPIC_OR_PARTITION if (n, p) in unknown else Errors.OPERATION_NOT_ATTEMPTED)
+                 for n, parts in wanted for p in parts}
+    else:
+        try:
+            code = await broker.txn_coordinator.add_partitions(
+                req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                [(n, p) for n, parts in wanted for p in parts])
+        except CoordinatorError as exc:
+            code = exc.code
+        code = _fenced(code, v, 2)
+        codes = {(n, p): code for n, parts in wanted for p in parts}
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[], results_by_topic_v3_and_below=[
+        R.AddPartitionsToTxnTopicResult(name=n, results_by_partition=[
+            R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[(n, p)])
+            for p in parts]) for n, parts in wanted])
+
+
+async def handle_add_offsets_to_txn(broker: Any, ctx: Any, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    try:
+        code = await broker.txn_coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                        req.group_id)
+    except CoordinatorError as exc:
+        code = exc.code
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx.api_version, 2))
+
+
+async def handle_end_txn(broker: Any, ctx: Any, req: EndTxnRequest) -> EndTxnResponse:
+    try:
+        code = await broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                    req.committed)
+    except CoordinatorError as exc:
+        code = exc.code
+    return EndTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx.api_version, 2),
+                          producer_id=-1, producer_epoch=-1)
+
+
+def _validate_member(shard: Any, req: TxnOffsetCommitRequest, version: int) -> int:
+    """Kafka's TxnOffsetCommit member check (v3+ carries member id / generation)."""
+    if version < 3 or req.generation_id < 0 or not req.member_id:
+        return 0
+    if shard.consumer.group(req.group_id) is not None:
+        return 0  # KIP-848 members: their epoch is checked by OffsetCommit, not here
+    group = shard.groups.group(req.group_id)
+    if group is None:
+        return int(Errors.ILLEGAL_GENERATION)
+    if req.member_id not in group.members:
+        return int(Errors.UNKNOWN_MEMBER_ID)
+    if req.generation_id != group.generation_id:
+        return int(Errors.ILLEGAL_GENERATION)
+    return 0
+
+
+async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    v = ctx.api_version
+    R = TxnOffsetCommitResponse
+    gc = broker.group_coordinator
+    try:
+        code = await gc.read(req.group_id, lambda s, now: _validate_member(s, req, v))
+    except CoordinatorError as exc:
+        code = exc.code
+    max_meta = broker.config["offset.metadata.max.bytes"]
+    accepted = []
+    topics_out = []
+    for t in req.topics:
+        image_topic = broker.image.topic(t.name)
+        parts = []
+        for p in t.partitions:
+            c = code
+            meta = p.committed_metadata or ""
+            if not c and (image_topic is None or p.partition_index not in image_topic.partitions):
+                c = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            elif not c and len(meta.encode()) > max_meta:
+                c = int(Errors.OFFSET_METADATA_TOO_LARGE)
+            if not c:
+                epoch = p.committed_leader_epoch if v >= 2 else -1
+                accepted.append((t.name, p.partition_index, p.committed_offset, epoch, meta))
+            parts.append(R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=int(c)))
+        topics_out.append(R.TxnOffsetCommitResponseTopic(name=t.name, partitions=parts))
+    if accepted:
+        broker.txn_coordinator.txn_offset_commit(req.producer_id, req.group_id, accepted)
+    return R(throttle_time_ms=0, topics=topics_out)
