@@ -120,8 +120,9 @@ def cleanable(log_: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogToCle
     cfg = log_.config
     if not cfg.compact:
         return None
-    with log_._lock:
-        segments = list(log_.segments)
+    # no lock: the segment list only changes on this (the event loop) thread, and a worker
+    # thread may hold the log's lock across a long fsync
+    segments = list(log_.segments)
     first_dirty = checkpoint
     if first_dirty is None or not log_.log_start_offset <= first_dirty <= log_.log_end_offset:
         first_dirty = log_.log_start_offset

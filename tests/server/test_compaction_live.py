@@ -14,7 +14,7 @@ from .test_groups_wire import commit, fetch
 from .test_live_versions import create_topic
 from .wire import WireClient
 
-OVERRIDES = {"log.cleaner.backoff.ms": 50, "log.segment.delete.delay.ms": 0,
+OVERRIDES = {"log.cleaner.enable": "true", "log.cleaner.backoff.ms": 50, "log.segment.delete.delay.ms": 0,
              "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 400,
              "log.cleaner.min.cleanable.ratio": 0.01}
 
