@@ -13,6 +13,7 @@ Concurrency: trio gives one thread, so the lock dance of Kafka's purgatory is no
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Hashable, Iterable
 
 import trio
@@ -20,7 +21,7 @@ import trio
 from pybroker.purgatory.timer import SystemTimer
 
 
-class DelayedOperation:
+class DelayedOperation(abc.ABC):
     """Subclasses implement `try_complete()` (call `force_complete()` when satisfied)."""
 
     def __init__(self, delay_ms: int) -> None:
@@ -31,10 +32,11 @@ class DelayedOperation:
         self._timer_id: int | None = None
         self._timer: SystemTimer | None = None
 
-    def try_complete(self) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def try_complete(self) -> bool:
+        """Complete (via force_complete) if the condition now holds; True if completed."""
 
-    def on_complete(self) -> None:
+    def on_complete(self) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Hook run once when completed (by condition or expiry)."""
 
     def force_complete(self) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ConsumerProtocolSubscription
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -254,6 +255,20 @@ class ClassicGroup:
 
     def static_member_id(self, instance_id: str | None) -> str | None:
         return None if instance_id is None else self.static_members.get(instance_id)
+
+    def member_identity_error(self, member_id: str, instance_id: str | None) -> int | None:
+        """Kafka's member checks shared by Heartbeat/Sync/Leave/OffsetCommit: a static member
+        must hold its instance id (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID), and the member must
+        exist (UNKNOWN_MEMBER_ID). None when the member is who it says it is."""
+        if instance_id is not None:
+            known = self.static_member_id(instance_id)
+            if known is None:
+                return Errors.UNKNOWN_MEMBER_ID
+            if known != member_id:
+                return Errors.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return Errors.UNKNOWN_MEMBER_ID
+        return None
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicGroupMember:
         member = self.members.pop(old_id)

@@ -426,15 +426,8 @@ class GroupMetadataManager:
             return Errors.UNKNOWN_MEMBER_ID
         if group.state == S.DEAD:
             return Errors.COORDINATOR_NOT_AVAILABLE
-        if instance_id is not None:
-            known = group.static_member_id(instance_id)
-            if known is None:
-                return Errors.UNKNOWN_MEMBER_ID
-            if known != member_id:
-                return Errors.FENCED_INSTANCE_ID
-        if member_id not in group.members:
-            return Errors.UNKNOWN_MEMBER_ID
-        return None
+        error = group.member_identity_error(member_id, instance_id)
+        return error
 
     # ------------------------------------------------------------------ Heartbeat
 

@@ -100,14 +100,9 @@ class OffsetMetadataManager:
         if generation < 0 and group.state == S.EMPTY:
             return 0
         if generation >= 0 or member_id or instance_id is not None:
-            if instance_id is not None:
-                known = group.static_member_id(instance_id)
-                if known is None:
-                    return Errors.UNKNOWN_MEMBER_ID
-                if known != member_id:
-                    return Errors.FENCED_INSTANCE_ID
-            if member_id not in group.members:
-                return Errors.UNKNOWN_MEMBER_ID
+            error = group.member_identity_error(member_id, instance_id)
+            if error is not None:
+                return error
             if generation != group.generation_id:
                 return Errors.ILLEGAL_GENERATION
         elif group.state != S.EMPTY:
