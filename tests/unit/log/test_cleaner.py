@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pybroker.log.cleaner import (
@@ -309,9 +309,11 @@ def test_crash_half_way_through_a_swap_completes_it(tmp_path):
                               st.one_of(st.none(), st.binary(min_size=0, max_size=40)),
                               st.integers(1, 3)), min_size=1, max_size=60),
        passes=st.integers(1, 3))
+@example(ops=[(b"a", b"\0" * 40, 3)], passes=1)  # the largest batch the strategy makes
 def test_property_compacted_log_replays_to_the_same_latest_values(tmp_path_factory, ops, passes):
     path = tmp_path_factory.mktemp("prop")
-    log = open_log(path, segment_bytes=200, delete_retention_ms=DAY)
+    # the largest generated batch (3 records, 40-byte values) is 205 bytes: it must fit a segment
+    log = open_log(path, segment_bytes=256, delete_retention_ms=DAY)
     expected: dict[bytes, bytes | None] = {}
     chunk = max(1, len(ops) // passes)
     checkpoint = None
