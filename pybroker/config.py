@@ -159,11 +159,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.retention.bytes", "long", -1, read_only=False),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, at_least(1)),
     ConfigDef("log.cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), read_only=False),
-    # Deliberate, temporary difference from Kafka (default true): with the cleaner task running,
-    # kafka-python group members occasionally stop being answered (about 1 run in 3 of
-    # tests/clients/test_groups_kafka_python.py; cause not yet found, see docs/ARCHITECTURE.md).
-    # Compaction works when enabled (tests/server/test_compaction_live.py enables it).
-    ConfigDef("log.cleaner.enable", "boolean", False),
+    ConfigDef("log.cleaner.enable", "boolean", True),
     ConfigDef("log.cleaner.backoff.ms", "long", 15000, at_least(0)),
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0), read_only=False),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0), read_only=False),

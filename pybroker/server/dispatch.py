@@ -21,6 +21,7 @@ from pybroker.protocol.chunks import Chunk
 from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
 from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
 from pybroker.server import (
+    acls,
     alter_configs,
     cluster,
     configs,
@@ -33,13 +34,17 @@ from pybroker.server import (
     log_dirs,
     metadata,
     offsets,
+    partition_admin,
     produce,
+    producers,
     topics,
     txn,
 )
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
 
 log = logging.getLogger("pybroker.server")
+# Kafka's kafka.request.logger: every request and its response at DEBUG (off unless asked for).
+request_log = logging.getLogger("pybroker.request")
 
 
 @dataclass(slots=True)
@@ -85,6 +90,15 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
     ApiKey.END_TXN: txn.handle_end_txn,
     ApiKey.TXN_OFFSET_COMMIT: txn.handle_txn_offset_commit,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.CREATE_ACLS: acls.handle_create_acls,
+    ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+    ApiKey.ELECT_LEADERS: partition_admin.handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: partition_admin.handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: partition_admin.handle_list_partition_reassignments,
+    ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: producers.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: producers.handle_list_transactions,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
@@ -112,6 +126,10 @@ class RequestDispatcher:
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
                              header.client_id)
         handler = HANDLERS[api_key]
+        traced = request_log.isEnabledFor(logging.DEBUG)
+        if traced:
+            request_log.debug("request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
+                              ctx.api_version, header.correlation_id, header.client_id, conn.peer, body)
         try:
             if api_key in _ASYNC:
                 response = await handler(self.broker, ctx, body)
@@ -122,6 +140,9 @@ class RequestDispatcher:
         except Exception as exc:
             log.exception("error handling %s v%d from %s", ApiKey(api_key).name, ctx.api_version, conn.peer)
             raise CloseConnection(f"internal error: {exc!r}") from exc
+        if traced:
+            request_log.debug("response %s corr=%d peer=%s: %.500r", ApiKey(api_key).name,
+                              header.correlation_id, conn.peer, response)
         if response is None:
             return None
         try:

@@ -159,12 +159,19 @@ def run_kafka_python(spec: dict[str, Any]) -> None:
         def on_partitions_lost(self, lost: Any) -> None:
             emit("lost", tps=tps(lost))
 
+    # kafka-python 3.0.12 can lose a join (tests/clients/FINDINGS.md): when the leader rejoins
+    # because its topic metadata arrived after its first join, and poll()'s timer runs out while
+    # that JoinGroup/SyncGroup is in flight, the completed join is never applied (no assignment,
+    # heartbeats stay off, the session expires). Knowing the topics before subscribe() and
+    # polling with a longer timer make that window rare; the broker's answers are correct.
+    for topic in spec["topics"]:
+        consumer.partitions_for_topic(topic)
     consumer.subscribe(spec["topics"], listener=Listener())
     stop = threading.Event()
     watch_stdin(stop)
     emit("started")
     while not stop.is_set():
-        batches = consumer.poll(timeout_ms=100)
+        batches = consumer.poll(timeout_ms=1000)
         for records in batches.values():
             for r in records:
                 emit("rec", t=r.topic, p=r.partition, o=r.offset, v=value_text(r.value))
