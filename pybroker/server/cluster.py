@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
@@ -17,8 +18,6 @@ from pybroker.protocol.messages import (
     InitProducerIdResponse,
 )
 from pybroker.server.metadata import broker_list
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) -> DescribeClusterResponse:
@@ -34,7 +33,8 @@ def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) 
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, brokers=brokers,
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        cluster_authorized_operations=CLUSTER_OPERATIONS if req.include_cluster_authorized_operations
+        else AUTHORIZED_OPERATIONS_OMITTED)
 
 
 class ProducerIdManager:

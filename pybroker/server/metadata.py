@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from pybroker.controller.controller import validate_topic_name
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import MetadataRequest, MetadataResponse
@@ -88,10 +89,16 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
                                         is_internal=False, partitions=[]))
             else:
                 topics_out.append(describe_topic(broker, name))
+    if v >= 8 and req.include_topic_authorized_operations:
+        for t in topics_out:  # every topic, errors included, as KafkaApis does
+            t.topic_authorized_operations = TOPIC_OPERATIONS
+    cluster_ops = CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations \
+        else AUTHORIZED_OPERATIONS_OMITTED
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_list(broker, ctx.conn.listener_name),
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=topics_out,
+        cluster_authorized_operations=cluster_ops,
     )

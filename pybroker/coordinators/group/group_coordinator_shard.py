@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, GROUP_OPERATIONS
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.group.classic_group import (
     GROUP_TYPE_CLASSIC,
@@ -44,9 +45,6 @@ from pybroker.protocol.messages import (
 log = logging.getLogger("pybroker.group")
 
 S = ClassicGroupState
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-# READ(3), DELETE(6), DESCRIBE(8): what a group allows when no authorizer is configured
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CLEANUP_KEY = "cleanup-group-metadata"
 
 
@@ -182,7 +180,7 @@ class GroupCoordinatorShard:
     def consumer_group_describe(self, group_id: str, include_authorized_operations: bool
                                 ) -> ConsumerGroupDescribeResponse.DescribedGroup:
         D = ConsumerGroupDescribeResponse
-        ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+        ops = GROUP_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         cg = self.consumer.group(group_id)
         if cg is None:
             classic = self.groups.group(group_id)
@@ -216,7 +214,7 @@ class GroupCoordinatorShard:
 
     def describe_group(self, group_id: str, include_authorized_operations: bool
                        ) -> DescribeGroupsResponse.DescribedGroup:
-        ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+        ops = GROUP_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         g = self.groups.group(group_id)
         if g is None or g.state == S.DEAD:
             # DescribeGroups v0-5: an unknown group is described as Dead, without an error
