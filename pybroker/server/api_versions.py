@@ -49,6 +49,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    # ACLs: no authorizer, so SECURITY_DISABLED (server/acls.py); v0 removed in Kafka 4 (KIP-896)
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    # controller partition admin on one node (server/partition_admin.py)
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    # KIP-664 hanging-transaction tooling (server/producers.py)
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 

@@ -14,15 +14,24 @@ import pytest
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
     ApiVersionsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ElectLeadersRequest,
     FetchRequest,
     InitProducerIdRequest,
     ListOffsetsRequest,
+    ListPartitionReassignmentsRequest,
+    ListTransactionsRequest,
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     ProduceRequest,
@@ -282,3 +291,64 @@ def test_describe_cluster_every_version(wire):
         r = wire.request(ApiKey.DESCRIBE_CLUSTER, v, DescribeClusterRequest())
         assert r.error_code == 0 and r.controller_id == 1 and len(r.cluster_id) == 22
         assert [(b.broker_id, b.host) for b in r.brokers] == [(1, "127.0.0.1")]
+
+
+def test_acl_apis_every_version_answer_security_disabled(wire):
+    # no authorizer: Kafka's AclApis answers SECURITY_DISABLED (server/acls.py)
+    for v in versions(ApiKey.DESCRIBE_ACLS):
+        r = wire.request(ApiKey.DESCRIBE_ACLS, v, DescribeAclsRequest(
+            resource_type_filter=2, resource_name_filter="t", pattern_type_filter=3, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1))
+        assert (r.error_code, r.resources) == (Errors.SECURITY_DISABLED, [])
+    for v in versions(ApiKey.CREATE_ACLS):
+        r = wire.request(ApiKey.CREATE_ACLS, v, CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+            resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:a", host="*",
+            operation=3, permission_type=3)]))
+        assert [c.error_code for c in r.results] == [Errors.SECURITY_DISABLED]
+    for v in versions(ApiKey.DELETE_ACLS):
+        r = wire.request(ApiKey.DELETE_ACLS, v, DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1)]))
+        assert [(f.error_code, f.matching_acls) for f in r.filter_results] == [(Errors.SECURITY_DISABLED, [])]
+
+
+def test_partition_admin_every_version(wire):
+    create_topic(wire, "lv-pa", partitions=2)
+    for v in versions(ApiKey.ELECT_LEADERS):
+        r = wire.request(ApiKey.ELECT_LEADERS, v, ElectLeadersRequest(election_type=0, timeout_ms=5000,
+                         topic_partitions=[ElectLeadersRequest.TopicPartitions(topic="lv-pa", partitions=[0, 1])]))
+        assert [(p.partition_id, p.error_code) for p in r.replica_election_results[0].partition_result] == [
+            (0, Errors.ELECTION_NOT_NEEDED), (1, Errors.ELECTION_NOT_NEEDED)]
+    for v in versions(ApiKey.ALTER_PARTITION_REASSIGNMENTS):
+        r = wire.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, v, AlterPartitionReassignmentsRequest(
+            timeout_ms=5000, topics=[AlterPartitionReassignmentsRequest.ReassignableTopic(name="lv-pa", partitions=[
+                AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[1]),
+                AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=1, replicas=None)])]))
+        assert [p.error_code for p in r.responses[0].partitions] == [0, Errors.NO_REASSIGNMENT_IN_PROGRESS]
+    for v in versions(ApiKey.LIST_PARTITION_REASSIGNMENTS):
+        r = wire.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, v, ListPartitionReassignmentsRequest(
+            timeout_ms=5000, topics=None))
+        assert (r.error_code, r.topics) == (0, [])
+
+
+def test_transaction_tooling_every_version(wire):
+    create_topic(wire, "lv-dp")
+    pid = wire.request(ApiKey.INIT_PRODUCER_ID, 4, InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)).producer_id
+    batch = build_batch([(int(time.time() * 1000), None, b"x", ())], producer_id=pid, producer_epoch=0,
+                        base_sequence=0)
+    req = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+        name="lv-dp", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+    assert wire.request(ApiKey.PRODUCE, 9, req).responses[0].partition_responses[0].error_code == 0
+    for v in versions(ApiKey.DESCRIBE_PRODUCERS):
+        r = wire.request(ApiKey.DESCRIBE_PRODUCERS, v, DescribeProducersRequest(topics=[
+            DescribeProducersRequest.TopicRequest(name="lv-dp", partition_indexes=[0])]))
+        (p,) = r.topics[0].partitions
+        assert [(s.producer_id, s.producer_epoch, s.last_sequence) for s in p.active_producers] == [(pid, 0, 0)]
+    for v in versions(ApiKey.LIST_TRANSACTIONS):
+        r = wire.request(ApiKey.LIST_TRANSACTIONS, v, ListTransactionsRequest(
+            state_filters=["NoSuchState"], producer_id_filters=[], duration_filter=-1))
+        assert (r.error_code, r.unknown_state_filters, r.transaction_states) == (0, ["NoSuchState"], [])
+    for v in versions(ApiKey.DESCRIBE_TRANSACTIONS):
+        r = wire.request(ApiKey.DESCRIBE_TRANSACTIONS, v, DescribeTransactionsRequest(transactional_ids=[""]))
+        assert [s.error_code for s in r.transaction_states] == [Errors.INVALID_REQUEST]

@@ -34,7 +34,12 @@ from typing import Any
 import trio
 
 from pybroker.coordinators import record_serde as group_serde
-from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
+from pybroker.coordinators.runtime import (
+    CoordinatorError,
+    CoordinatorRuntime,
+    ShardStatus,
+    partition_for,
+)
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.txn import transaction_metadata as tm
 from pybroker.coordinators.txn.transaction_coordinator_shard import TransactionCoordinatorShard
@@ -186,6 +191,29 @@ class TransactionCoordinator:
             if code is not None:
                 return code
         return 0
+
+    # ------------------------------------------------------------------ admin reads (KIP-664)
+
+    def list_transaction_states(self) -> tuple[int, list[tm.TransactionMetadata]]:
+        """(error, metadata of every transactional id on the partitions coordinated here):
+        COORDINATOR_LOAD_IN_PROGRESS while any of them is loading (Kafka's
+        TransactionStateManager.listTransactionStates). Read-only."""
+        out: list[tm.TransactionMetadata] = []
+        for ctx in list(self.runtime.shards.values()):
+            if ctx.status == ShardStatus.LOADING:
+                return int(Errors.COORDINATOR_LOAD_IN_PROGRESS), []
+            if ctx.status == ShardStatus.ACTIVE:
+                out.extend(ctx.shard.txns.values())
+        return 0, out
+
+    def transaction_state(self, transactional_id: str) -> tuple[int, tm.TransactionMetadata | None]:
+        """(error, metadata or None if unknown): NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+        when the id's partition is not served here (Kafka's getTransactionState). Read-only."""
+        try:
+            md = self.runtime.read(self.partition_for(transactional_id), lambda s, _now: s.get(transactional_id))
+        except CoordinatorError as exc:
+            return exc.code, None
+        return 0, md
 
     # ------------------------------------------------------------------ completion
 

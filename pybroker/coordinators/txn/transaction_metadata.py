@@ -39,6 +39,12 @@ class TxnState(enum.IntEnum):
     def is_prepare(self) -> bool:
         return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE)
 
+    @property
+    def state_name(self) -> str:
+        """Kafka's TransactionState.name ("Empty", "Ongoing", "PrepareCommit", ...): the
+        string ListTransactions and DescribeTransactions show and filter by."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
 
 TopicPartition = tuple[str, int]
 
