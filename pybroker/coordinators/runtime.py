@@ -12,6 +12,16 @@ the batch (acks=all, offsets.commit.timeout.ms) before `on_committed` runs and t
 is returned. Everything up to the append is synchronous, so operations on one shard are
 serialised without a lock: trio switches tasks only at the HW wait.
 
+Transactional writes (Kafka's scheduleTransactionalWriteOperation; TxnOffsetCommit):
+`write(partition, op, producer_id=, producer_epoch=)` appends the batch with that producer
+id/epoch, base sequence 0 and the transactional attribute, with the log's "coordinator"
+origin (epoch checked, no sequence/duplicate checks, as Kafka's AppendOrigin.COORDINATOR),
+and replays each record with `producer_id` so the shard keeps it pending.
+`complete_transaction(...)` (Kafka's scheduleTransactionCompletion) appends the producer's
+COMMIT/ABORT control batch and calls the shard's `replay_end_transaction_marker`; loading
+calls it for every control batch it reads, and replays records of transactional batches
+with their producer id, so a reload rebuilds the same pending and committed state.
+
 Load path: in a worker thread, read the partition from its log start to its end, decode
 every record and replay it into a fresh shard whose timer is suspended; the trio thread
 then installs the shard, resumes its timer and calls `on_loaded`.
@@ -39,6 +49,7 @@ import trio
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.timer import PurgatoryTimer
+from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch, parse_marker_key
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperation, DelayedOperationPurgatory
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
@@ -202,21 +213,44 @@ class CoordinatorRuntime:
         ctx = self.active(index)
         return op(ctx.shard, self.now_ms())
 
-    async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult]) -> Any:
-        """Run `op` on the shard, append + replay its records, wait for the HW, answer."""
+    async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult],
+                    producer_id: int = -1, producer_epoch: int = -1) -> Any:
+        """Run `op` on the shard, append + replay its records, wait for the HW, answer.
+        producer_id >= 0: the records are that producer's transactional batch."""
         ctx = self.active(index)
         result = op(ctx.shard, self.now_ms())
-        end = self._append(ctx, result)
-        if end is not None:
-            partition = self.rm.get_partition(self.topic, index)
-            wait = DelayedAppend(self.commit_timeout_ms, partition, end)
-            if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
-                await wait.wait()
-            if wait.expired:
-                raise CoordinatorError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
+        end = self._append(ctx, result, producer_id, producer_epoch)
+        await self._wait_replicated(index, end)
         if result.on_committed is not None:
             result.on_committed()
         return result.response
+
+    async def complete_transaction(self, index: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> None:
+        """Write the producer's COMMIT/ABORT marker to partition `index`, replay it into the
+        shard, return once the HW covers it. CoordinatorError NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here."""
+        ctx = self.active(index)
+        partition = self.rm.get_partition(self.topic, index)
+        if partition is None or not partition.is_leader:
+            raise CoordinatorError(Errors.NOT_COORDINATOR)
+        batch = build_marker_batch(producer_id, producer_epoch, COMMIT if commit else ABORT, coordinator_epoch,
+                                   self.now_ms())
+        info = self.rm.append(partition, batch)
+        replay_end = getattr(ctx.shard, "replay_end_transaction_marker", None)
+        if replay_end is not None:
+            replay_end(producer_id, producer_epoch, commit)
+        await self._wait_replicated(index, info.last_offset + 1)
+
+    async def _wait_replicated(self, index: int, end: int | None) -> None:
+        if end is None:
+            return
+        partition = self.rm.get_partition(self.topic, index)
+        wait = DelayedAppend(self.commit_timeout_ms, partition, end)
+        if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
+            await wait.wait()
+        if wait.expired:
+            raise CoordinatorError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
 
     def _write_now(self, ctx: ShardContext, result: CoordinatorResult) -> None:
         """Write a timer operation's result (nobody awaits it)."""
@@ -239,7 +273,8 @@ class CoordinatorRuntime:
                     on_committed()
             self.spawn(later)
 
-    def _append(self, ctx: ShardContext, result: CoordinatorResult) -> int | None:
+    def _append(self, ctx: ShardContext, result: CoordinatorResult, producer_id: int = -1,
+                producer_epoch: int = -1) -> int | None:
         """Append the result's records as one batch; returns the offset after it (None: no records)."""
         if not result.records:
             return None
@@ -248,11 +283,20 @@ class CoordinatorRuntime:
             raise CoordinatorError(Errors.NOT_COORDINATOR)
         now = self.now_ms()
         rows = [(now, *r.encode()) for r in result.records]
-        batch = bytearray(build_batch([(ts, k, v, ()) for ts, k, v in rows]))
-        info = self.rm.append(partition, batch)
+        records = [(ts, k, v, ()) for ts, k, v in rows]
+        if producer_id >= 0:
+            # Kafka's coordinator batches: the producer's id/epoch, base sequence 0, transactional
+            batch = bytearray(build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                          base_sequence=0, transactional=True))
+            info = self.rm.append(partition, batch, origin="coordinator")
+        else:
+            info = self.rm.append(partition, bytearray(build_batch(records)))
         if result.replay:
             for i, record in enumerate(result.records):
-                ctx.shard.replay(record, info.first_offset + i, now)
+                if producer_id >= 0:
+                    ctx.shard.replay(record, info.first_offset + i, now, producer_id=producer_id)
+                else:
+                    ctx.shard.replay(record, info.first_offset + i, now)
         return info.last_offset + 1
 
 
@@ -260,11 +304,14 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
                decode: Callable[[Any, Any], Any] = serde.decode) -> int:
     """Replay a partition's log into `shard` (worker thread); returns the records replayed.
 
-    Control batches are skipped; a record of a type this broker cannot read is skipped with a
-    warning (Kafka fails the load instead; we keep serving the groups we understand)."""
+    A control batch (transaction marker) goes to the shard's `replay_end_transaction_marker`
+    when it has one; records of a transactional batch are replayed with its producer id. A
+    record of a type this broker cannot read is skipped with a warning (Kafka fails the load
+    instead; we keep serving the groups we understand)."""
     offset = plog.log_start_offset
     end = plog.log_end_offset
     count = 0
+    replay_end = getattr(shard, "replay_end_transaction_marker", None)
     while offset < end:
         info = plog.read(offset, read_bytes, max_offset=end)
         if info.empty:
@@ -277,7 +324,16 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
             progressed = True
             offset = header.next_offset
             if header.is_control:
+                if replay_end is not None and header.records_count > 0:
+                    _, markers = iter_batch_records(batch)
+                    try:
+                        kind = parse_marker_key(markers[0].key)
+                    except ValueError as exc:
+                        log.warning("control batch at offset %d: %s", header.base_offset, exc)
+                        continue
+                    replay_end(header.producer_id, header.producer_epoch, kind == COMMIT)
                 continue
+            producer_id = header.producer_id if header.is_transactional else -1
             _, records = iter_batch_records(batch)
             for rec in records:
                 if rec.key is None:
@@ -287,7 +343,10 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
                 except serde.UnknownRecordTypeError as exc:
                     log.warning("%s at offset %d: skipped", exc, rec.offset)
                     continue
-                shard.replay(decoded, rec.offset, rec.timestamp_ms)
+                if producer_id >= 0:
+                    shard.replay(decoded, rec.offset, rec.timestamp_ms, producer_id=producer_id)
+                else:
+                    shard.replay(decoded, rec.offset, rec.timestamp_ms)
                 count += 1
         if not progressed:
             break

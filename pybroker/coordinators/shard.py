@@ -55,7 +55,11 @@ class CoordinatorTimer(Protocol):
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, record: CoordinatorRecord, offset: int) -> None: ...
+    def replay(self, record: CoordinatorRecord, offset: int) -> None:
+        """Apply a record. A shard whose topic takes transactional batches (the group shard)
+        also accepts `producer_id=` for records of such a batch and has
+        `replay_end_transaction_marker(producer_id, producer_epoch, commit)` for the
+        COMMIT/ABORT markers (the runtime calls both when writing and when loading)."""
 
     def on_loaded(self, now_ms: int) -> None: ...
 

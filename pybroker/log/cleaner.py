@@ -5,7 +5,9 @@ A log with cleanup.policy containing `compact` keeps at least the latest record 
 Cleanable range: from the first dirty offset (the `cleaner-offset-checkpoint` entry at the log
 dir root, Kafka's format, or the log start offset when missing/out of range) up to the first
 uncleanable offset: the base offset of the first segment that is the active segment, reaches
-past the high watermark, or holds a record younger than min.compaction.lag.ms. The range is
+past the last stable offset (the high watermark, or the first offset of an open transaction
+when lower: Kafka never cleans beyond the first unstable offset, so no record of an open
+transaction is ever looked at), or holds a record younger than min.compaction.lag.ms. The range is
 thus whole segments. A log is cleaned when dirty bytes / (clean + dirty bytes) >=
 min.cleanable.dirty.ratio, or when its oldest dirty batch is older than max.compaction.lag.ms.
 
@@ -13,8 +15,14 @@ Cleaning (`clean_log`, worker thread): build the offset map (key -> latest offse
 dirty section, then rewrite every segment from the first one up to the dirty end, grouped into
 output segments of at most segment.bytes (and what the indexes can address). A record is kept
 when it has no key, or no newer offset for its key; a tombstone (null value) is also dropped
-once delete.retention.ms has passed since its segment was last modified. Control batches are
-kept. A batch whose records all survive is copied verbatim; otherwise the kept records' bytes
+once delete.retention.ms has passed since its segment was last modified. Transactions (every
+one in the cleaned range is complete, see above): records of an aborted transaction (its
+producer's transactional batches between the first offset and the ABORT marker of an
+`aborted.txnindex` entry) are dropped and never enter the offset map, so they cannot shadow an
+older value of their key, as Kafka's cleaner does; committed transactional records are
+compacted like any other. Control batches (COMMIT/ABORT markers) are always kept (Kafka drops
+a marker once its transaction's data is gone and delete.retention.ms passed; keeping it is
+safe: a coordinator replaying it finds nothing pending). A batch whose records all survive is copied verbatim; otherwise the kept records' bytes
 are copied into a batch with the original base offset, base timestamp, lastOffsetDelta,
 producer id/epoch/base sequence, attributes and codec (record offset deltas are relative to the
 base offset, so offsets are preserved and just no longer contiguous). A batch that loses every
@@ -66,6 +74,7 @@ from pybroker.log.segment import (
     LOG_OVERHEAD,
     LogSegment,
 )
+from pybroker.log.txn_index import AbortedTxn, last_stable_offset
 from pybroker.records import compression as _codecs
 
 if TYPE_CHECKING:
@@ -77,6 +86,7 @@ CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 
 _CONTROL_FLAG = 0x20
+_TRANSACTIONAL_FLAG = 0x10
 _LOG_APPEND_TIME_FLAG = 0x08
 _CODEC_MASK = 0x07
 _READ_BLOCK = 1 << 20
@@ -126,10 +136,11 @@ def cleanable(log_: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogToCle
     first_dirty = checkpoint
     if first_dirty is None or not log_.log_start_offset <= first_dirty <= log_.log_end_offset:
         first_dirty = log_.log_start_offset
-    # Segments wholly below the high watermark, never the active one.
+    # Segments wholly below the last stable offset, never the active one.
+    stable = last_stable_offset(log_)
     limit = 0
     for i in range(len(segments) - 1):
-        if segments[i + 1].base_offset > log_.high_watermark:
+        if segments[i + 1].base_offset > stable:
             break
         if cfg.min_compaction_lag_ms > 0 and now_ms - segments[i].largest_timestamp() < cfg.min_compaction_lag_ms:
             break
@@ -222,13 +233,40 @@ def _record_spans(section: bytes, count: int) -> list[tuple[int, int]]:
 
 
 # -- cleaning (worker thread) --------------------------------------------------------------
-def build_offset_map(segments: list[LogSegment], sizes: list[int], start: int, end: int) -> dict[bytes, int]:
-    """key -> latest offset of the records in [start, end) (Kafka's SkimpyOffsetMap, exact)."""
+class AbortedRanges:
+    """Which transactional batches belong to aborted transactions: producer id -> [(first
+    offset, ABORT marker offset)] from the log's aborted-transaction index."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self.by_producer: dict[int, list[tuple[int, int]]] = {}
+        for e in aborted:
+            self.by_producer.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+
+    def is_aborted(self, header: tuple) -> bool:
+        attributes = header[H_ATTRIBUTES]
+        if not attributes & _TRANSACTIONAL_FLAG or attributes & _CONTROL_FLAG:
+            return False
+        ranges = self.by_producer.get(header[H_PRODUCER_ID])
+        if not ranges:
+            return False
+        base = header[H_BASE_OFFSET]
+        return any(first <= base <= last for first, last in ranges)
+
+
+NO_ABORTED = AbortedRanges([])
+
+
+def build_offset_map(segments: list[LogSegment], sizes: list[int], start: int, end: int,
+                     aborted: AbortedRanges = NO_ABORTED) -> dict[bytes, int]:
+    """key -> latest offset of the records in [start, end) (Kafka's SkimpyOffsetMap, exact);
+    records of aborted transactions are left out."""
     offset_map: dict[bytes, int] = {}
     for segment, size in zip(segments, sizes, strict=True):
         for header, batch in _segment_batches(segment, size):
             base = header[H_BASE_OFFSET]
             if base + header[H_LAST_OFFSET_DELTA] < start or header[H_ATTRIBUTES] & _CONTROL_FLAG:
+                continue
+            if aborted.is_aborted(header):
                 continue
             if base >= end:
                 break
@@ -272,7 +310,8 @@ def _group_segments(segments: list[LogSegment], sizes: list[int], end: int, max_
 
 
 def _filter_batch(header: tuple, batch: bytes, offset_map: dict[bytes, int], drop_tombstones: bool,
-                  producer_last_offsets: dict[int, int]) -> tuple[bytes | None, int, int, int]:
+                  producer_last_offsets: dict[int, int], aborted: AbortedRanges = NO_ABORTED
+                  ) -> tuple[bytes | None, int, int, int]:
     """(batch to write or None, records read, records kept, max timestamp of the output)."""
     count = header[H_RECORDS_COUNT]
     if header[H_ATTRIBUTES] & _CONTROL_FLAG:
@@ -281,7 +320,10 @@ def _filter_batch(header: tuple, batch: bytes, offset_map: dict[bytes, int], dro
     section = _records_section(batch, header)
     decoded = _records.decode_records(section, 0, len(section), count)
     kept = []
+    discard_all = aborted.is_aborted(header)
     for i, (_, ts_delta, delta, key, value, _) in enumerate(decoded):
+        if discard_all:
+            break
         if key is not None:
             latest = offset_map.get(key)
             if latest is not None and base + delta < latest:
@@ -317,19 +359,23 @@ def _filter_batch(header: tuple, batch: bytes, offset_map: dict[bytes, int], dro
 
 
 def clean_log(log_: UnifiedLog, to_clean: LogToClean, now_ms: int,
-              producer_last_offsets: dict[int, int]) -> CleanResult:
+              producer_last_offsets: dict[int, int], aborted_txns: list[AbortedTxn] | None = None) -> CleanResult:
     """Write cleaned `.swap` segments for every segment below to_clean.first_uncleanable.
 
     Blocking: run in a worker thread. `producer_last_offsets` (producer id -> last data offset)
-    is read from the producer state on the event loop. Raises CleanAborted when a segment was
-    closed meanwhile (nothing is left on disk then).
+    and `aborted_txns` (the log's aborted transactions; None: a snapshot of its txn index) are
+    read on the event loop. Raises CleanAborted when a segment was closed meanwhile (nothing is
+    left on disk then).
     """
     cfg = log_.config
     end = to_clean.first_uncleanable
     with log_._lock:
         segments = [s for s in log_.segments[:-1] if s.base_offset < end]
     sizes = [s.size for s in segments]
-    offset_map = build_offset_map(segments, sizes, to_clean.first_dirty, end)
+    if aborted_txns is None:
+        aborted_txns = list(log_.txn_index.entries)
+    aborted = AbortedRanges(aborted_txns)
+    offset_map = build_offset_map(segments, sizes, to_clean.first_dirty, end, aborted)
     result = CleanResult(end_offset=end)
     written: list[LogSegment] = []
     try:
@@ -345,7 +391,7 @@ def clean_log(log_: UnifiedLog, to_clean: LogToClean, now_ms: int,
                 drop_tombstones = last_modified + cfg.delete_retention_ms <= now_ms
                 for header, batch in _segment_batches(segment, sizes[i]):
                     out, n_read, n_kept, max_ts = _filter_batch(header, batch, offset_map, drop_tombstones,
-                                                                producer_last_offsets)
+                                                                producer_last_offsets, aborted)
                     result.records_read += n_read
                     result.records_kept += n_kept
                     if out is not None:
@@ -456,8 +502,9 @@ class LogCleaner:
             if to_clean is None:
                 continue
             producers = {pid: e.last_data_offset for pid, e in lg.producer_state.producers.items()}
+            aborted = list(lg.txn_index.entries)
             try:
-                result = await trio.to_thread.run_sync(clean_log, lg, to_clean, now_ms, producers)
+                result = await trio.to_thread.run_sync(clean_log, lg, to_clean, now_ms, producers, aborted)
             except CleanAborted as exc:
                 log.info("cleaning %s aborted: %s", lg, exc)
                 continue

@@ -41,6 +41,7 @@ from pybroker.log.config import LogConfig
 from pybroker.log.errors import (
     CorruptIndexError,
     InconsistentTopicIdError,
+    InvalidProducerEpochError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -317,8 +318,12 @@ class UnifiedLog:
 
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
-                         timestamp_type: str | None = None) -> LogAppendInfo:
+                         timestamp_type: str | None = None, origin: str = "client") -> LogAppendInfo:
         """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
+
+        origin "coordinator" (Kafka's AppendOrigin.COORDINATOR: a coordinator's own transactional
+        records, every batch at base sequence 0) checks the producer epoch only: no duplicate
+        detection, no sequence check.
 
         Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
         InvalidProducerEpochError (47), OutOfOrderSequenceError (45).
@@ -346,6 +351,11 @@ class UnifiedLog:
             # only the transaction coordinator writes control batches: one uncompressed marker record
             marker_type = parse_marker_key(records.decode_records(view, records.BATCH_HEADER_SIZE, size, 1)[0][3])
             check_marker_epoch(self, producer_id, producer_epoch)
+        elif producer_id >= 0 and origin == "coordinator":
+            entry = self.producer_state.producers.get(producer_id)
+            if entry is not None and producer_epoch < entry.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")
         elif producer_id >= 0:
             duplicate = self.producer_state.prepare(producer_id, producer_epoch, base_sequence,
                                                     last_sequence, first_offset)

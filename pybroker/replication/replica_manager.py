@@ -107,9 +107,11 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, partition: Partition, batch: bytearray, timestamp_type: str | None = None) -> LogAppendInfo:
-        """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses."""
-        info = partition.log.append_as_leader(batch, partition.leader_epoch, wall_ms(), timestamp_type)
+    def append(self, partition: Partition, batch: bytearray, timestamp_type: str | None = None,
+               origin: str = "client") -> LogAppendInfo:
+        """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses.
+        origin: "client" or "coordinator" (UnifiedLog.append_as_leader)."""
+        info = partition.log.append_as_leader(batch, partition.leader_epoch, wall_ms(), timestamp_type, origin)
         if not info.duplicate:
             self.after_append(partition)
         return info

@@ -2,8 +2,11 @@
 
 OffsetFetch shapes: v0-7 one group (`topics` null from v2 = every committed partition),
 v8+ a batch of groups each with its own error. A partition without a commit answers offset
--1, metadata "" and no error, as Kafka does. require_stable (v7+) never has to wait: there
-are no pending transactional offsets. Topic ids (OffsetCommit/OffsetFetch v10) are not
+-1, metadata "" and no error, as Kafka does. require_stable (v7+): a partition with pending
+transactional offsets (an open transaction's TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT
+with offset -1 in that partition, at every version (the group/top-level error stays 0), so the
+client retries; with topics null only committed partitions are listed (Kafka's
+fetchAllOffsets). Without require_stable the last committed offset is returned. Topic ids (OffsetCommit/OffsetFetch v10) are not
 advertised.
 
 Coordinator errors go top-level where the version has one (OffsetFetch v2+, per group v8+,
@@ -67,12 +70,14 @@ async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) 
 
 
 async def _fetch_group(broker: Any, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                       member_id: str | None = None, member_epoch: int = -1
-                       ) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
+                       member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False
+                       ) -> tuple[int, list[tuple[str, list[tuple[int, Any, int]]]]]:
+    """(group error, [(topic, [(partition, OffsetAndMetadata or None, partition error)])])."""
     try:
-        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch)
+        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch,
+                                                               require_stable)
     except CoordinatorError as exc:
-        return exc.code, [(t, [(p, None) for p in parts]) for t, parts in (topics or [])]
+        return exc.code, [(t, [(p, None, 0) for p in parts]) for t, parts in (topics or [])]
 
 
 async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) -> OffsetFetchResponse:
@@ -83,23 +88,24 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             # v9: a consumer-protocol member names itself; its epoch is checked (KIP-848)
             member_id, member_epoch = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
-            error, found = await _fetch_group(broker, g.group_id, wanted, member_id, member_epoch)
+            error, found = await _fetch_group(broker, g.group_id, wanted, member_id, member_epoch,
+                                              req.require_stable)
             groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
                 R.OffsetFetchResponseTopics(name=topic, partitions=[
                     R.OffsetFetchResponsePartitions(
                         partition_index=p, committed_offset=om.offset if om else -1,
                         committed_leader_epoch=om.leader_epoch if om else -1,
-                        metadata=om.metadata if om else "", error_code=0)
-                    for p, om in parts]) for topic, parts in found]))
+                        metadata=om.metadata if om else "", error_code=code)
+                    for p, om, code in parts]) for topic, parts in found]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
     wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
-    error, found = await _fetch_group(broker, req.group_id, wanted)
+    error, found = await _fetch_group(broker, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)
     per_partition_error = error if v < 2 else 0
     topics_out = [R.OffsetFetchResponseTopic(name=topic, partitions=[
         R.OffsetFetchResponsePartition(partition_index=p, committed_offset=om.offset if om else -1,
                                        committed_leader_epoch=om.leader_epoch if om else -1,
-                                       metadata=om.metadata if om else "", error_code=per_partition_error)
-        for p, om in parts]) for topic, parts in found]
+                                       metadata=om.metadata if om else "", error_code=per_partition_error or code)
+        for p, om, code in parts]) for topic, parts in found]
     return OffsetFetchResponse(throttle_time_ms=0, topics=topics_out, error_code=error if v >= 2 else 0,
                                groups=[])
 

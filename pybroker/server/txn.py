@@ -12,6 +12,10 @@ the batched broker-to-broker AddPartitionsToTxn (v4+) and transaction version 2 
 AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 only allow TRANSACTION_ABORTABLE, which this
 broker never answers.
 
+TxnOffsetCommit writes the offsets to __consumer_offsets as the producer's transactional batch
+(pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py);
+the producer must have added the group's partition (AddOffsetsToTxn), else INVALID_TXN_STATE.
+
 Concurrency: trio thread; each handler awaits its coordinator write.
 """
 
@@ -19,7 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pybroker.coordinators import record_serde as group_serde
+from pybroker.coordinators.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -124,31 +131,50 @@ def _validate_member(shard: Any, req: TxnOffsetCommitRequest, version: int) -> i
 
 
 async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    """The offsets go to the group's __consumer_offsets partition at once, as the producer's
+    transactional batch (pending until its COMMIT/ABORT marker there); answered once written."""
     v = ctx.api_version
     R = TxnOffsetCommitResponse
     gc = broker.group_coordinator
+    max_meta = broker.config["offset.metadata.max.bytes"]
+
+    def respond(code_for: Any) -> TxnOffsetCommitResponse:
+        return R(throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=int(code_for(t, p)))
+            for p in t.partitions]) for t in req.topics])
+
+    def partition_code(code: int, t: Any, p: Any) -> int:
+        if code:
+            return code
+        image_topic = broker.image.topic(t.name)
+        if image_topic is None or p.partition_index not in image_topic.partitions:
+            return int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if len((p.committed_metadata or "").encode()) > max_meta:
+            return int(Errors.OFFSET_METADATA_TOO_LARGE)
+        return 0
+
+    def op(shard: Any, now: int) -> CoordinatorResult:
+        code = _validate_member(shard, req, v)
+        records = []
+        for t in req.topics:
+            for p in t.partitions:
+                if not partition_code(code, t, p):
+                    epoch = p.committed_leader_epoch if v >= 2 else -1
+                    records.append(group_serde.offset_commit_record(
+                        req.group_id, t.name, p.partition_index, p.committed_offset, epoch,
+                        p.committed_metadata or "", now))
+        return CoordinatorResult(records=records, response=respond(lambda t, p: partition_code(code, t, p)))
+
     try:
-        code = await gc.read(req.group_id, lambda s, now: _validate_member(s, req, v))
+        if not await gc.ensure_topic():
+            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+        # Kafka verifies with the transaction coordinator that the producer's ongoing transaction
+        # holds the group's partition (AddOffsetsToTxn), so no pending offset is left without a marker
+        verify = broker.txn_coordinator.verify_produce(req.producer_id, req.producer_epoch,
+                                                       GROUP_METADATA_TOPIC_NAME, gc.partition_for(req.group_id))
+        if verify:
+            raise CoordinatorError(verify)
+        return await gc.write(req.group_id, op, req.producer_id, req.producer_epoch)
     except CoordinatorError as exc:
         code = exc.code
-    max_meta = broker.config["offset.metadata.max.bytes"]
-    accepted = []
-    topics_out = []
-    for t in req.topics:
-        image_topic = broker.image.topic(t.name)
-        parts = []
-        for p in t.partitions:
-            c = code
-            meta = p.committed_metadata or ""
-            if not c and (image_topic is None or p.partition_index not in image_topic.partitions):
-                c = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-            elif not c and len(meta.encode()) > max_meta:
-                c = int(Errors.OFFSET_METADATA_TOO_LARGE)
-            if not c:
-                epoch = p.committed_leader_epoch if v >= 2 else -1
-                accepted.append((t.name, p.partition_index, p.committed_offset, epoch, meta))
-            parts.append(R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=int(c)))
-        topics_out.append(R.TxnOffsetCommitResponseTopic(name=t.name, partitions=parts))
-    if accepted:
-        broker.txn_coordinator.txn_offset_commit(req.producer_id, req.group_id, accepted)
-    return R(throttle_time_ms=0, topics=topics_out)
+    return respond(lambda _t, _p: code)

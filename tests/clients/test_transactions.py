@@ -3,6 +3,9 @@ aiokafka 0.14 transactional producers; read_committed consumers see committed da
 read_uncommitted ones see everything; aborted records are skipped; offsets sent to a
 transaction are committed with it (consume-transform-produce); a second producer with the
 same transactional.id fences the first; expired transactions are aborted by the coordinator.
+Offsets sent to a transaction (confluent-kafka, kafka-python, aiokafka) become the group's
+committed offsets only on commit; a read_committed consumer waits (UNSTABLE_OFFSET_COMMIT)
+while a transaction holding its group's offsets is open.
 """
 
 from __future__ import annotations
@@ -240,3 +243,147 @@ def test_aiokafka_transactional_producer(broker, topic):
     assert read_values(broker.bootstrap, topic, 1, "read_committed", 2) == [b"aio-commit", b"aio-commit-2"]
     assert read_values(broker.bootstrap, topic, 1, "read_uncommitted", 3) == [b"aio-commit", b"aio-abort",
                                                                                b"aio-commit-2"]
+
+
+# ---------------------------------------------------------------------------------------------- offsets in
+# transactions: TxnOffsetCommit writes transactional records to __consumer_offsets, pending until the
+# transaction's marker; OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile
+
+
+def _produce_plain(bootstrap: str, topic: str, n: int) -> None:
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        plain.produce(topic, f"m{i}".encode(), partition=0)
+    plain.flush(10)
+
+
+def _read_committed_consumer(bootstrap: str, group: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+
+
+def _first_offset(c: Consumer, timeout_s: float = 15.0) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            return m.offset()
+    return None
+
+
+def _group_metadata(bootstrap: str, group: str):  # type: ignore[no-untyped-def]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return c.consumer_group_metadata()
+    finally:
+        c.close()
+
+
+def test_confluent_offsets_in_committed_and_aborted_transactions(broker, topic):
+    create_topic(broker.bootstrap, topic, 1)
+    _produce_plain(broker.bootstrap, topic, 10)
+    group = f"txo-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    meta = _group_metadata(broker.bootstrap, group)
+    p = producer(broker.bootstrap, txn_id())
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 4)], meta, 20)
+    p.commit_transaction(20)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], meta, 20)
+    p.abort_transaction(20)
+
+    c = _read_committed_consumer(broker.bootstrap, group)
+    try:
+        assert c.committed([tp], timeout=10)[0].offset == 4  # the aborted 9 never became committed
+        c.assign([tp])  # no explicit offset: starts at the group's committed offset
+        assert _first_offset(c) == 4
+    finally:
+        c.close()
+
+
+def test_confluent_read_committed_consumer_waits_for_an_open_transaction_offsets(broker, topic):
+    create_topic(broker.bootstrap, topic, 1)
+    _produce_plain(broker.bootstrap, topic, 10)
+    group = f"txw-{uuid.uuid4().hex[:6]}"
+    meta = _group_metadata(broker.bootstrap, group)
+    p = producer(broker.bootstrap, txn_id())
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 20)
+
+    c = _read_committed_consumer(broker.bootstrap, group)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        # UNSTABLE_OFFSET_COMMIT: librdkafka keeps asking instead of falling back to "earliest"
+        assert _first_offset(c, timeout_s=2.0) is None
+        p.commit_transaction(20)
+        assert _first_offset(c) == 7
+    finally:
+        c.close()
+
+
+def test_kafka_python_send_offsets_to_transaction(broker, topic):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    create_topic(broker.bootstrap, topic, 1)
+    _produce_plain(broker.bootstrap, topic, 10)
+    group = f"kpo-{uuid.uuid4().hex[:6]}"
+    tp = KTP(topic, 0)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=txn_id())
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                      isolation_level="read_committed")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_offsets_to_transaction({tp: OffsetAndMetadata(3, "", -1)}, group)
+        p.commit_transaction()
+        assert c.committed(tp, timeout_ms=10000) == 3
+        p.begin_transaction()
+        p.send_offsets_to_transaction({tp: OffsetAndMetadata(8, "", -1)}, group)
+        p.abort_transaction()
+        assert c.committed(tp, timeout_ms=10000) == 3
+        # open transaction: a read_committed fetch retries UNSTABLE_OFFSET_COMMIT until it ends
+        p.begin_transaction()
+        p.send_offsets_to_transaction({tp: OffsetAndMetadata(6, "", -1)}, group)
+        with pytest.raises(Exception) as info:
+            c.committed(tp, timeout_ms=1500)
+        assert "Timeout" in type(info.value).__name__
+        p.commit_transaction()
+        assert c.committed(tp, timeout_ms=10000) == 6
+    finally:
+        c.close()
+        p.close(timeout=5)
+
+
+def test_aiokafka_send_offsets_to_transaction(broker, topic):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    create_topic(broker.bootstrap, topic, 1)
+    _produce_plain(broker.bootstrap, topic, 10)
+    group = f"aio-{uuid.uuid4().hex[:6]}"
+    tp = ATP(topic, 0)
+
+    async def run() -> tuple[int | None, int | None]:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=txn_id())
+        c = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                             isolation_level="read_committed")
+        await p.start()
+        await c.start()
+        try:
+            async with p.transaction():
+                await p.send_offsets_to_transaction({tp: 5}, group)
+            after_commit = await c.committed(tp)
+            await p.begin_transaction()
+            await p.send_offsets_to_transaction({tp: 9}, group)
+            await p.abort_transaction()
+            return after_commit, await c.committed(tp)
+        finally:
+            await c.stop()
+            await p.stop()
+
+    assert asyncio.run(run()) == (5, 5)

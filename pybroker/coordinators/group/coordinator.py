@@ -31,7 +31,7 @@ from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
 from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
 from pybroker.coordinators.shard import CoordinatorResult
-from pybroker.log.errors import LogError
+from pybroker.log.errors import InvalidProducerEpochError, LogError
 from pybroker.protocol.errors import Errors
 
 log = logging.getLogger("pybroker.group")
@@ -94,10 +94,15 @@ class GroupCoordinator:
             raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
         return self.partition_for(group_id)
 
-    async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], CoordinatorResult]) -> Any:
+    async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
+                    producer_id: int = -1, producer_epoch: int = -1) -> Any:
+        """Run a write on the group's shard; producer_id >= 0 writes the records as that
+        producer's transactional batch (TxnOffsetCommit)."""
         index = await self._index(group_id)
         try:
-            return await self.runtime.write(index, op)
+            return await self.runtime.write(index, op, producer_id, producer_epoch)
+        except InvalidProducerEpochError as exc:  # a transactional write by a fenced producer
+            raise CoordinatorError(Errors.INVALID_PRODUCER_EPOCH) from exc
         except LogError as exc:
             log.warning("write for group %s failed: %s", group_id, exc)
             raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
@@ -143,14 +148,36 @@ class GroupCoordinator:
         return await self.write(req.group_id, lambda s, now: s.offsets.commit(req, version, now))
 
     async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                            member_id: str | None = None, member_epoch: int = -1) -> Any:
-        """OffsetFetch; v9 members of a consumer group are checked (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
+                            member_id: str | None = None, member_epoch: int = -1,
+                            require_stable: bool = False) -> Any:
+        """OffsetFetch: [(topic, [(partition, OffsetAndMetadata or None, error)])]; v9 members of
+        a consumer group are checked (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); with
+        require_stable a partition with pending transactional offsets is UNSTABLE_OFFSET_COMMIT."""
         def op(s: GroupCoordinatorShard, now: int) -> Any:
             code = s.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
             if code:
                 raise CoordinatorError(code)
-            return s.offsets.fetch(group_id, topics)
+            return s.offsets.fetch_with_errors(group_id, topics, require_stable)
         return await self.read(group_id, op)
+
+    async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> None:
+        """The transaction coordinator's COMMIT/ABORT marker for __consumer_offsets-`partition_index`
+        (Kafka's onTransactionCompleted): written and replayed by the runtime; a shard still
+        loading is waited for (Kafka's marker writer retries COORDINATOR_LOAD_IN_PROGRESS)."""
+        while True:
+            try:
+                await self.runtime.complete_transaction(partition_index, producer_id, producer_epoch,
+                                                        coordinator_epoch, commit)
+                return
+            except CoordinatorError as exc:
+                if exc.code != Errors.COORDINATOR_LOAD_IN_PROGRESS or self.runtime.closed:
+                    raise
+            except LogError as exc:
+                log.warning("transaction marker for %s-%d failed: %s", GROUP_METADATA_TOPIC_NAME,
+                            partition_index, exc)
+                raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+            await trio.sleep(0.05)
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:

@@ -4,7 +4,9 @@ KIP-848 consumer groups (ConsumerGroupManager), the admin operations that span t
 (ListGroups, DescribeGroups, ConsumerGroupDescribe, DeleteGroups), and the one `replay()`
 that applies records when writing and when loading.
 
-Record handling in `replay()`: OffsetCommit (types 0/1) -> offsets; GroupMetadata (type 2)
+Record handling in `replay()`: OffsetCommit (types 0/1) -> offsets (pending per producer id
+when the record came in a transactional batch, until `replay_end_transaction_marker` sees that
+producer's COMMIT/ABORT marker on this partition); GroupMetadata (type 2)
 -> a classic group rebuilt as Stable (members) or Empty, or removed by a tombstone;
 ConsumerGroup* (types 3..8) -> consumer groups. A group id is either classic or consumer: an
 Empty classic group (offsets only) gives way to a consumer group and vice versa, as in
@@ -61,11 +63,13 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, record: CoordinatorRecord, offset: int = -1, now_ms: int | None = None) -> None:
+    def replay(self, record: CoordinatorRecord, offset: int = -1, now_ms: int | None = None,
+               producer_id: int = -1) -> None:
+        """Apply one record at `offset`; producer_id >= 0 for a record of a transactional batch."""
         now = self._now_ms if now_ms is None else now_ms
         kind = record.key_version
         if kind in (0, 1):
-            self.offsets.replay(record.key, record.value, now)
+            self.offsets.replay(record.key, record.value, now, offset, producer_id)
         elif kind == 2:
             self._replay_group(record.key.group, record.value, now)
         elif 3 <= kind <= 8:
@@ -76,6 +80,10 @@ class GroupCoordinatorShard:
                 if g is not None and g.state == S.EMPTY and not g.members:
                     self.groups.remove_group(gid)
             self.consumer.replay(record)
+
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """A COMMIT/ABORT control batch of `producer_id` on this partition (written or loaded)."""
+        self.offsets.replay_end_transaction_marker(producer_id, commit)
 
     def _classic_blocks(self, group_id: str) -> int | None:
         g = self.groups.group(group_id)

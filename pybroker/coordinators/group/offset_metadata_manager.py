@@ -9,6 +9,17 @@ group is listed and described as "Empty" (CLIENTS.md pitfall 11) — unless a KI
 group holds the id: its commits are validated by member id and member epoch (OffsetCommit v9:
 UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; older versions from its members UNSUPPORTED_VERSION).
 
+Transactional offsets (KIP-98/KIP-447, Kafka's pendingTransactionalOffsets): an OffsetCommit
+record in a transactional batch (TxnOffsetCommit) is replayed into `pending[producer id]`, not
+into the committed offsets, and the group is noted in `open_txns_by_group`. The producer's
+COMMIT/ABORT marker on this partition (`replay_end_transaction_marker`) moves its pending
+offsets into the committed ones -- per partition only when the pending record's offset in
+__consumer_offsets is larger than the committed one's, so a later plain commit wins -- or
+drops them. A tombstone removes the partition's committed offset and every pending one.
+OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with pending
+offsets; retention never expires such a partition, nor deletes a group with an open
+transaction.
+
 Retention (offsets.retention.minutes): `cleanup_expired(now_ms)` returns tombstones for
 offsets of Empty groups older than the retention — measured from when the group became
 Empty, or from the commit for groups that never had members — and for unsubscribed topics
@@ -43,6 +54,7 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int = -1
+    record_offset: int = -1  # offset of the OffsetCommit record in __consumer_offsets
 
 
 class OffsetMetadataManager:
@@ -52,6 +64,9 @@ class OffsetMetadataManager:
         self.groups = groups
         self.consumer_groups = consumer_groups
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        # producer id -> group -> partition -> offset of its ongoing transaction
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        self.open_txns_by_group: dict[str, set[int]] = {}
 
     def has_offsets(self, group_id: str) -> bool:
         return bool(self.offsets.get(group_id))
@@ -59,23 +74,69 @@ class OffsetMetadataManager:
     def group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         return self.offsets.get(group_id, {})
 
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """Kafka's hasPendingTransactionalOffsets."""
+        for producer_id in self.open_txns_by_group.get(group_id, ()):
+            if (topic, partition) in self.pending.get(producer_id, {}).get(group_id, {}):
+                return True
+        return False
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for producer_id in self.open_txns_by_group.get(group_id, ()):
+            out.update(self.pending.get(producer_id, {}).get(group_id, {}))
+        return out
+
     # ------------------------------------------------------------------ replay
 
-    def replay(self, key: object, value: object | None, now_ms: int) -> None:
+    def replay(self, key: object, value: object | None, now_ms: int, offset: int = -1,
+               producer_id: int = -1) -> None:
+        """Apply an OffsetCommit record at `offset`; `producer_id` >= 0: it came in a
+        transactional batch of that producer and stays pending until its marker."""
         group_id, topic, partition = key.group, key.topic, key.partition  # type: ignore[attr-defined]
+        tp = (topic, partition)
         if value is None:
             per_group = self.offsets.get(group_id)
             if per_group is not None:
-                per_group.pop((topic, partition), None)
+                per_group.pop(tp, None)
                 if not per_group:
                     del self.offsets[group_id]
+            # the tombstone removes the partition's pending offsets too (the open transactions stay open)
+            for pid in self.open_txns_by_group.get(group_id, ()):
+                self.pending.get(pid, {}).get(group_id, {}).pop(tp, None)
             return
         # an offsets-only group exists as an Empty classic group
         if self._consumer_group(group_id) is None:
             self.groups.get_or_create(group_id, now_ms)
-        self.offsets.setdefault(group_id, {})[(topic, partition)] = OffsetAndMetadata(
-            value.offset, value.leader_epoch, value.metadata,  # type: ignore[attr-defined]
-            value.commit_timestamp, value.expire_timestamp)  # type: ignore[attr-defined]
+        om = OffsetAndMetadata(value.offset, value.leader_epoch, value.metadata,  # type: ignore[attr-defined]
+                               value.commit_timestamp, value.expire_timestamp,  # type: ignore[attr-defined]
+                               offset)
+        if producer_id >= 0:
+            self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = om
+            self.open_txns_by_group.setdefault(group_id, set()).add(producer_id)
+        else:
+            self.offsets.setdefault(group_id, {})[tp] = om
+
+    def replay_end_transaction_marker(self, producer_id: int, commit: bool) -> None:
+        """The producer's COMMIT/ABORT marker: its pending offsets become committed (each only
+        if its record is newer than the committed one's) or are dropped."""
+        pending = self.pending.pop(producer_id, None)
+        if pending is None:
+            return
+        for group_id in pending:
+            open_txns = self.open_txns_by_group.get(group_id)
+            if open_txns is not None:
+                open_txns.discard(producer_id)
+                if not open_txns:
+                    del self.open_txns_by_group[group_id]
+        if not commit:
+            return
+        for group_id, offsets in pending.items():
+            for tp, om in offsets.items():
+                committed = self.offsets.get(group_id, {})
+                existing = committed.get(tp)
+                if existing is None or om.record_offset > existing.record_offset:
+                    self.offsets.setdefault(group_id, {})[tp] = om
 
     # ------------------------------------------------------------------ OffsetCommit
 
@@ -142,14 +203,32 @@ class OffsetMetadataManager:
     def fetch(self, group_id: str, topics: Iterable[tuple[str, list[int]]] | None
               ) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]:
         """(topic, [(partition, committed or None)]) for the asked partitions, or every
-        committed partition when `topics` is None."""
+        committed partition when `topics` is None. Pending transactional offsets are not
+        committed offsets."""
+        return [(topic, [(p, om) for p, om, _ in parts])
+                for topic, parts in self.fetch_with_errors(group_id, topics, False)]
+
+    def fetch_with_errors(self, group_id: str, topics: Iterable[tuple[str, list[int]]] | None,
+                          require_stable: bool) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None, int]]]]:
+        """As `fetch`, each partition with an error code: with require_stable a partition with
+        pending transactional offsets is (partition, None, UNSTABLE_OFFSET_COMMIT), as Kafka's
+        fetchOffsets/fetchAllOffsets answer (for `topics` None only committed partitions are
+        listed, so a partition whose only offset is pending is left out, as in Kafka)."""
         committed = self.offsets.get(group_id, {})
+        unstable = self.pending_partitions(group_id) if require_stable else set()
+
+        def entry(topic: str, p: int, om: OffsetAndMetadata | None) -> tuple[int, OffsetAndMetadata | None, int]:
+            if (topic, p) in unstable:
+                return p, None, int(Errors.UNSTABLE_OFFSET_COMMIT)
+            return p, om, 0
+
         if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None, int]]] = {}
             for (topic, partition), om in sorted(committed.items()):
-                by_topic.setdefault(topic, []).append((partition, om))
+                by_topic.setdefault(topic, []).append(entry(topic, partition, om))
             return list(by_topic.items())
-        return [(topic, [(p, committed.get((topic, p))) for p in partitions]) for topic, partitions in topics]
+        return [(topic, [entry(topic, p, committed.get((topic, p))) for p in partitions])
+                for topic, partitions in topics]
 
     # ------------------------------------------------------------------ OffsetDelete
 
@@ -173,14 +252,17 @@ class OffsetMetadataManager:
                 if subscribed:
                     parts.append((p, int(Errors.GROUP_SUBSCRIBED_TO_TOPIC)))
                     continue
-                if (topic, p) in committed:
+                # Kafka writes the tombstone for a pending transactional offset too
+                if (topic, p) in committed or self.has_pending(group_id, topic, p):
                     records.append(serde.offset_commit_tombstone(group_id, topic, p))
                 parts.append((p, 0))
             out.append((topic, parts))
         return 0, out, records
 
     def delete_all_offsets(self, group_id: str) -> list[serde.CoordinatorRecord]:
-        return [serde.offset_commit_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))]
+        """Tombstones for the group's committed and pending transactional offsets (Kafka's deleteAllOffsets)."""
+        doomed = set(self.offsets.get(group_id, {})) | self.pending_partitions(group_id)
+        return [serde.offset_commit_tombstone(group_id, t, p) for (t, p) in sorted(doomed)]
 
     # ------------------------------------------------------------------ retention
 
@@ -190,9 +272,13 @@ class OffsetMetadataManager:
         retention = self.config.offsets_retention_ms
         for group_id, group in list(self.groups.groups.items()):
             committed = self.offsets.get(group_id, {})
-            expired = [tp for tp, om in committed.items() if self._expired(group, tp[0], om, now_ms, retention)]
+            # a partition with pending transactional offsets does not expire, nor does a group
+            # with an open transaction go (Kafka's cleanupExpiredOffsets)
+            expired = [tp for tp, om in committed.items() if self._expired(group, tp[0], om, now_ms, retention)
+                       and not self.has_pending(group_id, *tp)]
             records.extend(serde.offset_commit_tombstone(group_id, t, p) for t, p in sorted(expired))
-            if group.state == S.EMPTY and len(expired) == len(committed):
+            if (group.state == S.EMPTY and len(expired) == len(committed)
+                    and group_id not in self.open_txns_by_group):
                 records.extend(delete_group(group_id))
         if self.consumer_groups is not None:
             # consumer groups: offsets of topics no member subscribes to expire from their commit
@@ -200,9 +286,9 @@ class OffsetMetadataManager:
                 committed = self.offsets.get(group_id, {})
                 expired = [tp for tp, om in committed.items() if not cg.is_subscribed_to(tp[0]) and (
                     now_ms >= om.expire_timestamp_ms if om.expire_timestamp_ms >= 0
-                    else now_ms - om.commit_timestamp_ms >= retention)]
+                    else now_ms - om.commit_timestamp_ms >= retention) and not self.has_pending(group_id, *tp)]
                 records.extend(serde.offset_commit_tombstone(group_id, t, p) for t, p in sorted(expired))
-                if cg.is_empty() and len(expired) == len(committed):
+                if cg.is_empty() and len(expired) == len(committed) and group_id not in self.open_txns_by_group:
                     records.extend(self.consumer_groups.delete_group_records(group_id))
         return records
 

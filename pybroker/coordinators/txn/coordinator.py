@@ -7,18 +7,21 @@ here is a TransactionCoordinatorShard run by a CoordinatorRuntime (load by repla
 per write, answer once the HW covers it).
 
 Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort; then this service writes a
-COMMIT/ABORT control batch (pybroker/log/txn_index.py) to every data partition of the
-transaction through ReplicaManager as leader, materialises (commit) or drops (abort) the
-transaction's pending TxnOffsetCommit offsets through the group coordinator, and writes
+COMMIT/ABORT control batch (pybroker/log/txn_index.py) to every partition of the
+transaction through ReplicaManager as leader -- the __consumer_offsets partition that
+AddOffsetsToTxn added gets its marker through the group coordinator's runtime
+(GroupCoordinator.complete_transaction, Kafka's onTransactionCompleted), whose shard then
+commits or drops the producer's pending TxnOffsetCommit offsets (written there as the
+producer's transactional batches, so they survive a restart like any record) -- and writes
 CompleteCommit/CompleteAbort. EndTxn answers after that, so a read_committed consumer sees
 the data as soon as commit() returns (Kafka answers after Prepare*; both are allowed).
+A transaction still open at a restart keeps its offsets pending until it is aborted (timeout)
+or completed (Prepare* reloaded), like its data partitions.
 
 **Differences from Kafka:** markers are appended locally (this node leads every partition;
-a multi-node cluster needs WriteTxnMarkers); a partition that is gone or led elsewhere is
-skipped with a warning instead of retried. Pending transactional offsets are held in memory
-until the end of the transaction and then written as ordinary OffsetCommit records (Kafka
-writes them as transactional records to __consumer_offsets at once), so a broker restart
-mid-transaction loses them (the transaction itself is aborted or completed on reload).
+a multi-node cluster needs WriteTxnMarkers); a data partition that is gone or led elsewhere is
+skipped with a warning instead of retried (a __consumer_offsets shard still loading is waited
+for).
 
 Concurrency: trio thread. One completion runs per transactional id at a time; EndTxn and
 InitProducerId wait for it with a trio.Event.
@@ -33,7 +36,6 @@ from typing import Any
 
 import trio
 
-from pybroker.coordinators import record_serde as group_serde
 from pybroker.coordinators.runtime import (
     CoordinatorError,
     CoordinatorRuntime,
@@ -75,8 +77,6 @@ class TransactionCoordinator:
             spawn, commit_timeout_ms=broker_config["offsets.commit.timeout.ms"], decode=tm.decode)
         self._create_lock = trio.Lock()
         self._completions: dict[str, trio.Event] = {}
-        # producer id -> group -> (topic, partition) -> (offset, leader epoch, metadata)
-        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], tuple[int, int, str]]]] = {}
 
     # ------------------------------------------------------------------ topic + routing
 
@@ -172,13 +172,6 @@ class TransactionCoordinator:
             return 0
         return int(result)
 
-    def txn_offset_commit(self, producer_id: int, group_id: str,
-                          offsets: list[tuple[str, int, int, int, str]]) -> None:
-        """Hold a transaction's offsets (topic, partition, offset, leader epoch, metadata) until it ends."""
-        per_group = self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
-        for topic, partition, offset, epoch, metadata in offsets:
-            per_group[(topic, partition)] = (offset, epoch, metadata)
-
     def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
         """The error for a transactional batch (0: allowed): the producer, when known here, must
         have added the partition to its ongoing transaction (Kafka 4 verifies with
@@ -247,7 +240,13 @@ class TransactionCoordinator:
         now = wall_ms()
         for topic, p in sorted(partitions):
             if topic == GROUP_METADATA_TOPIC_NAME:
-                continue  # offsets are handled below
+                # the group shard replays the marker: the producer's pending offsets commit or go
+                try:
+                    await self.group_coordinator.complete_transaction(p, producer_id, producer_epoch,
+                                                                      coordinator_epoch, commit)
+                except CoordinatorError as exc:
+                    log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
+                continue
             partition = self.rm.get_partition(topic, p)
             if partition is None or not partition.is_leader:
                 log.warning("transaction marker for %s-%d skipped: partition not led here", topic, p)
@@ -257,16 +256,6 @@ class TransactionCoordinator:
                                                              coordinator_epoch, now))
             except LogError as exc:
                 log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
-        pending = self.pending_offsets.pop(producer_id, {})
-        if not commit:
-            return
-        for group_id, offs in pending.items():
-            records = [group_serde.offset_commit_record(group_id, t, p, off, epoch, meta, now)
-                       for (t, p), (off, epoch, meta) in sorted(offs.items())]
-            try:
-                await self.group_coordinator.write(group_id, lambda s, now, r=records: CoordinatorResult(records=r))
-            except CoordinatorError as exc:
-                log.warning("committing transactional offsets of group %s failed: %s", group_id, exc)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -336,3 +336,50 @@ def test_property_compacted_log_replays_to_the_same_latest_values(tmp_path_facto
     if checkpoint is not None and checkpoint == log.active_segment.base_offset:
         assert len(below) == len(set(below))
     log.close()
+
+
+def _txn_put(log, producer_id, pairs, seq, ts=1_000):
+    batch = bytearray(build_batch([(ts, k, v, ()) for k, v in pairs], producer_id=producer_id, producer_epoch=0,
+                                  base_sequence=seq, transactional=True))
+    info = log.append_as_leader(batch, leader_epoch=0, now_ms=ts)
+    log.high_watermark = log.log_end_offset
+    return info
+
+
+def _end_txn(log, producer_id, marker, ts=1_000):
+    from pybroker.log.txn_index import build_marker_batch
+
+    info = log.append_as_leader(build_marker_batch(producer_id, 0, marker, 0, ts), leader_epoch=0, now_ms=ts)
+    log.high_watermark = log.log_end_offset
+    return info
+
+
+def _data_and_markers(log):
+    """(data records as (offset, key, value), control batch offsets) of the whole log."""
+    data, control = [], []
+    for s in log.segments:
+        for header, chunk in iter_batches(s.read_bytes(0, s.size)):
+            if header.is_control:
+                control.append(header.base_offset)
+            else:
+                data += [(r.offset, r.key, r.value) for r in iter_batch_records(chunk)[1]]
+    return data, control
+
+
+def test_transactions_aborted_records_go_open_ones_and_markers_stay(tmp_path):
+    from pybroker.log.txn_index import ABORT
+
+    log = open_log(tmp_path, segment_bytes=1 << 20)
+    put(log, [(b"a", b"plain-a")])                   # 0
+    _txn_put(log, 5, [(b"a", b"aborted-a")], 0)      # 1: must not shadow offset 0
+    _end_txn(log, 5, ABORT)                          # 2
+    log.roll(NOW)
+    _txn_put(log, 6, [(b"b", b"open-b")], 0)         # 3: open transaction: beyond the LSO
+    put(log, [(b"b", b"plain-b")])                   # 4
+    log.roll(NOW)
+    assert clean(log) == 3  # the first unstable offset bounds the cleanable range
+    assert _data_and_markers(log) == ([(0, b"a", b"plain-a"), (3, b"b", b"open-b"), (4, b"b", b"plain-b")], [2])
+    _end_txn(log, 6, ABORT)                          # 5
+    log.roll(NOW)
+    clean(log)
+    assert _data_and_markers(log) == ([(0, b"a", b"plain-a"), (4, b"b", b"plain-b")], [2, 5])
