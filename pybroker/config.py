@@ -183,6 +183,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("producer.id.expiration.ms", "int", 86400000, at_least(1), read_only=False),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),
     ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
+    # Kafka's ServerConfigs: caps DescribeTopicPartitions' response_partition_limit (KIP-966)
+    ConfigDef("max.request.partition.size.limit", "int", 2000, at_least(1)),
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, at_least(0)),
     ConfigDef("replica.lag.time.max.ms", "long", 30000),
     # internal topics and coordinators

@@ -32,6 +32,8 @@ from pybroker.config import (
     format_value,
     validate_topic_configs,
 )
+from pybroker.controller import features as feature_control
+from pybroker.controller import scram
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.protocol import messages as m
@@ -39,7 +41,8 @@ from pybroker.protocol.errors import Errors
 
 log = logging.getLogger("pybroker.controller")
 
-METADATA_VERSION = 25  # 4.0-IV3: the feature level Kafka 4.0 writes at format time
+# 4.0-IV3: the level Kafka 4.0 writes at format time; why pybroker may claim it: controller/features.py
+METADATA_VERSION = feature_control.BOOTSTRAP_METADATA_VERSION
 PRODUCER_ID_BLOCK_SIZE = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -108,7 +111,8 @@ class QuorumController:
         async with self._lock:
             records: list[Any] = []
             if "metadata.version" not in self.image.features:
-                records.append(m.FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION))
+                # first start: Kafka 4.0's bootstrap feature levels (older data dirs keep theirs)
+                records.extend(feature_control.bootstrap_records(METADATA_VERSION))
             node_id = self.config.node_id
             prev = self.image.brokers.get(node_id)
             self.broker_epoch = (self.image.offset + 1) if prev is None else max(prev.epoch + 1, self.image.offset + 1)
@@ -120,7 +124,8 @@ class QuorumController:
                     name=ep.listener_name, host=ep.host, port=ep.port, security_protocol=0)
                     for ep in endpoints],
                 features=[m.RegisterBrokerRecord.BrokerFeature(
-                    name="metadata.version", min_supported_version=1, max_supported_version=METADATA_VERSION)],
+                    name=name, min_supported_version=lo, max_supported_version=hi)
+                    for name, (lo, hi) in sorted(feature_control.SUPPORTED_FEATURES.items())],
                 rack=None,
                 fenced=False,
             ))
@@ -439,6 +444,21 @@ class QuorumController:
             await self._commit(records)
             return out
 
+    # ------------------------------------------------------------------ features
+
+    async def update_features(self, updates: Sequence[tuple[str, int, int]],
+                              validate_only: bool = False) -> tuple[int, str | None]:
+        """UpdateFeatures (Kafka's FeatureControlManager): (feature, level, upgrade type) per
+        entry; all or nothing. Returns (error, message) of the first failure, or (0, None)."""
+        async with self._lock:
+            res = feature_control.validate_updates(self.config.node_id, self.image.features, updates)
+            if res.error:
+                log.warning("%s", res.message)
+                return res.error, res.message
+            if not validate_only:
+                await self._commit(res.records or [])
+            return 0, None
+
     # ------------------------------------------------------------------ producer ids
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
@@ -448,6 +468,20 @@ class QuorumController:
             await self._commit([m.ProducerIdsRecord(broker_id=broker_id, broker_epoch=self.broker_epoch,
                                                     next_producer_id=start + PRODUCER_ID_BLOCK_SIZE)])
             return start, PRODUCER_ID_BLOCK_SIZE
+
+    # ------------------------------------------------------------------ SCRAM credentials (KIP-554)
+
+    async def alter_user_scram_credentials(
+            self, deletions: Sequence[scram.Deletion], upsertions: Sequence[scram.Upsertion]
+    ) -> list[scram.AlterResult]:
+        """Kafka's ScramControlManager.alterCredentials: validate against the image, commit the
+        UserScramCredentialRecord/RemoveUserScramCredentialRecord batch, one result per user."""
+        async with self._lock:
+            version = self.image.features.get("metadata.version", METADATA_VERSION)
+            records, results = scram.alter_credentials(self.image.scram_credentials, version,
+                                                       deletions, upsertions)
+            await self._commit(records)
+            return results
 
 
 def _start_index(name: str) -> int:

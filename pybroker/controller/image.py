@@ -6,13 +6,16 @@ the whole log from the start gives the same image (this is how a restart rebuild
 
 Record types handled: FeatureLevelRecord, RegisterBrokerRecord, TopicRecord,
 PartitionRecord, PartitionChangeRecord, ConfigRecord, RemoveTopicRecord,
-ProducerIdsRecord. Topic ids are 16-byte values (`bytes`).
+ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord. Topic ids
+are 16-byte values (`bytes`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from pybroker.controller.scram import ScramCredential
 
 # ConfigRecord resource types (Kafka's ConfigResource.Type ids)
 RESOURCE_TOPIC = 2
@@ -57,6 +60,8 @@ class MetadataImage:
         self.topics_by_id: dict[bytes, TopicImage] = {}
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         self.next_producer_id = 0
+        # user -> mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> credential (Kafka's ScramImage)
+        self.scram_credentials: dict[str, dict[int, ScramCredential]] = {}
         self.offset = -1  # offset of the last record applied
 
     # ------------------------------------------------------------------ reading
@@ -78,7 +83,14 @@ class MetadataImage:
             self.offset = offset
 
     def _replay_FeatureLevelRecord(self, r: Any) -> None:
-        self.features[r.name] = r.feature_level
+        # Kafka's FeatureControlManager.replay: level 0 removes a feature (metadata.version is
+        # always set); kraft.version lives in the Raft log, so a record for it is skipped.
+        if r.name == "kraft.version":
+            return
+        if r.feature_level == 0 and r.name != "metadata.version":
+            self.features.pop(r.name, None)
+        else:
+            self.features[r.name] = r.feature_level
 
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self.brokers[r.broker_id] = BrokerRegistration(
@@ -137,3 +149,14 @@ class MetadataImage:
 
     def _replay_ProducerIdsRecord(self, r: Any) -> None:
         self.next_producer_id = max(self.next_producer_id, r.next_producer_id)
+
+    def _replay_UserScramCredentialRecord(self, r: Any) -> None:
+        self.scram_credentials.setdefault(r.name, {})[r.mechanism] = ScramCredential(
+            bytes(r.salt), bytes(r.stored_key), bytes(r.server_key), r.iterations)
+
+    def _replay_RemoveUserScramCredentialRecord(self, r: Any) -> None:
+        mechanisms = self.scram_credentials.get(r.name)
+        if mechanisms is not None:
+            mechanisms.pop(r.mechanism, None)
+            if not mechanisms:
+                del self.scram_credentials[r.name]

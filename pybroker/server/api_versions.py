@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from pybroker.server.features import api_versions_features
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),
@@ -61,6 +62,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    # KIP-584 features and the KIP-595 quorum of this combined node (server/features.py, quorum.py)
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.UPDATE_FEATURES: (0, 2),
+    # KIP-554 SCRAM credentials, kept in the metadata log (server/scram.py; no SASL yet)
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # KIP-966 paged topic description (server/describe_topic_partitions.py)
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 
@@ -76,4 +85,6 @@ def handle_api_versions(broker: object, ctx: object, req: ApiVersionsRequest) ->
         api_keys=[ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
                   for k, (lo, hi) in sorted(SUPPORTED.items())],
         throttle_time_ms=0,
+        # v3+: supported/finalized features (KIP-584), see server/features.py
+        **api_versions_features(broker, getattr(ctx, "api_version", 0)),
     )

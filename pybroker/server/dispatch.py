@@ -27,6 +27,8 @@ from pybroker.server import (
     configs,
     consumer_group,
     delete_records,
+    describe_topic_partitions,
+    features,
     fetch,
     find_coordinator,
     groups,
@@ -37,6 +39,8 @@ from pybroker.server import (
     partition_admin,
     produce,
     producers,
+    quorum,
+    scram,
     topics,
     txn,
 )
@@ -99,6 +103,11 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     ApiKey.DESCRIBE_TRANSACTIONS: producers.handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: producers.handle_list_transactions,
+    ApiKey.DESCRIBE_QUORUM: quorum.handle_describe_quorum,
+    ApiKey.UPDATE_FEATURES: features.handle_update_features,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram.handle_alter_user_scram_credentials,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle_describe_topic_partitions,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

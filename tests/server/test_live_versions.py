@@ -15,6 +15,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     AlterPartitionReassignmentsRequest,
+    AlterUserScramCredentialsRequest,
     ApiVersionsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
@@ -25,7 +26,9 @@ from pybroker.protocol.messages import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeProducersRequest,
+    DescribeTopicPartitionsRequest,
     DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     FetchRequest,
     InitProducerIdRequest,
@@ -352,3 +355,51 @@ def test_transaction_tooling_every_version(wire):
     for v in versions(ApiKey.DESCRIBE_TRANSACTIONS):
         r = wire.request(ApiKey.DESCRIBE_TRANSACTIONS, v, DescribeTransactionsRequest(transactional_ids=[""]))
         assert [s.error_code for s in r.transaction_states] == [Errors.INVALID_REQUEST]
+
+
+def test_scram_credentials_every_version(wire):
+    up = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
+    for v in versions(ApiKey.ALTER_USER_SCRAM_CREDENTIALS):
+        r = wire.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, v, AlterUserScramCredentialsRequest(
+            upsertions=[up(name=f"lv-user-{v}", mechanism=2, iterations=4096, salt=b"salt",
+                           salted_password=bytes(64))], deletions=[]))
+        assert [(x.user, x.error_code) for x in r.results] == [(f"lv-user-{v}", 0)]
+    for v in versions(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS):
+        r = wire.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, v, DescribeUserScramCredentialsRequest(
+            users=[DescribeUserScramCredentialsRequest.UserName(name="lv-user-0")]))
+        assert [(x.user, x.error_code, [(c.mechanism, c.iterations) for c in x.credential_infos])
+                for x in r.results] == [("lv-user-0", 0, [(2, 4096)])]
+
+
+def test_describe_topic_partitions_every_version(wire):
+    tid = create_topic(wire, "lv-dtp", partitions=3)
+    for v in versions(ApiKey.DESCRIBE_TOPIC_PARTITIONS):
+        r = wire.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, v, DescribeTopicPartitionsRequest(
+            topics=[DescribeTopicPartitionsRequest.TopicRequest(name="lv-dtp")], response_partition_limit=2,
+            cursor=None))
+        (t,) = r.topics
+        assert (t.error_code, t.topic_id, [p.partition_index for p in t.partitions]) == (0, tid, [0, 1])
+        assert (r.next_cursor.topic_name, r.next_cursor.partition_index) == ("lv-dtp", 2)
+
+
+def test_describe_quorum_and_update_features_every_version(broker, wire):
+    # (imported here: other API families share this module's import block)
+    from pybroker.protocol.messages import DescribeQuorumRequest, UpdateFeaturesRequest
+
+    for v in versions(ApiKey.DESCRIBE_QUORUM):
+        r = wire.request(ApiKey.DESCRIBE_QUORUM, v, DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])]))
+        (p,) = r.topics[0].partitions
+        assert (r.error_code, p.error_code, p.leader_id, [s.replica_id for s in p.current_voters]) == (
+            0, 0, broker.config.node_id, [broker.config.node_id])
+        assert p.current_voters[0].log_end_offset == p.high_watermark > 0
+        assert [n.node_id for n in r.nodes] == ([broker.config.node_id] if v >= 2 else [])
+    for v in versions(ApiKey.UPDATE_FEATURES):
+        key = UpdateFeaturesRequest.FeatureUpdateKey
+        ok = wire.request(ApiKey.UPDATE_FEATURES, v, UpdateFeaturesRequest(
+            timeout_ms=5000, feature_updates=[key(feature="metadata.version", max_version_level=25)]))
+        assert (ok.error_code, [(x.feature, x.error_code) for x in ok.results]) == (
+            0, [("metadata.version", 0)] if v <= 1 else [])
+        bad = wire.request(ApiKey.UPDATE_FEATURES, v, UpdateFeaturesRequest(
+            timeout_ms=5000, feature_updates=[key(feature="metadata.version", max_version_level=99)]))
+        assert (bad.error_code, bad.results) == (Errors.INVALID_UPDATE_VERSION, [])
