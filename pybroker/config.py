@@ -133,6 +133,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("num.io.threads", "int", 8, at_least(1), read_only=False),
     ConfigDef("connections.max.idle.ms", "long", 600000),
     ConfigDef("max.connections", "int", INT_MAX, at_least(0), read_only=False),
+    # client quotas (Kafka's QuotaConfig): 10 whole windows + the current one
+    ConfigDef("quota.window.num", "int", 11, at_least(1)),
+    ConfigDef("quota.window.size.seconds", "int", 1, at_least(1)),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -217,6 +220,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, at_least(1)),
     ConfigDef("group.consumer.max.size", "int", INT_MAX, at_least(1)),
     ConfigDef("group.consumer.assignors", "list", ["uniform", "range"], one_of("uniform", "range")),
+    # KIP-848 online migration of non-empty groups between the classic and consumer protocols
+    ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
+              one_of("bidirectional", "upgrade", "downgrade", "disabled", case_insensitive=True)),
     ConfigDef("metadata.log.segment.bytes", "int", 1073741824, at_least(12)),
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
     ConfigDef("request.timeout.ms", "int", 30000),

@@ -10,6 +10,12 @@ A partition is owned (assigned, or pending revocation) by at most one member;
 `partition_owners` maps (topic_id, partition) to its owner and the owner's member epoch: how a
 member learns a partition is not released yet (`partition_owners`).
 
+Classic members (KIP-848 online migration): a member that joined with JoinGroup, or came
+over when a classic group was converted, carries `classic_member_metadata` (its session
+timeout and JoinGroup protocols, persisted in ConsumerGroupMemberMetadataValue's tagged
+ClassicMemberMetadata); the group counts them and which protocol names they all support
+(Kafka's numClassicProtocolMembers / classicProtocolMembersSupportedProtocols).
+
 Group state (Kafka's ConsumerGroup.ConsumerGroupState): Empty (no members), Assigning
 (group_epoch > target_assignment_epoch), Reconciling (a member is behind the target or not
 STABLE), Stable.
@@ -58,6 +64,21 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A classic-protocol member's JoinGroup settings: session timeout and (name, metadata) protocols."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+    def protocol_name(self) -> str:
+        """The protocol the member's JoinGroup/SyncGroup answers name: its first (Kafka's choice)."""
+        return self.supported_protocols[0][0] if self.supported_protocols else ""
+
+    def first_metadata(self) -> bytes:
+        return self.supported_protocols[0][1] if self.supported_protocols else b""
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
     member_id: str
     instance_id: str | None = None
@@ -74,6 +95,11 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned_partitions: Assignment = field(default_factory=dict)
     partitions_pending_revocation: Assignment = field(default_factory=dict)
+    classic_member_metadata: ClassicMemberMetadata | None = None
+
+    @property
+    def use_classic_protocol(self) -> bool:
+        return self.classic_member_metadata is not None
 
     def with_subscription(self, **changes: object) -> ConsumerGroupMember:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -81,7 +107,8 @@ class ConsumerGroupMember:
     def subscription_key(self) -> tuple:
         """What ConsumerGroupMemberMetadata persists."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor)
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor,
+                self.classic_member_metadata)
 
     def assignment_key(self) -> tuple:
         """What ConsumerGroupCurrentMemberAssignment persists."""
@@ -111,6 +138,9 @@ class ConsumerGroup:
         # each regex; kept by replay so a heartbeat need not walk the members
         self.subscribed_topic_name_counts: dict[str, int] = {}
         self.subscribed_regex_counts: dict[str, int] = {}
+        # classic-protocol members and, per protocol name, how many of them support it
+        self.num_classic_protocol_members = 0
+        self.classic_protocol_support: dict[str, int] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -139,6 +169,32 @@ class ConsumerGroup:
     def is_subscribed_to(self, topic: str) -> bool:
         return topic in self.subscription_metadata or topic in self.subscribed_topic_names()
 
+    def supports_classic_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
+        """Kafka's supportsClassicProtocols: a joining classic member must speak "consumer" and
+        share a protocol name with every classic member already here."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        if self.is_empty():
+            return bool(protocol_names)
+        n = self.num_classic_protocol_members
+        return any(self.classic_protocol_support.get(name, 0) == n for name in protocol_names)
+
+    def all_members_use_classic_protocol_except(self, member_id: str) -> bool:
+        member = self.members.get(member_id)
+        return (member is not None and not member.use_classic_protocol
+                and self.num_classic_protocol_members == len(self.members) - 1)
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Whether a target partition of `member` is still owned by another member."""
+        if member.state != MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for tid, parts in self.target_assignment.get(member.member_id, {}).items():
+            have = member.assigned_partitions.get(tid, frozenset())
+            for p in parts:
+                if p not in have and self.current_partition_epoch(tid, p) != -1:
+                    return True
+        return False
+
     # ------------------------------------------------------------------ replay
 
     def replay_member_metadata(self, member_id: str, value: object | None) -> None:
@@ -147,6 +203,7 @@ class ConsumerGroup:
             if old is not None:
                 self._unown(old)
                 count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, old, -1)
+                self._count_classic(old, -1)
                 del self.members[member_id]
                 if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
                     del self.static_members[old.instance_id]
@@ -158,10 +215,13 @@ class ConsumerGroup:
             client_id=v.client_id, client_host=v.client_host,  # type: ignore[attr-defined]
             subscribed_topic_names=tuple(v.subscribed_topic_names),  # type: ignore[attr-defined]
             subscribed_topic_regex=v.subscribed_topic_regex,  # type: ignore[attr-defined]
-            rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)  # type: ignore[attr-defined]
+            rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor,  # type: ignore[attr-defined]
+            classic_member_metadata=_classic_metadata(v.classic_member_metadata))  # type: ignore[attr-defined]
         if old is not None:
             count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, old, -1)
+            self._count_classic(old, -1)
         count_subscription(self.subscribed_topic_name_counts, self.subscribed_regex_counts, member, +1)
+        self._count_classic(member, +1)
         self.members[member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member_id
@@ -204,6 +264,19 @@ class ConsumerGroup:
             t.topic_name: TopicMetadata(bytes(t.topic_id), t.topic_name, t.num_partitions)
             for t in value.topics}  # type: ignore[attr-defined]
 
+    def _count_classic(self, member: ConsumerGroupMember, delta: int) -> None:
+        meta = member.classic_member_metadata
+        if meta is None:
+            return
+        self.num_classic_protocol_members += delta
+        support = self.classic_protocol_support
+        for name in {n for n, _ in meta.supported_protocols}:
+            count = support.get(name, 0) + delta
+            if count:
+                support[name] = count
+            else:
+                del support[name]
+
     # ------------------------------------------------------------------ partition ownership
 
     def _own(self, member: ConsumerGroupMember) -> None:
@@ -236,6 +309,14 @@ def count_subscription(names: dict[str, int], regexes: dict[str, int], member: C
             regexes[regex] = count
         else:
             del regexes[regex]
+
+
+def _classic_metadata(value: object | None) -> ClassicMemberMetadata | None:
+    if value is None:
+        return None
+    return ClassicMemberMetadata(
+        value.session_timeout_ms,  # type: ignore[attr-defined]
+        tuple((p.name, bytes(p.metadata)) for p in value.supported_protocols))  # type: ignore[attr-defined]
 
 
 def _assignment(topic_partitions: object) -> Assignment:

@@ -24,6 +24,13 @@ Deadlines on the CoordinatorTimer (one timing wheel, no task per member):
                                            heartbeat: the member is fenced (removed)
     "consumer-rebalance-<group>-<member>"  the member's rebalance timeout while it holds
                                            partitions it must revoke: fenced if still holding
+    "consumer-join-<group>-<member>"       a classic member told to rejoin (REBALANCE_IN_PROGRESS)
+                                           must send JoinGroup within its rebalance timeout
+    "consumer-sync-<group>-<member>"       ... and SyncGroup within it after its JoinGroup answer
+A classic member's session deadline is its own JoinGroup session timeout. Removing the last
+consumer-protocol member of a group whose other members are all classic converts it to a
+classic group (`downgrade` hook, group_migration.py); a heartbeat for a non-empty classic
+group converts that one (`upgrade_classic_group` hook).
 
 Concurrency: one thread (the shard's); handlers take `now_ms`.
 """
@@ -72,6 +79,14 @@ def session_key(group_id: str, member_id: str) -> str:
 
 def rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def join_key(group_id: str, member_id: str) -> str:
+    return f"consumer-join-{group_id}-{member_id}"
+
+
+def sync_key(group_id: str, member_id: str) -> str:
+    return f"consumer-sync-{group_id}-{member_id}"
 
 
 def heartbeat_error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatResponse:
@@ -125,15 +140,24 @@ def validate_heartbeat(req: ConsumerGroupHeartbeatRequest, version: int, assigno
 
 class ConsumerGroupManager:
     def __init__(self, config: GroupConfig, timer: CoordinatorTimer, image: Any = None,
-                 classic_group_blocks: Callable[[str], int | None] = lambda _g: None) -> None:
-        """`image` answers topics_by_name / topics_by_id (the broker's MetadataImage);
-        `classic_group_blocks(group_id)` says whether a classic group holds the id: None (no),
-        0 (an Empty classic group that may be converted), or an error code."""
+                 upgrade_classic_group: Callable[[str, int, list[CoordinatorRecord]], ConsumerGroup | None]
+                 = lambda _g, _e, _r: None,
+                 downgrade: Callable[[ConsumerGroup, str, int], list[CoordinatorRecord] | None]
+                 = lambda _g, _m, _t: None
+                 ) -> None:
+        """`image` answers topics_by_name / topics_by_id (the broker's MetadataImage).
+        `upgrade_classic_group(group_id, member_epoch, records)`: when a classic group holds the
+        id, the consumer group it becomes (a scratch group holding what `records` — to which
+        it appends the conversion records — will create), or GroupApiError; None when no
+        classic group holds it. `downgrade(group, leaving_member_id, now_ms)`: when removing that
+        member leaves only classic members and the policy allows, convert the group to a
+        classic group in memory and return the records that persist it; else None."""
         self.config = config
         self.timer = timer
         self.image = image
         self.groups: dict[str, ConsumerGroup] = {}
-        self.classic_group_blocks = classic_group_blocks
+        self.upgrade_classic_group = upgrade_classic_group
+        self.downgrade = downgrade
         self._regex_cache: dict[str, re.Pattern[str]] = {}
 
     def group(self, group_id: str) -> ConsumerGroup | None:
@@ -149,21 +173,10 @@ class ConsumerGroupManager:
             if value is None:
                 return
             group = self.groups[gid] = ConsumerGroup(gid)
-        if kind == rec.GROUP_METADATA:
-            if value is None:
-                self.remove_group(gid)
-            else:
-                group.group_epoch = value.epoch
-        elif kind == rec.PARTITION_METADATA:
-            group.replay_partition_metadata(value)
-        elif kind == rec.MEMBER_METADATA:
-            group.replay_member_metadata(key.member_id, value)
-        elif kind == rec.TARGET_ASSIGNMENT_METADATA:
-            group.target_assignment_epoch = value.assignment_epoch if value is not None else 0
-        elif kind == rec.TARGET_ASSIGNMENT_MEMBER:
-            group.replay_target_member(key.member_id, value)
-        elif kind == rec.CURRENT_MEMBER_ASSIGNMENT:
-            group.replay_current_assignment(key.member_id, value)
+        if kind == rec.GROUP_METADATA and value is None:
+            self.remove_group(gid)
+        else:
+            replay_into(group, record)
 
     def remove_group(self, group_id: str) -> None:
         group = self.groups.pop(group_id, None)
@@ -175,8 +188,8 @@ class ConsumerGroupManager:
         """Loaded members must heartbeat within the session timeout, as after a failover."""
         for group in self.groups.values():
             for m in group.members.values():
-                self._schedule_session(group.group_id, m.member_id)
-                if m.state == MemberState.UNREVOKED_PARTITIONS:
+                self.schedule_session(group.group_id, m)
+                if m.state == MemberState.UNREVOKED_PARTITIONS and not m.use_classic_protocol:
                     self._schedule_rebalance(group.group_id, m)
 
     def on_unloaded(self) -> None:
@@ -254,7 +267,7 @@ class ConsumerGroupManager:
         try:
             validate_heartbeat(req, version, self.config.consumer_group_assignors)
             if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(req)
+                return self._leave(req, now_ms)
             return self._heartbeat(req, version, client_id, client_host)
         except GroupApiError as exc:
             return CoordinatorResult(response=heartbeat_error(exc.code, exc.message))
@@ -265,17 +278,14 @@ class ConsumerGroupManager:
         records: list[CoordinatorRecord] = []
         group = self.groups.get(gid)
         if group is None:
-            if epoch != 0:
-                # the group is gone (deleted, or its records expired): make the member rejoin
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
-            blocked = self.classic_group_blocks(gid)
-            if blocked:
-                raise GroupApiError(blocked, f"Group {gid} is not a consumer group.")
-            if blocked == 0:
-                # an Empty classic group (e.g. offsets only) becomes a consumer group, keeping its offsets
-                from pybroker.coordinators import record_serde
-                records.append(record_serde.group_metadata_tombstone(gid))
-            group = ConsumerGroup(gid)  # scratch: replaying the records creates the real one
+            # a classic group of that id: an Empty one gives way, a non-empty one is converted
+            # (online upgrade) or refuses (GROUP_ID_NOT_FOUND)
+            group = self.upgrade_classic_group(gid, epoch, records)
+            if group is None:
+                if epoch != 0:
+                    # the group is gone (deleted, or its records expired): make the member rejoin
+                    raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
+                group = ConsumerGroup(gid)  # scratch: replaying the records creates the real one
         member_id = req.member_id
         if version < CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION and epoch == 0 and not member_id:
             member_id = new_member_id()
@@ -294,7 +304,7 @@ class ConsumerGroupManager:
                                         f"The consumer group has reached its maximum capacity of "
                                         f"{self.config.consumer_group_max_size} members.")
                 members, targets = dict(members), dict(targets)
-                member = self._static_takeover(group, req.instance_id, member_id, members, targets, records)
+                member = self.static_takeover(group, req.instance_id, member_id, members, targets, records)
                 if member is not None:
                     replaced = (group.members[group.static_members[req.instance_id]],)
                 else:
@@ -321,6 +331,30 @@ class ConsumerGroupManager:
             subscribed_topic_regex=(regex or None) if regex is not None else member.subscribed_topic_regex,
             server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
             client_id=client_id, client_host=client_host)
+        reconciled = self.update_member(group, member, updated, replaced, is_new, members, targets, owned, records)
+        self.schedule_session(gid, reconciled)
+        full = epoch == 0 or (req.rebalance_timeout_ms != -1 and owned is not None
+                              and (req.subscribed_topic_names is not None or regex is not None))
+        resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member_id,
+                 member_epoch=reconciled.member_epoch,
+                 heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms, assignment=None)
+        if full or reconciled.assigned_partitions != member.assigned_partitions:
+            resp.assignment = R.Assignment(topic_partitions=[
+                R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
+                for tid, parts in sorted(reconciled.assigned_partitions.items())])
+        return CoordinatorResult(records=records, response=resp)
+
+    def update_member(self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
+                      replaced: tuple[ConsumerGroupMember, ...], is_new: bool,
+                      members: dict[str, ConsumerGroupMember], targets: dict[str, Assignment],
+                      owned: dict[bytes, frozenset[int]] | None,
+                      records: list[CoordinatorRecord]) -> ConsumerGroupMember:
+        """Steps 2-4 of a heartbeat, shared with a classic member's JoinGroup: persist the
+        member's changed metadata, bump the group epoch when subscriptions or the subscribed
+        topics changed, compute a new target assignment when the group epoch is ahead of it,
+        and reconcile the member towards its target. Returns the reconciled member; the
+        records go to `records`."""
+        gid, member_id = group.group_id, updated.member_id
         bump = is_new
         if is_new or updated.subscription_key() != member.subscription_key():
             records.append(rec.member_metadata_record(gid, updated))
@@ -345,25 +379,17 @@ class ConsumerGroupManager:
                                self._subscribed_ids(updated, metadata), owned, group.current_partition_epoch)
         if is_new or reconciled.assignment_key() != member.assignment_key():
             records.append(rec.current_assignment_record(gid, reconciled))
-            if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
+            # classic members have join and sync deadlines instead of a rebalance timeout
+            if reconciled.state == MemberState.UNREVOKED_PARTITIONS and not reconciled.use_classic_protocol:
                 self._schedule_rebalance(gid, reconciled)
             else:
                 self.timer.cancel(rebalance_key(gid, member_id))
-        self._schedule_session(gid, member_id)
-        full = epoch == 0 or (req.rebalance_timeout_ms != -1 and owned is not None
-                              and (req.subscribed_topic_names is not None or regex is not None))
-        resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member_id,
-                 member_epoch=reconciled.member_epoch,
-                 heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms, assignment=None)
-        if full or reconciled.assigned_partitions != member.assigned_partitions:
-            resp.assignment = R.Assignment(topic_partitions=[
-                R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
-                for tid, parts in sorted(reconciled.assigned_partitions.items())])
-        return CoordinatorResult(records=records, response=resp)
+        return reconciled
 
-    def _static_takeover(self, group: ConsumerGroup, instance_id: str | None, member_id: str,
-                         members: dict[str, ConsumerGroupMember], targets: dict[str, Assignment],
-                         records: list[CoordinatorRecord]) -> ConsumerGroupMember | None:
+    def static_takeover(self, group: ConsumerGroup, instance_id: str | None, member_id: str,
+                        members: dict[str, ConsumerGroupMember], targets: dict[str, Assignment],
+                        records: list[CoordinatorRecord], use_classic_protocol: bool = False
+                        ) -> ConsumerGroupMember | None:
         """A static member rejoining under a new member id takes over its old place (KIP-345)."""
         if instance_id is None:
             return None
@@ -371,7 +397,8 @@ class ConsumerGroupManager:
         if old_id is None or old_id == member_id:
             return None
         old = members[old_id]
-        if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        # two consumer-protocol instances: the old one must have left (epoch -2) first
+        if not use_classic_protocol and not old.use_classic_protocol and old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise GroupApiError(Errors.UNRELEASED_INSTANCE_ID,
                                 f"Static member {old_id} with instance id {instance_id} is not released yet.")
         gid = group.group_id
@@ -403,7 +430,7 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------ leaving and fencing
 
-    def _leave(self, req: ConsumerGroupHeartbeatRequest) -> CoordinatorResult:
+    def _leave(self, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> CoordinatorResult:
         gid = req.group_id
         group = self.groups.get(gid)
         if group is None:
@@ -424,11 +451,21 @@ class ConsumerGroupManager:
             left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                            previous_member_epoch=member.member_epoch)
             self.timer.cancel(rebalance_key(gid, member.member_id))
-            self._schedule_session(gid, member.member_id)
+            self.schedule_session(gid, member)
             log.info("group %s: static member %s left temporarily", gid, member.member_id)
             return CoordinatorResult(records=[rec.current_assignment_record(gid, left)], response=resp)
         log.info("group %s: member %s left", gid, member.member_id)
-        return CoordinatorResult(records=self.fence_records(group, member.member_id), response=resp)
+        return self.fence_member(group, member.member_id, now_ms, resp)
+
+    def fence_member(self, group: ConsumerGroup, member_id: str, now_ms: int, response: Any = None
+                     ) -> CoordinatorResult:
+        """Kafka's consumerGroupFenceMember: remove the member; when only classic members would
+        remain, the group is converted to a classic group instead (online downgrade: the state
+        is changed in memory, the records only persist it)."""
+        records = self.downgrade(group, member_id, now_ms)
+        if records is not None:
+            return CoordinatorResult(records=records, response=response, replay=False)
+        return CoordinatorResult(records=self.fence_records(group, member_id), response=response)
 
     def fence_records(self, group: ConsumerGroup, member_id: str) -> list[CoordinatorRecord]:
         """Remove a member: its records' tombstones, the new subscription metadata, a new group epoch."""
@@ -442,35 +479,66 @@ class ConsumerGroupManager:
         records.append(rec.group_epoch_record(gid, group.group_epoch + 1))
         return records
 
+    def subscription_metadata_without(self, group: ConsumerGroup, removed: tuple[ConsumerGroupMember, ...]
+                                      ) -> dict[str, TopicMetadata]:
+        """The group's subscription metadata once `removed` are gone."""
+        return self._subscription_metadata(group, removed)
+
+    def cancel_timers(self, gid: str, mid: str) -> None:
+        self._cancel_timers(gid, mid)
+
     def _cancel_timers(self, gid: str, mid: str) -> None:
         self.timer.cancel(session_key(gid, mid))
         self.timer.cancel(rebalance_key(gid, mid))
+        self.timer.cancel(join_key(gid, mid))
+        self.timer.cancel(sync_key(gid, mid))
 
-    def _schedule_session(self, gid: str, mid: str) -> None:
-        self.timer.schedule(session_key(gid, mid), self.config.consumer_group_session_timeout_ms,
-                            lambda now: self._session_expired(gid, mid), kind="heartbeat")
+    def schedule_session(self, gid: str, member: ConsumerGroupMember) -> None:
+        """The member's session deadline: group.consumer.session.timeout.ms, or a classic
+        member's own JoinGroup session timeout."""
+        classic = member.classic_member_metadata
+        timeout = classic.session_timeout_ms if classic is not None else self.config.consumer_group_session_timeout_ms
+        self.schedule_session_ms(gid, member.member_id, timeout)
 
-    def _session_expired(self, gid: str, mid: str) -> CoordinatorResult | None:
+    def schedule_session_ms(self, gid: str, mid: str, timeout_ms: int) -> None:
+        self.timer.schedule(session_key(gid, mid), timeout_ms, lambda now: self._session_expired(gid, mid, now),
+                            kind="heartbeat")
+
+    def fence_later(self, key: str, gid: str, mid: str, timeout_ms: int, why: str, if_absent: bool = False) -> None:
+        """A classic member's join or sync deadline: fenced when it passes (Kafka's
+        scheduleConsumerGroupJoinTimeoutIfAbsent / scheduleConsumerGroupSyncTimeout)."""
+        if if_absent and self.timer.is_scheduled(key):
+            return
+
+        def expire(now: int) -> CoordinatorResult | None:
+            group = self.groups.get(gid)
+            if group is None or mid not in group.members:
+                return None
+            log.info("group %s: member %s fenced, %s", gid, mid, why)
+            return self.fence_member(group, mid, now)
+        self.timer.schedule(key, timeout_ms, expire, kind="task")
+
+    def _session_expired(self, gid: str, mid: str, now_ms: int) -> CoordinatorResult | None:
         group = self.groups.get(gid)
         if group is None or mid not in group.members:
             return None
         log.info("group %s: member %s fenced, its session expired", gid, mid)
-        return CoordinatorResult(records=self.fence_records(group, mid))
+        return self.fence_member(group, mid, now_ms)
 
     def _schedule_rebalance(self, gid: str, member: ConsumerGroupMember) -> None:
         mid, epoch = member.member_id, member.member_epoch
         timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
             self.config.consumer_group_session_timeout_ms
         self.timer.schedule(rebalance_key(gid, mid), timeout,
-                            lambda now: self._rebalance_expired(gid, mid, epoch), kind="task")
+                            lambda now: self._rebalance_expired(gid, mid, epoch, now), kind="task")
 
-    def _rebalance_expired(self, gid: str, mid: str, epoch: int) -> CoordinatorResult | None:
+    def _rebalance_expired(self, gid: str, mid: str, epoch: int, now_ms: int) -> CoordinatorResult | None:
         group = self.groups.get(gid)
         member = None if group is None else group.members.get(mid)
         if member is None or member.member_epoch != epoch or member.state != MemberState.UNREVOKED_PARTITIONS:
             return None
         log.info("group %s: member %s fenced, it did not revoke its partitions in time", gid, mid)
-        return CoordinatorResult(records=self.fence_records(group, mid))  # type: ignore[arg-type]
+        return self.fence_member(group, mid, now_ms)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ offsets
 
@@ -481,11 +549,9 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
-        if version < 9:
+        if version < 9 and not member.use_classic_protocol:
             return Errors.UNSUPPORTED_VERSION  # consumer-protocol members must use OffsetCommit v9+
-        if member_epoch != member.member_epoch:
-            return Errors.STALE_MEMBER_EPOCH
-        return 0
+        return _member_epoch_error(member, member_epoch)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ConsumerGroup.validateOffsetFetch: an error code, 0 if allowed."""
@@ -495,13 +561,37 @@ class ConsumerGroupManager:
         member = group.members.get(member_id or "")
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return Errors.STALE_MEMBER_EPOCH
-        return 0
+        return _member_epoch_error(member, member_epoch)
 
     def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
         group = self.groups[group_id]
         return rec.group_tombstones(group_id, sorted(group.members))
+
+
+def replay_into(group: ConsumerGroup, record: CoordinatorRecord) -> None:
+    """Apply one ConsumerGroup* record (types 3..8) to `group` (a group tombstone is the caller's)."""
+    kind, key, value = record.key_version, record.key, record.value
+    if kind == rec.GROUP_METADATA:
+        if value is not None:
+            group.group_epoch = value.epoch
+    elif kind == rec.PARTITION_METADATA:
+        group.replay_partition_metadata(value)
+    elif kind == rec.MEMBER_METADATA:
+        group.replay_member_metadata(key.member_id, value)
+    elif kind == rec.TARGET_ASSIGNMENT_METADATA:
+        group.target_assignment_epoch = value.assignment_epoch if value is not None else 0
+    elif kind == rec.TARGET_ASSIGNMENT_MEMBER:
+        group.replay_target_member(key.member_id, value)
+    elif kind == rec.CURRENT_MEMBER_ASSIGNMENT:
+        group.replay_current_assignment(key.member_id, value)
+
+
+def _member_epoch_error(member: ConsumerGroupMember, received: int) -> int:
+    """Kafka's ConsumerGroup.validateMemberEpoch: a classic member's generation id must be its
+    member epoch (ILLEGAL_GENERATION), a consumer member's epoch likewise (STALE_MEMBER_EPOCH)."""
+    if received == member.member_epoch:
+        return 0
+    return Errors.ILLEGAL_GENERATION if member.use_classic_protocol else Errors.STALE_MEMBER_EPOCH
 
 
 def _subscription(member: ConsumerGroupMember) -> tuple[frozenset[str], str | None]:

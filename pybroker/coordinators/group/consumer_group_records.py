@@ -2,7 +2,10 @@
 consumer half). Key type = the record type (3..8), every value at version 0; a null value is a
 tombstone. Removing a member writes, in this order, the tombstones of its current assignment,
 its target assignment and its subscription (replay resets, then removes, the member); deleting
-a group ends with the ConsumerGroupMetadata tombstone. Stateless; any thread.
+a group ends with the ConsumerGroupMetadata tombstone. A classic-protocol member's metadata
+record carries its ClassicMemberMetadata (tagged field 0). Converting a group
+(`conversion_tombstones`, `consumer_group_creation_records`) writes Kafka's order:
+ConsumerGroup.createGroupTombstoneRecords / createConsumerGroupRecords. Stateless; any thread.
 """
 
 from __future__ import annotations
@@ -48,11 +51,16 @@ def partition_metadata_tombstone(group_id: str) -> CoordinatorRecord:
 
 
 def member_metadata_record(group_id: str, member: ConsumerGroupMember) -> CoordinatorRecord:
-    value = m.ConsumerGroupMemberMetadataValue(
+    V = m.ConsumerGroupMemberMetadataValue
+    classic = member.classic_member_metadata
+    value = V(
         instance_id=member.instance_id, rack_id=member.rack_id, client_id=member.client_id,
         client_host=member.client_host, subscribed_topic_names=list(member.subscribed_topic_names),
         subscribed_topic_regex=member.subscribed_topic_regex, rebalance_timeout_ms=member.rebalance_timeout_ms,
-        server_assignor=member.server_assignor, classic_member_metadata=None)
+        server_assignor=member.server_assignor,
+        classic_member_metadata=None if classic is None else V.ClassicMemberMetadata(
+            session_timeout_ms=classic.session_timeout_ms,
+            supported_protocols=[V.ClassicProtocol(name=n, metadata=md) for n, md in classic.supported_protocols]))
     return CoordinatorRecord(MEMBER_METADATA, m.ConsumerGroupMemberMetadataKey(group_id=group_id,
                                                                                member_id=member.member_id), 0, value)
 
@@ -113,3 +121,24 @@ def group_tombstones(group_id: str, member_ids: list[str]) -> list[CoordinatorRe
     records += [target_assignment_epoch_tombstone(group_id), partition_metadata_tombstone(group_id),
                 group_epoch_tombstone(group_id)]
     return records
+
+
+def conversion_tombstones(group_id: str, member_ids: list[str]) -> list[CoordinatorRecord]:
+    """Kafka's ConsumerGroup.createGroupTombstoneRecords (a group converted to a classic group):
+    current assignments, target assignments, target epoch, subscriptions, subscription
+    metadata, group epoch."""
+    return [*(current_assignment_tombstone(group_id, mid) for mid in member_ids),
+            *(target_member_tombstone(group_id, mid) for mid in member_ids),
+            target_assignment_epoch_tombstone(group_id),
+            *(member_metadata_tombstone(group_id, mid) for mid in member_ids),
+            partition_metadata_tombstone(group_id), group_epoch_tombstone(group_id)]
+
+
+def consumer_group_creation_records(group_id: str, epoch: int, members: list[ConsumerGroupMember],
+                                    targets: dict[str, Assignment]) -> list[CoordinatorRecord]:
+    """Kafka's ConsumerGroup.createConsumerGroupRecords (a classic group converted): member
+    subscriptions, group epoch, target assignments, target epoch, current assignments."""
+    return [*(member_metadata_record(group_id, mem) for mem in members), group_epoch_record(group_id, epoch),
+            *(target_member_record(group_id, mem.member_id, targets.get(mem.member_id, {})) for mem in members),
+            target_assignment_epoch_record(group_id, epoch),
+            *(current_assignment_record(group_id, mem) for mem in members)]

@@ -119,14 +119,14 @@ class GroupCoordinator:
         return await _await(fut)
 
     async def sync_group(self, req: Any, version: int) -> Any:
-        fut: Future = await self.write(req.group_id, lambda s, now: s.groups.sync(req, version, now))
+        fut: Future = await self.write(req.group_id, lambda s, now: s.classic_sync(req, version, now))
         return await _await(fut)
 
     async def heartbeat(self, req: Any, version: int) -> int:
-        return int(await self.read(req.group_id, lambda s, now: s.groups.heartbeat(req, version, now)))
+        return int(await self.read(req.group_id, lambda s, now: s.classic_heartbeat(req, version, now)))
 
     async def leave_group(self, req: Any, version: int) -> Any:
-        return await self.write(req.group_id, lambda s, now: s.groups.leave(req, version, now))
+        return await self.write(req.group_id, lambda s, now: s.classic_leave(req, version, now))
 
     # ------------------------------------------------------------------ KIP-848 consumer groups
 

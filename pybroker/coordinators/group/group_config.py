@@ -23,6 +23,21 @@ def _list(cfg: Any, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return out or default
 
 
+# group.consumer.migration.policy (Kafka's ConsumerGroupMigrationPolicy): name -> (upgrade, downgrade)
+MIGRATION_POLICIES: dict[str, tuple[bool, bool]] = {
+    "bidirectional": (True, True),
+    "upgrade": (True, False),
+    "downgrade": (False, True),
+    "disabled": (False, False),
+}
+
+
+def parse_migration_policy(value: Any) -> str:
+    """Kafka's ConsumerGroupMigrationPolicy.parse: case-insensitive; unknown or null -> disabled."""
+    name = str(value).strip().lower() if value is not None else ""
+    return name if name in MIGRATION_POLICIES else "disabled"
+
+
 @dataclass(frozen=True)
 class GroupConfig:
     min_session_timeout_ms: int = 6000
@@ -39,6 +54,15 @@ class GroupConfig:
     consumer_group_heartbeat_interval_ms: int = 5000
     consumer_group_max_size: int = 2**31 - 1
     consumer_group_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_group_migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return MIGRATION_POLICIES[parse_migration_policy(self.consumer_group_migration_policy)][0]
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return MIGRATION_POLICIES[parse_migration_policy(self.consumer_group_migration_policy)][1]
 
     @classmethod
     def from_broker_config(cls, cfg: Any) -> GroupConfig:
@@ -56,4 +80,6 @@ class GroupConfig:
             consumer_group_heartbeat_interval_ms=_int(cfg, "group.consumer.heartbeat.interval.ms", 5000),
             consumer_group_max_size=_int(cfg, "group.consumer.max.size", 2**31 - 1),
             consumer_group_assignors=_list(cfg, "group.consumer.assignors", ("uniform", "range")),
+            consumer_group_migration_policy=parse_migration_policy(
+                cfg.get("group.consumer.migration.policy", "bidirectional")),
         )

@@ -9,8 +9,11 @@ when the record came in a transactional batch, until `replay_end_transaction_mar
 producer's COMMIT/ABORT marker on this partition); GroupMetadata (type 2)
 -> a classic group rebuilt as Stable (members) or Empty, or removed by a tombstone;
 ConsumerGroup* (types 3..8) -> consumer groups. A group id is either classic or consumer: an
-Empty classic group (offsets only) gives way to a consumer group and vice versa, as in
-Kafka 4 (a non-empty group of the other kind refuses the request).
+Empty classic group (offsets only) gives way to a consumer group and vice versa; a non-empty
+classic group is converted by a ConsumerGroupHeartbeat and a consumer group whose last
+consumer-protocol member goes is converted back (group_migration.py, KIP-848 online
+migration under group.consumer.migration.policy). The classic APIs (Join/Sync/Heartbeat/
+LeaveGroup) reach a consumer group's classic members (consumer_group_classic_members.py).
 
 Concurrency: one thread; every handler takes `now_ms`.
 """
@@ -31,9 +34,11 @@ from pybroker.coordinators.group.classic_group import (
     Future,
 )
 from pybroker.coordinators.group.consumer_group import CONSUMER_PROTOCOL_TYPE, GROUP_TYPE_CONSUMER
+from pybroker.coordinators.group.consumer_group_classic_members import ConsumerGroupClassicMembers
 from pybroker.coordinators.group.consumer_group_manager import ConsumerGroupManager
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_metadata_manager import GroupMetadataManager, join_error
+from pybroker.coordinators.group.group_migration import GroupMigration
 from pybroker.coordinators.group.offset_metadata_manager import OffsetMetadataManager
 from pybroker.coordinators.record_serde import CoordinatorRecord
 from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
@@ -56,7 +61,11 @@ class GroupCoordinatorShard:
         self.config = config
         self.timer = timer
         self.groups = GroupMetadataManager(config, timer)
-        self.consumer = ConsumerGroupManager(config, timer, image, classic_group_blocks=self._classic_blocks)
+        self.consumer = ConsumerGroupManager(config, timer, image)
+        self.migration = GroupMigration(config, self.groups, self.consumer)
+        self.consumer.upgrade_classic_group = self.migration.upgrade_classic_group
+        self.consumer.downgrade = self.migration.downgrade
+        self.classic_members = ConsumerGroupClassicMembers(config, self.consumer)
         self.offsets = OffsetMetadataManager(config, self.groups, self.consumer)
         self.groups._has_offsets = self.offsets.has_offsets
         self._now_ms = 0  # time of the record being replayed (load: the batch's append time)
@@ -84,14 +93,6 @@ class GroupCoordinatorShard:
     def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """A COMMIT/ABORT control batch of `producer_id` on this partition (written or loaded)."""
         self.offsets.replay_end_transaction_marker(producer_id, commit)
-
-    def _classic_blocks(self, group_id: str) -> int | None:
-        g = self.groups.group(group_id)
-        if g is None or g.state == S.DEAD:
-            return None
-        if g.state == S.EMPTY and not g.members and not g.pending_members:
-            return 0
-        return int(Errors.GROUP_ID_NOT_FOUND)
 
     def _replay_group(self, group_id: str, value: object | None, now_ms: int) -> None:
         if value is None:
@@ -141,21 +142,44 @@ class GroupCoordinatorShard:
 
     def classic_join(self, req: Any, version: int, client_id: str, client_host: str, now_ms: int
                      ) -> CoordinatorResult:
-        """JoinGroup; an Empty consumer group of that id is deleted first (Kafka 4 converts it);
-        a consumer group with members refuses classic members (no mixed groups here)."""
+        """JoinGroup (Kafka's classicGroupJoin): a non-empty consumer group takes the member as
+        a classic member of it; an Empty consumer group of that id is deleted first (Kafka 4
+        converts it); otherwise the classic group."""
         cg = self.consumer.group(req.group_id)
         if cg is None:
             return self.groups.join(req, version, client_id, client_host, now_ms)
         if not cg.is_empty():
-            fut = Future()
-            fut.complete(join_error(req.member_id or "", Errors.INCONSISTENT_GROUP_PROTOCOL))
-            return CoordinatorResult(response=fut, replay=False)
+            if not (self.config.min_session_timeout_ms <= req.session_timeout_ms
+                    <= self.config.max_session_timeout_ms):
+                fut = Future()
+                fut.complete(join_error(req.member_id or "", Errors.INVALID_SESSION_TIMEOUT))
+                return CoordinatorResult(response=fut, replay=False)
+            return self.classic_members.join(cg, req, version, client_id, client_host, now_ms)
         # the classic join does not replay its records, so drop the consumer group in memory too
         tombstones = self.consumer.delete_group_records(req.group_id)
         self.consumer.remove_group(req.group_id)
         result = self.groups.join(req, version, client_id, client_host, now_ms)
         result.records = [*tombstones, *result.records]
         return result
+
+    def classic_sync(self, req: Any, version: int, now_ms: int) -> CoordinatorResult:
+        """SyncGroup: a consumer group answers its classic members (an empty one: UNKNOWN_MEMBER_ID)."""
+        cg = self.consumer.group(req.group_id)
+        if cg is None:
+            return self.groups.sync(req, version, now_ms)
+        return self.classic_members.sync(cg, req, version, now_ms)
+
+    def classic_heartbeat(self, req: Any, version: int, now_ms: int) -> int:
+        cg = self.consumer.group(req.group_id)
+        if cg is None:
+            return self.groups.heartbeat(req, version, now_ms)
+        return self.classic_members.heartbeat(cg, req, version, now_ms)
+
+    def classic_leave(self, req: Any, version: int, now_ms: int) -> CoordinatorResult:
+        cg = self.consumer.group(req.group_id)
+        if cg is None:
+            return self.groups.leave(req, version, now_ms)
+        return self.classic_members.leave(cg, req, version, now_ms)
 
     # ------------------------------------------------------------------ ListGroups
 

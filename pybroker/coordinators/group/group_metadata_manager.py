@@ -289,6 +289,10 @@ class GroupMetadataManager:
             self.timer.check(join_key(group.group_id))
         return CoordinatorResult(response=fut, replay=False)
 
+    def prepare_rebalance(self, group: ClassicGroup, now_ms: int) -> None:
+        """Start a rebalance of a Stable / CompletingRebalance / Empty group (members must rejoin)."""
+        self._prepare_rebalance(group, now_ms)
+
     def _prepare_rebalance(self, group: ClassicGroup, now_ms: int) -> None:
         if group.state == S.COMPLETING_REBALANCE:
             # assignments of the aborted generation never reach anyone
@@ -447,6 +451,10 @@ class GroupMetadataManager:
         if group.state == S.PREPARING_REBALANCE:
             return Errors.REBALANCE_IN_PROGRESS
         return 0
+
+    def schedule_heartbeat(self, group: ClassicGroup, member_id: str, session_timeout_ms: int) -> None:
+        """(Re)start the member's session deadline."""
+        self._schedule_heartbeat(group, member_id, session_timeout_ms)
 
     def _schedule_heartbeat(self, group: ClassicGroup, member_id: str, session_timeout_ms: int) -> None:
         gid = group.group_id

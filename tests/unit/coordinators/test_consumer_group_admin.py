@@ -102,23 +102,30 @@ def test_offsets_only_classic_group_becomes_a_consumer_group_and_back():
     assert h.fetch("g")[("t", 0)].offset == 3
     rebuilt = h.rebuilt()
     assert rebuilt.groups.group("g") is None and rebuilt.consumer.group("g") is not None
-    # a classic member is refused while the consumer group has members ...
+    # a classic member joining the consumer group is one of its members (KIP-848 mixed group):
+    # first MEMBER_ID_REQUIRED, as in a classic group; nothing is recorded for it yet
+    log_size = len(h.log)
     fut = h.run(h.shard.classic_join(_join_req("g"), 5, "client", "/127.0.0.1", h.now))
-    assert fut.done and fut.value.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
-    # ... and replaces it once it is Empty
+    assert fut.done and fut.value.error_code == Errors.MEMBER_ID_REQUIRED
+    assert len(h.log) == log_size and h.group("g") is not None
+    # ... and an Empty consumer group gives way to a classic group
     a.leave()
     fut = h.run(h.shard.classic_join(_join_req("g"), 5, "client", "/127.0.0.1", h.now))
     assert fut.done and fut.value.error_code == Errors.MEMBER_ID_REQUIRED  # the classic join goes on
     assert h.group("g") is None and h.shard.groups.group("g") is not None
     assert h.rebuilt().consumer.group("g") is None
-    # a consumer member cannot join the non-empty classic group
+    joined = h.run(h.shard.classic_join(_join_req("g", fut.value.member_id), 5, "client", "/127.0.0.1", h.now))
+    assert joined.done and joined.value.error_code == 0
+    # a consumer member cannot take over a classic group whose embedded protocol is not a
+    # ConsumerProtocolSubscription (b"m"): the upgrade fails, the group stays classic
     resp = h.hb("g", "m", 0, topics=["t"], owned={}, rebalance_ms=1000)
     assert resp.error_code == Errors.GROUP_ID_NOT_FOUND
+    assert h.shard.groups.group("g") is not None and h.group("g") is None
 
 
-def _join_req(group):
+def _join_req(group, member_id=""):
     from pybroker.protocol.messages import JoinGroupRequest
-    return JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+    return JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=member_id,
                             group_instance_id=None, protocol_type="consumer",
                             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")],
                             reason=None)
