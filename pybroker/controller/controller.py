@@ -32,8 +32,8 @@ from pybroker.config import (
     format_value,
     validate_topic_configs,
 )
+from pybroker.controller import client_quotas, scram
 from pybroker.controller import features as feature_control
-from pybroker.controller import scram
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.protocol import messages as m
@@ -481,6 +481,19 @@ class QuorumController:
             records, results = scram.alter_credentials(self.image.scram_credentials, version,
                                                        deletions, upsertions)
             await self._commit(records)
+            return results
+
+    # ------------------------------------------------------------------ client quotas (KIP-546)
+
+    async def alter_client_quotas(self, alterations: Sequence[client_quotas.Alteration], resolvable: set[str],
+                                  validate_only: bool = False) -> list[client_quotas.AlterResult]:
+        """Kafka's ClientQuotaControlManager.alterClientQuotas: validate against the image, commit
+        the ClientQuotaRecords as one batch (none when validate_only), one result per entity."""
+        async with self._lock:
+            records, results = client_quotas.alter_client_quotas(self.image.client_quotas, alterations,
+                                                                 resolvable)
+            if not validate_only:
+                await self._commit(records)
             return results
 
 

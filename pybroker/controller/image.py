@@ -6,8 +6,8 @@ the whole log from the start gives the same image (this is how a restart rebuild
 
 Record types handled: FeatureLevelRecord, RegisterBrokerRecord, TopicRecord,
 PartitionRecord, PartitionChangeRecord, ConfigRecord, RemoveTopicRecord,
-ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord. Topic ids
-are 16-byte values (`bytes`).
+ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
+ClientQuotaRecord. Topic ids are 16-byte values (`bytes`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybroker.controller import client_quotas
 from pybroker.controller.scram import ScramCredential
 
 # ConfigRecord resource types (Kafka's ConfigResource.Type ids)
@@ -62,6 +63,8 @@ class MetadataImage:
         self.next_producer_id = 0
         # user -> mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> credential (Kafka's ScramImage)
         self.scram_credentials: dict[str, dict[int, ScramCredential]] = {}
+        # entity ((type, name) pairs, name None = default) -> quota key -> value (Kafka's ClientQuotasImage)
+        self.client_quotas: dict[client_quotas.Entity, dict[str, float]] = {}
         self.offset = -1  # offset of the last record applied
 
     # ------------------------------------------------------------------ reading
@@ -160,3 +163,6 @@ class MetadataImage:
             mechanisms.pop(r.mechanism, None)
             if not mechanisms:
                 del self.scram_credentials[r.name]
+
+    def _replay_ClientQuotaRecord(self, r: Any) -> None:
+        client_quotas.replay(self.client_quotas, r)

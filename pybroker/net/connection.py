@@ -9,6 +9,10 @@ can retry at a version we know; other unsupported versions close the connection.
 Concurrency: one request in flight per connection, answered in order (Kafka mutes a
 channel while its request is processed). Responses are lists of chunks: bytes go out with
 send, `FileRegion`s with sendfile straight from the page cache.
+
+Quota throttling (KIP-219): a handler that throttles the client sets `throttle_deadline`
+(trio time); after writing the response the connection reads nothing more until then, as
+Kafka keeps a throttled channel muted. Shutdown cuts the wait short.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ class Connection:
     """State of one client connection (what handlers may need to know about it)."""
 
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
-                 "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "fd", "waited")
+                 "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "fd", "waited",
+                 "throttle_deadline", "_throttle_scope")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -65,14 +70,26 @@ class Connection:
         self.requests = 0
         self.fd = sock.fileno()
         self.waited = False  # did this connection yield to the scheduler since the last check?
+        self.throttle_deadline = 0.0  # trio time until which no request is read (quota throttling)
+        self._throttle_scope: trio.CancelScope | None = None
 
     def close_idle(self) -> None:
         """Shutdown: wake a connection parked waiting for its next request (it reads EOF)."""
+        if self._throttle_scope is not None:
+            self._throttle_scope.cancel()
         if not self.busy:
             try:
                 self.sock.shutdown(_stdsocket.SHUT_RD)
             except OSError:
                 pass
+
+    async def wait_throttled(self) -> None:
+        """Stay muted until throttle_deadline (or shutdown), then clear it."""
+        with trio.CancelScope(deadline=self.throttle_deadline) as scope:
+            self._throttle_scope = scope
+            await trio.sleep_forever()
+        self._throttle_scope = None
+        self.throttle_deadline = 0.0
 
     # ------------------------------------------------------------------ reading
 
@@ -240,7 +257,9 @@ async def serve_connection(conn: Connection, handler: Handler, max_request_bytes
             if chunks is not None:
                 await conn.write(chunks)
             conn.busy = False
-            if not conn.waited:
+            if conn.throttle_deadline and not shutting_down():
+                await conn.wait_throttled()
+            elif not conn.waited:
                 # a pipelining client whose data is always ready would never block: let the
                 # other tasks run before its next request
                 await trio.lowlevel.checkpoint()

@@ -70,6 +70,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     # KIP-966 paged topic description (server/describe_topic_partitions.py)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    # KIP-546 client quotas, kept in the metadata log (server/client_quotas.py)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 

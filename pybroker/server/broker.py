@@ -32,6 +32,7 @@ from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.server.cluster import ProducerIdManager
 from pybroker.server.dispatch import RequestDispatcher
+from pybroker.server.quota import QuotaManagers
 
 log = logging.getLogger("pybroker")
 
@@ -65,6 +66,8 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.txn_coordinator: TransactionCoordinator
         self.server: SocketServer
+        # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
+        self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
@@ -129,6 +132,8 @@ class Broker:
                                                           self.producer_ids, self.group_coordinator,
                                                           nursery.start_soon)
             self.controller.listeners.append(lambda _records: self.txn_coordinator.on_metadata())
+            self.quotas.apply_image(self.image.client_quotas)
+            self.controller.listeners.append(lambda records: self.quotas.on_metadata(self.image, records))
             await nursery.start(timer.run)
             self.group_coordinator.on_metadata()
             self.txn_coordinator.on_metadata()

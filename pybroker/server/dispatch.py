@@ -23,6 +23,7 @@ from pybroker.protocol.frame import decode_request, encode_api_versions_unsuppor
 from pybroker.server import (
     acls,
     alter_configs,
+    client_quotas,
     cluster,
     configs,
     consumer_group,
@@ -58,6 +59,7 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
+    request_size: int = 0  # header + body bytes (Kafka's request.sizeInBytes, what produce quotas count)
 
 
 HANDLERS: dict[int, Callable[..., Any]] = {
@@ -108,6 +110,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram.handle_alter_user_scram_credentials,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle_describe_topic_partitions,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
@@ -133,7 +137,7 @@ class RequestDispatcher:
             await self.broker.ready.wait()
         api_key = header.request_api_key
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
-                             header.client_id)
+                             header.client_id, len(frame))
         handler = HANDLERS[api_key]
         traced = request_log.isEnabledFor(logging.DEBUG)
         if traced:

@@ -19,6 +19,7 @@ from pybroker.log.errors import LogError
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
+from pybroker.server.quota import fetch_max_bytes, record_fetch
 
 PData = FetchResponse.PartitionData
 TResp = FetchResponse.FetchableTopicResponse
@@ -164,15 +165,27 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
         topics_out.append(TResp(topic=ft.topic if not by_id else "", topic_id=ft.topic_id, partitions=parts))
 
     max_bytes = req.max_bytes if v >= 3 else 2**31 - 1
+    min_bytes = req.min_bytes
+    quota = broker.quotas.fetch
+    if quota.enabled:
+        # Kafka: no more than the quota window can take, or the consumer could never progress
+        max_bytes = fetch_max_bytes(quota, ctx, max_bytes)
+        min_bytes = min(min_bytes, max_bytes)
     total = _read_all(slots, max_bytes, isolation)
     has_error = any(s.data.error_code for s in slots)
-    if total < req.min_bytes and req.max_wait_ms > 0 and not has_error and slots:
-        op = DelayedFetch(req.max_wait_ms, slots, req.min_bytes, isolation, rm)
+    if total < min_bytes and req.max_wait_ms > 0 and not has_error and slots:
+        op = DelayedFetch(req.max_wait_ms, slots, min_bytes, isolation, rm)
         keys = [(s.partition.topic, s.partition.partition) for s in slots if s.partition is not None]
         if not rm.fetch_purgatory.try_complete_else_watch(op, keys):
             await op.wait()
         for s in slots:
             if s.partition is not None and rm.get_partition(s.partition.topic, s.partition.partition) is not s.partition:
                 s.data.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-        _read_all(slots, max_bytes, isolation)
+        total = _read_all(slots, max_bytes, isolation)
+    if quota.enabled:
+        # KIP-13: a fetch over quota answers no partitions (its bytes are unrecorded) and the
+        # connection is muted. Counted: the records' bytes (Kafka counts the whole response).
+        throttle_ms = record_fetch(quota, ctx, total)
+        if throttle_ms:
+            return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[])
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)

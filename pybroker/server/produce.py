@@ -25,6 +25,7 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ProduceRequest, ProduceResponse
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.records.batch import BatchHeader, build_batch, iter_batch_records, validate_and_count
+from pybroker.server.quota import record_produce
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
@@ -178,6 +179,8 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed: closing so the client refreshes metadata")
+        if broker.quotas.produce.enabled:
+            record_produce(broker.quotas.produce, ctx)  # mutes the connection, no response to carry it
         return None
     if acks == -1 and waits:
         op = DelayedProduce(max(0, req.timeout_ms), waits)
@@ -185,7 +188,9 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
         keys = [(p.topic, p.partition) for p, _, _ in waits]
         if not rm.produce_purgatory.try_complete_else_watch(op, keys):
             await op.wait()
-    return ProduceResponse(responses=topics_out, throttle_time_ms=0)
+    # KIP-13 byte-rate quota, recorded when answering as Kafka does (one bool test without quotas)
+    throttle_ms = record_produce(broker.quotas.produce, ctx) if broker.quotas.produce.enabled else 0
+    return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms)
 
 
 __all__ = ["DelayedProduce", "handle_produce"]

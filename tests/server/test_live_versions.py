@@ -403,3 +403,33 @@ def test_describe_quorum_and_update_features_every_version(broker, wire):
         bad = wire.request(ApiKey.UPDATE_FEATURES, v, UpdateFeaturesRequest(
             timeout_ms=5000, feature_updates=[key(feature="metadata.version", max_version_level=99)]))
         assert (bad.error_code, bad.results) == (Errors.INVALID_UPDATE_VERSION, [])
+
+
+def test_client_quotas_every_version(wire):
+    # (imported here: other API families share this module's import block)
+    from pybroker.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    entry, entity, op = (AlterClientQuotasRequest.EntryData, AlterClientQuotasRequest.EntityData,
+                         AlterClientQuotasRequest.OpData)
+    for v in versions(ApiKey.ALTER_CLIENT_QUOTAS):
+        r = wire.request(ApiKey.ALTER_CLIENT_QUOTAS, v, AlterClientQuotasRequest(entries=[
+            entry(entity=[entity(entity_type="user", entity_name=f"lv-{v}"),
+                          entity(entity_type="client-id", entity_name=None)],
+                  ops=[op(key="producer_byte_rate", value=1000.0 + v, remove=False)]),
+            entry(entity=[entity(entity_type="user", entity_name="lv-bad")],
+                  ops=[op(key="producer_byte_rate", value=-1.0, remove=False)])], validate_only=False))
+        assert [(x.error_code, x.error_message, [(e.entity_type, e.entity_name) for e in x.entity])
+                for x in r.entries] == [
+            (0, None, [("client-id", None), ("user", f"lv-{v}")]),
+            (Errors.INVALID_REQUEST, "Quota producer_byte_rate must be greater than 0", [("user", "lv-bad")])]
+    comp = DescribeClientQuotasRequest.ComponentData
+    for v in versions(ApiKey.DESCRIBE_CLIENT_QUOTAS):
+        r = wire.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, v, DescribeClientQuotasRequest(
+            components=[comp(entity_type="user", match_type=0, match="lv-0"),
+                        comp(entity_type="client-id", match_type=1, match=None)], strict=True))
+        assert (r.error_code, [([(e.entity_type, e.entity_name) for e in x.entity],
+                                [(q.key, q.value) for q in x.values]) for x in r.entries]) == (
+            0, [([("client-id", None), ("user", "lv-0")], [("producer_byte_rate", 1000.0)])])
+        bad = wire.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, v, DescribeClientQuotasRequest(
+            components=[comp(entity_type="user", match_type=0, match=None)], strict=False))
+        assert (bad.error_code, bad.entries) == (Errors.INVALID_REQUEST, None)

@@ -1,0 +1,92 @@
+"""DescribeClientQuotas (api 48) and AlterClientQuotas (api 49), KIP-546.
+
+Quotas are metadata: ClientQuotaRecords in __cluster_metadata, replayed into
+`MetadataImage.client_quotas` (pybroker/controller/client_quotas.py holds Kafka's rules),
+and pushed to the byte-rate quota managers that throttle produce and fetch
+(pybroker/server/quota.py).
+
+Alter goes through the controller, as a Kafka broker forwards it to
+ClientQuotaControlManager: one result per distinct entity, INVALID_REQUEST with Kafka's
+message for an unknown entity type, an empty name, ip combined with user/client-id, an
+unresolvable ip, an unknown key for the entity, a value <= 0, a fractional or too large
+integral value (producer_byte_rate / consumer_byte_rate are longs,
+connection_creation_rate an int), a key or an entity named twice. validate_only checks and
+answers without writing. An op with remove=true removes the key (value ignored).
+
+Describe reads the image (Kafka's ClientQuotasImage.describe): a filter Kafka rejects
+(empty or repeated entity type, match type/string mismatch, ip mixed with user/client-id)
+answers INVALID_REQUEST (an unknown type UNSUPPORTED_VERSION) with no entries.
+No authorizer, so no CLUSTER_AUTHORIZATION_FAILED.
+
+Concurrency: handlers run on the trio thread; describe reads the image between awaits.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+import trio
+
+from pybroker.controller import client_quotas as cq
+from pybroker.protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+_RESOLVE_TIMEOUT_S = 5.0
+
+_DEntry = DescribeClientQuotasResponse.EntryData
+_DEntity = DescribeClientQuotasResponse.EntityData
+_DValue = DescribeClientQuotasResponse.ValueData
+_AEntry = AlterClientQuotasResponse.EntryData
+_AEntity = AlterClientQuotasResponse.EntityData
+
+
+def handle_describe_client_quotas(broker: Any, ctx: Any, req: DescribeClientQuotasRequest
+                                  ) -> DescribeClientQuotasResponse:
+    components = [(c.entity_type, c.match_type, c.match) for c in req.components]
+    try:
+        found = cq.describe_client_quotas(broker.image.client_quotas, components, req.strict)
+    except cq.DescribeError as exc:
+        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=exc.error_code,
+                                            error_message=exc.message, entries=None)
+    return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=0, error_message=None, entries=[
+        _DEntry(entity=[_DEntity(entity_type=t, entity_name=n) for t, n in entity],
+                values=[_DValue(key=k, value=v) for k, v in values.items()])
+        for entity, values in found])
+
+
+async def _resolvable(names: set[str]) -> set[str]:
+    """The names InetAddress.getByName would accept: ip literals, or hosts that resolve."""
+    ok = set()
+    for name in names:
+        try:
+            ipaddress.ip_address(name)
+            ok.add(name)
+            continue
+        except ValueError:
+            pass
+        with trio.move_on_after(_RESOLVE_TIMEOUT_S):
+            try:
+                await trio.socket.getaddrinfo(name, None)
+                ok.add(name)
+            except (OSError, UnicodeError, socket.gaierror):
+                pass
+    return ok
+
+
+async def handle_alter_client_quotas(broker: Any, ctx: Any, req: AlterClientQuotasRequest
+                                     ) -> AlterClientQuotasResponse:
+    alterations = [cq.Alteration([(e.entity_type, e.entity_name) for e in entry.entity],
+                                 [(op.key, None if op.remove else op.value) for op in entry.ops])
+                   for entry in req.entries]
+    resolvable = await _resolvable(cq.ip_names(alterations))
+    results = await broker.controller.alter_client_quotas(alterations, resolvable, req.validate_only)
+    return AlterClientQuotasResponse(throttle_time_ms=0, entries=[
+        _AEntry(error_code=r.error_code, error_message=r.error_message,
+                entity=[_AEntity(entity_type=t, entity_name=n) for t, n in r.entity])
+        for r in results])
