@@ -4,7 +4,9 @@ Metadata (topics; cluster at v8-10), DescribeCluster, DescribeGroups and Consume
 carry an int32 whose bit N is set when the caller may perform AclOperation N on the resource,
 or INT32_MIN when the request did not ask for it. With no authorizer configured Kafka grants
 every operation the resource type supports (AuthHelper.authorizedOperations ->
-AclEntry.supportedOperations), so those are the bits reported here. Pure constants, no state.
+AclEntry.supportedOperations), so those are the bits reported here. With `authorizer.class.name`
+set, handlers ask pybroker/security/authorizer.py instead, which tests each of these supported
+operations against the ACLs. Pure constants, no state.
 """
 
 from __future__ import annotations

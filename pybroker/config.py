@@ -136,6 +136,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # client quotas (Kafka's QuotaConfig): 10 whole windows + the current one
     ConfigDef("quota.window.num", "int", 11, at_least(1)),
     ConfigDef("quota.window.size.seconds", "int", 1, at_least(1)),
+    # authorization (Kafka's StandardAuthorizer; "" = no authorizer, ACL APIs answer SECURITY_DISABLED)
+    ConfigDef("authorizer.class.name", "class", "", lambda n, v: check_authorizer_class(n, v)),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False),
+    ConfigDef("super.users", "string", "", lambda n, v: parse_super_users(n, v) and None),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -163,7 +167,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.retention.check.interval.ms", "long", 300000, at_least(1)),
     ConfigDef("log.cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), read_only=False),
     ConfigDef("log.cleaner.enable", "boolean", True),
-    ConfigDef("log.cleaner.backoff.ms", "long", 15000, at_least(0)),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, at_least(0), read_only=False),
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0), read_only=False),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0), read_only=False),
     ConfigDef("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, at_least(1), read_only=False),
@@ -227,6 +231,31 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
     ConfigDef("request.timeout.ms", "int", 30000),
 )
+
+# The authorizers `authorizer.class.name` accepts: Kafka's KRaft StandardAuthorizer, and the ZooKeeper-era
+# AclAuthorizer name as an alias (older test rigs, e.g. trivup, still set it).
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+AUTHORIZER_CLASSES = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthorizer")
+
+
+def check_authorizer_class(name: str, value: Any) -> None:
+    if value and value not in AUTHORIZER_CLASSES:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
+
+
+def parse_super_users(name: str, value: Any) -> frozenset[str]:
+    """StandardAuthorizer.getConfiguredSuperUsers: ';'-separated principals, each 'Type:name'."""
+    out = set()
+    for item in (value or "").split(";"):
+        v = item.strip()
+        if not v:
+            continue
+        if ":" not in v:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: expected a string in format "
+                              f"principalType:principalName but got {v}")
+        out.add(v)
+    return frozenset(out)
+
 
 # Topic configs: name -> (definition, broker synonym). A topic's effective value is its
 # own override, else the broker's synonym value, else the topic default.

@@ -32,7 +32,8 @@ from pybroker.config import (
     format_value,
     validate_topic_configs,
 )
-from pybroker.controller import client_quotas, scram
+from pybroker.controller import acls as acl_control
+from pybroker.controller import broker_configs, client_quotas, scram
 from pybroker.controller import features as feature_control
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
@@ -41,7 +42,7 @@ from pybroker.protocol.errors import Errors
 
 log = logging.getLogger("pybroker.controller")
 
-# 4.0-IV3: the level Kafka 4.0 writes at format time; why pybroker may claim it: controller/features.py
+# 4.2-IV1: the level Kafka 4.2 writes at format time; why pybroker may claim it: controller/features.py
 METADATA_VERSION = feature_control.BOOTSTRAP_METADATA_VERSION
 PRODUCER_ID_BLOCK_SIZE = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -111,8 +112,11 @@ class QuorumController:
         async with self._lock:
             records: list[Any] = []
             if "metadata.version" not in self.image.features:
-                # first start: Kafka 4.0's bootstrap feature levels (older data dirs keep theirs)
+                # first start: Kafka 4.2's bootstrap feature levels (older data dirs keep theirs),
+                # then KIP-966's cluster-level min.insync.replicas when they enable ELR
                 records.extend(feature_control.bootstrap_records(METADATA_VERSION))
+                records.extend(broker_configs.activation_records(
+                    feature_control.BOOTSTRAP_FEATURES, broker_configs.static_min_insync_replicas(self.config)))
             node_id = self.config.node_id
             prev = self.image.brokers.get(node_id)
             self.broker_epoch = (self.image.offset + 1) if prev is None else max(prev.epoch + 1, self.image.offset + 1)
@@ -456,8 +460,33 @@ class QuorumController:
                 log.warning("%s", res.message)
                 return res.error, res.message
             if not validate_only:
-                await self._commit(res.records or [])
+                records = list(res.records or [])
+                if any(name == feature_control.ELIGIBLE_LEADER_REPLICAS_VERSION and level > 0
+                       for name, level, _ in updates):
+                    # ConfigurationControlManager.updateFeatures: ELR's safety configs go first
+                    records[:0] = broker_configs.elr_safety_records(
+                        self.image.configs, broker_configs.static_min_insync_replicas(self.config))
+                await self._commit(records)
             return 0, None
+
+    # ------------------------------------------------------------------ broker configs (KIP-226)
+
+    async def alter_broker_configs(self, resources: Sequence[tuple[str, Any]], incremental: bool,
+                                   validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """BROKER resources the broker has validated: (name, [(key, op, value)]) when
+        incremental, else (name, {key: value}). ConfigRecords as controller/broker_configs.py
+        decides them, one batch; one (error, message) per resource, in order."""
+        async with self._lock:
+            out: list[tuple[int, str | None]] = []
+            records: list[Any] = []
+            for name, change in resources:
+                build = broker_configs.incremental_records if incremental else broker_configs.legacy_records
+                code, msg, recs = build(self.image.configs, self.image.features, name, change)
+                out.append((code, msg))
+                if not code and not validate_only:
+                    records.extend(recs)
+            await self._commit(records)
+            return out
 
     # ------------------------------------------------------------------ producer ids
 
@@ -494,6 +523,25 @@ class QuorumController:
                                                                  resolvable)
             if not validate_only:
                 await self._commit(records)
+            return results
+
+
+    # ------------------------------------------------------------------ ACLs (KIP-500 StandardAuthorizer)
+
+    async def create_acls(self, acls: Sequence[acl_control.StandardAcl]) -> list[tuple[int, str | None]]:
+        """Kafka's AclControlManager.createAcls: validate, commit the AccessControlEntryRecords as
+        one batch, (error, message) per ACL in order."""
+        async with self._lock:
+            records, results = acl_control.create_acls(self.image.acls, acls)
+            await self._commit(records)
+            return results
+
+    async def delete_acls(self, filters: Sequence[acl_control.AclBindingFilter]) -> list[acl_control.DeleteResult]:
+        """Kafka's AclControlManager.deleteAcls: one result per filter listing the ACLs it matched;
+        the RemoveAccessControlEntryRecords are committed as one batch."""
+        async with self._lock:
+            records, results = acl_control.delete_acls(self.image.acls, filters)
+            await self._commit(records)
             return results
 
 

@@ -4,26 +4,36 @@ Kafka's MetadataVersion table, its `Feature` enum as Kafka 4.0 ships it, QuorumF
 (the levels this node supports) and FeatureControlManager.updateFeatures (validation of an
 UpdateFeatures request into FeatureLevelRecords), reduced to one combined node.
 
-Supported levels are what pybroker implements, not Kafka 4.0's:
-- metadata.version 7 (3.3-IV3, Kafka 4.0's minimum) .. 25 (4.0-IV3, Kafka 4.0's latest
+Supported levels are what pybroker implements, not Kafka 4.2's:
+- metadata.version 7 (3.3-IV3, Kafka's minimum) .. 29 (4.2-IV1, Kafka 4.2's latest
   production level). pybroker writes PartitionRecord v2 and RegisterBrokerRecord v3, which
-  Kafka writes from 4.0-IV1 (23); 24 and 25 change no metadata (didMetadataChange false),
-  so 25 claims nothing the metadata log lacks.
+  Kafka writes from 4.0-IV1 (23); 24..29 change no metadata (didMetadataChange false): 26 only
+  makes ELR a format default, 27 moves the replica fetcher to Fetch v18 (there is no replica
+  fetcher on one node), 28 and 29 only make share.version / streams.version format defaults.
+  So 29 claims nothing the metadata log lacks.
 - group.version 0..1: the KIP-848 consumer protocol is implemented.
+- eligible.leader.replicas.version 0..1 (KIP-966): ELR only ever holds replicas outside the
+  ISR, and every partition here has one replica that is its whole ISR, so the ELR and the
+  last known ELR are always empty; what ELR adds on one node is the cluster-level
+  min.insync.replicas ConfigRecord and its alter rules (controller/broker_configs.py).
+  Level 1 depends on metadata.version 24 (4.0-IV2), as in Kafka.
 - transaction.version 0 only: TV1 means the transaction coordinator writes flexible
   TransactionLogValue v1 records and TV2 adds EndTxn v5 / AddPartitionsToTxn v5 epoch bumps;
   pybroker writes v0 values and does not advertise those versions.
-- kraft.version 0 only (no KIP-853 voter changes), eligible.leader.replicas.version 0 only.
+- kraft.version 0 only (no KIP-853 voter changes); share.version and streams.version 0 only
+  (no share groups, no streams groups).
 Kafka's BrokerFeatures/QuorumFeatures list a feature only when its maximum supported level
-is above 0, so the last three are absent from ApiVersions and an upgrade of any of them is
-refused with "Local controller N does not support this feature.".
+is above 0, so the unsupported ones are absent from ApiVersions and an upgrade of any of them
+is refused with "Local controller N does not support this feature.".
 
-A freshly formatted node finalizes what Kafka 4.0's `kafka-storage format` would at
-4.0-IV3 (Feature.defaultLevel: the highest level whose bootstrap metadata version is at or
-below it), capped by the above: metadata.version 25, group.version 1 (transaction.version
-would be 2 in Kafka, 0 here). BootstrapMetadata writes metadata.version first, then the
-other features in name order, only those above level 0; kraft.version never has a
-FeatureLevelRecord (it lives in the Raft log).
+A freshly formatted node finalizes what Kafka 4.2's `kafka-storage format` would at
+4.2-IV1 (Feature.defaultLevel: the highest level whose bootstrap metadata version is at or
+below it), capped by the above: metadata.version 29, eligible.leader.replicas.version 1
+(bootstrap version 4.1-IV0), group.version 1 (transaction.version 2, share.version 1 and
+streams.version 1 in Kafka, 0 here). BootstrapMetadata writes metadata.version first, then
+the other features in name order, only those above level 0; kraft.version never has a
+FeatureLevelRecord (it lives in the Raft log). A data dir formatted by an older pybroker
+keeps the levels it has.
 
 Pure functions over the image's `features` map; the caller (QuorumController) holds its lock.
 """
@@ -42,37 +52,49 @@ KRAFT_VERSION = "kraft.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
 ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
+SHARE_VERSION = "share.version"
+STREAMS_VERSION = "streams.version"
 
-# Kafka's MetadataVersion from 3.3-IV3 (4.0's MINIMUM_VERSION) to 4.0-IV3 (4.0's
+# Kafka's MetadataVersion from 3.3-IV3 (MINIMUM_VERSION) to 4.2-IV1 (4.2's
 # LATEST_PRODUCTION): feature level -> (version string, didMetadataChange).
 METADATA_VERSIONS: dict[int, tuple[str, bool]] = {
     7: ("3.3-IV3", True), 8: ("3.4-IV0", True), 9: ("3.5-IV0", False), 10: ("3.5-IV1", False),
     11: ("3.5-IV2", True), 12: ("3.6-IV0", False), 13: ("3.6-IV1", True), 14: ("3.6-IV2", True),
     15: ("3.7-IV0", True), 16: ("3.7-IV1", False), 17: ("3.7-IV2", True), 18: ("3.7-IV3", False),
     19: ("3.7-IV4", False), 20: ("3.8-IV0", False), 21: ("3.9-IV0", False), 22: ("4.0-IV0", False),
-    23: ("4.0-IV1", True), 24: ("4.0-IV2", False), 25: ("4.0-IV3", False),
+    23: ("4.0-IV1", True), 24: ("4.0-IV2", False), 25: ("4.0-IV3", False), 26: ("4.1-IV0", False),
+    27: ("4.1-IV1", False), 28: ("4.2-IV0", False), 29: ("4.2-IV1", False),
 }
 MINIMUM_METADATA_VERSION = 7
-LATEST_METADATA_VERSION = 25
+LATEST_METADATA_VERSION = 29
 
-# Kafka 4.0's production features (Feature.PRODUCTION_FEATURES) and their levels; a name
+# Kafka 4.2's production features (Feature.PRODUCTION_FEATURES) and their levels; a name
 # outside this table is "not found" (Feature.featureFromName).
 KNOWN_FEATURE_LEVELS: dict[str, tuple[int, ...]] = {
     KRAFT_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 1, 2),
     GROUP_VERSION: (0, 1),
     ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
+    STREAMS_VERSION: (0, 1),
+}
+
+# FeatureVersion.dependencies() of the levels this node supports: (feature, level) ->
+# {other feature: minimum level}. ELRV_1 needs metadata.version 4.0-IV2.
+FEATURE_DEPENDENCIES: dict[tuple[str, int], dict[str, int]] = {
+    (ELIGIBLE_LEADER_REPLICAS_VERSION, 1): {METADATA_VERSION: 24},
 }
 
 # What this node supports (QuorumFeatures.defaultFeatureMap): only features whose max > 0.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
+    ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
 }
 
-# The levels written at first start, after metadata.version (Kafka 4.0 format defaults, capped).
+# The levels written at first start, after metadata.version (Kafka 4.2 format defaults, capped).
 BOOTSTRAP_METADATA_VERSION = LATEST_METADATA_VERSION
-BOOTSTRAP_FEATURES: dict[str, int] = {GROUP_VERSION: 1}
+BOOTSTRAP_FEATURES: dict[str, int] = {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP_VERSION: 1}
 
 # UpdateFeatures upgrade types (Kafka's FeatureUpdate.UpgradeType codes)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -215,11 +237,16 @@ def _validate_one(node_id: int, features: Mapping[str, int], name: str, level: i
     if level not in KNOWN_FEATURE_LEVELS[name]:
         return _invalid(name, level, f"No feature:{name} with feature level {level}")
     # Feature.validateVersion: levels >= 1 need metadata.version >= 3.3-IV3 (always true in
-    # the supported range); none of the supported levels has other dependencies.
+    # the supported range), then the level's own dependencies, against the proposed levels.
     mv = proposed.get(METADATA_VERSION)
     if level >= 1 and (mv is None or mv < MINIMUM_METADATA_VERSION):
         return _invalid(name, level, f"{name} could not be set to {level} because it depends on "
                                      f"metadata.version={MINIMUM_METADATA_VERSION} "
                                      f"({METADATA_VERSIONS[MINIMUM_METADATA_VERSION][0]})")
+    for dep, minimum in FEATURE_DEPENDENCIES.get((name, level), {}).items():
+        have = proposed.get(dep)
+        if have is None or have < minimum:
+            return _invalid(name, level, f"{name} could not be set to {level} because it depends on "
+                                         f"{dep} level {minimum}")
     records.append(m.FeatureLevelRecord(name=name, feature_level=level))
     return None

@@ -7,7 +7,8 @@ the whole log from the start gives the same image (this is how a restart rebuild
 Record types handled: FeatureLevelRecord, RegisterBrokerRecord, TopicRecord,
 PartitionRecord, PartitionChangeRecord, ConfigRecord, RemoveTopicRecord,
 ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
-ClientQuotaRecord. Topic ids are 16-byte values (`bytes`).
+ClientQuotaRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord. Topic ids
+are 16-byte values (`bytes`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybroker.controller import acls as acl_control
 from pybroker.controller import client_quotas
 from pybroker.controller.scram import ScramCredential
 
@@ -65,6 +67,10 @@ class MetadataImage:
         self.scram_credentials: dict[str, dict[int, ScramCredential]] = {}
         # entity ((type, name) pairs, name None = default) -> quota key -> value (Kafka's ClientQuotasImage)
         self.client_quotas: dict[client_quotas.Entity, dict[str, float]] = {}
+        # ACL id -> StandardAcl in commit order (Kafka's AclControlManager.idToAcl); acls_version
+        # changes with every ACL record so the authorizer knows when to rebuild its index
+        self.acls: dict[bytes, acl_control.StandardAcl] = {}
+        self.acls_version = 0
         self.offset = -1  # offset of the last record applied
 
     # ------------------------------------------------------------------ reading
@@ -166,3 +172,11 @@ class MetadataImage:
 
     def _replay_ClientQuotaRecord(self, r: Any) -> None:
         client_quotas.replay(self.client_quotas, r)
+
+    def _replay_AccessControlEntryRecord(self, r: Any) -> None:
+        acl_control.replay_add(self.acls, r)
+        self.acls_version += 1
+
+    def _replay_RemoveAccessControlEntryRecord(self, r: Any) -> None:
+        acl_control.replay_remove(self.acls, r)
+        self.acls_version += 1

@@ -184,8 +184,9 @@ class ReplicaManager:
         if not self.config["log.cleaner.enable"]:
             return
         cleaner = LogCleaner(self.log_manager, self.schedule_segment_deletion)
-        backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
         while True:
+            # read every pass: log.cleaner.backoff.ms is a dynamic broker config
+            backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
             logs = [p.log for p in list(self.partitions.values()) if p.log.config.compact]
             try:
                 cleaned = await cleaner.clean_logs(logs, wall_ms())

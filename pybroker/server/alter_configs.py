@@ -9,10 +9,12 @@ changes as ConfigRecords (QuorumController.incremental_alter_topic_configs /
 legacy_alter_topic_configs). A committed change reaches the partition logs through
 ReplicaManager.apply_metadata before the response is sent.
 
-Broker resources: pybroker has no dynamic broker configs, so any key is answered as Kafka
-answers a key that cannot change at run time (INVALID_REQUEST "Cannot update these configs
-dynamically: Set(...)"); an empty change set succeeds. BROKER_LOGGER and other resource
-types are not supported (INVALID_REQUEST).
+BROKER resources (KIP-226 dynamic broker configs, named by this node's id or "" for the
+cluster-wide default): the broker validates names, keys and values
+(server/dynamic_config.py, Kafka's ConfigAdminManager.validateBrokerConfigChange), then the
+controller writes the ConfigRecords (QuorumController.alter_broker_configs,
+controller/broker_configs.py). BROKER_LOGGER and other resource types are not supported
+(INVALID_REQUEST).
 
 Concurrency: trio thread; the controller serialises changes.
 """
@@ -31,6 +33,8 @@ from pybroker.protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from pybroker.security.authorizer import Op
+from pybroker.server.dynamic_config import Rejected
 
 RESOURCE_BROKER_LOGGER = 8
 _TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
@@ -59,7 +63,9 @@ def _preprocess(broker: Any, resources: list[Any], incremental: bool) -> dict[in
         if r.resource_type == RESOURCE_TOPIC:
             continue  # validated and committed by the controller
         if r.resource_type == RESOURCE_BROKER:
-            done[i] = _broker_change(broker, r)
+            outcome = _broker_change(broker, r, incremental)
+            if outcome is not None:
+                done[i] = outcome
         elif r.resource_type in _TYPE_NAMES:
             done[i] = (Errors.INVALID_REQUEST,
                        f"Resource type {_TYPE_NAMES[r.resource_type]} is not supported by this broker")
@@ -68,31 +74,68 @@ def _preprocess(broker: Any, resources: list[Any], incremental: bool) -> dict[in
     return done
 
 
-def _broker_change(broker: Any, r: Any) -> Outcome:
-    name = r.resource_name
-    if name:
-        try:
-            node = int(name)
-        except ValueError:
-            return Errors.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
-        if node != broker.node_id:
-            return Errors.INVALID_REQUEST, f"Unexpected broker id, expected {broker.node_id}, but received {name}"
-    keys = [c.name for c in r.configs]
-    if keys:
-        # Kafka formats the offending keys as a Scala Set
-        return Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({', '.join(keys)})"
-    return 0, None
+def _unauthorized(broker: Any, ctx: Any, resources: list[Any], done: dict[int, Outcome]) -> dict[int, Outcome]:
+    """ALTER_CONFIGS on each resource still to change (BROKER -> the cluster); none without an authorizer."""
+    auth = broker.authorizer
+    if auth is None:
+        return {}
+    out: dict[int, Outcome] = {}
+    for i, r in enumerate(resources):
+        denied = None if i in done else auth.config_resource_error(ctx, Op.ALTER_CONFIGS, r.resource_type,
+                                                                    r.resource_name)
+        if denied:
+            out[i] = denied
+    return out
+
+
+def _broker_change(broker: Any, r: Any, incremental: bool) -> Outcome | None:
+    """The broker's validation of a BROKER resource: an outcome when it is refused here,
+    None when it goes on to the controller."""
+    dyn = broker.dynamic_config
+    try:
+        if incremental:
+            stored = broker.image.configs.get((RESOURCE_BROKER, r.resource_name), {})
+            dyn.check_incremental(r.resource_name, stored,
+                                  [(c.name, c.config_operation, c.value) for c in r.configs])
+        else:
+            dyn.check_legacy(r.resource_name, {c.name: c.value for c in r.configs})
+    except Rejected as exc:
+        return exc.code, exc.message
+    return None
+
+
+async def _persist(broker: Any, resources: list[Any], todo: list[int], incremental: bool,
+                   validate_only: bool) -> dict[int, Outcome]:
+    """The controller's step: TOPIC resources and BROKER resources, each in one call."""
+    out: dict[int, Outcome] = {}
+    topics = [i for i in todo if resources[i].resource_type == RESOURCE_TOPIC]
+    brokers = [i for i in todo if resources[i].resource_type == RESOURCE_BROKER]
+    if topics:
+        if incremental:
+            results = await broker.controller.incremental_alter_topic_configs(
+                [(resources[i].resource_name, [(c.name, c.config_operation, c.value) for c in resources[i].configs])
+                 for i in topics], validate_only=validate_only)
+        else:
+            results = await broker.controller.legacy_alter_topic_configs(
+                [(resources[i].resource_name, {c.name: c.value for c in resources[i].configs}) for i in topics],
+                validate_only=validate_only)
+        out.update(zip(topics, results, strict=True))
+    if brokers:
+        changes = [(resources[i].resource_name,
+                    [(c.name, c.config_operation, c.value) for c in resources[i].configs] if incremental
+                    else {c.name: c.value for c in resources[i].configs}) for i in brokers]
+        results = await broker.controller.alter_broker_configs(changes, incremental, validate_only=validate_only)
+        out.update(zip(brokers, results, strict=True))
+    return out
 
 
 async def handle_alter_configs(broker: Any, ctx: Any, req: AlterConfigsRequest) -> AlterConfigsResponse:
     resources = list(req.resources)
     outcomes = _preprocess(broker, resources, incremental=False)
+    outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
     todo = [i for i in range(len(resources)) if i not in outcomes]
     if todo:
-        results = await broker.controller.legacy_alter_topic_configs(
-            [(resources[i].resource_name, {c.name: c.value for c in resources[i].configs}) for i in todo],
-            validate_only=req.validate_only)
-        outcomes.update(zip(todo, results, strict=True))
+        outcomes.update(await _persist(broker, resources, todo, False, req.validate_only))
     return AlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=int(outcomes[i][0]), error_message=outcomes[i][1],
@@ -104,13 +147,10 @@ async def handle_incremental_alter_configs(broker: Any, ctx: Any,
                                            req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     resources = list(req.resources)
     outcomes = _preprocess(broker, resources, incremental=True)
+    outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
     todo = [i for i in range(len(resources)) if i not in outcomes]
     if todo:
-        results = await broker.controller.incremental_alter_topic_configs(
-            [(resources[i].resource_name, [(c.name, c.config_operation, c.value) for c in resources[i].configs])
-             for i in todo],
-            validate_only=req.validate_only)
-        outcomes.update(zip(todo, results, strict=True))
+        outcomes.update(await _persist(broker, resources, todo, True, req.validate_only))
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=int(outcomes[i][0]), error_message=outcomes[i][1],

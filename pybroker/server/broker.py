@@ -30,8 +30,10 @@ from pybroker.log.manager import LogManager
 from pybroker.net.server import SocketServer
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.replica_manager import ReplicaManager, log_config
+from pybroker.security.authorizer import StandardAuthorizer
 from pybroker.server.cluster import ProducerIdManager
 from pybroker.server.dispatch import RequestDispatcher
+from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.quota import QuotaManagers
 
 log = logging.getLogger("pybroker")
@@ -66,8 +68,11 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.txn_coordinator: TransactionCoordinator
         self.server: SocketServer
+        self.dynamic_config: DynamicBrokerConfig  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
+        # authorizer.class.name: None (no authorizer) costs handlers one `is None` test
+        self.authorizer: StandardAuthorizer | None = None
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
@@ -117,7 +122,15 @@ class Broker:
             self.advertised = self._advertised()
             self.image = MetadataImage()
             self.controller = QuorumController(cfg, self.image, self.metadata_log)
+            self.authorizer = StandardAuthorizer.from_config(cfg, self.image)
             await self.controller.load_and_register(self.advertised, self.cluster_id)
+            # dynamic broker configs first: every later reader (topic defaults included) sees them,
+            # and as the first listener a change reaches `config` before the replica manager
+            self.dynamic_config = DynamicBrokerConfig(cfg)
+            if self.dynamic_config.reload(self.image.configs):
+                self.dynamic_config.apply_runtime(self)
+            self.controller.listeners.insert(
+                0, lambda records: self.dynamic_config.on_metadata(self, self.image.configs, records))
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon)
             self.replica_manager.load_high_watermarks()
             self.replica_manager.apply_metadata()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
+from pybroker.controller.acls import CLUSTER_NAME
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
@@ -17,6 +18,7 @@ from pybroker.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
+from pybroker.security.authorizer import Op, Res
 from pybroker.server.metadata import broker_list
 
 
@@ -30,11 +32,14 @@ def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) 
     brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
                                                              rack=b.rack)
                for b in broker_list(broker, ctx.conn.listener_name)]
+    ops = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+    auth = broker.authorizer
+    if auth is not None and req.include_cluster_authorized_operations:  # AuthHelper.computeDescribeClusterResponse
+        ops = auth.authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME) if auth.authorize_cluster(ctx, Op.DESCRIBE) \
+            else 0
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
-        controller_id=broker.node_id, brokers=brokers,
-        cluster_authorized_operations=CLUSTER_OPERATIONS if req.include_cluster_authorized_operations
-        else AUTHORIZED_OPERATIONS_OMITTED)
+        controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=ops)
 
 
 class ProducerIdManager:
@@ -56,6 +61,18 @@ class ProducerIdManager:
 
 
 async def handle_init_producer_id(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    auth = broker.authorizer
+    if auth is not None:
+        # KafkaApis: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on the
+        # cluster or WRITE on some topic (KIP-679, authorizeByResourceType)
+        if req.transactional_id is not None:
+            ok, code = auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id), \
+                Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        else:
+            ok, code = auth.authorize_cluster(ctx, Op.IDEMPOTENT_WRITE) or \
+                auth.authorize_by_resource_type(ctx, Op.WRITE, Res.TOPIC), Errors.CLUSTER_AUTHORIZATION_FAILED
+        if not ok:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
     if req.transactional_id is not None:
         from pybroker.server.txn import init_transactional_producer
 

@@ -3,17 +3,19 @@
 Config sources (Kafka's DescribeConfigsResponse.ConfigSource): 1 dynamic topic,
 2 dynamic broker, 3 dynamic default broker, 4 static broker (server.properties or
 --override), 5 default, 6 dynamic broker logger. A topic config's synonyms are its topic
-override, then the broker property backing it, then the default.
+override, then every layer that sets the broker property backing it (Kafka's ConfigHelper,
+server/dynamic_config.py). A BROKER resource is this node (every config) or "" (only the
+cluster-wide dynamic defaults).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pybroker.config import BROKER_CONFIGS, TOPIC_CONFIGS, format_value
 from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+from pybroker.security.authorizer import Op
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_STATIC = 4
@@ -30,46 +32,20 @@ Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
 
 
 def _topic_entries(broker: Any, topic: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
-    overrides = broker.image.topic_configs(topic)
-    out = []
-    for name in sorted(TOPIC_CONFIGS):
-        if keys is not None and name not in keys:
-            continue
-        d, syn = TOPIC_CONFIGS[name]
-        chain: list[Synonym] = []
-        if name in overrides:
-            chain.append(Synonym(name=name, value=overrides[name], source=CONFIG_SOURCE_DYNAMIC_TOPIC))
-        if syn:
-            broker_value = broker.config.broker_synonym_value(syn)
-            if broker.config.source(syn) != "DEFAULT_CONFIG" or broker_value != d.default:
-                chain.append(Synonym(name=syn, value=format_value(broker_value), source=CONFIG_SOURCE_STATIC))
-        chain.append(Synonym(name=syn or name, value=format_value(d.default), source=CONFIG_SOURCE_DEFAULT))
-        top = chain[0]
-        out.append(Entry(name=name, value=top.value, read_only=False,
-                         is_default=False, config_source=top.source,
-                         is_sensitive=False, synonyms=chain if synonyms else [],
-                         config_type=_TYPES.get(d.type, 0), documentation=None))
-    return out
+    # sources, values and synonyms over the dynamic broker layers: server/dynamic_config.py
+    return broker.dynamic_config.topic_entries(broker.image.topic_configs(topic), keys, synonyms)
 
 
-def _broker_entries(broker: Any, keys: list[str] | None, synonyms: bool) -> list[Entry]:
-    cfg = broker.config
-    out = []
-    for name in sorted(BROKER_CONFIGS):
-        if keys is not None and name not in keys:
-            continue
-        d = BROKER_CONFIGS[name]
-        value = cfg[name]
-        if name == "node.id":
-            value = cfg.node_id
-        source = CONFIG_SOURCE_STATIC if cfg.source(name) != "DEFAULT_CONFIG" else CONFIG_SOURCE_DEFAULT
-        sensitive = d.type == "password" or name.endswith(SENSITIVE_SUFFIXES)
-        shown = None if sensitive else format_value(value)
-        chain = [Synonym(name=name, value=shown, source=source)] if synonyms else []
-        out.append(Entry(name=name, value=shown, read_only=d.read_only, is_default=False,
-                         config_source=source, is_sensitive=sensitive, synonyms=chain,
-                         config_type=_TYPES.get(d.type, 0), documentation=None))
-    return out
+def _broker_entries(broker: Any, name: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
+    return broker.dynamic_config.broker_entries(name, keys, synonyms)
+
+
+def _is_int(s: str) -> bool:
+    try:
+        int(s)
+        return True
+    except ValueError:
+        return False
 
 
 def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
@@ -79,6 +55,12 @@ def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) 
         keys = list(res.configuration_keys) if res.configuration_keys else None
         r = Result(error_code=0, error_message=None, resource_type=res.resource_type,
                    resource_name=res.resource_name, configs=[])
+        denied = broker.authorizer and broker.authorizer.config_resource_error(
+            ctx, Op.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
+        if denied:  # ConfigHelper: DESCRIBE_CONFIGS on the resource
+            r.error_code, r.error_message = denied
+            results.append(r)
+            continue
         if res.resource_type == RESOURCE_TOPIC:
             if broker.image.topic(res.resource_name) is None:
                 r.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -86,11 +68,16 @@ def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) 
             else:
                 r.configs = _topic_entries(broker, res.resource_name, keys, req.include_synonyms)
         elif res.resource_type == RESOURCE_BROKER:
-            if res.resource_name not in ("", str(broker.node_id)):
+            name = res.resource_name
+            if name and not _is_int(name):
                 r.error_code = Errors.INVALID_REQUEST
-                r.error_message = f"Unexpected broker id, expected {broker.node_id} but received {res.resource_name}"
+                r.error_message = f"Broker id must be an integer, but it is: {name}"
+            elif name and int(name) != broker.node_id:
+                r.error_code = Errors.INVALID_REQUEST
+                r.error_message = (f"Unexpected broker id, expected {broker.node_id} or empty string, "
+                                   f"but received {name}")
             else:
-                r.configs = _broker_entries(broker, keys, req.include_synonyms)
+                r.configs = _broker_entries(broker, name, keys, req.include_synonyms)
         elif res.resource_type == RESOURCE_BROKER_LOGGER:
             r.configs = []
         else:

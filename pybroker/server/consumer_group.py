@@ -19,12 +19,14 @@ from pybroker.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from pybroker.server.groups import client_host
+from pybroker.security.authorizer import Op, Res
+from pybroker.server.groups import check_group, client_host
 
 
 async def handle_consumer_group_heartbeat(broker: Any, ctx: Any, req: ConsumerGroupHeartbeatRequest
                                           ) -> ConsumerGroupHeartbeatResponse:
     try:
+        check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
                                                                        client_host(ctx))
     except CoordinatorError as exc:
@@ -36,7 +38,10 @@ async def handle_consumer_group_describe(broker: Any, ctx: Any, req: ConsumerGro
     out = []
     for gid in req.group_ids:
         try:
+            check_group(broker, ctx, gid, Op.DESCRIBE)
             out.append(await broker.group_coordinator.consumer_group_describe(gid, req.include_authorized_operations))
+            if req.include_authorized_operations and broker.authorizer is not None and not out[-1].error_code:
+                out[-1].authorized_operations = broker.authorizer.authorized_operations(ctx, Res.GROUP, gid)
         except CoordinatorError as exc:
             out.append(ConsumerGroupDescribeResponse.DescribedGroup(
                 error_code=exc.code, error_message=None, group_id=gid, group_state="", group_epoch=-1,

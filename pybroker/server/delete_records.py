@@ -31,6 +31,7 @@ from pybroker.log.errors import OffsetOutOfRangeError
 from pybroker.log.log import UnifiedLog
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
+from pybroker.security.authorizer import Op, Res
 
 log = logging.getLogger("pybroker.server")
 
@@ -66,7 +67,14 @@ def _delete_one(broker: Any, topic: str, partition: int, offset: int) -> tuple[i
 
 def handle_delete_records(broker: Any, ctx: Any, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
+    auth = broker.authorizer
     for t in req.topics:
+        # KafkaApis: DELETE on the topic
+        if auth is not None and not auth.authorize(ctx, Op.DELETE, Res.TOPIC, t.name):
+            topics.append(TopicResult(name=t.name, partitions=[
+                PartitionResult(partition_index=p.partition_index, low_watermark=INVALID_LOW_WATERMARK,
+                                error_code=Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions]))
+            continue
         topics.append(TopicResult(name=t.name, partitions=[
             PartitionResult(partition_index=p.partition_index, low_watermark=lw, error_code=int(err))
             for p in t.partitions

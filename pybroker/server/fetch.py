@@ -19,6 +19,7 @@ from pybroker.log.errors import LogError
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
+from pybroker.security.authorizer import Op, Res
 from pybroker.server.quota import fetch_max_bytes, record_fetch
 
 PData = FetchResponse.PartitionData
@@ -138,6 +139,7 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
     by_id = v >= 13
     topics_out: list[TResp] = []
     slots: list[_Slot] = []
+    auth = broker.authorizer
     for ft in req.topics:
         if by_id:
             t = image.topics_by_id.get(ft.topic_id)
@@ -146,13 +148,17 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
         else:
             name = ft.topic
             unknown_error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        # KafkaApis: a consumer needs READ on the topic (checked after the unknown-id test)
+        denied = auth is not None and name is not None and not auth.authorize(ctx, Op.READ, Res.TOPIC, name)
         parts = []
         for fp in ft.partitions:
             d = PData(partition_index=fp.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
                       log_start_offset=-1, aborted_transactions=[] if isolation == READ_COMMITTED else None,
                       preferred_read_replica=-1, records=b"")
-            p = rm.get_partition(name, fp.partition) if name is not None else None
-            if p is None:
+            p = rm.get_partition(name, fp.partition) if name is not None and not denied else None
+            if denied:
+                d.error_code = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif p is None:
                 d.error_code = unknown_error
             elif not p.is_leader:
                 d.error_code = Errors.NOT_LEADER_OR_FOLLOWER

@@ -14,6 +14,7 @@ from typing import Any
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from pybroker.security.authorizer import Op, Res
 from pybroker.server.metadata import broker_list
 
 GROUP_KEY_TYPE = 0
@@ -28,6 +29,13 @@ async def _lookup(broker: Any, ctx: Any, key: str, key_type: int) -> tuple[int, 
         gc = broker.group_coordinator
     else:
         return Errors.INVALID_REQUEST, f"Unknown coordinator type {key_type}", -1, "", -1
+    auth = broker.authorizer
+    if auth is not None:  # KafkaApis: DESCRIBE on the group / transactional id
+        if key_type == GROUP_KEY_TYPE and not auth.authorize(ctx, Op.DESCRIBE, Res.GROUP, key):
+            return Errors.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1
+        if key_type == TRANSACTION_KEY_TYPE and not auth.authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+            return (Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.",
+                    -1, "", -1)
     if not await gc.ensure_topic():
         return Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator topic is not available", -1, "", -1
     node = gc.coordinator_node(key)

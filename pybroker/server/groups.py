@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -29,6 +30,15 @@ from pybroker.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from pybroker.security.authorizer import Op, Res
+
+
+def check_group(broker: Any, ctx: Any, group_id: str, op: int = Op.READ) -> None:
+    """KafkaApis: READ on the group for membership APIs; raises GROUP_AUTHORIZATION_FAILED so the
+    handler answers as for any coordinator error (no authorizer: one `is None` test)."""
+    auth = broker.authorizer
+    if auth is not None and not auth.authorize(ctx, op, Res.GROUP, group_id):
+        raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
 def client_host(ctx: Any) -> str:
@@ -40,6 +50,7 @@ def client_host(ctx: Any) -> str:
 async def handle_join_group(broker: Any, ctx: Any, req: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.api_version
     try:
+        check_group(broker, ctx, req.group_id)
         resp = await broker.group_coordinator.join_group(req, v, ctx.client_id or "", client_host(ctx))
     except CoordinatorError as exc:
         resp = JoinGroupResponse(throttle_time_ms=0, error_code=exc.code, generation_id=-1, protocol_type=None,
@@ -52,6 +63,7 @@ async def handle_join_group(broker: Any, ctx: Any, req: JoinGroupRequest) -> Joi
 
 async def handle_sync_group(broker: Any, ctx: Any, req: SyncGroupRequest) -> SyncGroupResponse:
     try:
+        check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.sync_group(req, ctx.api_version)
     except CoordinatorError as exc:
         return SyncGroupResponse(throttle_time_ms=0, error_code=exc.code, protocol_type=None, protocol_name=None,
@@ -60,6 +72,7 @@ async def handle_sync_group(broker: Any, ctx: Any, req: SyncGroupRequest) -> Syn
 
 async def handle_heartbeat(broker: Any, ctx: Any, req: HeartbeatRequest) -> HeartbeatResponse:
     try:
+        check_group(broker, ctx, req.group_id)
         code = await broker.group_coordinator.heartbeat(req, ctx.api_version)
     except CoordinatorError as exc:
         code = exc.code
@@ -68,6 +81,7 @@ async def handle_heartbeat(broker: Any, ctx: Any, req: HeartbeatRequest) -> Hear
 
 async def handle_leave_group(broker: Any, ctx: Any, req: LeaveGroupRequest) -> LeaveGroupResponse:
     try:
+        check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.leave_group(req, ctx.api_version)
     except CoordinatorError as exc:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=exc.code, members=[])
@@ -78,6 +92,11 @@ async def handle_list_groups(broker: Any, ctx: Any, req: ListGroupsRequest) -> L
     states = list(req.states_filter) if v >= 4 else []
     types = list(req.types_filter) if v >= 5 else []
     error, groups = await broker.group_coordinator.list_groups(states, types)
+    auth = broker.authorizer
+    if auth is not None and not auth.authorize_cluster(ctx, Op.DESCRIBE):
+        # without DESCRIBE on the cluster, only the groups the caller may DESCRIBE are listed
+        visible = auth.filter_authorized(ctx, Op.DESCRIBE, Res.GROUP, (g.group_id for g in groups))
+        groups = [g for g in groups if g.group_id in visible]
     return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=groups)
 
 
@@ -86,7 +105,10 @@ async def handle_describe_groups(broker: Any, ctx: Any, req: DescribeGroupsReque
     out = []
     for gid in req.groups:
         try:
+            check_group(broker, ctx, gid, Op.DESCRIBE)
             out.append(await broker.group_coordinator.describe_group(gid, include_ops))
+            if include_ops and broker.authorizer is not None and not out[-1].error_code:
+                out[-1].authorized_operations = broker.authorizer.authorized_operations(ctx, Res.GROUP, gid)
         except CoordinatorError as exc:
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=exc.code, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[],
@@ -95,7 +117,14 @@ async def handle_describe_groups(broker: Any, ctx: Any, req: DescribeGroupsReque
 
 
 async def handle_delete_groups(broker: Any, ctx: Any, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    results = await broker.group_coordinator.delete_groups(list(req.groups_names))
+    names = list(req.groups_names)
+    denied: list[str] = []
+    if broker.authorizer is not None:
+        allowed = broker.authorizer.filter_authorized(ctx, Op.DELETE, Res.GROUP, names)
+        denied = list(dict.fromkeys(g for g in names if g not in allowed))
+        names = [g for g in names if g in allowed]
+    results = await broker.group_coordinator.delete_groups(names) if names or not denied else []
+    results = list(results) + [(g, Errors.GROUP_AUTHORIZATION_FAILED) for g in denied]
     return DeleteGroupsResponse(throttle_time_ms=0, results=[
         DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=code) for g, code in results])
 

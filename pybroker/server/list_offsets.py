@@ -25,6 +25,7 @@ from pybroker.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from pybroker.security.authorizer import Op, Res
 from pybroker.server.fetch import READ_COMMITTED, _check_epoch
 
 LPart = ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -69,11 +70,18 @@ def _list_one(broker: Any, version: int, isolation: int, topic: str, req_p: Any)
 def handle_list_offsets(broker: Any, ctx: Any, req: ListOffsetsRequest) -> ListOffsetsResponse:
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
+    auth = broker.authorizer
     topics = []
     for t in req.topics:
         seen: set[int] = set()
         parts = []
+        # KafkaApis: DESCRIBE on the topic
+        denied = auth is not None and not auth.authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.name)
         for rp in t.partitions:
+            if denied:
+                parts.append(LPart(partition_index=rp.partition_index, error_code=Errors.TOPIC_AUTHORIZATION_FAILED,
+                                   timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             if rp.partition_index in seen:
                 parts.append(LPart(partition_index=rp.partition_index, error_code=Errors.INVALID_REQUEST,
                                    timestamp=-1, offset=-1, leader_epoch=-1))
@@ -90,13 +98,19 @@ EpochEnd = OffsetForLeaderEpochResponse.EpochEndOffset
 def handle_offset_for_leader_epoch(broker: Any, ctx: Any,
                                    req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     rm = broker.replica_manager
+    auth = broker.authorizer
+    # KafkaApis: CLUSTER_ACTION on the cluster (a follower) or DESCRIBE on each topic
+    trusted = auth is None or auth.authorize_cluster(ctx, Op.CLUSTER_ACTION)
     topics = []
     for t in req.topics:
         parts = []
+        denied = not trusted and not auth.authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic)
         for rp in t.partitions:
             out = EpochEnd(error_code=0, partition=rp.partition, leader_epoch=-1, end_offset=-1)
             p = rm.get_partition(t.topic, rp.partition)
-            if p is None:
+            if denied:
+                out.error_code = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif p is None:
                 out.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
             elif not p.is_leader:
                 out.error_code = Errors.NOT_LEADER_OR_FOLLOWER

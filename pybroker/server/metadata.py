@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from pybroker.controller.acls import CLUSTER_NAME
 from pybroker.controller.controller import validate_topic_name
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import MetadataRequest, MetadataResponse
+from pybroker.security.authorizer import Op, Res
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ZERO_ID = bytes(16)
@@ -56,12 +58,32 @@ async def auto_create(broker: Any, names: list[str]) -> None:
     await broker.controller.create_topics([(n, -1, -1, {}, {}) for n in names])
 
 
+def _denied(auth: Any, ctx: Any, names: list[str], may_create: list[str]) -> set[str]:
+    """KafkaApis.handleTopicMetadataRequest: names the caller may not DESCRIBE, plus missing names it
+    may not auto-create (CREATE on the cluster, else on the topic)."""
+    describable = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)
+    denied = set(names) - describable
+    creatable = [n for n in may_create if n in describable]
+    if creatable and not auth.authorize_cluster(ctx, Op.CREATE):
+        denied |= set(creatable) - auth.filter_authorized(ctx, Op.CREATE, Res.TOPIC, creatable)
+    return denied
+
+
+def _unauthorized(name: str | None, topic_id: bytes) -> Topic:
+    return Topic(error_code=Errors.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=topic_id, is_internal=False,
+                 partitions=[])
+
+
 async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> MetadataResponse:
     v = ctx.api_version
     image = broker.image
+    auth = broker.authorizer
     topics_out: list[Topic] = []
     if req.topics is None or (v == 0 and not req.topics):
         names = sorted(image.topics_by_name)
+        if auth is not None:  # "all topics" silently leaves out those the caller may not DESCRIBE
+            allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)
+            names = [n for n in names if n in allowed]
         topics_out = [describe_topic(broker, n) for n in names]
     else:
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
@@ -74,6 +96,12 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
             if name is not None and tid is None and image.topic(name) is None \
                     and validate_topic_name(name) is None and name not in missing:
                 missing.append(name)
+        denied: set[str] = set()
+        if auth is not None:
+            named = [n for n, tid in wanted if n is not None and tid is None]
+            by_id = [t.name for t in (image.topics_by_id.get(tid) for _, tid in wanted if tid) if t is not None]
+            denied = _denied(auth, ctx, named + by_id, missing if allow_create else [])
+            missing = [n for n in missing if n not in denied]
         if allow_create and missing:
             await auto_create(broker, missing)
         for name, tid in wanted:
@@ -82,8 +110,12 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
                 if t is None:
                     topics_out.append(Topic(error_code=Errors.UNKNOWN_TOPIC_ID, name=None, topic_id=tid,
                                             is_internal=False, partitions=[]))
+                elif t.name in denied:  # topic ids are not secret: the id is echoed, the name is not
+                    topics_out.append(_unauthorized(None, tid))
                 else:
                     topics_out.append(describe_topic(broker, t.name))
+            elif name is not None and name in denied:
+                topics_out.append(_unauthorized(name, ZERO_ID))
             elif name is None or validate_topic_name(name) is not None:
                 topics_out.append(Topic(error_code=Errors.INVALID_TOPIC_EXCEPTION, name=name, topic_id=ZERO_ID,
                                         is_internal=False, partitions=[]))
@@ -91,9 +123,15 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
                 topics_out.append(describe_topic(broker, name))
     if v >= 8 and req.include_topic_authorized_operations:
         for t in topics_out:  # every topic, errors included, as KafkaApis does
-            t.topic_authorized_operations = TOPIC_OPERATIONS
+            if auth is None:
+                t.topic_authorized_operations = TOPIC_OPERATIONS
+            elif t.error_code != Errors.TOPIC_AUTHORIZATION_FAILED:  # Kafka leaves those at the default
+                t.topic_authorized_operations = auth.authorized_operations(ctx, Res.TOPIC, t.name or "")
     cluster_ops = CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations \
         else AUTHORIZED_OPERATIONS_OMITTED
+    if auth is not None and cluster_ops == CLUSTER_OPERATIONS:
+        cluster_ops = auth.authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME) \
+            if auth.authorize_cluster(ctx, Op.DESCRIBE) else 0
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_list(broker, ctx.conn.listener_name),

@@ -29,6 +29,7 @@ from pybroker.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from pybroker.security.authorizer import Op, Res
 
 R = OffsetFetchResponse
 
@@ -53,31 +54,64 @@ def _split_unknown_partitions(broker: Any, req: OffsetCommitRequest) -> list[Any
     return unknown
 
 
+def _split_unauthorized_topics(auth: Any, ctx: Any, req: Any) -> list[Any]:
+    """KafkaApis: a commit needs READ on each topic; the others answer TOPIC_AUTHORIZATION_FAILED."""
+    allowed = auth.filter_authorized(ctx, Op.READ, Res.TOPIC, (t.name for t in req.topics))
+    denied = [t for t in req.topics if t.name not in allowed]
+    req.topics = [t for t in req.topics if t.name in allowed]
+    return [OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+        OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                           error_code=Errors.TOPIC_AUTHORIZATION_FAILED)
+        for p in t.partitions]) for t in denied]
+
+
+def _commit_error(req: OffsetCommitRequest, code: int) -> OffsetCommitResponse:
+    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in req.topics])
+
+
 async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) -> OffsetCommitResponse:
-    unknown = _split_unknown_partitions(broker, req)
+    auth = broker.authorizer
+    denied: list[Any] = []
+    if auth is not None:  # KafkaApis: READ on the group, then READ on each topic
+        if not auth.authorize(ctx, Op.READ, Res.GROUP, req.group_id):
+            return _commit_error(req, Errors.GROUP_AUTHORIZATION_FAILED)
+        denied = _split_unauthorized_topics(auth, ctx, req)
+    unknown = denied + _split_unknown_partitions(broker, req)
     if not req.topics and unknown:
         return OffsetCommitResponse(throttle_time_ms=0, topics=unknown)
     try:
         resp = await broker.group_coordinator.commit_offsets(req, ctx.api_version)
     except CoordinatorError as exc:
-        resp = OffsetCommitResponse(throttle_time_ms=0, topics=[
-            OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=[
-                OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                                   error_code=exc.code)
-                for p in t.partitions]) for t in req.topics])
+        resp = _commit_error(req, exc.code)
     resp.topics.extend(unknown)
     return resp
 
 
-async def _fetch_group(broker: Any, group_id: str, topics: list[tuple[str, list[int]]] | None,
+async def _fetch_group(broker: Any, ctx: Any, group_id: str, topics: list[tuple[str, list[int]]] | None,
                        member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False
                        ) -> tuple[int, list[tuple[str, list[tuple[int, Any, int]]]]]:
     """(group error, [(topic, [(partition, OffsetAndMetadata or None, partition error)])])."""
+    auth = broker.authorizer
+    denied: list[tuple[str, list[int]]] = []
     try:
-        return 0, await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch,
-                                                               require_stable)
+        if auth is not None:  # KafkaApis: DESCRIBE on the group; topics not DESCRIBE-able are hidden
+            if not auth.authorize(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+                raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+            if topics is not None:
+                allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, (t for t, _ in topics))
+                denied = [(t, ps) for t, ps in topics if t not in allowed]
+                topics = [(t, ps) for t, ps in topics if t in allowed]
+        found = await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch,
+                                                             require_stable)
     except CoordinatorError as exc:
-        return exc.code, [(t, [(p, None, 0) for p in parts]) for t, parts in (topics or [])]
+        return exc.code, [(t, [(p, None, 0) for p in parts]) for t, parts in (topics or []) + denied]
+    if auth is not None and topics is None:
+        allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, (t for t, _ in found))
+        found = [(t, parts) for t, parts in found if t in allowed]
+    return 0, list(found) + [(t, [(p, None, Errors.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for t, ps in denied]
 
 
 async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) -> OffsetFetchResponse:
@@ -88,7 +122,7 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             # v9: a consumer-protocol member names itself; its epoch is checked (KIP-848)
             member_id, member_epoch = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
-            error, found = await _fetch_group(broker, g.group_id, wanted, member_id, member_epoch,
+            error, found = await _fetch_group(broker, ctx, g.group_id, wanted, member_id, member_epoch,
                                               req.require_stable)
             groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
                 R.OffsetFetchResponseTopics(name=topic, partitions=[
@@ -99,7 +133,7 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
                     for p, om, code in parts]) for topic, parts in found]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
     wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
-    error, found = await _fetch_group(broker, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)
+    error, found = await _fetch_group(broker, ctx, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)
     per_partition_error = error if v < 2 else 0
     topics_out = [R.OffsetFetchResponseTopic(name=topic, partitions=[
         R.OffsetFetchResponsePartition(partition_index=p, committed_offset=om.offset if om else -1,
@@ -112,8 +146,17 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
 
 async def handle_offset_delete(broker: Any, ctx: Any, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+    auth = broker.authorizer
+    denied: list[tuple[str, list[tuple[int, int]]]] = []
     try:
+        if auth is not None:  # KafkaApis: DELETE on the group, READ on each topic
+            if not auth.authorize(ctx, Op.DELETE, Res.GROUP, req.group_id):
+                raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+            allowed = auth.filter_authorized(ctx, Op.READ, Res.TOPIC, (t for t, _ in wanted))
+            denied = [(t, [(p, Errors.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for t, ps in wanted if t not in allowed]
+            wanted = [(t, ps) for t, ps in wanted if t in allowed]
         top, parts = await broker.group_coordinator.delete_offsets(req.group_id, wanted)
+        parts = list(parts) + denied
     except CoordinatorError as exc:
         top, parts = exc.code, []
     return OffsetDeleteResponse(error_code=int(top), throttle_time_ms=0, topics=[

@@ -25,6 +25,7 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ProduceRequest, ProduceResponse
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.records.batch import BatchHeader, build_batch, iter_batch_records, validate_and_count
+from pybroker.security.authorizer import Op, Res
 from pybroker.server.quota import record_produce
 
 PartResp = ProduceResponse.PartitionProduceResponse
@@ -155,6 +156,27 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
     return partition, info.last_offset + 1
 
 
+def _has_transactional_records(req: ProduceRequest) -> bool:
+    """RequestUtils.hasTransactionalRecords: some partition's first batch has the transactional bit."""
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is not None and len(r) >= 23 and r[22] & 0x10:  # attributes i16 @21, bit 4
+                return True
+    return False
+
+
+def _authorize(auth: Any, ctx: Any, req: ProduceRequest) -> tuple[int, set[str] | None]:
+    """KafkaApis.handleProduceRequest: (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request, or
+    0 and the topics the caller may WRITE). Idempotent producers need nothing here since Kafka 3.0
+    (KIP-679): IDEMPOTENT_WRITE is checked at InitProducerId."""
+    if _has_transactional_records(req) and (
+            req.transactional_id is None
+            or not auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id)):
+        return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
+    return 0, auth.filter_authorized(ctx, Op.WRITE, Res.TOPIC, (td.name for td in req.topic_data))
+
+
 async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceResponse | None:
     version = ctx.api_version
     acks = req.acks
@@ -162,12 +184,17 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     topics_out: list[TopicResp] = []
     waits: list[tuple[Any, int, PartResp]] = []
     any_error = False
+    denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req)
     for td in req.topic_data:
         parts_out = []
         for pd in td.partition_data:
             resp = PartResp(index=pd.index, error_code=0, base_offset=-1, log_append_time_ms=-1,
                             log_start_offset=-1, record_errors=[], error_message=None)
-            if acks not in (0, 1, -1):
+            if denied_all:
+                _fail(resp, denied_all)
+            elif writable is not None and td.name not in writable:
+                _fail(resp, Errors.TOPIC_AUTHORIZATION_FAILED)
+            elif acks not in (0, 1, -1):
                 _fail(resp, Errors.INVALID_REQUIRED_ACKS)
             else:
                 done = _append_partition(broker, version, td.name, pd.index, pd.records, now_ms, resp, acks)

@@ -40,6 +40,7 @@ from pybroker.protocol.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from pybroker.security.authorizer import Op, Res
 
 
 def _fenced(code: int, version: int, first_version: int) -> int:
@@ -66,18 +67,48 @@ async def init_transactional_producer(broker: Any, ctx: Any, req: InitProducerId
                                   producer_epoch=epoch)
 
 
+def _check_txn(broker: Any, ctx: Any, transactional_id: str, group_id: str | None = None) -> None:
+    """KafkaApis: WRITE on the transactional id (then READ on the group for AddOffsetsToTxn /
+    TxnOffsetCommit); raises the *_AUTHORIZATION_FAILED code as a CoordinatorError."""
+    auth = broker.authorizer
+    if auth is None:
+        return
+    if not auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id):
+        raise CoordinatorError(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if group_id is not None and not auth.authorize(ctx, Op.READ, Res.GROUP, group_id):
+        raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+
+
+def _unwritable(broker: Any, ctx: Any, op: int, names: list[str]) -> set[str]:
+    auth = broker.authorizer
+    return set() if auth is None else set(names) - auth.filter_authorized(ctx, op, Res.TOPIC, names)
+
+
 async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitionsToTxnRequest
                                        ) -> AddPartitionsToTxnResponse:
     v = ctx.api_version
     R = AddPartitionsToTxnResponse
     wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
+    try:
+        _check_txn(broker, ctx, req.v3_and_below_transactional_id)
+    except CoordinatorError as exc:
+        code = exc.code
+        return R(throttle_time_ms=0, error_code=0, results_by_transaction=[], results_by_topic_v3_and_below=[
+            R.AddPartitionsToTxnTopicResult(name=n, results_by_partition=[
+                R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=code)
+                for p in parts]) for n, parts in wanted])
+    # KafkaApis: WRITE on each (non-internal) topic; the rest of the request is then not attempted
+    denied = _unwritable(broker, ctx, Op.WRITE, [n for n, _ in wanted if not n.startswith("__")])
     unknown = set()
     for name, parts in wanted:
         topic = broker.image.topic(name)
         for p in parts:
             if topic is None or p not in topic.partitions:
                 unknown.add((name, p))
-    if unknown:
+    if denied:
+        codes = {(n, p): int(Errors.TOPIC_AUTHORIZATION_FAILED if n in denied else Errors.OPERATION_NOT_ATTEMPTED)
+                 for n, parts in wanted for p in parts}
+    elif unknown:
         codes = {(n, p): int(Errors.UNKNOWN_TOPIC_OR_PARTITION if (n, p) in unknown else Errors.OPERATION_NOT_ATTEMPTED)
                  for n, parts in wanted for p in parts}
     else:
@@ -97,6 +128,7 @@ async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitions
 
 async def handle_add_offsets_to_txn(broker: Any, ctx: Any, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     try:
+        _check_txn(broker, ctx, req.transactional_id, req.group_id)
         code = await broker.txn_coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         req.group_id)
     except CoordinatorError as exc:
@@ -106,6 +138,7 @@ async def handle_add_offsets_to_txn(broker: Any, ctx: Any, req: AddOffsetsToTxnR
 
 async def handle_end_txn(broker: Any, ctx: Any, req: EndTxnRequest) -> EndTxnResponse:
     try:
+        _check_txn(broker, ctx, req.transactional_id)
         code = await broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                     req.committed)
     except CoordinatorError as exc:
@@ -143,9 +176,13 @@ async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRe
             R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=int(code_for(t, p)))
             for p in t.partitions]) for t in req.topics])
 
+    unreadable = _unwritable(broker, ctx, Op.READ, [t.name for t in req.topics])
+
     def partition_code(code: int, t: Any, p: Any) -> int:
         if code:
             return code
+        if t.name in unreadable:  # KafkaApis: READ on each topic
+            return int(Errors.TOPIC_AUTHORIZATION_FAILED)
         image_topic = broker.image.topic(t.name)
         if image_topic is None or p.partition_index not in image_topic.partitions:
             return int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
@@ -166,6 +203,7 @@ async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRe
         return CoordinatorResult(records=records, response=respond(lambda t, p: partition_code(code, t, p)))
 
     try:
+        _check_txn(broker, ctx, req.transactional_id, req.group_id)
         if not await gc.ensure_topic():
             raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
         # Kafka verifies with the transaction coordinator that the producer's ongoing transaction

@@ -114,7 +114,8 @@ def test_confluent_alter_configs_errors_per_resource(broker, topic):
 
 
 def test_confluent_incremental_alter_configs_like_upstream(broker, topic):
-    """confluent-kafka-python's test_incremental_alter_configs, step by step."""
+    """confluent-kafka-python's test_incremental_alter_configs, step by step (a fresh node has
+    KIP-966's cluster-level min.insync.replicas, which every topic reports as non-default)."""
     first, second = topic + "-a", topic + "-b"
     for name in (first, second):
         create(broker.bootstrap, name, 2, {"compression.type": "gzip"})
@@ -128,14 +129,14 @@ def test_confluent_incremental_alter_configs_like_upstream(broker, topic):
     fs = admin.incremental_alter_configs([res1, res2], **REQ)
     assert [f.result(timeout=20) for f in fs.values()] == [None, None]
     assert non_default(admin, first) == ['cleanup.policy="delete,compact"', 'compression.type="gzip"',
-                                         'retention.ms="10000"']
+                                         'min.insync.replicas="1"', 'retention.ms="10000"']
     assert non_default(admin, second) == ['cleanup.policy=""', 'compression.type="gzip"',
-                                          'retention.ms="5000"']
+                                          'min.insync.replicas="1"', 'retention.ms="5000"']
     res2 = ConfigResource(ResourceType.TOPIC, second, incremental_configs=[
         ConfigEntry("compression.type", None, incremental_operation=AlterConfigOpType.DELETE),
         ConfigEntry("retention.ms", "10000", incremental_operation=AlterConfigOpType.SET)])
     assert admin.incremental_alter_configs([res2], **REQ)[res2].result(timeout=20) is None
-    assert non_default(admin, second) == ['cleanup.policy=""', 'retention.ms="10000"']
+    assert non_default(admin, second) == ['cleanup.policy=""', 'min.insync.replicas="1"', 'retention.ms="10000"']
 
 
 def test_confluent_lowered_max_message_bytes_refuses_large_records(broker, topic):

@@ -32,9 +32,12 @@ def admin(broker):
 
 def test_describe_features_reports_supported_and_finalized_levels(admin):
     got = admin.describe_features()
-    assert {k: v["supported"] for k, v in got.items()} == {"metadata.version": (7, 25), "group.version": (0, 1)}
-    assert {k: v.get("finalized") for k, v in got.items()} == {"metadata.version": (25, 25),
-                                                              "group.version": (1, 1)}
+    # Kafka 4.2's format defaults, capped by what pybroker implements (controller/features.py)
+    assert {k: v["supported"] for k, v in got.items()} == {"metadata.version": (7, 29), "group.version": (0, 1),
+                                                          "eligible.leader.replicas.version": (0, 1)}
+    assert {k: v.get("finalized") for k, v in got.items()} == {"metadata.version": (29, 29),
+                                                              "group.version": (1, 1),
+                                                              "eligible.leader.replicas.version": (1, 1)}
     epochs = {v["finalized_epoch"] for v in got.values()}
     assert len(epochs) == 1 and epochs.pop() >= 0
 
@@ -60,7 +63,7 @@ def test_describe_metadata_quorum_names_this_node_leader_and_only_voter(broker, 
                                  "does not support this feature."),
     ({"group.version": 0}, "Invalid update version 0 for feature group.version. Can't downgrade the version of "
                            "this feature without setting the upgrade type to either safe or unsafe downgrade."),
-    ({"metadata.version": ("SAFE_DOWNGRADE", 20)}, "Unsupported metadata.version downgrade from 25 to 20. "
+    ({"metadata.version": ("SAFE_DOWNGRADE", 20)}, "Unsupported metadata.version downgrade from 29 to 20. "
                                                    "Refusing to perform the requested downgrade because it might "
                                                    "delete metadata information."),
     ({"no.such.feature": 1}, "Invalid update version 1 for feature no.such.feature. Local controller 1 does not "
@@ -100,7 +103,7 @@ def test_update_features_survives_a_restart(broker_factory):
         got = admin.describe_features()
         assert "finalized" not in got["group.version"]
         assert got["metadata.version"]["finalized"] == (24, 24)
-        assert admin.update_features({"group.version": 1, "metadata.version": 25}) == {
+        assert admin.update_features({"group.version": 1, "metadata.version": 29}) == {
             "group.version": "OK", "metadata.version": "OK"}
         assert admin.describe_features()["group.version"]["finalized"] == (1, 1)
     finally:

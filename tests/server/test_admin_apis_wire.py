@@ -219,16 +219,20 @@ def test_alter_configs_errors_are_per_resource(wire):
     assert overrides(wire, other) == {"retention.ms": "5000"}
 
 
-def test_alter_configs_broker_resources_are_not_dynamic(wire):
+def test_alter_configs_broker_resources_refuse_read_only_keys(wire):
+    # (dynamic broker configs themselves: tests/server/test_dynamic_configs_wire.py)
     for v in versions(ApiKey.ALTER_CONFIGS):
         assert alter(wire, v, [(BROKER, "1", {"log.retention.ms": "1000", "num.partitions": "3"})]) == [
-            (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: Set(log.retention.ms, num.partitions)")]
+            (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: Set(num.partitions)")]
         assert alter(wire, v, [(BROKER, "7", {})]) == [
             (Errors.INVALID_REQUEST, "Unexpected broker id, expected 1, but received 7")]
         assert alter(wire, v, [(BROKER, "one", {})]) == [
             (Errors.INVALID_REQUEST, "Node id must be an integer, but it is: one")]
-        # nothing to change is a successful no-op, for this node and for the cluster default
-        assert alter(wire, v, [(BROKER, "1", {}), (BROKER, "", {})]) == [(0, None), (0, None)]
+        # an empty set empties this node's dynamic configs; at the cluster default it would drop
+        # the cluster-level min.insync.replicas, which KIP-966 forbids while ELR is enabled
+        assert alter(wire, v, [(BROKER, "1", {}), (BROKER, "", {})]) == [(0, None), (
+            Errors.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")]
+        assert alter(wire, v, [(BROKER, "", {"min.insync.replicas": "1"})]) == [(0, None)]
         assert alter(wire, v, [(BROKER_LOGGER, "1", {"root": "INFO"})])[0][0] == Errors.INVALID_REQUEST
 
 
@@ -280,7 +284,7 @@ def test_incremental_alter_configs_errors(wire):
         (TOPIC, t + "-c", [("retention.ms", SET, "1")]),
         (TOPIC, t + "-d", []),
         (TOPIC, t + "-d", []),
-        (BROKER, "1", [("log.retention.ms", SET, "1")]),
+        (BROKER, "1", [("log.dirs", SET, "/x")]),
         (BROKER, "2", []),
     ])
     assert results[0] == (Errors.INVALID_CONFIG, "Can't APPEND to key retention.ms because its type is not LIST.")
@@ -288,7 +292,7 @@ def test_incremental_alter_configs_errors(wire):
     assert results[2] == (Errors.INVALID_REQUEST, "Unknown operations type 9")
     assert results[3] == (Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t}-c' does not exist.")
     assert results[4] == results[5] == (Errors.INVALID_REQUEST, "Each resource must appear at most once.")
-    assert results[6] == (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: Set(log.retention.ms)")
+    assert results[6] == (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: Set(log.dirs)")
     assert results[7] == (Errors.INVALID_REQUEST, "Unexpected broker id, expected 1, but received 2")
     # a resource whose second key fails changes nothing, not even its first key
     assert incremental(wire, 0, [(TOPIC, t, [("retention.ms", SET, "2000"), ("segment.bytes", SET, "1")])])[0][

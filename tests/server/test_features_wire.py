@@ -1,7 +1,7 @@
 """Feature flags and the metadata quorum on the wire, against embedded brokers.
 
 - ApiVersions v3/v4: supported features (v3 leaves out min-0 ranges), finalized features of
-  a fresh node (Kafka 4.0 format defaults capped by what pybroker implements), the epoch
+  a fresh node (Kafka 4.2 format defaults capped by what pybroker implements), the epoch
   (the metadata image's last offset), v0-2 carry none of it.
 - DescribeQuorum at every advertised version, and Kafka's partition-level error for any
   other topic/partition shape.
@@ -31,6 +31,7 @@ from pybroker.testing import EmbeddedBroker
 from .wire import WireClient
 
 ALL_FAILED = "The update failed for all features since the following feature had an error: "
+FRESH = {"metadata.version": 29, "eligible.leader.replicas.version": 1, "group.version": 1}
 UPGRADE, SAFE, UNSAFE = 1, 2, 3
 
 
@@ -105,18 +106,19 @@ def create_topic(wire, name):
 def test_api_versions_v4_reports_supported_and_finalized_features(wire):
     resp = api_versions(wire, 4)
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "metadata.version": (7, 25), "group.version": (0, 1)}
-    # a fresh node: Kafka 4.0's format defaults (metadata.version 4.0-IV3, group.version 1),
-    # transaction.version capped to 0 (not listed, as Kafka omits level-0 features)
-    assert finalized(wire, 4) == {"metadata.version": 25, "group.version": 1}
+        "metadata.version": (7, 29), "group.version": (0, 1), "eligible.leader.replicas.version": (0, 1)}
+    # a fresh node: Kafka 4.2's format defaults (metadata.version 4.2-IV1, group.version 1,
+    # eligible.leader.replicas.version 1); transaction.version, share.version and
+    # streams.version capped to 0 (not listed, as Kafka omits level-0 features)
+    assert finalized(wire, 4) == FRESH
     assert resp.zk_migration_ready is False
 
 
 def test_api_versions_v3_leaves_out_features_whose_minimum_is_zero(wire):
     resp = api_versions(wire, 3)
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "metadata.version": (7, 25)}
-    assert finalized(wire, 3) == {"metadata.version": 25, "group.version": 1}
+        "metadata.version": (7, 29)}
+    assert finalized(wire, 3) == FRESH
 
 
 def test_finalized_epoch_is_the_metadata_image_offset(wire):
@@ -200,10 +202,10 @@ def test_describe_quorum_other_partitions_get_unknown_topic_or_partition(wire, v
     ([("foo.version", 0, UPGRADE)], "Invalid update version 0 for feature foo.version. Feature foo.version not found."),
     ([("group.version", 2, UPGRADE)],
      "Invalid update version 2 for feature group.version. Local controller 1 only supports versions 0-1"),
-    ([("metadata.version", 26, UPGRADE)],
-     "Invalid update version 26 for feature metadata.version. Local controller 1 only supports versions 7-25"),
+    ([("metadata.version", 30, UPGRADE)],
+     "Invalid update version 30 for feature metadata.version. Local controller 1 only supports versions 7-29"),
     ([("metadata.version", 6, SAFE)],
-     "Invalid update version 6 for feature metadata.version. Local controller 1 only supports versions 7-25"),
+     "Invalid update version 6 for feature metadata.version. Local controller 1 only supports versions 7-29"),
     # transaction.version: TV1/TV2 are not implemented, so like any unsupported level
     ([("transaction.version", 1, UPGRADE)],
      "Invalid update version 1 for feature transaction.version. Local controller 1 does not support this feature."),
@@ -211,9 +213,13 @@ def test_describe_quorum_other_partitions_get_unknown_topic_or_partition(wire, v
      "Invalid update version 2 for feature transaction.version. Local controller 1 does not support this feature."),
     ([("kraft.version", 1, UPGRADE)],
      "Invalid update version 1 for feature kraft.version. Local controller 1 does not support this feature."),
-    ([("eligible.leader.replicas.version", 1, UPGRADE)],
-     "Invalid update version 1 for feature eligible.leader.replicas.version. Local controller 1 does not "
-     "support this feature."),
+    ([("eligible.leader.replicas.version", 2, UPGRADE)],
+     "Invalid update version 2 for feature eligible.leader.replicas.version. Local controller 1 only supports "
+     "versions 0-1"),
+    ([("share.version", 1, UPGRADE)],
+     "Invalid update version 1 for feature share.version. Local controller 1 does not support this feature."),
+    ([("streams.version", 1, UPGRADE)],
+     "Invalid update version 1 for feature streams.version. Local controller 1 does not support this feature."),
     ([("group.version", -1, SAFE)], "Invalid update version -1 for feature group.version. A feature version "
                                     "cannot be less than 0."),
     ([("group.version", 0, UPGRADE)],
@@ -227,10 +233,10 @@ def test_describe_quorum_other_partitions_get_unknown_topic_or_partition(wire, v
     ([("group.version", 1, 4)], "Invalid update version 1 for feature group.version. The controller does not "
                                 "support the given upgrade type."),
     # 4.0-IV1 (23) changed metadata, so going below it could lose information
-    ([("metadata.version", 22, SAFE)], "Unsupported metadata.version downgrade from 25 to 22. Refusing to "
+    ([("metadata.version", 22, SAFE)], "Unsupported metadata.version downgrade from 29 to 22. Refusing to "
                                        "perform the requested downgrade because it might delete metadata "
                                        "information."),
-    ([("metadata.version", 7, UNSAFE)], "Unsupported metadata.version downgrade from 25 to 7. Unsafe metadata "
+    ([("metadata.version", 7, UNSAFE)], "Unsupported metadata.version downgrade from 29 to 7. Unsafe metadata "
                                         "downgrade is not supported in this version."),
     # validated in java.util.HashMap order: group.version's bucket (0) comes before
     # transaction.version's (10) although it was named second
@@ -277,7 +283,7 @@ def test_update_features_validate_only_changes_nothing(fresh, v):
     assert (resp.error_code, resp.error_message) == (0, None)
     expect = [("group.version", 0, "NONE"), ("metadata.version", 0, "NONE")] if v == 1 else []
     assert [(r.feature, r.error_code, r.error_message) for r in resp.results] == expect
-    assert finalized(wire) == {"metadata.version": 25, "group.version": 1}
+    assert finalized(wire) == FRESH
     assert quorum(wire).topics[0].partitions[0].high_watermark == hw
 
 
@@ -290,18 +296,20 @@ def test_update_features_success_shape_per_version(fresh, v):
     assert (resp.error_code, resp.error_message) == (0, None)
     expect = [("group.version", 0, "NONE"), ("kraft.version", 0, "NONE")] if v <= 1 else []
     assert [(r.feature, r.error_code, r.error_message) for r in resp.results] == expect
-    assert finalized(wire) == {"metadata.version": 25, "group.version": 1}
+    assert finalized(wire) == FRESH
 
 
 def test_update_features_downgrade_upgrade_and_restart(fresh):
     b, wire = fresh
     hw = quorum(wire).topics[0].partitions[0].high_watermark
-    # safe downgrades: group.version to 0, metadata.version 25 -> 23 (24 and 25 changed no metadata)
-    resp = update(wire, [("group.version", 0, SAFE), ("metadata.version", 23, SAFE)])
+    # safe downgrades: group.version and ELR to 0, metadata.version 29 -> 23 (24..29 changed no metadata)
+    resp = update(wire, [("group.version", 0, SAFE), ("eligible.leader.replicas.version", 0, SAFE),
+                         ("metadata.version", 23, SAFE)])
     assert (resp.error_code, resp.error_message) == (0, None)
     assert finalized(wire) == {"metadata.version": 23}
-    assert {f.name for f in api_versions(wire, 4).supported_features} == {"metadata.version", "group.version"}
-    assert quorum(wire).topics[0].partitions[0].high_watermark == hw + 2  # two FeatureLevelRecords
+    assert {f.name for f in api_versions(wire, 4).supported_features} == {
+        "metadata.version", "group.version", "eligible.leader.replicas.version"}
+    assert quorum(wire).topics[0].partitions[0].high_watermark == hw + 3  # three FeatureLevelRecords
     # below 23 is refused now as well (23 itself changed metadata)
     assert update(wire, [("metadata.version", 22, SAFE)]).error_code == Errors.INVALID_UPDATE_VERSION
     wire.close()
@@ -310,15 +318,15 @@ def test_update_features_downgrade_upgrade_and_restart(fresh):
     try:
         w2 = WireClient("127.0.0.1", b2.port)
         assert finalized(w2) == {"metadata.version": 23}
-        assert update(w2, [("metadata.version", 25, UPGRADE), ("group.version", 1, UPGRADE)]).error_code == 0
-        assert finalized(w2) == {"metadata.version": 25, "group.version": 1}
+        assert update(w2, [("metadata.version", 29, UPGRADE), ("group.version", 1, UPGRADE)]).error_code == 0
+        assert finalized(w2) == {"metadata.version": 29, "group.version": 1}
         w2.close()
     finally:
         b2.stop()
     b3 = EmbeddedBroker(log_dir=b.log_dir).start()
     try:
         w3 = WireClient("127.0.0.1", b3.port)
-        assert finalized(w3) == {"metadata.version": 25, "group.version": 1}
+        assert finalized(w3) == {"metadata.version": 29, "group.version": 1}
         w3.close()
     finally:
         b3.stop()
@@ -364,6 +372,7 @@ def test_java_string_hash_matches_java():
 
 
 def test_metadata_changed_follows_did_metadata_change():
+    assert not fc.metadata_changed(29, 23)
     assert not fc.metadata_changed(25, 23)
     assert fc.metadata_changed(25, 22)
     assert not fc.metadata_changed(22, 17)  # 18..22 changed nothing

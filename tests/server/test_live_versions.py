@@ -397,7 +397,7 @@ def test_describe_quorum_and_update_features_every_version(broker, wire):
     for v in versions(ApiKey.UPDATE_FEATURES):
         key = UpdateFeaturesRequest.FeatureUpdateKey
         ok = wire.request(ApiKey.UPDATE_FEATURES, v, UpdateFeaturesRequest(
-            timeout_ms=5000, feature_updates=[key(feature="metadata.version", max_version_level=25)]))
+            timeout_ms=5000, feature_updates=[key(feature="metadata.version", max_version_level=29)]))
         assert (ok.error_code, [(x.feature, x.error_code) for x in ok.results]) == (
             0, [("metadata.version", 0)] if v <= 1 else [])
         bad = wire.request(ApiKey.UPDATE_FEATURES, v, UpdateFeaturesRequest(

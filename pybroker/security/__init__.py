@@ -1,0 +1,1 @@
+"""Authorization (Kafka's org.apache.kafka.metadata.authorizer): see authorizer.py."""
