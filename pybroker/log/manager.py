@@ -7,6 +7,13 @@ Partition dirs are `<topic>-<partition>`; a deleted partition is first renamed t
 `<topic>-<partition>.<32 hex>-delete` and removed later (Kafka's layout), so a crash mid-delete
 leaves a dir that the next `load()` finishes removing.
 
+A partition being moved to another dir (AlterReplicaLogDirs) is copied into
+`<other dir>/<topic>-<partition>.<32 hex>-future` (log/future_log.py) and swapped in by
+`replace_current_with_future`: the old dir is renamed `-delete` first, then the future dir takes
+the partition's name. At `load()` a `-future` dir whose partition still has a current log is an
+interrupted copy and is removed (the original stays); one without a current log was cut short
+between the two renames and is completed.
+
 Startup: `load(now_ms)` is synchronous and meant for a worker thread. It formats/validates
 meta.properties, then per dir: if the clean shutdown marker is present no segment is scanned
 (recovery points are taken as the log end), otherwise every log recovers from its checkpointed
@@ -39,6 +46,7 @@ from pybroker.log.checkpoint import (
 )
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import KafkaStorageError
+from pybroker.log.future_log import parse_future_dir_name
 from pybroker.log.log import UnifiedLog, log_dir_name, parse_log_dir_name
 from pybroker.log.meta_properties import MetaProperties, ensure_log_dirs
 from pybroker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -69,11 +77,14 @@ class LogManager:
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # partitions with a move in progress -> the FutureLogCopy being built (event loop only)
+        self.future_logs: dict[TopicPartition, object] = {}
 
     # -- startup ---------------------------------------------------------------------------
     def load(self, now_ms: int) -> None:
         """Format/validate the dirs and open (recovering if needed) every log. Blocking."""
         self.cluster_id, self.meta = ensure_log_dirs(self.log_dirs, self.node_id, self.cluster_id)
+        futures: list[tuple[Path, TopicPartition]] = []
         for log_dir in self.log_dirs:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
@@ -88,6 +99,10 @@ class LogManager:
                     continue
                 if child.name == METADATA_LOG_DIR_NAME:
                     continue  # the KRaft metadata log is opened by the controller, not here
+                future_tp = parse_future_dir_name(child.name)
+                if future_tp is not None:
+                    futures.append((child, future_tp))
+                    continue
                 tp = parse_log_dir_name(child.name)
                 if tp is None:
                     continue  # -future / -stray dirs and foreign dirs are left alone
@@ -104,7 +119,25 @@ class LogManager:
             if clean:
                 marker.unlink()
                 fsync_dir(log_dir)
+        for child, tp in futures:
+            self._resolve_future_dir(child, tp, now_ms)
         self.purge_deleted()
+
+    def _resolve_future_dir(self, child: Path, tp: TopicPartition, now_ms: int) -> None:
+        """Drop an interrupted copy; complete a swap cut short between its two renames."""
+        log_dir = child.parent
+        if tp in self.logs:
+            shutil.rmtree(child, ignore_errors=True)
+            fsync_dir(log_dir)
+            return
+        target = log_dir / log_dir_name(*tp)
+        os.replace(child, target)
+        fsync_dir(log_dir)
+        # the swap happened after a complete copy, but its tail was not fsynced: recover it all
+        self.logs[tp] = UnifiedLog(target, self._topic_config(tp[0]), topic=tp[0], partition=tp[1],
+                                   clean_shutdown=False, now_ms=now_ms,
+                                   producer_id_expiration_ms=self.producer_id_expiration_ms)
+        self._log_dir_of[tp] = log_dir
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The replication-offset-checkpoint of every dir (for the replica manager)."""
@@ -161,6 +194,52 @@ class LogManager:
         fsync_dir(log_dir)
         self._pending_deletes.append((target, log))
         return target
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    def replace_current_with_future(self, log: UnifiedLog, future_dir: Path, recovery_point: int, *,
+                                    now_ms: int) -> UnifiedLog:
+        """Swap a finished `-future` copy in for `log` (Kafka's replaceCurrentWithFutureLog).
+
+        Event loop, right after `FutureLogCopy.finish()`: the current dir is renamed `-delete`
+        (closed and removed later by `purge_deleted`, so in-flight reads finish), the future dir
+        takes the partition's name, and the new log is opened there with the current log's start
+        offset, high watermark and config; `recovery_point` is where the copier's fsyncs end
+        (FutureLogCopy.finish). On failure the renames are undone and the
+        current log stays.
+        """
+        tp = (log.topic, log.partition)
+        src_root = self._log_dir_of[tp]
+        dst_root = future_dir.parent
+        target = dst_root / log_dir_name(*tp)
+        deleted = src_root / f"{log_dir_name(*tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.replace(log.dir, deleted)
+        try:
+            os.replace(future_dir, target)
+            try:
+                fsync_dir(src_root)
+                fsync_dir(dst_root)
+                new_log = UnifiedLog(target, log.config, topic=log.topic, partition=log.partition,
+                                     log_start_offset=log.log_start_offset,
+                                     recovery_point=recovery_point,
+                                     topic_id=log.topic_id, clean_shutdown=True, now_ms=now_ms,
+                                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+            except BaseException:
+                os.replace(target, future_dir)
+                raise
+        except BaseException:
+            os.replace(deleted, log.dir)
+            raise
+        new_log.recovery_point = min(max(recovery_point, new_log.log_start_offset), new_log.log_end_offset)
+        new_log.high_watermark = log.high_watermark
+        new_log.last_flush_ms = log.last_flush_ms
+        with self._lock:
+            self.logs[tp] = new_log
+            self._log_dir_of[tp] = dst_root
+        log.dir = deleted
+        self._pending_deletes.append((deleted, log))
+        return new_log
 
     def purge_deleted(self) -> int:
         """Close and remove renamed `-delete` dirs; blocking. Returns how many were removed."""

@@ -29,6 +29,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # v0 removed in Kafka 4 (KIP-896)
     # classic consumer groups; FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup from 0
     # and OffsetFetch from 1 because librdkafka < 2.11.1 needs those exact versions in range
     ApiKey.FIND_COORDINATOR: (0, 6),

@@ -3,8 +3,9 @@ ReplicaManager.describeLogDirs).
 
 One result per configured log dir, absolute path, error 0: for each topic with a partition
 in that dir (filtered by the request's topics; null means all), partition size (bytes in
-its segments), offset lag max(HW - LEO, 0) (always 0 on one node) and is_future false
-(pybroker has no AlterReplicaLogDirs). v4 adds the volume's total and usable bytes from
+its segments), offset lag max(HW - LEO, 0) (always 0 on one node) and is_future false; a
+partition being moved (AlterReplicaLogDirs) is also listed in its destination with is_future
+true, the bytes copied so far and lag = current LEO - copied end offset. v4 adds the volume's total and usable bytes from
 statvfs (Java's FileStore.getTotalSpace / getUsableSpace). A dir that cannot be read
 answers KAFKA_STORAGE_ERROR. Topics with no matching partition are left out, as in Kafka.
 v0 is not advertised: Kafka 4 removed it.
@@ -47,6 +48,13 @@ def handle_describe_log_dirs(broker: Any, ctx: Any, req: DescribeLogDirsRequest)
         entry = PartitionEntry(partition_index=partition, partition_size=plog.size_in_bytes(),
                                offset_lag=max(hw - plog.log_end_offset, 0), is_future_key=False)
         by_dir.setdefault(os.path.abspath(Path(plog.dir).parent), {}).setdefault(topic, []).append(entry)
+    for (topic, partition), fut in list(broker.log_manager.future_logs.items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        entry = PartitionEntry(partition_index=partition, partition_size=fut.copied_bytes,
+                               offset_lag=max(fut.log.log_end_offset - fut.copied_end_offset(), 0),
+                               is_future_key=True)
+        by_dir.setdefault(os.path.abspath(fut.log_dir), {}).setdefault(topic, []).append(entry)
     results = []
     for log_dir in dict.fromkeys(os.path.abspath(d) for d in broker.log_manager.log_dirs):
         try:

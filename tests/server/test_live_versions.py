@@ -433,3 +433,25 @@ def test_client_quotas_every_version(wire):
         bad = wire.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, v, DescribeClientQuotasRequest(
             components=[comp(entity_type="user", match_type=0, match=None)], strict=False))
         assert (bad.error_code, bad.entries) == (Errors.INVALID_REQUEST, None)
+
+
+def test_alter_replica_log_dirs_every_version(wire):
+    from pybroker.protocol.messages import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
+
+    topic = "live-arld"
+    create_topic(wire, topic)
+    here = next(r.log_dir for r in wire.request(ApiKey.DESCRIBE_LOG_DIRS, 1, DescribeLogDirsRequest(
+        topics=None)).results for t in r.topics if t.name == topic)
+    assert versions(ApiKey.ALTER_REPLICA_LOG_DIRS) == [1, 2]  # v0 removed by KIP-896
+    for v in versions(ApiKey.ALTER_REPLICA_LOG_DIRS):
+        req = AlterReplicaLogDirsRequest(dirs=[
+            AlterReplicaLogDirsRequest.AlterReplicaLogDir(path=path, topics=[
+                AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name=topic, partitions=[0])])
+            for path in (here, here + "-elsewhere")])
+        resp = wire.request(ApiKey.ALTER_REPLICA_LOG_DIRS, v, req)
+        # one partition named twice: the later entry wins, as in Kafka's map of partition -> dir
+        assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in resp.results] == [(topic, [(0, Errors.LOG_DIR_NOT_FOUND)])]
+        req.dirs = req.dirs[:1]
+        resp = wire.request(ApiKey.ALTER_REPLICA_LOG_DIRS, v, req)
+        assert resp.results[0].partitions[0].error_code == Errors.NONE
