@@ -33,7 +33,7 @@ from pybroker.config import (
     validate_topic_configs,
 )
 from pybroker.controller import acls as acl_control
-from pybroker.controller import broker_configs, client_quotas, scram
+from pybroker.controller import broker_configs, client_quotas, group_configs, scram
 from pybroker.controller import features as feature_control
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
@@ -482,6 +482,25 @@ class QuorumController:
             for name, change in resources:
                 build = broker_configs.incremental_records if incremental else broker_configs.legacy_records
                 code, msg, recs = build(self.image.configs, self.image.features, name, change)
+                out.append((code, msg))
+                if not code and not validate_only:
+                    records.extend(recs)
+            await self._commit(records)
+            return out
+
+    # ------------------------------------------------------------------ group configs (KIP-848)
+
+    async def alter_group_configs(self, resources: Sequence[tuple[str, Any]], incremental: bool,
+                                  validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """GROUP resources: (name, [(key, op, value)]) when incremental, else (name, {key: value}).
+        Validated and turned into ConfigRecords by controller/group_configs.py, one batch;
+        one (error, message) per resource, in order."""
+        async with self._lock:
+            out: list[tuple[int, str | None]] = []
+            records: list[Any] = []
+            build = group_configs.incremental_records if incremental else group_configs.legacy_records
+            for name, change in resources:
+                code, msg, recs = build(self.image.configs, self.config, name, change)
                 out.append((code, msg))
                 if not code and not validate_only:
                     records.extend(recs)

@@ -13,8 +13,9 @@ BROKER resources (KIP-226 dynamic broker configs, named by this node's id or "" 
 cluster-wide default): the broker validates names, keys and values
 (server/dynamic_config.py, Kafka's ConfigAdminManager.validateBrokerConfigChange), then the
 controller writes the ConfigRecords (QuorumController.alter_broker_configs,
-controller/broker_configs.py). BROKER_LOGGER and other resource types are not supported
-(INVALID_REQUEST).
+controller/broker_configs.py). GROUP resources (KIP-848 group configs) go to the controller
+like TOPIC ones (QuorumController.alter_group_configs, controller/group_configs.py).
+BROKER_LOGGER and other resource types are not supported (INVALID_REQUEST).
 
 Concurrency: trio thread; the controller serialises changes.
 """
@@ -25,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 from pybroker.controller.controller import OP_DELETE
+from pybroker.controller.group_configs import RESOURCE_GROUP
 from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
@@ -37,7 +39,7 @@ from pybroker.security.authorizer import Op
 from pybroker.server.dynamic_config import Rejected
 
 RESOURCE_BROKER_LOGGER = 8
-_TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+_TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS"}
 
 Outcome = tuple[int, str | None]
 
@@ -60,7 +62,7 @@ def _preprocess(broker: Any, resources: list[Any], incremental: bool) -> dict[in
         if nulls:
             done[i] = (Errors.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
             continue
-        if r.resource_type == RESOURCE_TOPIC:
+        if r.resource_type in (RESOURCE_TOPIC, RESOURCE_GROUP):
             continue  # validated and committed by the controller
         if r.resource_type == RESOURCE_BROKER:
             outcome = _broker_change(broker, r, incremental)
@@ -106,7 +108,7 @@ def _broker_change(broker: Any, r: Any, incremental: bool) -> Outcome | None:
 
 async def _persist(broker: Any, resources: list[Any], todo: list[int], incremental: bool,
                    validate_only: bool) -> dict[int, Outcome]:
-    """The controller's step: TOPIC resources and BROKER resources, each in one call."""
+    """The controller's step: TOPIC, BROKER and GROUP resources, each type in one call."""
     out: dict[int, Outcome] = {}
     topics = [i for i in todo if resources[i].resource_type == RESOURCE_TOPIC]
     brokers = [i for i in todo if resources[i].resource_type == RESOURCE_BROKER]
@@ -126,6 +128,13 @@ async def _persist(broker: Any, resources: list[Any], todo: list[int], increment
                     else {c.name: c.value for c in resources[i].configs}) for i in brokers]
         results = await broker.controller.alter_broker_configs(changes, incremental, validate_only=validate_only)
         out.update(zip(brokers, results, strict=True))
+    groups = [i for i in todo if resources[i].resource_type == RESOURCE_GROUP]
+    if groups:  # KIP-848 group configs: controller/group_configs.py
+        changes = [(resources[i].resource_name,
+                    [(c.name, c.config_operation, c.value) for c in resources[i].configs] if incremental
+                    else {c.name: c.value for c in resources[i].configs}) for i in groups]
+        results = await broker.controller.alter_group_configs(changes, incremental, validate_only=validate_only)
+        out.update(zip(groups, results, strict=True))
     return out
 
 

@@ -2,10 +2,11 @@
 
 Config sources (Kafka's DescribeConfigsResponse.ConfigSource): 1 dynamic topic,
 2 dynamic broker, 3 dynamic default broker, 4 static broker (server.properties or
---override), 5 default, 6 dynamic broker logger. A topic config's synonyms are its topic
+--override), 5 default, 6 dynamic broker logger, 8 dynamic group config. A topic config's synonyms are its topic
 override, then every layer that sets the broker property backing it (Kafka's ConfigHelper,
 server/dynamic_config.py). A BROKER resource is this node (every config) or "" (only the
-cluster-wide dynamic defaults).
+cluster-wide dynamic defaults). A GROUP resource lists its group configs
+(server/group_configs.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from pybroker.security.authorizer import Op
+from pybroker.server.group_configs import RESOURCE_GROUP, describe_group
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_STATIC = 4
@@ -80,6 +82,9 @@ def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) 
                 r.configs = _broker_entries(broker, name, keys, req.include_synonyms)
         elif res.resource_type == RESOURCE_BROKER_LOGGER:
             r.configs = []
+        elif res.resource_type == RESOURCE_GROUP:  # KIP-848 group configs: server/group_configs.py
+            r.error_code, r.error_message, r.configs = describe_group(
+                broker, res.resource_name, keys, req.include_synonyms)
         else:
             r.error_code = Errors.INVALID_REQUEST
             r.error_message = f"Unsupported resource type {res.resource_type}"

@@ -337,7 +337,7 @@ class ConsumerGroupManager:
                               and (req.subscribed_topic_names is not None or regex is not None))
         resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member_id,
                  member_epoch=reconciled.member_epoch,
-                 heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms, assignment=None)
+                 heartbeat_interval_ms=self.heartbeat_interval_ms(gid), assignment=None)
         if full or reconciled.assigned_partitions != member.assigned_partitions:
             resp.assignment = R.Assignment(topic_partitions=[
                 R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
@@ -497,8 +497,24 @@ class ConsumerGroupManager:
         """The member's session deadline: group.consumer.session.timeout.ms, or a classic
         member's own JoinGroup session timeout."""
         classic = member.classic_member_metadata
-        timeout = classic.session_timeout_ms if classic is not None else self.config.consumer_group_session_timeout_ms
+        timeout = classic.session_timeout_ms if classic is not None else self.session_timeout_ms(gid)
         self.schedule_session_ms(gid, member.member_id, timeout)
+
+    # A GROUP config resource's (type 32) consumer.* override wins for its group (Kafka's
+    # GroupConfigManager). The image holds the overrides, validated by the controller before
+    # they were written (controller/group_configs.py), so they parse as ints.
+    def _group_override(self, gid: str, key: str) -> int | None:
+        configs = getattr(self.image, "configs", None)
+        raw = configs.get((32, gid), {}).get(key) if configs is not None else None
+        return None if raw is None else int(raw)
+
+    def session_timeout_ms(self, gid: str) -> int:
+        v = self._group_override(gid, "consumer.session.timeout.ms")
+        return self.config.consumer_group_session_timeout_ms if v is None else v
+
+    def heartbeat_interval_ms(self, gid: str) -> int:
+        v = self._group_override(gid, "consumer.heartbeat.interval.ms")
+        return self.config.consumer_group_heartbeat_interval_ms if v is None else v
 
     def schedule_session_ms(self, gid: str, mid: str, timeout_ms: int) -> None:
         self.timer.schedule(session_key(gid, mid), timeout_ms, lambda now: self._session_expired(gid, mid, now),
@@ -528,7 +544,7 @@ class ConsumerGroupManager:
     def _schedule_rebalance(self, gid: str, member: ConsumerGroupMember) -> None:
         mid, epoch = member.member_id, member.member_epoch
         timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
-            self.config.consumer_group_session_timeout_ms
+            self.session_timeout_ms(gid)
         self.timer.schedule(rebalance_key(gid, mid), timeout,
                             lambda now: self._rebalance_expired(gid, mid, epoch, now), kind="task")
 
