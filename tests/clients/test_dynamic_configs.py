@@ -3,8 +3,8 @@
 - confluent-kafka-python's upstream tests/integration/admin/test_incremental_alter_configs.py
   (written against a Kafka 4.2 broker): both steps, with the min.insync.replicas entry every
   topic reports because the controller wrote the cluster-level value at activation. (Its third
-  step, GROUP configs, runs upstream only with the consumer group protocol; pybroker has no
-  GROUP config resources.)
+  step, GROUP configs, runs upstream only with the consumer group protocol; it is reproduced in
+  tests/clients/test_group_configs.py.)
 - BROKER resources through confluent-kafka (per-broker and the cluster-wide default "") and
   kafka-python 3.0.12 (per-broker only: its admin client refuses a non-integer broker name):
   alter, describe with sources and synonyms, Kafka's errors, and the value taking effect.
