@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import socket
 import time
@@ -212,7 +213,13 @@ async def _serve_until_signal(config: BrokerConfig) -> None:
 def run_broker(config: BrokerConfig) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code."""
     try:
-        trio.run(_serve_until_signal, config)
+        instruments = []
+        trace_ms = os.environ.get("PYBROKER_TRACE_STALLS_MS")
+        if trace_ms:
+            from pybroker.server.stall_tracer import StallTracer
+
+            instruments.append(StallTracer(float(trace_ms)))
+        trio.run(_serve_until_signal, config, instruments=instruments)
     except BaseExceptionGroup as group:
         # surface the first StartupError (one line for the person) rather than a trio traceback
         match, _ = group.split(StartupError)
