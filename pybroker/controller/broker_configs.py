@@ -110,7 +110,12 @@ def apply_op(current: str | None, key: str, op: int, value: str | None) -> str |
         return value
     if op == OP_DELETE:
         return None
-    base = current if current is not None else list_default(key)
+    return merge_list(current if current is not None else list_default(key), op, value)
+
+
+def merge_list(base: str, op: int, value: str | None) -> str:
+    """APPEND (items not already there) or SUBTRACT `value`'s comma-separated items to/from
+    the list `base`; empty parts dropped (Kafka's getParts). Shared by every resource type."""
     parts = [p for p in base.split(",") if p]
     for item in (value or "").split(","):
         if op == OP_APPEND and item not in parts:

@@ -35,6 +35,7 @@ from pybroker.config import (
 from pybroker.controller import acls as acl_control
 from pybroker.controller import broker_configs, client_quotas, group_configs, scram
 from pybroker.controller import features as feature_control
+from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.protocol import messages as m
@@ -48,7 +49,6 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 
 
@@ -407,15 +407,8 @@ class QuorumController:
                             error = (Errors.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key {key} because its type "
                                                             "is not LIST.")
                             break
-                        if now is None:
-                            now = format_value(entry[0].default) or ""
-                        parts = [p for p in now.split(",") if p]
-                        for item in (value or "").split(","):
-                            if op == OP_APPEND and item not in parts:
-                                parts.append(item)
-                            elif op == OP_SUBTRACT and item in parts:
-                                parts.remove(item)
-                        changes[key] = ",".join(parts)
+                        base = now if now is not None else (format_value(entry[0].default) or "")
+                        changes[key] = broker_configs.merge_list(base, op, value)
                     else:
                         error = (Errors.INVALID_REQUEST, f"Unknown operations type {op}")
                         break

@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pybroker.controller.broker_configs import OP_APPEND, OP_SET, OP_SUBTRACT
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
 RESOURCE_GROUP = 32
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 
 CONSUMER_SESSION_TIMEOUT_MS = "consumer.session.timeout.ms"
