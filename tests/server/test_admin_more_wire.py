@@ -65,13 +65,6 @@ def broker():
         yield b
 
 
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
-
-
 def new_topic(wire, partitions: int = 1) -> str:
     name = f"more-{next(_n)}-{uuid.uuid4().hex[:6]}"
     req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(

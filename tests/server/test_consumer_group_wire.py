@@ -37,13 +37,6 @@ def broker():
         yield b
 
 
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
-
-
 def create_topic(c: WireClient, name: str, partitions: int) -> bytes:
     resp = c.request(ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=5000))

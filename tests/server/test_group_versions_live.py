@@ -51,13 +51,6 @@ def broker():
         yield b
 
 
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
-
-
 def test_advertised_group_ranges():
     assert {api: SUPPORTED[api] for api in GROUP_APIS} == {
         ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5),

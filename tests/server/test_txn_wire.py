@@ -30,8 +30,6 @@ from pybroker.records.batch import build_batch, iter_batches
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.testing import EmbeddedBroker
 
-from .wire import WireClient
-
 OVERRIDES = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
              "transaction.max.timeout.ms": "60000"}
 
@@ -45,13 +43,6 @@ def versions(api: ApiKey) -> list[int]:
 def broker():
     with EmbeddedBroker(overrides=OVERRIDES) as b:
         yield b
-
-
-@pytest.fixture
-def wire(broker):
-    c = WireClient("127.0.0.1", broker.port)
-    yield c
-    c.close()
 
 
 def create_topic(wire, name, partitions=1):
