@@ -21,13 +21,12 @@ trio thread, or a test) — no locking.
 from __future__ import annotations
 
 import enum
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybroker.coordinators.group import consumer_protocol
 from pybroker.protocol.errors import Errors
-from pybroker.protocol.messages import ConsumerProtocolSubscription
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 GROUP_TYPE_CLASSIC = "classic"
@@ -165,17 +164,9 @@ class ClassicGroupMember:
 
 def subscribed_topics(metadata: bytes) -> set[str] | None:
     """Topics of a consumer-protocol subscription, None if it cannot be parsed."""
-    if len(metadata) < 2:
-        return None
-    (version,) = struct.unpack_from(">h", metadata, 0)
-    if version < 0:
-        return None
     try:
-        sub = ConsumerProtocolSubscription.decode_from(memoryview(metadata), 2, min(version, 3))
-        if isinstance(sub, tuple):
-            sub = sub[0]
-        return set(sub.topics)
-    except Exception:
+        return set(consumer_protocol.deserialize_subscription(metadata).topics)
+    except consumer_protocol.MalformedConsumerProtocol:
         return None
 
 
