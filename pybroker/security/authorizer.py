@@ -66,9 +66,8 @@ ANONYMOUS = "User:ANONYMOUS"
 # short names for handlers: auth.authorize(ctx, Op.READ, Res.TOPIC, name)
 Op = AclOperation
 Res = ResourceType
-_Op = AclOperation
-_IMPLIES_DESCRIBE = frozenset({_Op.DESCRIBE, _Op.READ, _Op.WRITE, _Op.DELETE, _Op.ALTER})
-_IMPLIES_DESCRIBE_CONFIGS = frozenset({_Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS})
+_IMPLIES_DESCRIBE = frozenset({Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER})
+_IMPLIES_DESCRIBE_CONFIGS = frozenset({Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS})
 _ALLOW, _DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 
 # AclEntry.supportedOperations per resource type, as the bitfields of pybroker/acl.py
@@ -77,8 +76,8 @@ SUPPORTED_OPERATIONS: dict[int, int] = {
     ResourceType.GROUP: GROUP_OPERATIONS,
     ResourceType.CLUSTER: CLUSTER_OPERATIONS,
     ResourceType.TRANSACTIONAL_ID: TRANSACTIONAL_ID_OPERATIONS,
-    ResourceType.DELEGATION_TOKEN: 1 << _Op.DESCRIBE,
-    ResourceType.USER: (1 << _Op.CREATE_TOKENS) | (1 << _Op.DESCRIBE_TOKENS),
+    ResourceType.DELEGATION_TOKEN: 1 << Op.DESCRIBE,
+    ResourceType.USER: (1 << Op.CREATE_TOKENS) | (1 << Op.DESCRIBE_TOKENS),
 }
 
 
@@ -94,12 +93,12 @@ def _result(acl: StandardAcl, principal: str, host: str, op: int) -> AclPermissi
         return None
     if acl.host != WILDCARD and acl.host != host:
         return None
-    if acl.operation != _Op.ALL:
+    if acl.operation != Op.ALL:
         if acl.permission_type == _ALLOW:
-            if op == _Op.DESCRIBE:
+            if op == Op.DESCRIBE:
                 if acl.operation not in _IMPLIES_DESCRIBE:
                     return None
-            elif op == _Op.DESCRIBE_CONFIGS:
+            elif op == Op.DESCRIBE_CONFIGS:
                 if acl.operation not in _IMPLIES_DESCRIBE_CONFIGS:
                     return None
             elif op != acl.operation:
@@ -193,7 +192,7 @@ class StandardAuthorizer:
                 continue
             if acl.principal != principal and acl.principal != WILDCARD_PRINCIPAL:
                 continue
-            if acl.operation != op and acl.operation != _Op.ALL:
+            if acl.operation != op and acl.operation != Op.ALL:
                 continue
             if acl.permission_type == _DENY:
                 if acl.pattern_type == PatternType.LITERAL:
