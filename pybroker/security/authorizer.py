@@ -81,6 +81,17 @@ SUPPORTED_OPERATIONS: dict[int, int] = {
 }
 
 
+def cluster_authorized_operations(auth: StandardAuthorizer | None, ctx: Any) -> int:
+    """The cluster bitfield Metadata (v8-10) and DescribeCluster report when asked (Kafka's
+    AuthHelper): every cluster operation without an authorizer, else what the caller may do,
+    or nothing without DESCRIBE on the cluster."""
+    if auth is None:
+        return CLUSTER_OPERATIONS
+    if not auth.authorize_cluster(ctx, Op.DESCRIBE):
+        return 0
+    return auth.authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME)
+
+
 def client_host(ctx: Any) -> str:
     """The caller's IP address as StandardAuthorizer compares it with an ACL's host."""
     peer = ctx.conn.peer

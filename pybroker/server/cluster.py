@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
-from pybroker.controller.acls import CLUSTER_NAME
+from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
@@ -18,7 +17,7 @@ from pybroker.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from pybroker.security.authorizer import Op, Res
+from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
 from pybroker.server.metadata import broker_list
 
 
@@ -32,11 +31,8 @@ def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) 
     brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
                                                              rack=b.rack)
                for b in broker_list(broker, ctx.conn.listener_name)]
-    ops = CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
-    auth = broker.authorizer
-    if auth is not None and req.include_cluster_authorized_operations:  # AuthHelper.computeDescribeClusterResponse
-        ops = auth.authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME) if auth.authorize_cluster(ctx, Op.DESCRIBE) \
-            else 0
+    ops = cluster_authorized_operations(broker.authorizer, ctx) if req.include_cluster_authorized_operations \
+        else AUTHORIZED_OPERATIONS_OMITTED
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=ops)

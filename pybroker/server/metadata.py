@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, TOPIC_OPERATIONS
-from pybroker.controller.acls import CLUSTER_NAME
+from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, TOPIC_OPERATIONS
 from pybroker.controller.controller import validate_topic_name
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import MetadataRequest, MetadataResponse
-from pybroker.security.authorizer import Op, Res
+from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ZERO_ID = bytes(16)
@@ -127,11 +126,8 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
                 t.topic_authorized_operations = TOPIC_OPERATIONS
             elif t.error_code != Errors.TOPIC_AUTHORIZATION_FAILED:  # Kafka leaves those at the default
                 t.topic_authorized_operations = auth.authorized_operations(ctx, Res.TOPIC, t.name or "")
-    cluster_ops = CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations \
+    cluster_ops = cluster_authorized_operations(auth, ctx) if 8 <= v <= 10 and req.include_cluster_authorized_operations \
         else AUTHORIZED_OPERATIONS_OMITTED
-    if auth is not None and cluster_ops == CLUSTER_OPERATIONS:
-        cluster_ops = auth.authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME) \
-            if auth.authorize_cluster(ctx, Op.DESCRIBE) else 0
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_list(broker, ctx.conn.listener_name),
