@@ -12,10 +12,12 @@ Stateless; the caller keeps the buffer alive and stable during the call.
 
 from __future__ import annotations
 
+import mmap
 import operator
+import os
 import struct
 
-__all__ = ["OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "offset_lookup", "time_lookup"]
+__all__ = ["OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "MappedFile", "offset_lookup", "time_lookup"]
 
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
@@ -60,3 +62,19 @@ def time_lookup(buf, n_entries: int, target_timestamp: int) -> int:
     """Slot of the largest time entry with timestamp <= target, or -1."""
     view = _prepare(buf, n_entries, target_timestamp, TIME_ENTRY_SIZE)
     return _upper_bound(view, n_entries, target_timestamp, _I64.unpack_from, TIME_ENTRY_SIZE)
+
+
+def MappedFile(path: str | os.PathLike[str], length: int, writable: bool = True) -> mmap.mmap:  # noqa: N802
+    """A shared mapping of the first `length` bytes of `path`: the twin of the compiled class, with
+    the same calls (buffer protocol, flush, close, len, closed). Python's mmap keeps a duplicate
+    descriptor of its own, which the compiled one avoids; nothing else differs."""
+    if length <= 0:
+        raise ValueError(f"cannot map {length} bytes")
+    fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    try:
+        m = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    if hasattr(mmap, "MADV_RANDOM"):
+        m.madvise(mmap.MADV_RANDOM)
+    return m

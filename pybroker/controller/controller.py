@@ -19,7 +19,8 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +40,20 @@ from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.protocol import messages as m
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 log = logging.getLogger("pybroker.controller")
 
 # 4.2-IV1: the level Kafka 4.2 writes at format time; why pybroker may claim it: controller/features.py
 METADATA_VERSION = feature_control.BOOTSTRAP_METADATA_VERSION
 PRODUCER_ID_BLOCK_SIZE = 1000
+# QuorumController.MAX_RECORDS_PER_USER_OP: no user operation may write more records than one
+# controller batch holds (Kafka's BoundedList; over it the whole request fails POLICY_VIOLATION).
+MAX_RECORDS_PER_USER_OP = 10000
+# ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: checked on the request, before anything is built.
+MAX_PARTITIONS_PER_BATCH = 10000
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)
@@ -90,7 +98,8 @@ class QuorumController:
         self.image = image
         self.log = metadata_log
         self._lock = trio.Lock()
-        self.listeners: list[Callable[[list[Any]], None]] = []
+        # called in order after each commit; one may return an awaitable, awaited before the next
+        self.listeners: list[Callable[[list[Any]], Awaitable[None] | None]] = []
         self.broker_epoch = -1
 
     # ------------------------------------------------------------------ commit path
@@ -99,11 +108,15 @@ class QuorumController:
         """Append atomically, make durable, replay into the image, tell listeners."""
         if not records:
             return
+        if len(records) > MAX_RECORDS_PER_USER_OP:
+            raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
         base = await self.log.append(records)
         for i, r in enumerate(records):
             self.image.replay(r, base + i)
         for listener in self.listeners:
-            listener(records)
+            pending = listener(records)
+            if pending is not None:  # an async listener (the replica manager creating logs)
+                await pending
 
     async def load_and_register(self, endpoints: Sequence[Any], cluster_id: str) -> None:
         """Replay the log into the image, then (re-)register this node with its current endpoints."""
@@ -157,7 +170,8 @@ class QuorumController:
 
     def _validate_new_topic(self, name: str, num_partitions: int, rf: int,
                             assignments: Mapping[int, Sequence[int]],
-                            configs: Mapping[str, str | None], seen: set[str]) -> TopicResult:
+                            configs: Mapping[str, str | None], seen: set[str],
+                            collisions: Mapping[str, str]) -> TopicResult:
         res = TopicResult(name)
         msg = validate_topic_name(name)
         if msg:
@@ -166,12 +180,11 @@ class QuorumController:
         if name in self.image.topics_by_name or name in seen:
             res.error, res.message = Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
             return res
-        collide = name.replace(".", "_")
-        for other in list(self.image.topics_by_name) + list(seen):
-            if other != name and other.replace(".", "_") == collide:
-                res.error = Errors.INVALID_TOPIC_EXCEPTION
-                res.message = f"Topic '{name}' collides with existing topic: {other}"
-                return res
+        other = collisions.get(name.replace(".", "_"))
+        if other is not None and other != name:
+            res.error = Errors.INVALID_TOPIC_EXCEPTION
+            res.message = f"Topic '{name}' collides with existing topic: {other}"
+            return res
         live = self._live_brokers()
         if assignments:
             if num_partitions != -1 or rf != -1:
@@ -221,22 +234,42 @@ class QuorumController:
     async def create_topics(self, topics: Sequence[tuple[str, int, int, Mapping[int, Sequence[int]],
                                                          Mapping[str, str | None]]],
                             validate_only: bool = False) -> list[TopicResult]:
-        """Create topics: (name, num_partitions, replication_factor, assignments, configs) each."""
+        """Create topics: (name, num_partitions, replication_factor, assignments, configs) each.
+
+        Raises KafkaError(POLICY_VIOLATION) for the whole request when it asks for more than
+        MAX_PARTITIONS_PER_BATCH partitions or would write more than MAX_RECORDS_PER_USER_OP
+        records, before anything is placed or encoded (ReplicationControlManager.createTopics).
+        """
+        total = 0
+        for _name, np_, _rf, assignments, _configs in topics:
+            if assignments:
+                total += len(assignments)
+            elif np_ == -1:
+                total += self.config["num.partitions"]
+            elif np_ > 0:
+                total += np_
+        if total > MAX_PARTITIONS_PER_BATCH:
+            raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
         async with self._lock:
             results: list[TopicResult] = []
             records: list[Any] = []
             seen: set[str] = set()
-            names = [t[0] for t in topics]
+            counts = Counter(t[0] for t in topics)
+            # Kafka's topicsWithCollisionChars: '.' and '_' collide in metric names
+            collisions = {n.replace(".", "_"): n for n in self.image.topics_by_name}
             for name, np_, rf, assignments, configs in topics:
-                if names.count(name) > 1:
+                if counts[name] > 1:
                     results.append(TopicResult(name, Errors.INVALID_REQUEST,
                                                "Duplicate topic name."))
                     continue
-                res = self._validate_new_topic(name, np_, rf, assignments, configs, seen)
+                res = self._validate_new_topic(name, np_, rf, assignments, configs, seen, collisions)
                 results.append(res)
                 if res.error or validate_only:
                     continue
                 seen.add(name)
+                collisions.setdefault(name.replace(".", "_"), name)
+                if len(records) + 1 + len(configs) + res.num_partitions > MAX_RECORDS_PER_USER_OP:
+                    raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
                 res.topic_id = new_topic_id()
                 records.extend(self._topic_records(res, assignments, configs))
             await self._commit(records)
@@ -296,9 +329,9 @@ class QuorumController:
         async with self._lock:
             out: list[tuple[str, int, str | None]] = []
             records: list[Any] = []
-            names = [t[0] for t in topics]
+            counts = Counter(t[0] for t in topics)
             for name, count, assignments in topics:
-                if names.count(name) > 1:
+                if counts[name] > 1:
                     out.append((name, Errors.INVALID_REQUEST, "Duplicate topic name."))
                     continue
                 t = self.image.topics_by_name.get(name)
@@ -316,6 +349,10 @@ class QuorumController:
                     out.append((name, Errors.INVALID_PARTITIONS, f"Topic already has {current} partitions."))
                     continue
                 add = count - current
+                if len(records) + add > MAX_RECORDS_PER_USER_OP:
+                    # before any placement: a count of 2**28 must cost nothing (Kafka's BoundedList
+                    # fails the same operation, only later)
+                    raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
                 rf = len(t.partitions[0].replicas) if t.partitions else 1
                 if assignments is not None:
                     if len(assignments) != add:

@@ -14,9 +14,11 @@ so msync never touches an unmapped region. Readers use the published entry count
 
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
+from typing import Any
+
+from pybroker._native import index
 
 
 class AbstractIndex:
@@ -31,16 +33,17 @@ class AbstractIndex:
         self.max_index_size = max_index_size
         self.writable = writable
         self._lock = threading.Lock()
+        self._closed = False
         new = not self.path.exists() or self.path.stat().st_size == 0
-        flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
-        self._fd = os.open(self.path, flags, 0o644)
         if new and writable:
-            os.ftruncate(self._fd, self._round_down(max_index_size))
-            self._entries = 0
-        else:
-            self._entries = os.fstat(self._fd).st_size // self.ENTRY_SIZE
-        self._length = os.fstat(self._fd).st_size
-        self._mmap: mmap.mmap | None = None
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, self._round_down(max_index_size))
+            finally:
+                os.close(fd)
+        self._length = self.path.stat().st_size
+        self._entries = 0 if new else self._length // self.ENTRY_SIZE
+        self._mmap: Any = None
         self._map()
 
     # -- mapping ---------------------------------------------------------------------------
@@ -48,16 +51,9 @@ class AbstractIndex:
         return size - size % self.ENTRY_SIZE
 
     def _map(self) -> None:
-        if self._length == 0:
-            self._mmap = None
-            return
-        access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-        self._mmap = mmap.mmap(self._fd, self._length, access=access)
-        if hasattr(mmap, "MADV_RANDOM"):
-            # The file is preallocated and sparse: without this, the first touch of each page
-            # faults in a whole readahead window that the kernel zero-fills (a fifth of the
-            # produce path's CPU in perf). Lookups are binary searches anyway.
-            self._mmap.madvise(mmap.MADV_RANDOM)
+        # index.MappedFile holds no file descriptor (Python's mmap keeps one of its own: three
+        # per partition ran a node with a few thousand partitions out of RLIMIT_NOFILE)
+        self._mmap = index.MappedFile(self.path, self._length, self.writable) if self._length else None
 
     def _unmap(self) -> None:
         if self._mmap is not None:
@@ -65,7 +61,7 @@ class AbstractIndex:
             self._mmap = None
 
     @property
-    def buffer(self) -> mmap.mmap | bytes:
+    def buffer(self) -> Any:
         return self._mmap if self._mmap is not None else b""
 
     # -- sizes -----------------------------------------------------------------------------
@@ -96,7 +92,7 @@ class AbstractIndex:
             if self._mmap is not None:
                 self._mmap.flush()
             self._unmap()
-            os.ftruncate(self._fd, rounded)
+            os.truncate(self.path, rounded)
             self._length = rounded
             self._entries = min(self._entries, rounded // self.ENTRY_SIZE)
             self._map()
@@ -114,7 +110,8 @@ class AbstractIndex:
         # Zero the dropped tail so a later crash cannot resurrect stale entries past the end.
         if self._mmap is not None and n < self._entries:
             start, end = n * self.ENTRY_SIZE, self._entries * self.ENTRY_SIZE
-            self._mmap[start:end] = bytes(end - start)
+            with memoryview(self._mmap) as view:
+                view[start:end] = bytes(end - start)
         self._entries = n
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -124,22 +121,20 @@ class AbstractIndex:
                 self._mmap.flush()
 
     def close(self) -> None:
-        if self._fd < 0:
+        if self._closed:
             return
         if self.writable:
             self.trim_to_valid_size()
         with self._lock:
             self._unmap()
-            os.close(self._fd)
-            self._fd = -1
+            self._closed = True
 
     def close_handler(self) -> None:
         """Close without trimming (disk failure / delete paths)."""
         with self._lock:
-            if self._fd >= 0:
+            if not self._closed:
                 self._unmap()
-                os.close(self._fd)
-                self._fd = -1
+                self._closed = True
 
     def delete(self) -> None:
         self.close_handler()
@@ -151,4 +146,5 @@ class AbstractIndex:
 
     def read_bytes(self) -> bytes:
         """The valid entries as bytes (tests, debugging)."""
-        return bytes(self.buffer[: self.size_in_bytes()])
+        with memoryview(self.buffer) as view:
+            return bytes(view[: self.size_in_bytes()])

@@ -24,8 +24,9 @@ Shutdown: `shutdown()` flushes every log, closes it (producer snapshots, trimmed
 the checkpoints and then the marker.
 
 Concurrency: `load`, `checkpoint`, `shutdown` and `purge_deleted` block on disk and run in a
-worker thread; `get_or_create_log` and `delete_log` are quick (mkdir/rename) and run on the
-event loop. `_lock` guards the log table against the checkpoint thread.
+worker thread; `delete_log` is quick (a rename) and runs on the event loop; `get_or_create_log`
+runs on the loop at start-up and, through `create_logs`, in a worker thread for new partitions.
+`_lock` guards the log table against those threads.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pybroker.log.checkpoint import (
     fsync_dir,
 )
 from pybroker.log.config import LogConfig
-from pybroker.log.errors import KafkaStorageError
+from pybroker.log.errors import KafkaStorageError, LogError
 from pybroker.log.future_log import parse_future_dir_name
 from pybroker.log.log import UnifiedLog, log_dir_name, parse_log_dir_name
 from pybroker.log.meta_properties import MetaProperties, ensure_log_dirs
@@ -56,6 +57,14 @@ METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 DELETE_DIR_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+MAX_FILE_NAME = 255
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>.<32 hex>-delete`, the topic cut so the name fits a file name (Kafka's
+    logDirNameWithSuffixCappedLength: a 249-character topic plus the suffix is 292 characters)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[: MAX_FILE_NAME - len(suffix)] + suffix
 
 
 class LogManager:
@@ -74,6 +83,7 @@ class LogManager:
         self.meta: dict[Path, MetaProperties] = {}
         self.logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._dir_counts: dict[Path, int] = {}  # partitions per log dir, for _next_log_dir
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
         self.had_clean_shutdown: dict[Path, bool] = {}
@@ -115,7 +125,7 @@ class LogManager:
                                  clean_shutdown=clean, now_ms=now_ms,
                                  producer_id_expiration_ms=self.producer_id_expiration_ms)
                 self.logs[tp] = log
-                self._log_dir_of[tp] = log_dir
+                self._set_dir(tp, log_dir)
             if clean:
                 marker.unlink()
                 fsync_dir(log_dir)
@@ -137,7 +147,7 @@ class LogManager:
         self.logs[tp] = UnifiedLog(target, self._topic_config(tp[0]), topic=tp[0], partition=tp[1],
                                    clean_shutdown=False, now_ms=now_ms,
                                    producer_id_expiration_ms=self.producer_id_expiration_ms)
-        self._log_dir_of[tp] = log_dir
+        self._set_dir(tp, log_dir)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The replication-offset-checkpoint of every dir (for the replica manager)."""
@@ -161,21 +171,50 @@ class LogManager:
                 write_partition_metadata(log.dir, topic_id)
                 log.topic_id = topic_id
             return log
-        log_dir = self._next_log_dir()
+        with self._lock:
+            log_dir = self._next_log_dir()
         log = UnifiedLog(log_dir / log_dir_name(topic, partition), config or self._topic_config(topic),
                          topic=topic, partition=partition, topic_id=topic_id, now_ms=now_ms,
                          producer_id_expiration_ms=self.producer_id_expiration_ms)
         with self._lock:
             self.logs[tp] = log
-            self._log_dir_of[tp] = log_dir
+            self._set_dir(tp, log_dir)
         return log
+
+    def create_logs(self, specs: list[tuple[str, int, bytes | None, LogConfig, int | None]], now_ms: int
+                    ) -> list[UnifiedLog | Exception]:
+        """get_or_create_log for many partitions, (topic, partition, topic id, config, leader epoch)
+        each; a leader epoch (None when this node does not lead) starts at the log end offset, so
+        its fsynced leader-epoch-checkpoint is written here too. A partition that cannot be made
+        (a disk error, a stale directory of another topic id) gets its exception in the result
+        instead of a log; the others are made. Blocking (directories, files, preallocated indexes,
+        fsyncs): meant for a worker thread."""
+        logs: list[UnifiedLog | Exception] = []
+        for topic, partition, topic_id, config, leader_epoch in specs:
+            try:
+                log = self.get_or_create_log(topic, partition, topic_id, config, now_ms=now_ms)
+                if leader_epoch is not None:
+                    log.maybe_assign_epoch_start_offset(leader_epoch, log.log_end_offset)
+            except (OSError, LogError) as exc:
+                logs.append(exc)
+            else:
+                logs.append(log)
+        return logs
 
     def _next_log_dir(self) -> Path:
         """The dir holding the fewest partitions (Kafka's placement rule)."""
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._log_dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(self.log_dirs, key=lambda d: self._dir_counts.get(d, 0))
+
+    def _set_dir(self, tp: TopicPartition, log_dir: Path) -> None:
+        self._pop_dir(tp)
+        self._log_dir_of[tp] = log_dir
+        self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + 1
+
+    def _pop_dir(self, tp: TopicPartition) -> Path | None:
+        log_dir = self._log_dir_of.pop(tp, None)
+        if log_dir is not None:
+            self._dir_counts[log_dir] -= 1
+        return log_dir
 
     def delete_log(self, topic: str, partition: int) -> Path | None:
         """Rename the partition dir to `<tp>.<uuid hex>-delete` and forget the log.
@@ -186,10 +225,10 @@ class LogManager:
         tp = (topic, partition)
         with self._lock:
             log = self.logs.pop(tp, None)
-            log_dir = self._log_dir_of.pop(tp, None)
+            log_dir = self._pop_dir(tp)
         if log is None or log_dir is None:
             return None
-        target = log_dir / f"{log_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        target = log_dir / delete_dir_name(topic, partition)
         os.replace(log.dir, target)
         fsync_dir(log_dir)
         self._pending_deletes.append((target, log))
@@ -213,7 +252,7 @@ class LogManager:
         src_root = self._log_dir_of[tp]
         dst_root = future_dir.parent
         target = dst_root / log_dir_name(*tp)
-        deleted = src_root / f"{log_dir_name(*tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        deleted = src_root / delete_dir_name(*tp)
         os.replace(log.dir, deleted)
         try:
             os.replace(future_dir, target)
@@ -236,7 +275,7 @@ class LogManager:
         new_log.last_flush_ms = log.last_flush_ms
         with self._lock:
             self.logs[tp] = new_log
-            self._log_dir_of[tp] = dst_root
+            self._set_dir(tp, dst_root)
         log.dir = deleted
         self._pending_deletes.append((deleted, log))
         return new_log

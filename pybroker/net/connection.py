@@ -24,7 +24,7 @@ import socket as _stdsocket
 import struct
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -42,6 +42,17 @@ _PREAD_MAX = 32 * 1024  # file regions up to this size are read and written with
 
 class ConnectionClosed(Exception):
     """The peer closed its end."""
+
+
+class Parkable(Protocol):
+    """A delayed operation a request waits on (pybroker.purgatory.DelayedOperation)."""
+
+    completed: bool
+    waker: trio.CancelScope | None
+
+    def force_complete(self) -> bool: ...
+
+    async def wait(self) -> None: ...
 
 
 class CloseConnection(Exception):
@@ -141,28 +152,72 @@ class Connection:
             if self._start == self._end:
                 self._start = self._end = 0
             return frame
-        buf = self._frame_buffer(size)
         have = min(self._end - start, size)
+        buf = self._free_frame_buffer(size)
+        if buf is None:
+            # Memory follows the bytes received, not the size a peer declares: start with what
+            # has arrived (at least one receive chunk) and double as more comes, up to the size.
+            # A peer that announces 100 MB and sends one byte costs 256 KiB, not 100 MB.
+            buf = bytearray(min(size, max(_RECV_CHUNK, 2 * have)))
         buf[:have] = self._buf[start:start + have]
         self._start = start + have
         if self._start == self._end:
             self._start = self._end = 0
-        view = memoryview(buf)
         while have < size:
-            n = await self._recv_into(view[have:size])
+            if have == len(buf):
+                buf += bytes(min(len(buf), size - len(buf)))  # no view of buf is alive here
+            with memoryview(buf) as view:
+                n = await self._recv_into(view[have:len(buf)])
             if n == 0:
                 raise ConnectionClosed()
             have += n
-        return view[:size]
+        self._frame_buf = buf if len(buf) <= _REUSE_MAX else None
+        return memoryview(buf)[:size]
 
-    def _frame_buffer(self, size: int) -> bytearray:
+    def _free_frame_buffer(self, size: int) -> bytearray | None:
+        """The kept frame buffer if it can hold `size` bytes and no view of the last frame is alive."""
         buf = self._frame_buf
         # 3 = this attribute + the local + getrefcount's argument: no live view of the last frame
         if buf is not None and len(buf) >= size and sys.getrefcount(buf) == 3:
             return buf
-        buf = bytearray(max(size, _RECV_CHUNK))
-        self._frame_buf = buf if len(buf) <= _REUSE_MAX else None
-        return buf
+        return None
+
+    async def park(self, op: Parkable) -> None:
+        """Await a request parked in a purgatory (`op.wait()`), watching the peer meanwhile.
+
+        A peer that closes or resets its connection while its request waits (a long fetch
+        max wait) would otherwise keep the operation, its memory and this socket until the
+        wait expires: the operation is completed at once and ConnectionClosed ends the
+        connection. Bytes that arrive meanwhile (a pipelined request) are kept for the next
+        read; the watch then stops and the wait goes on.
+        """
+        if not op.completed:
+            gone = False
+            with trio.CancelScope() as scope:
+                op.waker = scope  # completion cancels the watch
+                gone = await self._wait_peer_gone()
+            op.waker = None
+            if gone:
+                op.force_complete()
+                raise ConnectionClosed()
+        await op.wait()
+
+    async def _wait_peer_gone(self) -> bool:
+        """True once the peer has closed or reset; False when it sent data or nothing can be read."""
+        while self._end < len(self._buf):
+            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                with memoryview(self._buf) as view:
+                    n = os.readv(self.fd, (view[self._end:],))
+            except BlockingIOError:
+                continue
+            except OSError:
+                return True  # ECONNRESET and friends
+            if n == 0:
+                return True
+            self._end += n
+            return False
+        return False
 
     # ------------------------------------------------------------------ writing
 

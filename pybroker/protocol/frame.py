@@ -96,7 +96,18 @@ def decode_request(
             api_version=api_version,
         ) from e
     if supported is not None:
-        versions = supported.get(api_key, versions)
+        enabled = supported.get(api_key)
+        if enabled is None:
+            # a key the codec knows but this node does not serve: Kafka's SocketServer refuses it
+            # before decoding the body ("... which is not enabled") and closes the connection
+            raise UnknownApiKeyError(
+                f"api key {api_key} ({ApiKey(api_key).name}) v{api_version} is not enabled",
+                correlation_id=correlation_id,
+                api_key=api_key,
+                api_version=api_version,
+                client_id=header.client_id,
+            )
+        versions = enabled
     if not versions[0] <= api_version <= versions[1]:
         raise UnsupportedVersionError(
             f"{ApiKey(api_key).name} v{api_version} is not supported (range {versions[0]}-{versions[1]})",

@@ -31,6 +31,8 @@ class DelayedOperation(abc.ABC):
         self._done = trio.Event()
         self._timer_id: int | None = None
         self._timer: SystemTimer | None = None
+        # a cancel scope to wake when the operation completes (a waiter also watching a socket)
+        self.waker: trio.CancelScope | None = None
 
     @abc.abstractmethod
     def try_complete(self) -> bool:
@@ -47,6 +49,8 @@ class DelayedOperation(abc.ABC):
             self._timer.cancel(self._timer_id)
         self.on_complete()
         self._done.set()
+        if self.waker is not None:
+            self.waker.cancel()
         return True
 
     def _expire(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from pybroker.config import BrokerConfig, format_value
-from pybroker.controller.image import MetadataImage
+from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.log.config import LogConfig
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
@@ -29,6 +29,18 @@ from pybroker.replication.partition import Partition
 log = logging.getLogger("pybroker.replica")
 
 TopicPartition = tuple[str, int]
+_CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
+_GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
+                             "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
+
+
+def _touches_everything(record: Any) -> bool:
+    """Records after which every hosted partition is re-examined (broker-level configs change
+    every topic's defaults; broker records may change leadership)."""
+    kind = type(record).__name__
+    if kind == "ConfigRecord":
+        return bool(record.resource_type != RESOURCE_TOPIC)
+    return kind in _GLOBAL_RECORDS
 
 
 def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None) -> LogConfig:
@@ -65,10 +77,71 @@ class ReplicaManager:
         self._hw_checkpoint = self.log_manager.read_high_watermarks()
 
     def apply_metadata(self) -> None:
-        """Create logs for partitions we now host, drop the ones whose topics are gone."""
+        """Bring the hosted partitions in step with the whole image, creating logs on this thread
+        (start-up, before serving: the logs found on disk are already open)."""
+        configs: dict[str, LogConfig] = {}
+        for tp, t, reg in self._plan(None):
+            config = configs.get(t.name)
+            if config is None:
+                config = configs[t.name] = self.log_config_for(t.name)
+            self._publish(tp, t, reg, self.log_manager.get_or_create_log(
+                t.name, tp[1], t.topic_id, config, now_ms=wall_ms()), config)
+
+    async def apply_metadata_records(self, records: list[Any]) -> None:
+        """A controller listener: apply what `records` changed (Kafka's ReplicaManager.applyDelta).
+
+        Leadership and config changes apply at once; new partitions' directories and files are
+        created in a worker thread (thousands of them take seconds of disk work), then published
+        here. The controller awaits this before answering, so a CreateTopics answer still means
+        the partitions serve.
+        """
+        todo = self._plan(records)
         now = wall_ms()
+        configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
+        for i in range(0, len(todo), _CREATE_CHUNK):
+            chunk = todo[i:i + _CREATE_CHUNK]
+            specs = []
+            for tp, t, reg in chunk:
+                config = configs.get(t.name)
+                if config is None:
+                    config = configs[t.name] = self.log_config_for(t.name)
+                specs.append((t.name, tp[1], t.topic_id, config,
+                              reg.leader_epoch if reg.leader == self.node_id else None))
+            logs = await trio.to_thread.run_sync(self.log_manager.create_logs, specs, now)
+            for (tp, t, _reg), plog in zip(chunk, logs, strict=True):
+                if isinstance(plog, Exception):
+                    # Kafka takes the log dir offline; this partition stays offline on this node
+                    log.error("cannot create the log of %s-%d: %s", tp[0], tp[1], plog)
+                    continue
+                current = self.image.topics_by_id.get(t.topic_id)
+                if current is None or tp[1] not in current.partitions:
+                    continue  # gone while its files were made: a later change removes them
+                self._publish(tp, t, current.partitions[tp[1]], plog, configs[t.name])
+
+    def _plan(self, records: list[Any] | None) -> list[tuple[TopicPartition, Any, Any]]:
+        """Apply leadership/config changes and deletions for the topics `records` touch (all topics
+        when None); return the partitions this node must now create, as (tp, topic, registration)."""
+        if records is None or any(_touches_everything(r) for r in records):
+            topics = list(self.image.topics_by_name.values())
+            scope = None
+        else:
+            ids: set[bytes] = set()
+            names: set[str] = set()
+            for r in records:
+                tid = getattr(r, "topic_id", None)
+                if tid is not None:
+                    ids.add(tid.bytes if hasattr(tid, "bytes") else bytes(tid))
+                elif type(r).__name__ == "ConfigRecord" and r.resource_type == RESOURCE_TOPIC:
+                    names.add(r.resource_name)
+            if not ids and not names:
+                return []
+            topics = [t for t in (self.image.topics_by_id.get(i) for i in ids) if t is not None]
+            topics += [t for t in (self.image.topics_by_name.get(n) for n in names) if t is not None]
+            scope = ids | {t.topic_id for t in topics}
+        todo: list[tuple[TopicPartition, Any, Any]] = []
         wanted: set[TopicPartition] = set()
-        for t in self.image.topics_by_name.values():
+        for t in topics:
+            config = None
             for pid, reg in t.partitions.items():
                 if self.node_id not in reg.replicas:
                     continue
@@ -78,28 +151,39 @@ class ReplicaManager:
                 if p is None or p.topic_id != t.topic_id:
                     if p is not None:  # same name, new topic id: the old log goes
                         self._delete_partition(tp)
-                    log_config = self.log_config_for(t.name)
-                    plog = self.log_manager.get_or_create_log(t.name, pid, t.topic_id, log_config, now_ms=now)
-                    plog.config = log_config  # a log found on disk at start-up was opened with defaults
-                    p = Partition(t.name, pid, t.topic_id, plog, self.node_id, reg.leader, reg.leader_epoch,
-                                  reg.partition_epoch, list(reg.replicas), list(reg.isr))
-                    hw = self._hw_checkpoint.pop(tp, None)
-                    plog.high_watermark = min(hw, plog.log_end_offset) if hw is not None else 0
-                    self.partitions[tp] = p
-                    if p.is_leader:
-                        plog.maybe_assign_epoch_start_offset(reg.leader_epoch, plog.log_end_offset)
-                    p.maybe_increment_high_watermark()
+                    todo.append((tp, t, reg))
                 else:
                     p.leader_id, p.leader_epoch = reg.leader, reg.leader_epoch
                     p.partition_epoch, p.replicas, p.isr = reg.partition_epoch, list(reg.replicas), list(reg.isr)
-                    p.log.config = self.log_config_for(t.name)
-        for tp in [tp for tp in self.partitions if tp not in wanted]:
+                    if config is None:
+                        config = self.log_config_for(t.name)
+                    p.log.config = config
+        doomed = [tp for tp, p in self.partitions.items()
+                  if tp not in wanted and (scope is None or p.topic_id in scope)]
+        for tp in doomed:
             self._delete_partition(tp)
+        return todo
+
+    def _publish(self, tp: TopicPartition, t: Any, reg: Any, plog: Any, config: LogConfig) -> None:
+        plog.config = config  # a log found on disk at start-up was opened with defaults
+        p = Partition(t.name, tp[1], t.topic_id, plog, self.node_id, reg.leader, reg.leader_epoch,
+                      reg.partition_epoch, list(reg.replicas), list(reg.isr))
+        hw = self._hw_checkpoint.pop(tp, None)
+        plog.high_watermark = min(hw, plog.log_end_offset) if hw is not None else 0
+        self.partitions[tp] = p
+        if p.is_leader:
+            plog.maybe_assign_epoch_start_offset(reg.leader_epoch, plog.log_end_offset)
+        p.maybe_increment_high_watermark()
 
     def _delete_partition(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
-        if self.log_manager.delete_log(*tp) is not None:
+        try:
+            deleted = self.log_manager.delete_log(*tp)
+        except OSError as exc:  # the log is forgotten; its files stay for an operator
+            log.error("cannot delete the log of %s-%d: %s", tp[0], tp[1], exc)
+            return
+        if deleted is not None:
             self.spawn(trio.to_thread.run_sync, self.log_manager.purge_deleted)
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:

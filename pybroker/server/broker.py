@@ -136,7 +136,7 @@ class Broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon)
             self.replica_manager.load_high_watermarks()
             self.replica_manager.apply_metadata()
-            self.controller.listeners.append(lambda _records: self.replica_manager.apply_metadata())
+            self.controller.listeners.append(self.replica_manager.apply_metadata_records)
             self.producer_ids = ProducerIdManager(self.controller, self.node_id)
             # the group coordinator loads the __consumer_offsets partitions it leads in worker
             # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
@@ -210,8 +210,22 @@ async def _serve_until_signal(config: BrokerConfig) -> None:
             nursery.cancel_scope.cancel()
 
 
+def raise_open_file_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard limit, as the JVM does for Kafka (MaxFDLimit):
+    every segment holds a descriptor for its .log and one per mapped index."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not permitted / not POSIX
+        pass
+
+
 def run_broker(config: BrokerConfig) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+    raise_open_file_limit()
     try:
         instruments = []
         trace_ms = os.environ.get("PYBROKER_TRACE_STALLS_MS")

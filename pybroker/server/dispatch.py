@@ -15,10 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pybroker.net.connection import CloseConnection, Connection
+from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.chunks import Chunk
-from pybroker.protocol.errors import ProtocolError, UnknownApiKeyError, UnsupportedVersionError
+from pybroker.protocol.errors import (
+    KafkaError,
+    ProtocolError,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+)
 from pybroker.protocol.frame import decode_request, encode_api_versions_unsupported, encode_response
 from pybroker.server import (
     acls,
@@ -47,6 +52,7 @@ from pybroker.server import (
     txn,
 )
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
+from pybroker.server.error_responses import ERROR_RESPONSES
 
 log = logging.getLogger("pybroker.server")
 # Kafka's kafka.request.logger: every request and its response at DEBUG (off unless asked for).
@@ -150,8 +156,16 @@ class RequestDispatcher:
                 response = await handler(self.broker, ctx, body)
             else:
                 response = handler(self.broker, ctx, body)
-        except CloseConnection:
+        except (CloseConnection, ConnectionClosed):
             raise
+        except ProtocolError as exc:
+            raise CloseConnection(f"{ApiKey(api_key).name} v{ctx.api_version}: {exc}") from None
+        except KafkaError as exc:
+            # the request as a whole is refused with a Kafka error (KafkaApis.handleError)
+            build = ERROR_RESPONSES.get(api_key)
+            if build is None:
+                raise CloseConnection(f"{ApiKey(api_key).name} v{ctx.api_version}: {exc}") from None
+            response = build(body, ctx.api_version, int(exc.code), exc.message)
         except Exception as exc:
             log.exception("error handling %s v%d from %s", ApiKey(api_key).name, ctx.api_version, conn.peer)
             raise CloseConnection(f"internal error: {exc!r}") from exc

@@ -13,6 +13,7 @@ Fetch sessions (KIP-227) are declined: session id 0, full responses (pitfall 5).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pybroker.log.errors import LogError
@@ -27,6 +28,7 @@ TResp = FetchResponse.FetchableTopicResponse
 AbortedTxn = FetchResponse.AbortedTransaction
 ZERO_ID = bytes(16)
 READ_COMMITTED = 1
+log = logging.getLogger("pybroker.server")
 
 
 class _Slot:
@@ -140,6 +142,7 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
     topics_out: list[TResp] = []
     slots: list[_Slot] = []
     auth = broker.authorizer
+    bad_size_logged = False
     for ft in req.topics:
         if by_id:
             t = image.topics_by_id.get(ft.topic_id)
@@ -162,6 +165,14 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
                 d.error_code = unknown_error
             elif not p.is_leader:
                 d.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            elif fp.partition_max_bytes < 0:
+                # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
+                # partition with UNKNOWN_SERVER_ERROR
+                d.error_code = Errors.UNKNOWN_SERVER_ERROR
+                if not bad_size_logged:  # one line per request, however many partitions
+                    bad_size_logged = True
+                    log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
+                             fp.partition_max_bytes, name, fp.partition)
             else:
                 d.error_code = _check_epoch(p, fp.current_leader_epoch)
             if d.error_code:
@@ -183,7 +194,7 @@ async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchRespons
         op = DelayedFetch(req.max_wait_ms, slots, min_bytes, isolation, rm)
         keys = [(s.partition.topic, s.partition.partition) for s in slots if s.partition is not None]
         if not rm.fetch_purgatory.try_complete_else_watch(op, keys):
-            await op.wait()
+            await ctx.conn.park(op)
         for s in slots:
             if s.partition is not None and rm.get_partition(s.partition.topic, s.partition.partition) is not s.partition:
                 s.data.error_code = Errors.NOT_LEADER_OR_FOLLOWER

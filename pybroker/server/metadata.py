@@ -12,7 +12,7 @@ from typing import Any
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, TOPIC_OPERATIONS
 from pybroker.controller.controller import validate_topic_name
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import MetadataRequest, MetadataResponse
 from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
 
@@ -78,7 +78,15 @@ async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> Metada
     image = broker.image
     auth = broker.authorizer
     topics_out: list[Topic] = []
-    if req.topics is None or (v == 0 and not req.topics):
+    all_topics = req.topics is None or (v == 0 and not req.topics)
+    if not all_topics and v < 12:
+        # KafkaApis: v10-11 carry a topic id field but may not use it; the whole request fails
+        for t in req.topics:
+            if t.name is None:
+                raise KafkaError(Errors.INVALID_REQUEST, f"Topic name can not be null for version {v}")
+            if getattr(t, "topic_id", ZERO_ID) != ZERO_ID:
+                raise KafkaError(Errors.INVALID_REQUEST, f"Topic IDs are not supported in requests for version {v}")
+    if all_topics:
         names = sorted(image.topics_by_name)
         if auth is not None:  # "all topics" silently leaves out those the caller may not DESCRIBE
             allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)

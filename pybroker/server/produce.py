@@ -214,7 +214,7 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
         rm = broker.replica_manager
         keys = [(p.topic, p.partition) for p, _, _ in waits]
         if not rm.produce_purgatory.try_complete_else_watch(op, keys):
-            await op.wait()
+            await ctx.conn.park(op)
     # KIP-13 byte-rate quota, recorded when answering as Kafka does (one bool test without quotas)
     throttle_ms = record_produce(broker.quotas.produce, ctx) if broker.quotas.produce.enabled else 0
     return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms)

@@ -69,3 +69,44 @@ def test_bad_arguments(twins, args):
     for name in ("offset_lookup", "time_lookup"):
         kind, _ = assert_same(getattr(native, name), getattr(pure, name), *args)
         assert kind == "raise"
+
+
+@given(size=st.integers(1, 3 * 4096), writes=st.lists(
+    st.tuples(st.integers(0, 3 * 4096), st.binary(min_size=1, max_size=64)), max_size=20))
+def test_mapped_file_reads_writes_and_flushes_like_mmap(twins, tmp_path_factory, size, writes):
+    """MappedFile: the same bytes through the buffer protocol and on disk after flush, for both
+    twins; a closed mapping refuses use, and close is refused while a view is exported."""
+    d = tmp_path_factory.mktemp("mapped")
+    results = []
+    for impl in twins:
+        path = d / f"{impl.__name__}.index"
+        path.write_bytes(bytes(size))
+        m = impl.MappedFile(path, size)
+        assert len(m) == size and not m.closed
+        with memoryview(m) as view:
+            for pos, data in writes:
+                chunk = data[: max(0, size - pos)]
+                view[pos:pos + len(chunk)] = chunk
+            with pytest.raises(BufferError):
+                m.close()
+            struct.pack_into(">I", m, 0, 7) if size >= 4 else None
+        m.flush()
+        results.append((bytes(memoryview(m)), path.read_bytes()))
+        m.close()
+        assert m.closed
+        with pytest.raises(ValueError):
+            len(m)
+        ro = impl.MappedFile(path, size, writable=False)
+        with pytest.raises((TypeError, BufferError)):
+            struct.pack_into(">B", ro, 0, 1)
+        ro.close()
+    assert results[0] == results[1]
+    assert results[0][0] == results[0][1]
+
+
+def test_mapped_file_refuses_empty_and_missing_files(twins, tmp_path):
+    for impl in twins:
+        with pytest.raises(ValueError):
+            impl.MappedFile(tmp_path / "x", 0)
+        with pytest.raises(FileNotFoundError):
+            impl.MappedFile(tmp_path / "missing", 8)
