@@ -29,7 +29,7 @@ from pybroker.client.connection import BrokerConnectionError, parse_bootstrap_se
 from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
 
 __all__ = [
-    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
+    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
     "CliError", "Handler", "bool_property", "common_options", "describe_error", "parse_key_value",
     "parse_properties", "parse_topic_partitions", "print_table", "resolve_partitions", "run_handler",
 ]
@@ -151,6 +151,13 @@ def common_options(timeout_flags: Sequence[str] = ("--timeout-ms", "--request-ti
     p.add_argument(*timeout_flags, dest="request_timeout_ms", type=int, default=30000, metavar="MS",
                    help="timeout of each broker request in milliseconds (default 30000)")
     return p
+
+
+def add_common(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """Give a tool without sub-actions the common options (argparse's parents=, after the fact)."""
+    for action in common._actions:
+        if action.option_strings:
+            parser._add_action(action)
 
 
 def describe_error(exc: KafkaError) -> str:

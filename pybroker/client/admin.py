@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 
 from pybroker.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from pybroker.client.acls import AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern
-
 from pybroker.client.connection import (
     BrokerConnection,
     BrokerConnectionError,
@@ -47,9 +46,9 @@ from pybroker.protocol.messages import (
     DescribeAclsRequest,
     DescribeClientQuotasRequest,
     DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -828,8 +827,11 @@ class AdminClient:
 
     # -- ACLs ---------------------------------------------------------------------------
 
-    def describe_acls(self, flt: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
-        """Bindings matching the filter; KafkaError (e.g. SECURITY_DISABLED) if the broker refuses."""
+    def describe_acls(self, flt: AclBindingFilter | None = None) -> list[AclBinding]:
+        """Bindings matching the filter (None: every ACL); KafkaError (e.g. SECURITY_DISABLED)
+        if the broker refuses."""
+        flt = flt or AclBindingFilter()
+
         def call() -> list[AclBinding]:
             conn = self._any()
             version = conn.version_for(ApiKey.DESCRIBE_ACLS, min_version=1)
