@@ -21,6 +21,7 @@ blocking AdminClient per run, created only for tools that talk to a broker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -70,7 +71,9 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        args = build_parser().parse_args(list(argv))
+        # argparse writes usage errors and --help to sys.stderr / sys.stdout: send them to ours.
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            args = build_parser().parse_args(list(argv))
     except SystemExit as exc:  # bad arguments (already reported on stderr) or --help
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     args.stdin = stdin if stdin is not None else sys.stdin

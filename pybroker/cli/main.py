@@ -34,7 +34,9 @@ ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dum
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.",
-                        epilog="Operator tools: pybroker {" + ",".join(ADMIN_TOOLS) + "} --help")
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="Operator tools (Kafka's bin/ scripts):\n"
+                        + "\n".join(f"  pybroker {t} --help" for t in ADMIN_TOOLS))
     p.add_argument("--config", "-c", metavar="FILE", help="server.properties file (Kafka property names)")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")
