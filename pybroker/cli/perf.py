@@ -18,7 +18,8 @@ Consumer output, Kafka's CSV-ish header and one summary line (or progress lines 
 earliest offset unless --from-latest:
     start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
 If --messages are not reached within --timeout ms without records, the WARNING line Kafka
-prints comes first. Concurrency: a one-shot command; one producer or consumer.
+prints comes first (the timeout counts from the end of the first join, not from the start
+as in Kafka, where a timeout shorter than group.initial.rebalance.delay.ms reads nothing). Concurrency: a one-shot command; one producer or consumer.
 """
 
 from __future__ import annotations
@@ -230,7 +231,8 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
         now = time.monotonic()
         latency = int((now - meta.send_time) * 1000)
         stats.record(latency, meta.serialized_size, now)
-        if steady:
+        # As Kafka's PerfCallback: only records sent after the warm-up count as steady state.
+        if steady and meta.send_time >= steady[0].start:
             steady[0].record(latency, meta.serialized_size, now)
 
     try:
@@ -348,7 +350,9 @@ def run_consume(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
     join_at_last_report = 0
     try:
         consumer.subscribe([args.topic])
-        now_ms = time.time() * 1000.0
+        # The idle timeout counts from the end of the first join (Kafka's counts from the
+        # start, so a --timeout below the group's initial rebalance delay reads nothing).
+        now_ms = last_consumed_ms = time.time() * 1000.0
         while messages < args.messages and now_ms - last_consumed_ms <= args.timeout:
             records = consumer.poll(0.1)
             now_ms = time.time() * 1000.0

@@ -152,7 +152,7 @@ def test_user_and_client_quotas_through_configs_and_the_quotas_alias(cli, broker
     rc, out, _ = cli("quotas", "describe", "--user", user, "--client", client)
     assert out == f"Quota configs for user-principal '{user}', client-id '{client}' are request_percentage=50.0\n"
     rc, out, _ = cli("quotas", "describe")
-    assert f"Quota configs for the default client-id are producer_byte_rate=4096.0\n" in out
+    assert "Quota configs for the default client-id are producer_byte_rate=4096.0\n" in out
     assert f"Quota configs for user-principal '{user}' are" in out
 
     rc, out, err = cli("quotas", "alter", "--user", user, "--delete-config", "producer_byte_rate")
