@@ -19,6 +19,10 @@ Output, Kafka's lines:
 `--all` lists every config (source any) instead of the dynamic ones. Quota values print as
 Java prints a double (1024.0, 1.0E7). A --delete-config of a key that is not set is
 "Invalid config(s): k" (exit 2), as kafka-configs checks before altering.
+Users also take SCRAM credentials, as in Kafka: --add-config
+'SCRAM-SHA-256=[iterations=8192,password=secret]' (the client salts the password; only the
+salted form is sent), --delete-config SCRAM-SHA-256; describe adds "SCRAM credential configs
+for user-principal 'alice' are SCRAM-SHA-256=iterations=8192".
 Concurrency: a one-shot command.
 """
 
@@ -41,6 +45,7 @@ from pybroker.client.admin import (
     RESOURCE_BROKER_LOGGER,
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
+    SCRAM_MECHANISMS,
     AdminClient,
     ConfigEntry,
 )
@@ -275,10 +280,50 @@ def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err:
         describe_resource(admin, etype, name, args.all, out)
     else:
         describe_quotas(admin, pairs, out)
+        # Kafka describes SCRAM credentials too, for users alone and not for the default user.
+        if {t for t, _ in pairs} == {"users"} and name != "":
+            describe_scram(admin, None if name is None else [name], out)
     return EXIT_OK
 
 
+def describe_scram(admin: AdminClient, users: list[str] | None, out: TextIO) -> None:
+    for user, (code, infos) in sorted(admin.describe_user_scram_credentials(users).items()):
+        if code == Errors.RESOURCE_NOT_FOUND:
+            continue  # no credentials: nothing to show, as Kafka lists only users that have some
+        if code:
+            out.write(f"Error retrieving SCRAM credential configs for user-principal '{user}': {code.name}\n")
+            continue
+        text = ", ".join(f"{mech}=iterations={it}" for mech, it in infos)
+        out.write(f"SCRAM credential configs for user-principal '{user}' are {text}\n")
+
+
 # -- alter --------------------------------------------------------------------------------
+
+
+_SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
+DEFAULT_SCRAM_ITERATIONS = 4096
+MIN_SCRAM_ITERATIONS = 4096
+
+
+def alter_scram(admin: AdminClient, user: str, to_add: dict[str, str], to_delete: Sequence[str]) -> None:
+    """kafka-configs' alterUserScramCredentialConfigs: SCRAM-SHA-256=[iterations=N,password=P]."""
+    ups = []
+    for mech, text in to_add.items():
+        m = _SCRAM_VALUE.fullmatch(text)
+        if m is None:
+            raise CliError(f"Invalid credential property {mech}={text}")
+        iterations = int(m.group(1)) if m.group(1) not in (None, "", "-1") else DEFAULT_SCRAM_ITERATIONS
+        if iterations < MIN_SCRAM_ITERATIONS:
+            raise CliError(f"Iterations {iterations} is less than the minimum {MIN_SCRAM_ITERATIONS} required for "
+                           f"{mech}")
+        ups.append((user, mech, iterations, m.group(2)))
+    # One request per change: the controller refuses a user named twice in one request
+    # (DUPLICATE_RESOURCE), which makes Kafka's own tool fail on two mechanisms at once.
+    changes = [([u], []) for u in ups] + [([], [(user, mech)]) for mech in to_delete]
+    for upserts, deletes in changes:
+        for _user, (code, message) in admin.alter_user_scram_credentials(upserts, deletes).items():
+            if code:
+                raise KafkaError(code, "cannot alter SCRAM credentials" + (f": {message}" if message else ""))
 
 
 def alter_quotas(admin: AdminClient, pairs: Sequence[tuple[str, str | None]], to_add: dict[str, str],
@@ -286,6 +331,17 @@ def alter_quotas(admin: AdminClient, pairs: Sequence[tuple[str, str | None]], to
     if any(n is None for _, n in pairs):
         raise CliError("An entity name must be specified for every entity type")
     kinds = {t for t, _ in pairs}
+    scram_add = {k: v for k, v in to_add.items() if k in SCRAM_MECHANISMS}
+    scram_delete = [k for k in to_delete if k in SCRAM_MECHANISMS]
+    if kinds == {"users"} and (scram_add or scram_delete):
+        if pairs[0][1] == "":
+            raise CliError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                           "Credentials using --bootstrap-server.")
+        if len(scram_add) != len(to_add) or len(scram_delete) != len(to_delete):
+            raise CliError("Cannot alter both quota and SCRAM credential configs simultaneously for 'users' "
+                           "using --bootstrap-server.")
+        alter_scram(admin, str(pairs[0][1]), scram_add, scram_delete)
+        return
     allowed = IP_QUOTA_KEYS if kinds == {"ips"} else QUOTA_KEYS
     unknown = [k for k in list(to_add) + list(to_delete) if k not in allowed]
     if unknown:

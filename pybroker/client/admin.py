@@ -20,6 +20,8 @@ Concurrency: not thread-safe; one caller at a time.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
+    AlterUserScramCredentialsRequest,
     ConsumerProtocolAssignment,
     CreateAclsRequest,
     CreateTopicsRequest,
@@ -47,6 +50,7 @@ from pybroker.protocol.messages import (
     DescribeClientQuotasRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
     FindCoordinatorRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
@@ -102,6 +106,9 @@ CONFIG_OP_SET = 0
 CONFIG_OP_DELETE = 1
 CONFIG_OP_APPEND = 2
 CONFIG_OP_SUBTRACT = 3
+# ScramMechanism wire codes.
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_SCRAM_HASH = {1: "sha256", 2: "sha512"}
 # DescribeClientQuotas match types (ClientQuotaFilterComponent).
 QUOTA_MATCH_EXACT = 0
 QUOTA_MATCH_DEFAULT = 1
@@ -823,6 +830,49 @@ class AdminClient:
             resp = conn.send(req, conn.version_for(ApiKey.ALTER_CLIENT_QUOTAS))
             return [({x.entity_type: x.entity_name for x in r.entity}, Errors.for_code(r.error_code),
                      r.error_message) for r in resp.entries]
+        return self._run(call)  # type: ignore[no-any-return]
+
+    # -- SCRAM credentials --------------------------------------------------------------
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, tuple[Errors, list[tuple[str, int]]]]:
+        """{user: (error, [(mechanism name, iterations)])}; None describes every user."""
+        names = None if users is None else list(users)
+
+        def call() -> dict[str, tuple[Errors, list[tuple[str, int]]]]:
+            conn = self._any()
+            req = DescribeUserScramCredentialsRequest(
+                users=None if names is None else [DescribeUserScramCredentialsRequest.UserName(name=n) for n in names])
+            resp = conn.send(req, conn.version_for(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS))
+            _check(resp.error_code, "cannot describe SCRAM credentials", resp.error_message)
+            by_code = {v: k for k, v in SCRAM_MECHANISMS.items()}
+            return {r.user: (Errors.for_code(r.error_code),
+                             [(by_code.get(c.mechanism, "UNKNOWN"), c.iterations) for c in r.credential_infos])
+                    for r in resp.results}
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def alter_user_scram_credentials(
+        self, upsertions: Iterable[tuple[str, str, int, str]] = (), deletions: Iterable[tuple[str, str]] = ()
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """upsertions [(user, mechanism name, iterations, password)], deletions [(user, mechanism
+        name)] -> {user: (error, message)}. The password is salted here (PBKDF2, SCRAM's Hi()),
+        as Kafka's admin client does; it never goes on the wire."""
+        ups = []
+        for user, mech, iterations, password in upsertions:
+            code = SCRAM_MECHANISMS[mech]
+            salt = secrets.token_bytes(24)
+            salted = hashlib.pbkdf2_hmac(_SCRAM_HASH[code], password.encode(), salt, iterations)
+            ups.append(AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                name=user, mechanism=code, iterations=iterations, salt=salt, salted_password=salted))
+        dels = [AlterUserScramCredentialsRequest.ScramCredentialDeletion(name=u, mechanism=SCRAM_MECHANISMS[m])
+                for u, m in deletions]
+
+        def call() -> dict[str, tuple[Errors, str | None]]:
+            conn = self._any()
+            resp = conn.send(AlterUserScramCredentialsRequest(deletions=dels, upsertions=ups),
+                             conn.version_for(ApiKey.ALTER_USER_SCRAM_CREDENTIALS))
+            return {r.user: (Errors.for_code(r.error_code), r.error_message) for r in resp.results}
         return self._run(call)  # type: ignore[no-any-return]
 
     # -- ACLs ---------------------------------------------------------------------------

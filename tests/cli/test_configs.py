@@ -169,3 +169,32 @@ def test_user_and_client_quotas_through_configs_and_the_quotas_alias(cli, broker
 def test_quotas_help_says_it_is_an_alias(cli):
     rc, out, _ = cli("quotas", "describe", "--help")
     assert rc == 0 and "Kafka has no separate quota tool" in out
+
+
+def test_user_scram_credentials(cli, broker):
+    from pybroker.protocol.messages import DescribeUserScramCredentialsRequest
+
+    user = f"scram-{uuid.uuid4().hex[:6]}"
+    rc, out, err = cli("configs", "alter", "--entity-type", "users", "--entity-name", user, "--add-config",
+                       "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=x]")
+    assert (rc, out, err) == (0, f"Completed updating config for user {user}.\n", "")
+    with BrokerConnection("127.0.0.1", broker.port) as c:
+        resp = c.send(DescribeUserScramCredentialsRequest(users=[DescribeUserScramCredentialsRequest.UserName(
+            name=user)]))
+    (result,) = resp.results
+    assert result.error_code == 0
+    assert sorted((i.mechanism, i.iterations) for i in result.credential_infos) == [(1, 8192), (2, 4096)]
+    rc, out, _ = cli("configs", "describe", "--user", user)
+    assert out == (f"SCRAM credential configs for user-principal '{user}' are "
+                   "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096\n")
+    assert cli("configs", "alter", "--user", user, "--delete-config", "SCRAM-SHA-512")[0] == 0
+    rc, out, _ = cli("configs", "describe", "--user", user)
+    assert out.endswith("are SCRAM-SHA-256=iterations=8192\n")
+    for args, fragment in [
+        (["--add-config", "SCRAM-SHA-256=[iterations=100,password=p]"], "Iterations 100 is less than the minimum 4096"),
+        (["--add-config", "SCRAM-SHA-256=[password=p],producer_byte_rate=5"], "Cannot alter both quota and SCRAM"),
+    ]:
+        rc, out, err = cli("configs", "alter", "--user", user, *args)
+        assert rc == 2 and fragment in one_error_line(err)
+    rc, _, err = cli("configs", "alter", "--user-defaults", "--add-config", "SCRAM-SHA-256=[password=p]")
+    assert rc == 2 and "--entity-default or --user-defaults is not allowed" in one_error_line(err)
