@@ -182,3 +182,24 @@ def test_python_m_pybroker_produce_and_consume_as_a_user_runs_them(broker, topic
                         "--max-messages", "3", *bootstrap], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and sorted(r.stdout.split()) == ["one", "three", "two"]
     assert r.stderr == "Processed a total of 3 messages\n"
+
+
+def test_include_regex_and_the_noop_formatter(cli, broker):
+    stem = f"inc-{uuid.uuid4().hex[:6]}"
+    for suffix in ("a", "b", "other"):
+        assert cli("topics", "create", "--topic", f"{stem}-{suffix}", "--partitions", "1")[0] == 0
+        assert cli("produce", "--topic", f"{stem}-{suffix}", stdin=f"{suffix}\n")[0] == 0
+    rc, out, err = cli("consume", "--include", f"{stem}-[ab]", "--from-beginning", "--max-messages", "2")
+    assert rc == 0 and sorted(out.split()) == ["a", "b"], err
+    rc, out, err = cli("consume", "--include", f"{stem}-.*", "--from-beginning", "--max-messages", "3",
+                       "--formatter", "org.apache.kafka.tools.consumer.NoOpMessageFormatter")
+    assert (rc, out, err) == (0, "", "Processed a total of 3 messages\n")
+
+
+@pytest.mark.parametrize("argv", [["configs"], ["perf"], ["acls", "--topic", "t"], ["consume"], ["nonsense"]])
+def test_incomplete_commands_are_one_line_exit_2(argv):
+    from .conftest import run_cli
+
+    rc, out, err = run_cli(argv)
+    assert rc == 2 and out == ""
+    one_error_line(err)
