@@ -17,14 +17,17 @@ as Kafka's reader throws. A prompt ">" is printed when stdin is a terminal.
 Producer settings come from --producer-property (acks, compression.type, linger.ms,
 batch.size, max.request.size, client.id) and Kafka's shortcut flags; the shortcut wins when
 both are given, as in Kafka. Records go through pybroker.client.producer (batched per
-partition, not idempotent). Delivery errors: the first is printed as one line and the
-exit code is 1 after the input is done. Concurrency: a one-shot command.
+partition, not idempotent); buffered records are sent after linger.ms without new input,
+as Kafka's sender thread would (stdin is watched with select()). Delivery errors: the first
+is printed as one line and the exit code is 1 after the input is done.
+Concurrency: a one-shot command.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import select
 from typing import TextIO
 
 from pybroker.cli.common import (
@@ -172,12 +175,22 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
     stdin: TextIO = args.stdin
     prompt = stdin.isatty()
     try:
+        fd: int | None = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None  # not a real file (a test's StringIO): batches are sent when full or at the end
+    try:
         producer.partitions_for(args.topic)  # an unknown topic fails before any input is read
         number = 0
         while True:
             if prompt:
                 out.write(">")
                 out.flush()
+            if fd is not None and producer.buffered:
+                # Kafka's sender thread sends a batch after linger.ms even when no more lines
+                # come (a person typing, `tail -f |`); without one, wait for input that long.
+                ready, _, _ = select.select([fd], [], [], producer.linger_s)
+                if not ready:
+                    producer.flush()
             line = stdin.readline()
             if not line:
                 break

@@ -141,6 +141,11 @@ class Producer:
         self._conns: dict[int, BrokerConnection] = {}
         self._oldest: float | None = None
 
+    @property
+    def buffered(self) -> int:
+        """Records waiting in unsent batches."""
+        return sum(len(b.records) for b in self._batches.values())
+
     # -- metadata -----------------------------------------------------------------------
 
     def partitions_for(self, topic: str) -> int:

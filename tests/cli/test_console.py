@@ -203,3 +203,18 @@ def test_incomplete_commands_are_one_line_exit_2(argv):
     rc, out, err = run_cli(argv)
     assert rc == 2 and out == ""
     one_error_line(err)
+
+
+def test_a_line_is_sent_after_linger_without_waiting_for_more_input(broker, topic):
+    proc = subprocess.Popen([sys.executable, "-m", "pybroker", "produce", "--topic", topic, "--producer-property",
+                             "linger.ms=100", "--bootstrap-server", broker.bootstrap_servers],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("first\n")
+        proc.stdin.flush()
+        got = read_all(broker.bootstrap_servers, topic, 1)  # the producer is still running, stdin open
+        assert [m.value() for m in got] == [b"first"]
+        assert proc.poll() is None
+    finally:
+        out, err = proc.communicate("second\n", timeout=60)
+    assert (proc.returncode, out, err) == (0, "", "")
