@@ -37,6 +37,38 @@ class AclOperation(IntEnum):
     DESCRIBE_TOKENS = 14
 
 
+class ResourceType(IntEnum):
+    """org.apache.kafka.common.resource.ResourceType codes (ACL and DescribeAcls wire values)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(IntEnum):
+    """org.apache.kafka.common.resource.PatternType codes."""
+
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclPermissionType(IntEnum):
+    """org.apache.kafka.common.acl.AclPermissionType codes."""
+
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
 def _bits(*ops: AclOperation) -> int:
     out = 0
     for op in ops:

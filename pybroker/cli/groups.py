@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TextIO
 
-from pybroker.cli.admin import (
+from pybroker.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,

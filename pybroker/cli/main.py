@@ -1,7 +1,8 @@
 """`pybroker`: start a node (combined broker+controller) from Kafka-style properties.
 
     pybroker [--config server.properties] [--override key=value ...]
-    pybroker topics ... | pybroker groups ...   (admin tools: pybroker/cli/admin.py)
+    pybroker topics|groups|configs|produce|consume|perf|dump-log|acls|quotas ...
+                                      (the operator tools: pybroker/cli/admin.py)
 
 With no arguments it serves on 127.0.0.1:9092 with its data in ./pybroker-data,
 formatting the directory on first start. A bad value or unreadable file prints one line
@@ -26,12 +27,16 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_CONFIG)
 
 
-ADMIN_TOOLS = ("topics", "groups")
+# The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
+# does not import them.
+ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.",
-                        epilog="Admin tools: `pybroker topics --help`, `pybroker groups --help`.")
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="Operator tools (Kafka's bin/ scripts):\n"
+                        + "\n".join(f"  pybroker {t} --help" for t in ADMIN_TOOLS))
     p.add_argument("--config", "-c", metavar="FILE", help="server.properties file (Kafka property names)")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")

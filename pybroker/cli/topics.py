@@ -20,7 +20,7 @@ import argparse
 import base64
 from typing import TextIO
 
-from pybroker.cli.admin import EXIT_OK, CliError, print_table
+from pybroker.cli.common import EXIT_OK, CliError, print_table
 from pybroker.client.admin import AdminClient
 from pybroker.protocol.errors import Errors, KafkaError
 

@@ -20,11 +20,15 @@ Concurrency: not thread-safe; one caller at a time.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from pybroker.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from pybroker.client.acls import AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern
 from pybroker.client.connection import (
     BrokerConnection,
     BrokerConnectionError,
@@ -34,13 +38,21 @@ from pybroker.client.connection import (
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterUserScramCredentialsRequest,
     ConsumerProtocolAssignment,
+    CreateAclsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeClientQuotasRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
     FindCoordinatorRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -63,6 +75,8 @@ __all__ = [
     "MemberDescription",
     "GroupDescription",
     "ConfigEntry",
+    "ConfigSynonym",
+    "ClientQuotaEntry",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
@@ -74,8 +88,31 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
-RESOURCE_TOPIC = 2  # DescribeConfigs resource type
+# ConfigResource.Type wire codes (DescribeConfigs / IncrementalAlterConfigs).
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
+# ConfigEntry.ConfigSource wire codes -> Kafka's enum names.
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG",
+}
+# IncrementalAlterConfigs operations (AlterConfigOp.OpType).
+CONFIG_OP_SET = 0
+CONFIG_OP_DELETE = 1
+CONFIG_OP_APPEND = 2
+CONFIG_OP_SUBTRACT = 3
+# ScramMechanism wire codes.
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_SCRAM_HASH = {1: "sha256", 2: "sha512"}
+# DescribeClientQuotas match types (ClientQuotaFilterComponent).
+QUOTA_MATCH_EXACT = 0
+QUOTA_MATCH_DEFAULT = 1
+QUOTA_MATCH_ANY = 2
 COORDINATOR_KEY_GROUP = 0
 
 # Errors after which the cached coordinator is wrong (Kafka's AdminClient re-finds it).
@@ -136,6 +173,13 @@ class ClusterMetadata:
     topics: dict[str, TopicDescription]
 
 
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
 @dataclass
 class ConfigEntry:
     name: str
@@ -144,6 +188,15 @@ class ConfigEntry:
     is_default: bool
     read_only: bool
     is_sensitive: bool
+    synonyms: list[ConfigSynonym] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClientQuotaEntry:
+    """One quota entity and its values; an entity name of None is the default entity."""
+
+    entity: dict[str, str | None]
+    values: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -628,11 +681,13 @@ class AdminClient:
         return self._run(call)  # type: ignore[no-any-return]
 
     def commit_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], *,
+        generation_id: int = -1, member_id: str = "", group_instance_id: str | None = None,
     ) -> dict[TopicPartition, Errors]:
         """Commit offsets as an admin (generation -1, no member id), as Kafka's
         alterConsumerGroupOffsets does; the coordinator refuses with UNKNOWN_MEMBER_ID or
-        REBALANCE_IN_PROGRESS while the group has members. Returns per-partition errors."""
+        REBALANCE_IN_PROGRESS while the group has members. A group member passes its
+        generation and member id instead. Returns per-partition errors."""
         items = {tp: (o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o)))
                  for tp, o in offsets.items()}
 
@@ -646,9 +701,11 @@ class AdminClient:
                 if version >= 6:
                     part.committed_leader_epoch = om.leader_epoch
                 topics.setdefault(tp.topic, []).append(part)
-            req = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
-                                      topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=n, partitions=ps)
+            req = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id,
+                                      member_id=member_id, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=n, partitions=ps)
                                               for n, ps in topics.items()])
+            if version >= 7 and group_instance_id is not None:
+                req.group_instance_id = group_instance_id
             resp = conn.send(req, version)
             out = {}
             for t in resp.topics:
@@ -682,3 +739,201 @@ class AdminClient:
             return {TopicPartition(t.name, p.partition_index): Errors.for_code(p.error_code)
                     for t in resp.topics for p in t.partitions}
         return self._run(call)  # type: ignore[no-any-return]
+
+    # -- configs (DescribeConfigs / IncrementalAlterConfigs) ----------------------------
+
+    def _resource_conn(self, resource_type: int, name: str) -> BrokerConnection:
+        """A broker's own configs and loggers are answered by that broker (Kafka's admin
+        routes them there); everything else by any broker."""
+        if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER) and name.strip().lstrip("-").isdigit():
+            return self._node_conn(int(name))
+        return self._any()
+
+    def describe_configs(
+        self, resources: Iterable[tuple[int, str]], *, include_synonyms: bool = True
+    ) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """{(resource type, name): entries in the broker's order}; KafkaError per resource error."""
+        wanted = list(resources)
+
+        def call() -> dict[tuple[int, str], list[ConfigEntry]]:
+            out: dict[tuple[int, str], list[ConfigEntry]] = {}
+            for rtype, name in wanted:
+                conn = self._resource_conn(rtype, name)
+                version = conn.version_for(ApiKey.DESCRIBE_CONFIGS, min_version=1)
+                req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=rtype, resource_name=name, configuration_keys=None)],
+                    include_synonyms=include_synonyms)
+                resp = conn.send(req, version)
+                for r in resp.results:
+                    _check(r.error_code, f"cannot describe configs of {_resource_text(rtype, name)}",
+                           r.error_message)
+                    out[(rtype, name)] = [
+                        ConfigEntry(c.name, c.value, c.config_source, c.is_default, c.read_only, c.is_sensitive,
+                                    [ConfigSynonym(y.name, y.value, y.source) for y in (c.synonyms or ())])
+                        for c in r.configs]
+            return out
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def incremental_alter_configs(
+        self, alterations: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]], *,
+        validate_only: bool = False,
+    ) -> dict[tuple[int, str], tuple[Errors, str | None]]:
+        """{(type, name): [(key, CONFIG_OP_*, value)]} -> {(type, name): (error, message)}."""
+        items = {k: list(v) for k, v in alterations.items()}
+
+        def call() -> dict[tuple[int, str], tuple[Errors, str | None]]:
+            out: dict[tuple[int, str], tuple[Errors, str | None]] = {}
+            for (rtype, name), ops in items.items():
+                conn = self._resource_conn(rtype, name)
+                req = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+                    resource_type=rtype, resource_name=name,
+                    configs=[IncrementalAlterConfigsRequest.AlterableConfig(name=k, config_operation=op, value=v)
+                             for k, op, v in ops])], validate_only=validate_only)
+                resp = conn.send(req, conn.version_for(ApiKey.INCREMENTAL_ALTER_CONFIGS))
+                for r in resp.responses:
+                    out[(r.resource_type, r.resource_name)] = (Errors.for_code(r.error_code), r.error_message)
+            return out
+        return self._run(call)  # type: ignore[no-any-return]
+
+    # -- client quotas ------------------------------------------------------------------
+
+    def describe_client_quotas(
+        self, components: Iterable[tuple[str, int, str | None]], *, strict: bool = False
+    ) -> list[ClientQuotaEntry]:
+        """[(entity type, QUOTA_MATCH_*, name)] -> matching entities (Kafka's ClientQuotaFilter)."""
+        comps = list(components)
+
+        def call() -> list[ClientQuotaEntry]:
+            conn = self._any()
+            req = DescribeClientQuotasRequest(components=[
+                DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=n)
+                for t, m, n in comps], strict=strict)
+            resp = conn.send(req, conn.version_for(ApiKey.DESCRIBE_CLIENT_QUOTAS))
+            _check(resp.error_code, "cannot describe client quotas", resp.error_message)
+            return [ClientQuotaEntry({e.entity_type: e.entity_name for e in entry.entity},
+                                     {v.key: v.value for v in entry.values}) for entry in resp.entries or ()]
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def alter_client_quotas(
+        self, alterations: Iterable[tuple[Mapping[str, str | None], Mapping[str, float | None]]], *,
+        validate_only: bool = False,
+    ) -> list[tuple[dict[str, str | None], Errors, str | None]]:
+        """[(entity, {key: value or None to remove})] -> [(entity, error, message)]."""
+        items = [(dict(e), dict(ops)) for e, ops in alterations]
+
+        def call() -> list[tuple[dict[str, str | None], Errors, str | None]]:
+            conn = self._any()
+            req = AlterClientQuotasRequest(entries=[AlterClientQuotasRequest.EntryData(
+                entity=[AlterClientQuotasRequest.EntityData(entity_type=t, entity_name=n) for t, n in e.items()],
+                ops=[AlterClientQuotasRequest.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                     for k, v in ops.items()]) for e, ops in items], validate_only=validate_only)
+            resp = conn.send(req, conn.version_for(ApiKey.ALTER_CLIENT_QUOTAS))
+            return [({x.entity_type: x.entity_name for x in r.entity}, Errors.for_code(r.error_code),
+                     r.error_message) for r in resp.entries]
+        return self._run(call)  # type: ignore[no-any-return]
+
+    # -- SCRAM credentials --------------------------------------------------------------
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, tuple[Errors, list[tuple[str, int]]]]:
+        """{user: (error, [(mechanism name, iterations)])}; None describes every user."""
+        names = None if users is None else list(users)
+
+        def call() -> dict[str, tuple[Errors, list[tuple[str, int]]]]:
+            conn = self._any()
+            req = DescribeUserScramCredentialsRequest(
+                users=None if names is None else [DescribeUserScramCredentialsRequest.UserName(name=n) for n in names])
+            resp = conn.send(req, conn.version_for(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS))
+            _check(resp.error_code, "cannot describe SCRAM credentials", resp.error_message)
+            by_code = {v: k for k, v in SCRAM_MECHANISMS.items()}
+            return {r.user: (Errors.for_code(r.error_code),
+                             [(by_code.get(c.mechanism, "UNKNOWN"), c.iterations) for c in r.credential_infos])
+                    for r in resp.results}
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def alter_user_scram_credentials(
+        self, upsertions: Iterable[tuple[str, str, int, str]] = (), deletions: Iterable[tuple[str, str]] = ()
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """upsertions [(user, mechanism name, iterations, password)], deletions [(user, mechanism
+        name)] -> {user: (error, message)}. The password is salted here (PBKDF2, SCRAM's Hi()),
+        as Kafka's admin client does; it never goes on the wire."""
+        ups = []
+        for user, mech, iterations, password in upsertions:
+            code = SCRAM_MECHANISMS[mech]
+            salt = secrets.token_bytes(24)
+            salted = hashlib.pbkdf2_hmac(_SCRAM_HASH[code], password.encode(), salt, iterations)
+            ups.append(AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                name=user, mechanism=code, iterations=iterations, salt=salt, salted_password=salted))
+        dels = [AlterUserScramCredentialsRequest.ScramCredentialDeletion(name=u, mechanism=SCRAM_MECHANISMS[m])
+                for u, m in deletions]
+
+        def call() -> dict[str, tuple[Errors, str | None]]:
+            conn = self._any()
+            resp = conn.send(AlterUserScramCredentialsRequest(deletions=dels, upsertions=ups),
+                             conn.version_for(ApiKey.ALTER_USER_SCRAM_CREDENTIALS))
+            return {r.user: (Errors.for_code(r.error_code), r.error_message) for r in resp.results}
+        return self._run(call)  # type: ignore[no-any-return]
+
+    # -- ACLs ---------------------------------------------------------------------------
+
+    def describe_acls(self, flt: AclBindingFilter | None = None) -> list[AclBinding]:
+        """Bindings matching the filter (None: every ACL); KafkaError (e.g. SECURITY_DISABLED)
+        if the broker refuses."""
+        flt = flt or AclBindingFilter()
+
+        def call() -> list[AclBinding]:
+            conn = self._any()
+            version = conn.version_for(ApiKey.DESCRIBE_ACLS, min_version=1)
+            req = DescribeAclsRequest(resource_type_filter=flt.resource_type, resource_name_filter=flt.name,
+                                      pattern_type_filter=flt.pattern_type, principal_filter=flt.principal,
+                                      host_filter=flt.host, operation=flt.operation,
+                                      permission_type=flt.permission_type)
+            resp = conn.send(req, version)
+            _check(resp.error_code, "cannot describe ACLs", resp.error_message)
+            return sorted(AclBinding(ResourcePattern(ResourceType(r.resource_type), r.resource_name,
+                                                     PatternType(r.pattern_type)),
+                                     AccessControlEntry(a.principal, a.host, AclOperation(a.operation),
+                                                        AclPermissionType(a.permission_type)))
+                          for r in resp.resources for a in r.acls)
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> list[tuple[Errors, str | None]]:
+        """One (error, message) per binding, in order."""
+        items = list(bindings)
+
+        def call() -> list[tuple[Errors, str | None]]:
+            conn = self._any()
+            version = conn.version_for(ApiKey.CREATE_ACLS, min_version=1)
+            req = CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+                resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+                resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
+                operation=b.entry.operation, permission_type=b.entry.permission_type) for b in items])
+            resp = conn.send(req, version)
+            return [(Errors.for_code(r.error_code), r.error_message) for r in resp.results]
+        return self._run(call)  # type: ignore[no-any-return]
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[tuple[Errors, str | None, list[AclBinding]]]:
+        """Per filter: (error, message, the bindings it deleted)."""
+        items = list(filters)
+
+        def call() -> list[tuple[Errors, str | None, list[AclBinding]]]:
+            conn = self._any()
+            version = conn.version_for(ApiKey.DELETE_ACLS, min_version=1)
+            req = DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+                resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+                principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+                permission_type=f.permission_type) for f in items])
+            resp = conn.send(req, version)
+            return [(Errors.for_code(r.error_code), r.error_message, sorted(
+                AclBinding(ResourcePattern(ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type)),
+                           AccessControlEntry(m.principal, m.host, AclOperation(m.operation),
+                                              AclPermissionType(m.permission_type)))
+                for m in r.matching_acls if not m.error_code)) for r in resp.filter_results]
+        return self._run(call)  # type: ignore[no-any-return]
+
+
+def _resource_text(resource_type: int, name: str) -> str:
+    kind = {RESOURCE_TOPIC: "topic", RESOURCE_BROKER: "broker", RESOURCE_BROKER_LOGGER: "broker logger",
+            RESOURCE_GROUP: "group", RESOURCE_CLIENT_METRICS: "client metrics"}.get(resource_type, "resource")
+    return f"{kind} '{name}'" if name else f"the default {kind}"

@@ -254,6 +254,24 @@ class BrokerConnection:
         self._check_correlation(cid)
         return resp
 
+    def send_no_response(self, body: ApiMessage, version: int | None = None) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
+        api_key = int(body.API_KEY)
+        if self._sock is None:
+            self.connect()
+        if version is None:
+            version = self.version_for(api_key)
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        data = encode_request(api_key, version, self._correlation_id, self.client_id, body)
+        try:
+            self._sendall(data, self._clock() + self.request_timeout_s)
+        except RequestTimeoutError:
+            self.close()
+            raise
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(self.address, f"connection failed: {exc.strerror or exc}") from exc
+
     def _check_correlation(self, cid: int) -> None:
         if cid != self._correlation_id:
             self.close()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pybroker.cli.admin import CliError, parse_topic_partitions, print_table
+from pybroker.cli.common import CliError, parse_topic_partitions, print_table
 from pybroker.cli.groups import parse_datetime_ms, plan_reset
 from pybroker.client.admin import TopicPartition
 

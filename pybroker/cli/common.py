@@ -1,0 +1,203 @@
+"""What every `pybroker <tool>` shares: exit codes, the one-line error, argument parsing,
+aligned tables, bootstrap and key=value parsing, and the error-to-exit-code mapping.
+
+Imports only pybroker.client and pybroker.protocol, never another pybroker.cli module, so
+the tools (topics, groups, configs, ...) import this and the dispatcher (cli/admin.py)
+imports the tools: no import circle.
+
+Exit codes (Kafka's tools print the error and exit 1 for everything; we split the two so a
+script can tell a typo from an outage):
+- 0: done.
+- 2: bad input: unusable arguments, an unknown topic / partition / group, a topic that
+  already exists, a group in the wrong state, a value the broker rejects as invalid
+  (INVALID_*, POLICY_VIOLATION...).
+- 1: runtime failure: the broker is unreachable or timed out, does not speak a needed
+  API, refuses for lack of authorization, or fails the request for any other reason.
+Errors are one line on stderr, `pybroker: <message>`.
+Concurrency: one-shot commands; nothing here keeps state between calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from pybroker.client.admin import AdminClient, TopicPartition
+from pybroker.client.connection import BrokerConnectionError, parse_bootstrap_servers
+from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
+
+__all__ = [
+    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
+    "CliError", "Handler", "bool_property", "common_options", "describe_error", "parse_key_value",
+    "parse_properties", "parse_topic_partitions", "print_table", "resolve_partitions", "run_handler",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+# Broker answers that mean "the request as given cannot be done" rather than "something broke".
+BAD_INPUT_ERRORS = frozenset({
+    Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    Errors.INVALID_TOPIC_EXCEPTION,
+    Errors.TOPIC_ALREADY_EXISTS,
+    Errors.INVALID_PARTITIONS,
+    Errors.INVALID_REPLICATION_FACTOR,
+    Errors.INVALID_REPLICA_ASSIGNMENT,
+    Errors.INVALID_CONFIG,
+    Errors.INVALID_REQUEST,
+    Errors.POLICY_VIOLATION,
+    Errors.INVALID_GROUP_ID,
+    Errors.GROUP_ID_NOT_FOUND,
+    Errors.NON_EMPTY_GROUP,
+    Errors.GROUP_SUBSCRIBED_TO_TOPIC,
+    Errors.TOPIC_DELETION_DISABLED,
+    Errors.UNKNOWN_TOPIC_ID,
+    Errors.RECORD_LIST_TOO_LARGE,
+    Errors.MESSAGE_TOO_LARGE,
+    Errors.INVALID_RECORD,
+})
+
+
+class CliError(Exception):
+    """A failure to report as one line; exit_code per the module docstring."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the house error: one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"pybroker: {message}\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def print_table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Left-aligned columns, two spaces apart, trailing blanks stripped."""
+    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def parse_key_value(text: str, what: str = "property") -> tuple[str, str]:
+    """`key=value` -> (key, value); the value may be empty or contain '='."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CliError(f"bad {what} '{text}' (expected KEY=VALUE)")
+    return key.strip(), value
+
+
+def parse_properties(items: Sequence[str] | None, what: str = "property") -> dict[str, str]:
+    return dict(parse_key_value(i, what) for i in items or ())
+
+
+def bool_property(props: dict[str, str], key: str, default: bool = False) -> bool:
+    """Kafka's reading of a boolean tool property: "true" (any case) is true, anything else false."""
+    if key not in props:
+        return default
+    return props[key].strip().lower() == "true"
+
+
+def parse_topic_partitions(spec: str) -> tuple[str, list[int] | None]:
+    """`topic` -> (topic, None: every partition); `topic:0,2` -> (topic, [0, 2])."""
+    topic, sep, parts = spec.partition(":")
+    if not topic:
+        raise CliError(f"bad topic '{spec}' (expected TOPIC or TOPIC:P[,P...])")
+    if not sep:
+        return topic, None
+    try:
+        ps = sorted({int(p) for p in parts.split(",") if p.strip()})
+    except ValueError:
+        raise CliError(f"bad partition list in '{spec}' (expected TOPIC:P[,P...])") from None
+    if not ps or ps[0] < 0:
+        raise CliError(f"bad partition list in '{spec}' (expected TOPIC:P[,P...])")
+    return topic, ps
+
+
+def resolve_partitions(admin: AdminClient, specs: Sequence[str]) -> list[TopicPartition]:
+    """Expand `--topic` specs against live metadata; unknown topics/partitions are CliErrors."""
+    parsed = [parse_topic_partitions(s) for s in specs]
+    described = admin.describe_topics(sorted({t for t, _ in parsed}))
+    out: list[TopicPartition] = []
+    for topic, ps in parsed:
+        d = described.get(topic)
+        if d is None or d.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            raise CliError(f"topic '{topic}' does not exist")
+        if d.error:
+            raise KafkaError(d.error, f"topic '{topic}'")
+        have = {p.partition for p in d.partitions}
+        for p in ps if ps is not None else sorted(have):
+            if p not in have:
+                raise CliError(f"partition {topic}-{p} does not exist (the topic has {len(have)} partitions)")
+            out.append(TopicPartition(topic, p))
+    return sorted(set(out))
+
+
+def common_options(timeout_flags: Sequence[str] = ("--timeout-ms", "--request-timeout-ms")
+                   ) -> argparse.ArgumentParser:
+    """--bootstrap-server and the request timeout, the options of every tool that talks to a
+    broker. The console consumer keeps `--timeout-ms` for Kafka's meaning (idle time before
+    it exits), so it passes only `--request-timeout-ms`."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                   help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})")
+    p.add_argument(*timeout_flags, dest="request_timeout_ms", type=int, default=30000, metavar="MS",
+                   help="timeout of each broker request in milliseconds (default 30000)")
+    return p
+
+
+def add_common(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """Give a tool without sub-actions the common options (argparse's parents=, after the fact)."""
+    for action in common._actions:
+        if action.option_strings:
+            parser._add_action(action)
+
+
+def describe_error(exc: KafkaError) -> str:
+    return f"{exc.message} ({exc.code.name})" if exc.message else exc.code.name
+
+
+Handler = Callable[[AdminClient, argparse.Namespace, TextIO, TextIO], int]
+
+
+def run_handler(fn: Callable[[], int], err: TextIO) -> int:
+    """Run a tool body, turning every expected failure into one line and its exit code."""
+    try:
+        return fn()
+    except CliError as exc:
+        err.write(f"pybroker: {exc}\n")
+        return exc.exit_code
+    except BrokerConnectionError as exc:
+        err.write(f"pybroker: cannot reach the broker at {exc}\n")
+        return EXIT_FAILURE
+    except ProtocolError as exc:  # includes UnsupportedVersionError
+        err.write(f"pybroker: {exc.message or exc}\n")
+        return EXIT_FAILURE
+    except KafkaError as exc:
+        err.write(f"pybroker: {describe_error(exc)}\n")
+        return EXIT_BAD_INPUT if exc.code in BAD_INPUT_ERRORS else EXIT_FAILURE
+    except BrokenPipeError:  # `pybroker consume ... | head`: the reader left; not an error
+        return EXIT_OK
+    except KeyboardInterrupt:
+        err.write("pybroker: interrupted\n")
+        return 130
+
+
+def check_bootstrap(args: argparse.Namespace) -> None:
+    """The common options' values, checked before anything connects."""
+    bootstrap = getattr(args, "bootstrap_server", None)
+    if bootstrap is not None:
+        try:
+            parse_bootstrap_servers(bootstrap)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    timeout = getattr(args, "request_timeout_ms", None)
+    if timeout is not None and timeout <= 0:
+        raise CliError("the request timeout (--timeout-ms / --request-timeout-ms) must be positive")
