@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.protocol import messages as m
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -58,15 +58,6 @@ _SHORT_MAX = float(2**15 - 1)
 _TYPE_RANK = {CLIENT_ID: 0, USER: 1, IP: 2}
 
 Entity = tuple[tuple[str, str | None], ...]
-
-
-class DescribeError(Exception):
-    """A filter Kafka rejects as a whole: the response carries this error and no entries."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -287,39 +278,39 @@ def describe_client_quotas(quotas: Mapping[Entity, Mapping[str, float]],
     components are (entity_type, match_type, match). EXACT needs a match string and
     matches that name; DEFAULT (no match string) matches the default entity; SPECIFIED
     (Kafka's MATCH_TYPE_SPECIFIED, "any") matches any entity having that type. An entity
-    may have more types than the filter names unless `strict`. Raises DescribeError with
+    may have more types than the filter names unless `strict`. Raises KafkaError with
     Kafka's code and message for a filter it rejects.
     """
     exact: dict[str, str | None] = {}
     typed: set[str] = set()
     for entity_type, match_type, match in components:
         if not entity_type:
-            raise DescribeError(Errors.INVALID_REQUEST, "Invalid empty entity type.")
+            raise KafkaError(Errors.INVALID_REQUEST, "Invalid empty entity type.")
         if entity_type in exact or entity_type in typed:
-            raise DescribeError(Errors.INVALID_REQUEST,
+            raise KafkaError(Errors.INVALID_REQUEST,
                                 f"Entity type {entity_type} cannot appear more than once in the filter.")
         if entity_type not in ENTITY_TYPES:
-            raise DescribeError(Errors.UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}")
+            raise KafkaError(Errors.UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}")
         if match_type == MATCH_TYPE_EXACT:
             if match is None:
-                raise DescribeError(Errors.INVALID_REQUEST,
+                raise KafkaError(Errors.INVALID_REQUEST,
                                     "Request specified MATCH_TYPE_EXACT, but set match string to null.")
             exact[entity_type] = match
         elif match_type == MATCH_TYPE_DEFAULT:
             if match is not None:
-                raise DescribeError(Errors.INVALID_REQUEST,
+                raise KafkaError(Errors.INVALID_REQUEST,
                                     "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
             exact[entity_type] = None
         elif match_type == MATCH_TYPE_SPECIFIED:
             if match is not None:
-                raise DescribeError(Errors.INVALID_REQUEST,
+                raise KafkaError(Errors.INVALID_REQUEST,
                                     "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
             typed.add(entity_type)
         else:
-            raise DescribeError(Errors.INVALID_REQUEST, f"Unknown match type {match_type}")
+            raise KafkaError(Errors.INVALID_REQUEST, f"Unknown match type {match_type}")
     named = exact.keys() | typed
     if IP in named and (USER in named or CLIENT_ID in named):
-        raise DescribeError(Errors.INVALID_REQUEST,
+        raise KafkaError(Errors.INVALID_REQUEST,
                             "Invalid entity filter component combination. IP filter component should not be "
                             "used with user or clientId filter component.")
     out = []

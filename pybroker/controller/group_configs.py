@@ -32,7 +32,7 @@ from typing import Any
 
 from pybroker.controller.broker_configs import OP_APPEND, OP_SET, OP_SUBTRACT
 from pybroker.protocol import messages as m
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 RESOURCE_GROUP = 32
 _OP_NAMES = {OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
@@ -97,12 +97,6 @@ _SESSION_OVER_HEARTBEAT = (
 )
 
 
-class GroupConfigError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
 def _broker_value(config: Any, key: str | None, kafka_default: Any) -> Any:
     if key is None:
         return kafka_default
@@ -124,17 +118,17 @@ def parse(key: GroupKey, raw: str) -> Any:
             if not -2**31 <= v < 2**31:
                 raise ValueError
         except ValueError:
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"Invalid value {raw} for configuration {key.name}: "
+            raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {raw} for configuration {key.name}: "
                                    "Not a number of type INT") from None
         if key.at_least is not None and v < key.at_least:
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"Invalid value {v} for configuration {key.name}: "
+            raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {v} for configuration {key.name}: "
                                    f"Value must be at least {key.at_least}")
         return v
     if key.choices and s not in key.choices:
-        raise GroupConfigError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
+        raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
                                f"String must be one of: {', '.join(key.choices)}")
     if key.name == "share.auto.offset.reset" and not _valid_auto_offset_reset(s):
-        raise GroupConfigError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
+        raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
                                "the value must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
     return s
 
@@ -148,23 +142,23 @@ def _valid_auto_offset_reset(s: str) -> bool:
 
 
 def validate(config: Any, name: str, overrides: Mapping[str, str]) -> dict[str, Any]:
-    """ControllerConfigurationValidator for GROUP: the effective typed values, or GroupConfigError."""
+    """ControllerConfigurationValidator for GROUP: the effective typed values, or KafkaError."""
     if not name:
-        raise GroupConfigError(Errors.INVALID_REQUEST, "Default group resources are not allowed.")
+        raise KafkaError(Errors.INVALID_REQUEST, "Default group resources are not allowed.")
     for k in overrides:
         if k not in GROUP_KEY_BY_NAME:
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"Unknown group config name: {k}")
+            raise KafkaError(Errors.INVALID_CONFIG, f"Unknown group config name: {k}")
     values = defaults(config)
     for k, raw in overrides.items():
         values[k] = parse(GROUP_KEY_BY_NAME[k], raw)
     for key, min_key, min_default, max_key, max_default in _RANGES:
         if min_key is not None and values[key] < _broker_value(config, min_key, min_default):
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"{key} must be greater than or equal to {min_key}")
+            raise KafkaError(Errors.INVALID_CONFIG, f"{key} must be greater than or equal to {min_key}")
         if values[key] > _broker_value(config, max_key, max_default):
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"{key} must be less than or equal to {max_key}")
+            raise KafkaError(Errors.INVALID_CONFIG, f"{key} must be less than or equal to {max_key}")
     for session, heartbeat in _SESSION_OVER_HEARTBEAT:
         if values[session] <= values[heartbeat]:
-            raise GroupConfigError(Errors.INVALID_CONFIG, f"{session} must be greater than {heartbeat}")
+            raise KafkaError(Errors.INVALID_CONFIG, f"{session} must be greater than {heartbeat}")
     return values
 
 
@@ -182,7 +176,7 @@ def _check(config: Any, name: str, current: Mapping[str, str], records: list[Any
             after[r.name] = r.value
     try:
         validate(config, name, after)
-    except GroupConfigError as exc:
+    except KafkaError as exc:
         return exc.code, exc.message, []
     return 0, None, records
 

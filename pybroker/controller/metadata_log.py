@@ -17,13 +17,13 @@ is called once at start-up before serving.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log.config import LogConfig
 from pybroker.log.log import UnifiedLog
 from pybroker.protocol.api_keys import METADATA_RECORD_CLASSES
@@ -55,11 +55,12 @@ def decode_record(value: bytes | memoryview) -> Any:
 
 class MetadataLog:
     def __init__(self, metadata_log_dir: str | os.PathLike[str], *, clean_shutdown: bool = False,
-                 segment_bytes: int = 1073741824) -> None:
+                 segment_bytes: int = 1073741824, clock: Clock = SYSTEM_CLOCK) -> None:
         """Open (and recover) the log; blocking, so call it from a worker thread."""
         self.dir = Path(metadata_log_dir) / METADATA_DIR
+        self.clock = clock
         config = LogConfig().with_overrides({"segment.bytes": segment_bytes})
-        now = int(time.time() * 1000)
+        now = clock.wall_ms()
         self.log = UnifiedLog(self.dir, config, topic=METADATA_TOPIC, partition=0,
                               recovery_point=0, clean_shutdown=clean_shutdown, now_ms=now)
         self.leader_epoch = 0
@@ -87,7 +88,7 @@ class MetadataLog:
 
     async def append(self, records: list[Any]) -> int:
         """Append one batch holding `records`, fsync it; returns the first record's offset."""
-        now = int(time.time() * 1000)
+        now = self.clock.wall_ms()
         batch = bytearray(build_batch([(now, None, encode_record(r), ()) for r in records]))
         info = self.log.append_as_leader(batch, self.leader_epoch, now)
         await trio.to_thread.run_sync(self.log.flush)

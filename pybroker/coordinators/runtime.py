@@ -50,17 +50,13 @@ from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.timer import PurgatoryTimer
 from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch, parse_marker_key
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.purgatory import DelayedOperation, DelayedOperationPurgatory
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
 
 log = logging.getLogger("pybroker.coordinator")
 
 LOAD_READ_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @functools.lru_cache(maxsize=16384)  # every group request hashes its group id: few distinct ids, many calls
@@ -76,12 +72,6 @@ def java_string_hash(s: str) -> int:
 def partition_for(key: str, num_partitions: int) -> int:
     """Kafka's Utils.abs(key.hashCode) % partitions (abs = & 0x7fffffff, so MIN_VALUE -> 0)."""
     return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
-
-
-class CoordinatorError(Exception):
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message or Errors(code).name)
-        self.code = int(code)
 
 
 class ShardStatus(enum.Enum):
@@ -116,7 +106,7 @@ class DelayedAppend(DelayedOperation):
 class CoordinatorRuntime:
     def __init__(self, topic: str, replica_manager: Any, shard_factory: Callable[[int, PurgatoryTimer], Any],
                  spawn: Callable[..., Any], commit_timeout_ms: int = 5000,
-                 now_ms: Callable[[], int] = wall_ms,
+                 now_ms: Callable[[], int] | None = None,
                  decode: Callable[[Any, Any], Any] = serde.decode) -> None:
         self.topic = topic
         self.decode = decode  # record key/value bytes -> record (the topic's serde)
@@ -124,7 +114,7 @@ class CoordinatorRuntime:
         self.shard_factory = shard_factory
         self.spawn = spawn
         self.commit_timeout_ms = commit_timeout_ms
-        self.now_ms = now_ms
+        self.now_ms = now_ms if now_ms is not None else replica_manager.clock.wall_ms
         self.purgatory = DelayedOperationPurgatory(f"{topic}-coordinator", replica_manager.timer)
         self.shards: dict[int, ShardContext] = {}
         self.closed = False
@@ -201,12 +191,12 @@ class CoordinatorRuntime:
     # ------------------------------------------------------------------ access
 
     def active(self, index: int) -> ShardContext:
-        """The ACTIVE shard of `index`, else CoordinatorError NOT_COORDINATOR / LOAD_IN_PROGRESS."""
+        """The ACTIVE shard of `index`, else KafkaError NOT_COORDINATOR / LOAD_IN_PROGRESS."""
         ctx = self.shards.get(index)
         if ctx is None or ctx.status == ShardStatus.FAILED:
-            raise CoordinatorError(Errors.NOT_COORDINATOR)
+            raise KafkaError(Errors.NOT_COORDINATOR)
         if ctx.status == ShardStatus.LOADING:
-            raise CoordinatorError(Errors.COORDINATOR_LOAD_IN_PROGRESS)
+            raise KafkaError(Errors.COORDINATOR_LOAD_IN_PROGRESS)
         return ctx
 
     def read(self, index: int, op: Callable[[Any, int], Any]) -> Any:
@@ -228,12 +218,12 @@ class CoordinatorRuntime:
     async def complete_transaction(self, index: int, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, commit: bool) -> None:
         """Write the producer's COMMIT/ABORT marker to partition `index`, replay it into the
-        shard, return once the HW covers it. CoordinatorError NOT_COORDINATOR /
+        shard, return once the HW covers it. KafkaError NOT_COORDINATOR /
         COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here."""
         ctx = self.active(index)
         partition = self.rm.get_partition(self.topic, index)
         if partition is None or not partition.is_leader:
-            raise CoordinatorError(Errors.NOT_COORDINATOR)
+            raise KafkaError(Errors.NOT_COORDINATOR)
         batch = build_marker_batch(producer_id, producer_epoch, COMMIT if commit else ABORT, coordinator_epoch,
                                    self.now_ms())
         info = self.rm.append(partition, batch)
@@ -250,7 +240,7 @@ class CoordinatorRuntime:
         if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
             await wait.wait()
         if wait.expired:
-            raise CoordinatorError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
+            raise KafkaError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
 
     def _write_now(self, ctx: ShardContext, result: CoordinatorResult) -> None:
         """Write a timer operation's result (nobody awaits it)."""
@@ -280,7 +270,7 @@ class CoordinatorRuntime:
             return None
         partition = self.rm.get_partition(self.topic, ctx.partition)
         if partition is None or not partition.is_leader:
-            raise CoordinatorError(Errors.NOT_COORDINATOR)
+            raise KafkaError(Errors.NOT_COORDINATOR)
         now = self.now_ms()
         rows = [(now, *r.encode()) for r in result.records]
         records = [(ts, k, v, ()) for ts, k, v in rows]

@@ -8,9 +8,12 @@ ShareFetch never imports it. Loading all ~250 modules took 0.7 s, most of the st
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.protocol._generated.index import MODULES
+
+if TYPE_CHECKING:  # type checkers and IDEs see every class; at run time they load on first use
+    from pybroker.protocol._generated.all_messages import *  # noqa: F403
 
 __all__ = sorted(MODULES)
 

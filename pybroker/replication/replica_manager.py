@@ -11,12 +11,12 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
+from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.log.config import LogConfig
@@ -50,19 +50,16 @@ def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None
     return LogConfig().with_overrides(merged)
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage,
-                 timer: SystemTimer, spawn: Callable[..., Any]) -> None:
+                 timer: SystemTimer, spawn: Callable[..., Any], clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.node_id = config.node_id
         self.log_manager = log_manager
         self.image = image
         self.timer = timer
         self.spawn = spawn
+        self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
@@ -85,7 +82,7 @@ class ReplicaManager:
             if config is None:
                 config = configs[t.name] = self.log_config_for(t.name)
             self._publish(tp, t, reg, self.log_manager.get_or_create_log(
-                t.name, tp[1], t.topic_id, config, now_ms=wall_ms()), config)
+                t.name, tp[1], t.topic_id, config, now_ms=self.clock.wall_ms()), config)
 
     async def apply_metadata_records(self, records: list[Any]) -> None:
         """A controller listener: apply what `records` changed (Kafka's ReplicaManager.applyDelta).
@@ -96,7 +93,7 @@ class ReplicaManager:
         the partitions serve.
         """
         todo = self._plan(records)
-        now = wall_ms()
+        now = self.clock.wall_ms()
         configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
         for i in range(0, len(todo), _CREATE_CHUNK):
             chunk = todo[i:i + _CREATE_CHUNK]
@@ -195,7 +192,7 @@ class ReplicaManager:
                origin: str = "client") -> LogAppendInfo:
         """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses.
         origin: "client" or "coordinator" (UnifiedLog.append_as_leader)."""
-        info = partition.log.append_as_leader(batch, partition.leader_epoch, wall_ms(), timestamp_type, origin)
+        info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin)
         if not info.duplicate:
             self.after_append(partition)
         return info
@@ -206,13 +203,13 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         plog = partition.log
-        if not partition.flushing and plog.needs_flush(wall_ms()):
+        if not partition.flushing and plog.needs_flush(self.clock.wall_ms()):
             partition.flushing = True
             self.spawn(self._flush, partition)
 
     async def _flush(self, partition: Partition) -> None:
         try:
-            await trio.to_thread.run_sync(lambda: partition.log.flush(now_ms=wall_ms()))
+            await trio.to_thread.run_sync(lambda: partition.log.flush(now_ms=self.clock.wall_ms()))
         except Exception:  # a failed fsync must not kill the broker; Kafka marks the dir offline
             log.exception("flush of %s failed", partition)
         finally:
@@ -255,7 +252,7 @@ class ReplicaManager:
         interval_s = self.config["log.retention.check.interval.ms"] / 1000
         while True:
             await trio.sleep(interval_s)
-            removed = self.enforce_retention(wall_ms())
+            removed = self.enforce_retention(self.clock.wall_ms())
             if removed:
                 log.info("retention removed %d segment(s)", removed)
 
@@ -273,7 +270,7 @@ class ReplicaManager:
             backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
             logs = [p.log for p in list(self.partitions.values()) if p.log.config.compact]
             try:
-                cleaned = await cleaner.clean_logs(logs, wall_ms())
+                cleaned = await cleaner.clean_logs(logs, self.clock.wall_ms())
             except Exception:  # a cleaner bug must not take the broker down; Kafka marks the dir
                 log.exception("log cleaner pass failed")
                 cleaned = 0
@@ -298,7 +295,7 @@ class ReplicaManager:
         while True:
             await trio.sleep(max(0.05, tick))
             for p in list(self.partitions.values()):
-                if not p.flushing and p.log.needs_flush(wall_ms()):
+                if not p.flushing and p.log.needs_flush(self.clock.wall_ms()):
                     p.flushing = True
                     self.spawn(self._flush, p)
             if trio.current_time() - last_checkpoint >= interval_s:

@@ -28,7 +28,7 @@ Concurrency: handlers run on the trio thread; changes go through the controller'
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.acl import AclOperation
 from pybroker.controller.acls import (
@@ -53,6 +53,10 @@ from pybroker.protocol.messages import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 UNKNOWN = 0  # the UNKNOWN code of ResourceType, PatternType, AclOperation and AclPermissionType
 DESCRIBE_NO_AUTHORIZER = "No Authorizer is configured on the broker"
@@ -83,7 +87,7 @@ def describe_resources(acls: Iterable[StandardAcl]) -> list[DescribeAclsResponse
         for (rt, name, pt), group in grouped.items()]
 
 
-def handle_describe_acls(broker: Any, ctx: Any, req: DescribeAclsRequest) -> DescribeAclsResponse:
+def handle_describe_acls(broker: Broker, ctx: RequestContext, req: DescribeAclsRequest) -> DescribeAclsResponse:
     _reject_unknown("DescribeAclsRequest", (req.resource_type_filter, req.pattern_type_filter,
                                             req.operation, req.permission_type))
     auth = broker.authorizer
@@ -106,7 +110,7 @@ def _not_a_binding(c: Any) -> bool:
             or permission_type(c.permission_type) == AclPermissionType.ANY)
 
 
-async def handle_create_acls(broker: Any, ctx: Any, req: CreateAclsRequest) -> CreateAclsResponse:
+async def handle_create_acls(broker: Broker, ctx: RequestContext, req: CreateAclsRequest) -> CreateAclsResponse:
     for c in req.creations:
         _reject_unknown("CreateAclsRequest", (c.resource_type, c.resource_pattern_type, c.operation,
                                               c.permission_type))
@@ -141,7 +145,7 @@ async def handle_create_acls(broker: Any, ctx: Any, req: CreateAclsRequest) -> C
         for code, msg in ((r if r is not None else next(created)) for r in results)])
 
 
-async def handle_delete_acls(broker: Any, ctx: Any, req: DeleteAclsRequest) -> DeleteAclsResponse:
+async def handle_delete_acls(broker: Broker, ctx: RequestContext, req: DeleteAclsRequest) -> DeleteAclsResponse:
     for f in req.filters:
         _reject_unknown("DeleteAclsRequest", (f.resource_type_filter, f.pattern_type_filter, f.operation,
                                               f.permission_type))

@@ -23,12 +23,12 @@ Concurrency: trio thread; the controller serialises changes.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.controller import OP_DELETE
 from pybroker.controller.group_configs import RESOURCE_GROUP
 from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -36,7 +36,10 @@ from pybroker.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from pybroker.security.authorizer import Op
-from pybroker.server.dynamic_config import Rejected
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 RESOURCE_BROKER_LOGGER = 8
 _TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS"}
@@ -44,7 +47,7 @@ _TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS"}
 Outcome = tuple[int, str | None]
 
 
-def _preprocess(broker: Any, resources: list[Any], incremental: bool) -> dict[int, Outcome]:
+def _preprocess(broker: Broker, resources: list[Any], incremental: bool) -> dict[int, Outcome]:
     """Kafka's ConfigAdminManager.preprocess: results for resources that never reach the
     controller, keyed by position in the request."""
     done: dict[int, Outcome] = {}
@@ -76,7 +79,7 @@ def _preprocess(broker: Any, resources: list[Any], incremental: bool) -> dict[in
     return done
 
 
-def _unauthorized(broker: Any, ctx: Any, resources: list[Any], done: dict[int, Outcome]) -> dict[int, Outcome]:
+def _unauthorized(broker: Broker, ctx: RequestContext, resources: list[Any], done: dict[int, Outcome]) -> dict[int, Outcome]:
     """ALTER_CONFIGS on each resource still to change (BROKER -> the cluster); none without an authorizer."""
     auth = broker.authorizer
     if auth is None:
@@ -90,7 +93,7 @@ def _unauthorized(broker: Any, ctx: Any, resources: list[Any], done: dict[int, O
     return out
 
 
-def _broker_change(broker: Any, r: Any, incremental: bool) -> Outcome | None:
+def _broker_change(broker: Broker, r: Any, incremental: bool) -> Outcome | None:
     """The broker's validation of a BROKER resource: an outcome when it is refused here,
     None when it goes on to the controller."""
     dyn = broker.dynamic_config
@@ -101,12 +104,12 @@ def _broker_change(broker: Any, r: Any, incremental: bool) -> Outcome | None:
                                   [(c.name, c.config_operation, c.value) for c in r.configs])
         else:
             dyn.check_legacy(r.resource_name, {c.name: c.value for c in r.configs})
-    except Rejected as exc:
+    except KafkaError as exc:
         return exc.code, exc.message
     return None
 
 
-async def _persist(broker: Any, resources: list[Any], todo: list[int], incremental: bool,
+async def _persist(broker: Broker, resources: list[Any], todo: list[int], incremental: bool,
                    validate_only: bool) -> dict[int, Outcome]:
     """The controller's step: TOPIC, BROKER and GROUP resources, each type in one call."""
     out: dict[int, Outcome] = {}
@@ -138,7 +141,7 @@ async def _persist(broker: Any, resources: list[Any], todo: list[int], increment
     return out
 
 
-async def handle_alter_configs(broker: Any, ctx: Any, req: AlterConfigsRequest) -> AlterConfigsResponse:
+async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
     resources = list(req.resources)
     outcomes = _preprocess(broker, resources, incremental=False)
     outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
@@ -152,7 +155,7 @@ async def handle_alter_configs(broker: Any, ctx: Any, req: AlterConfigsRequest) 
         for i, r in enumerate(resources)])
 
 
-async def handle_incremental_alter_configs(broker: Any, ctx: Any,
+async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext,
                                            req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     resources = list(req.resources)
     outcomes = _preprocess(broker, resources, incremental=True)

@@ -17,10 +17,10 @@ import logging
 import os
 import signal
 import socket
-import time
 
 import trio
 
+from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, Endpoint
 from pybroker.controller.controller import QuorumController
 from pybroker.controller.image import MetadataImage
@@ -47,13 +47,10 @@ class StartupError(Exception):
     """The node cannot start (bad storage, port in use, ...): one line for the person."""
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock  # every wall-clock read of the node (TrioClock under MockClock in tests)
         self.node_id = config.node_id
         self.cluster_id = ""
         self.image = MetadataImage()
@@ -96,7 +93,7 @@ class Broker:
         self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=cfg["cluster.id"],
                                       default_config=default,
                                       producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
-        await trio.to_thread.run_sync(self.log_manager.load, wall_ms())
+        await trio.to_thread.run_sync(self.log_manager.load, self.clock.wall_ms())
         self.cluster_id = self.log_manager.cluster_id or ""
         from pathlib import Path
 
@@ -104,7 +101,7 @@ class Broker:
         clean = self.log_manager.had_clean_shutdown.get(meta_dir, False)
         self.metadata_log = await trio.to_thread.run_sync(
             lambda: MetadataLog(meta_dir, clean_shutdown=clean,
-                                segment_bytes=cfg["metadata.log.segment.bytes"]))
+                                segment_bytes=cfg["metadata.log.segment.bytes"], clock=self.clock))
 
     async def run(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
@@ -133,7 +130,8 @@ class Broker:
                 self.dynamic_config.apply_runtime(self)
             self.controller.listeners.insert(
                 0, lambda records: self.dynamic_config.on_metadata(self, self.image.configs, records))
-            self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon)
+            self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
+                                                  self.clock)
             self.replica_manager.load_high_watermarks()
             self.replica_manager.apply_metadata()
             self.controller.listeners.append(self.replica_manager.apply_metadata_records)
@@ -180,7 +178,7 @@ class Broker:
             log.warning("connections still busy after %.0fs; closing them", SHUTDOWN_GRACE_S)
         hws = rm.high_watermarks()
         await trio.to_thread.run_sync(lambda: self.metadata_log.close())
-        await trio.to_thread.run_sync(self.log_manager.shutdown, wall_ms(), hws)
+        await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws)
         log.info("shut down cleanly")
 
 

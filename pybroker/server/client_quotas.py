@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -37,6 +37,10 @@ from pybroker.protocol.messages import (
     DescribeClientQuotasResponse,
 )
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 _RESOLVE_TIMEOUT_S = 5.0
 
 _DEntry = DescribeClientQuotasResponse.EntryData
@@ -46,13 +50,13 @@ _AEntry = AlterClientQuotasResponse.EntryData
 _AEntity = AlterClientQuotasResponse.EntityData
 
 
-def handle_describe_client_quotas(broker: Any, ctx: Any, req: DescribeClientQuotasRequest
+def handle_describe_client_quotas(broker: Broker, ctx: RequestContext, req: DescribeClientQuotasRequest
                                   ) -> DescribeClientQuotasResponse:
     components = [(c.entity_type, c.match_type, c.match) for c in req.components]
     try:
         found = cq.describe_client_quotas(broker.image.client_quotas, components, req.strict)
-    except cq.DescribeError as exc:
-        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=exc.error_code,
+    except cq.KafkaError as exc:
+        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=int(exc.code),
                                             error_message=exc.message, entries=None)
     return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=0, error_message=None, entries=[
         _DEntry(entity=[_DEntity(entity_type=t, entity_name=n) for t, n in entity],
@@ -79,7 +83,7 @@ async def _resolvable(names: set[str]) -> set[str]:
     return ok
 
 
-async def handle_alter_client_quotas(broker: Any, ctx: Any, req: AlterClientQuotasRequest
+async def handle_alter_client_quotas(broker: Broker, ctx: RequestContext, req: AlterClientQuotasRequest
                                      ) -> AlterClientQuotasResponse:
     alterations = [cq.Alteration([(e.entity_type, e.entity_name) for e in entry.entity],
                                  [(op.key, None if op.remove else op.value) for op in entry.ops])

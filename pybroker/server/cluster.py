@@ -7,7 +7,7 @@ A transactional id goes to the transaction coordinator (pybroker/server/txn.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED
 from pybroker.protocol.errors import Errors
@@ -20,8 +20,12 @@ from pybroker.protocol.messages import (
 from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
 from pybroker.server.metadata import broker_list
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
-def handle_describe_cluster(broker: Any, ctx: Any, req: DescribeClusterRequest) -> DescribeClusterResponse:
+
+def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse:
     if ctx.api_version >= 1 and req.endpoint_type not in (1,):
         # 1 = brokers; 2 = controllers (a combined node could answer, but Kafka brokers reject it)
         return DescribeClusterResponse(throttle_time_ms=0, error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
@@ -56,7 +60,7 @@ class ProducerIdManager:
         return pid
 
 
-async def handle_init_producer_id(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
+async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse:
     auth = broker.authorizer
     if auth is not None:
         # KafkaApis: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on the

@@ -11,13 +11,17 @@ cluster-wide dynamic defaults). A GROUP resource lists its group configs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from pybroker.security.authorizer import Op
 from pybroker.server.group_configs import RESOURCE_GROUP, describe_group
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_STATIC = 4
@@ -33,12 +37,12 @@ Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
 
 
-def _topic_entries(broker: Any, topic: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
+def _topic_entries(broker: Broker, topic: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
     # sources, values and synonyms over the dynamic broker layers: server/dynamic_config.py
     return broker.dynamic_config.topic_entries(broker.image.topic_configs(topic), keys, synonyms)
 
 
-def _broker_entries(broker: Any, name: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
+def _broker_entries(broker: Broker, name: str, keys: list[str] | None, synonyms: bool) -> list[Entry]:
     return broker.dynamic_config.broker_entries(name, keys, synonyms)
 
 
@@ -50,7 +54,7 @@ def _is_int(s: str) -> bool:
         return False
 
 
-def handle_describe_configs(broker: Any, ctx: Any, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+def handle_describe_configs(broker: Broker, ctx: RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for res in req.resources:
         # null or empty both mean "every config" (Kafka's ConfigHelper)

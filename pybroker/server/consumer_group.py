@@ -9,10 +9,10 @@ each described group's own error.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.coordinators.group.consumer_group_manager import heartbeat_error
-from pybroker.coordinators.runtime import CoordinatorError
+from pybroker.protocol.errors import KafkaError
 from pybroker.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -22,18 +22,22 @@ from pybroker.protocol.messages import (
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.groups import check_group, client_host
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
-async def handle_consumer_group_heartbeat(broker: Any, ctx: Any, req: ConsumerGroupHeartbeatRequest
+
+async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: ConsumerGroupHeartbeatRequest
                                           ) -> ConsumerGroupHeartbeatResponse:
     try:
         check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.consumer_group_heartbeat(req, ctx.api_version, ctx.client_id or "",
                                                                        client_host(ctx))
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         return heartbeat_error(exc.code)
 
 
-async def handle_consumer_group_describe(broker: Any, ctx: Any, req: ConsumerGroupDescribeRequest
+async def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, req: ConsumerGroupDescribeRequest
                                          ) -> ConsumerGroupDescribeResponse:
     out = []
     for gid in req.group_ids:
@@ -42,7 +46,7 @@ async def handle_consumer_group_describe(broker: Any, ctx: Any, req: ConsumerGro
             out.append(await broker.group_coordinator.consumer_group_describe(gid, req.include_authorized_operations))
             if req.include_authorized_operations and broker.authorizer is not None and not out[-1].error_code:
                 out[-1].authorized_operations = broker.authorizer.authorized_operations(ctx, Res.GROUP, gid)
-        except CoordinatorError as exc:
+        except KafkaError as exc:
             out.append(ConsumerGroupDescribeResponse.DescribedGroup(
                 error_code=exc.code, error_message=None, group_id=gid, group_state="", group_epoch=-1,
                 assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-2147483648))

@@ -25,13 +25,17 @@ Concurrency: trio thread; file removal in trio.to_thread.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.log.errors import OffsetOutOfRangeError
 from pybroker.log.log import UnifiedLog
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
 from pybroker.security.authorizer import Op, Res
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 log = logging.getLogger("pybroker.server")
 
@@ -43,7 +47,7 @@ TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
 PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 
-def _delete_one(broker: Any, topic: str, partition: int, offset: int) -> tuple[int, int]:
+def _delete_one(broker: Broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error code, low watermark) for one partition."""
     t = broker.image.topic(topic)
     if t is None or partition not in t.partitions:
@@ -65,7 +69,7 @@ def _delete_one(broker: Any, topic: str, partition: int, offset: int) -> tuple[i
     return 0, plog.log_start_offset
 
 
-def handle_delete_records(broker: Any, ctx: Any, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
+def handle_delete_records(broker: Broker, ctx: RequestContext, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     auth = broker.authorizer
     for t in req.topics:

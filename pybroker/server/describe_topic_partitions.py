@@ -29,7 +29,7 @@ the page is consistent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.acl import TOPIC_OPERATIONS
 from pybroker.controller.controller import validate_topic_name
@@ -38,6 +38,10 @@ from pybroker.protocol.messages import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 # org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
@@ -54,14 +58,14 @@ def java_order(name: str) -> bytes:
     return name.encode("utf-16-be", "surrogatepass")
 
 
-def _on_listener(broker: Any, broker_id: int, listener: str) -> Any:
+def _on_listener(broker: Broker, broker_id: int, listener: str) -> Any:
     reg = broker.image.brokers.get(broker_id)
     if reg is None or not any(ep[0] == listener for ep in reg.endpoints):
         return None
     return reg
 
 
-def _partition(broker: Any, reg: Any, listener: str) -> Any:
+def _partition(broker: Broker, reg: Any, listener: str) -> Any:
     offline = []
     for b in reg.replicas:
         node = _on_listener(broker, b, listener)
@@ -73,7 +77,7 @@ def _partition(broker: Any, reg: Any, listener: str) -> Any:
                       eligible_leader_replicas=[], last_known_elr=[], offline_replicas=offline)
 
 
-def handle_describe_topic_partitions(broker: Any, ctx: Any, req: DescribeTopicPartitionsRequest
+def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext, req: DescribeTopicPartitionsRequest
                                      ) -> DescribeTopicPartitionsResponse:
     image = broker.image
     listener = ctx.conn.listener_name

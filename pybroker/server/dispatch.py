@@ -12,8 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
 from pybroker.protocol.api_keys import ApiKey
@@ -53,20 +52,14 @@ from pybroker.server import (
 )
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
 from pybroker.server.error_responses import ERROR_RESPONSES
+from pybroker.server.request_context import RequestContext
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
 
 log = logging.getLogger("pybroker.server")
 # Kafka's kafka.request.logger: every request and its response at DEBUG (off unless asked for).
 request_log = logging.getLogger("pybroker.request")
-
-
-@dataclass(slots=True)
-class RequestContext:
-    conn: Connection
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    request_size: int = 0  # header + body bytes (Kafka's request.sizeInBytes, what produce quotas count)
 
 
 HANDLERS: dict[int, Callable[..., Any]] = {
@@ -126,7 +119,7 @@ _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
 
 
 class RequestDispatcher:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     async def __call__(self, conn: Connection, frame: bytes) -> Sequence[Chunk] | None:

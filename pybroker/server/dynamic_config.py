@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.config import (
     BROKER_CONFIGS,
@@ -60,8 +60,11 @@ from pybroker.controller.broker_configs import (
     RESOURCE_BROKER,
     apply_op,
 )
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import DescribeConfigsResponse
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
 
 log = logging.getLogger("pybroker.config")
 
@@ -85,15 +88,6 @@ _SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config")
 
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
-
-
-class Rejected(Exception):
-    """A change the broker refuses before it reaches the controller: (error code, message)."""
-
-    def __init__(self, code: int, message: str | None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def scala_set(names: Iterable[str]) -> str:
@@ -255,7 +249,7 @@ class DynamicBrokerConfig:
                 setattr(self.config, attr, value)
         return True
 
-    def apply_runtime(self, broker: Any) -> None:
+    def apply_runtime(self, broker: Broker) -> None:
         """Push values that components captured at start-up (Kafka's BrokerReconfigurables)."""
         cfg = self.config
         server = getattr(broker, "server", None)
@@ -265,7 +259,7 @@ class DynamicBrokerConfig:
         if log_manager is not None:
             log_manager.producer_id_expiration_ms = cfg["producer.id.expiration.ms"]
 
-    def on_metadata(self, broker: Any, configs: Mapping[tuple[int, str], Mapping[str, str]],
+    def on_metadata(self, broker: Broker, configs: Mapping[tuple[int, str], Mapping[str, str]],
                     records: Sequence[Any]) -> None:
         if any(type(r).__name__ == "ConfigRecord" and r.resource_type == RESOURCE_BROKER for r in records):
             if self.reload(configs):
@@ -280,16 +274,16 @@ class DynamicBrokerConfig:
         try:
             node = int(name)
         except ValueError:
-            raise Rejected(Errors.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+            raise KafkaError(Errors.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
         if node != self.node_id:
-            raise Rejected(Errors.INVALID_REQUEST,
+            raise KafkaError(Errors.INVALID_REQUEST,
                            f"Unexpected broker id, expected {self.node_id}, but received {name}")
 
     def validate_change(self, props: Mapping[str, str], per_broker: bool) -> None:
         """DynamicBrokerConfig.validate: the resource's whole resulting dynamic props."""
         non_dynamic = _non_dynamic(props, per_broker)
         if non_dynamic:
-            raise Rejected(Errors.INVALID_REQUEST,
+            raise KafkaError(Errors.INVALID_REQUEST,
                            f"Cannot update these configs dynamically: {scala_set(non_dynamic)}")
         try:
             for k, v in props.items():
@@ -297,11 +291,11 @@ class DynamicBrokerConfig:
                 if d is not None and k in DYNAMIC_CONFIGS:
                     parse_dynamic(k, d, v)
         except ConfigError as exc:
-            raise Rejected(Errors.INVALID_REQUEST, str(exc)) from None
+            raise KafkaError(Errors.INVALID_REQUEST, str(exc)) from None
         if not per_broker:
             per = [k for k in props if _is_per_broker(k)]
             if per:
-                raise Rejected(Errors.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                raise KafkaError(Errors.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                        f"broker id must be specified: {scala_set(per)}")
         if per_broker:
             default, broker = self.dynamic_default, dict(props)
@@ -310,7 +304,7 @@ class DynamicBrokerConfig:
         try:
             BrokerConfig(self.merged_props(default, broker))
         except ConfigError as exc:
-            raise Rejected(Errors.INVALID_REQUEST, str(exc)) from None
+            raise KafkaError(Errors.INVALID_REQUEST, str(exc)) from None
 
     def check_incremental(self, name: str, stored: Mapping[str, str],
                           ops: Sequence[tuple[str, int, str | None]]) -> None:
@@ -320,16 +314,16 @@ class DynamicBrokerConfig:
         props = self.from_persistent(stored, per_broker)
         for _key, op, _value in ops:
             if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
-                raise Rejected(Errors.INVALID_REQUEST, f"Unknown operations type {op}")
+                raise KafkaError(Errors.INVALID_REQUEST, f"Unknown operations type {op}")
         for key, op, value in ops:
             if op in (OP_APPEND, OP_SUBTRACT):
                 d = BROKER_CONFIGS.get(key)
                 if d is None:
                     # Kafka looks the key up in a Scala map that throws: an unknown server error
-                    raise Rejected(Errors.UNKNOWN_SERVER_ERROR, None)
+                    raise KafkaError(Errors.UNKNOWN_SERVER_ERROR, None)
                 if d.type != "list":
                     verb = "append" if op == OP_APPEND else "subtract"
-                    raise Rejected(Errors.INVALID_CONFIG,
+                    raise KafkaError(Errors.INVALID_CONFIG,
                                    f"Config value {verb} is not allowed for config key: {key}")
             new = apply_op(props.get(key), key, op, value)
             if new is None:

@@ -26,7 +26,7 @@ Handlers run on the trio thread; UpdateFeatures waits for the controller's lock 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.features import SUPPORTED_FEATURES, finalized_levels
 from pybroker.protocol.messages import (
@@ -35,10 +35,14 @@ from pybroker.protocol.messages import (
     UpdateFeaturesResponse,
 )
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 _ALL_FAILED = "The update failed for all features since the following feature had an error: "
 
 
-def api_versions_features(broker: Any, version: int) -> dict[str, Any]:
+def api_versions_features(broker: Broker, version: int) -> dict[str, Any]:
     """The feature fields of an ApiVersions response at `version` (empty below v3)."""
     if version < 3:
         return {}
@@ -53,7 +57,7 @@ def api_versions_features(broker: Any, version: int) -> dict[str, Any]:
             "finalized_features_epoch": epoch, "zk_migration_ready": False}
 
 
-async def handle_update_features(broker: Any, ctx: Any, req: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+async def handle_update_features(broker: Broker, ctx: RequestContext, req: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
     updates = [(u.feature, u.max_version_level, u.upgrade_type) for u in req.feature_updates]
     error, message = await broker.controller.update_features(updates, validate_only=bool(req.validate_only))
     if error:

@@ -14,7 +14,7 @@ Fetch sessions (KIP-227) are declined: session id 0, full responses (pitfall 5).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.log.errors import LogError
 from pybroker.protocol.errors import Errors
@@ -22,6 +22,10 @@ from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.quota import fetch_max_bytes, record_fetch
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 PData = FetchResponse.PartitionData
 TResp = FetchResponse.FetchableTopicResponse
@@ -127,7 +131,7 @@ def _check_epoch(p: Any, current_leader_epoch: int) -> int:
     return 0
 
 
-async def handle_fetch(broker: Any, ctx: Any, req: FetchRequest) -> FetchResponse:
+async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -> FetchResponse:
     v = ctx.api_version
     rm = broker.replica_manager
     image = broker.image

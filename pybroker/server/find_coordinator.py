@@ -10,18 +10,22 @@ types INVALID_REQUEST.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.metadata import broker_list
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 
-async def _lookup(broker: Any, ctx: Any, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
+async def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
     if key_type == TRANSACTION_KEY_TYPE:
         gc = broker.txn_coordinator
@@ -45,7 +49,7 @@ async def _lookup(broker: Any, ctx: Any, key: str, key_type: int) -> tuple[int, 
     return Errors.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available", -1, "", -1
 
 
-async def handle_find_coordinator(broker: Any, ctx: Any, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
     key_type = req.key_type if ctx.api_version >= 1 else GROUP_KEY_TYPE
     if ctx.api_version >= 4:
         coordinators = []

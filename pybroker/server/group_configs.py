@@ -14,12 +14,15 @@ Concurrency: pure reads of the image and config on the trio thread.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.config import format_value
 from pybroker.controller.group_configs import GROUP_KEYS, RESOURCE_GROUP, defaults
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeConfigsResponse
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
 
 CONFIG_SOURCE_GROUP = 8  # DescribeConfigsResponse.ConfigSource.GROUP_CONFIG
 CONFIG_SOURCE_DEFAULT = 5
@@ -29,7 +32,7 @@ Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
 
 
-def describe_group(broker: Any, name: str, keys: list[str] | None, synonyms: bool
+def describe_group(broker: Broker, name: str, keys: list[str] | None, synonyms: bool
                    ) -> tuple[int, str | None, list[Entry]]:
     """(error, message, entries) for one GROUP resource."""
     if not name:

@@ -10,10 +10,9 @@ handlers are async; one request in flight per connection is what the clients exp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pybroker.coordinators.runtime import CoordinatorError
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -32,27 +31,31 @@ from pybroker.protocol.messages import (
 )
 from pybroker.security.authorizer import Op, Res
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
-def check_group(broker: Any, ctx: Any, group_id: str, op: int = Op.READ) -> None:
+
+def check_group(broker: Broker, ctx: RequestContext, group_id: str, op: int = Op.READ) -> None:
     """KafkaApis: READ on the group for membership APIs; raises GROUP_AUTHORIZATION_FAILED so the
     handler answers as for any coordinator error (no authorizer: one `is None` test)."""
     auth = broker.authorizer
     if auth is not None and not auth.authorize(ctx, op, Res.GROUP, group_id):
-        raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+        raise KafkaError(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
-def client_host(ctx: Any) -> str:
+def client_host(ctx: RequestContext) -> str:
     peer = getattr(ctx.conn, "peer", None)
     host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
     return "/" + host  # Kafka reports the InetAddress form, "/127.0.0.1"
 
 
-async def handle_join_group(broker: Any, ctx: Any, req: JoinGroupRequest) -> JoinGroupResponse:
+async def handle_join_group(broker: Broker, ctx: RequestContext, req: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.api_version
     try:
         check_group(broker, ctx, req.group_id)
         resp = await broker.group_coordinator.join_group(req, v, ctx.client_id or "", client_host(ctx))
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         resp = JoinGroupResponse(throttle_time_ms=0, error_code=exc.code, generation_id=-1, protocol_type=None,
                                  protocol_name=None, leader="", skip_assignment=False,
                                  member_id=req.member_id or "", members=[])
@@ -61,33 +64,33 @@ async def handle_join_group(broker: Any, ctx: Any, req: JoinGroupRequest) -> Joi
     return resp
 
 
-async def handle_sync_group(broker: Any, ctx: Any, req: SyncGroupRequest) -> SyncGroupResponse:
+async def handle_sync_group(broker: Broker, ctx: RequestContext, req: SyncGroupRequest) -> SyncGroupResponse:
     try:
         check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.sync_group(req, ctx.api_version)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         return SyncGroupResponse(throttle_time_ms=0, error_code=exc.code, protocol_type=None, protocol_name=None,
                                  assignment=b"")
 
 
-async def handle_heartbeat(broker: Any, ctx: Any, req: HeartbeatRequest) -> HeartbeatResponse:
+async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
     try:
         check_group(broker, ctx, req.group_id)
         code = await broker.group_coordinator.heartbeat(req, ctx.api_version)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         code = exc.code
     return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
 
-async def handle_leave_group(broker: Any, ctx: Any, req: LeaveGroupRequest) -> LeaveGroupResponse:
+async def handle_leave_group(broker: Broker, ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
     try:
         check_group(broker, ctx, req.group_id)
         return await broker.group_coordinator.leave_group(req, ctx.api_version)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=exc.code, members=[])
 
 
-async def handle_list_groups(broker: Any, ctx: Any, req: ListGroupsRequest) -> ListGroupsResponse:
+async def handle_list_groups(broker: Broker, ctx: RequestContext, req: ListGroupsRequest) -> ListGroupsResponse:
     v = ctx.api_version
     states = list(req.states_filter) if v >= 4 else []
     types = list(req.types_filter) if v >= 5 else []
@@ -100,7 +103,7 @@ async def handle_list_groups(broker: Any, ctx: Any, req: ListGroupsRequest) -> L
     return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=groups)
 
 
-async def handle_describe_groups(broker: Any, ctx: Any, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
     include_ops = ctx.api_version >= 3 and req.include_authorized_operations
     out = []
     for gid in req.groups:
@@ -109,14 +112,14 @@ async def handle_describe_groups(broker: Any, ctx: Any, req: DescribeGroupsReque
             out.append(await broker.group_coordinator.describe_group(gid, include_ops))
             if include_ops and broker.authorizer is not None and not out[-1].error_code:
                 out[-1].authorized_operations = broker.authorizer.authorized_operations(ctx, Res.GROUP, gid)
-        except CoordinatorError as exc:
+        except KafkaError as exc:
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=exc.code, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[],
                 authorized_operations=-2147483648))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
-async def handle_delete_groups(broker: Any, ctx: Any, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
     names = list(req.groups_names)
     denied: list[str] = []
     if broker.authorizer is not None:

@@ -9,7 +9,7 @@ leader-epoch cache so they agree with Metadata and the batches (CLIENTS.md pitfa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.log.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -28,12 +28,16 @@ from pybroker.protocol.messages import (
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.fetch import READ_COMMITTED, _check_epoch
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 LPart = ListOffsetsResponse.ListOffsetsPartitionResponse
 LTopic = ListOffsetsResponse.ListOffsetsTopicResponse
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 
 
-def _list_one(broker: Any, version: int, isolation: int, topic: str, req_p: Any) -> LPart:
+def _list_one(broker: Broker, version: int, isolation: int, topic: str, req_p: Any) -> LPart:
     out = LPart(partition_index=req_p.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     p = broker.replica_manager.get_partition(topic, req_p.partition_index)
     if p is None:
@@ -67,7 +71,7 @@ def _list_one(broker: Any, version: int, isolation: int, topic: str, req_p: Any)
     return out
 
 
-def handle_list_offsets(broker: Any, ctx: Any, req: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle_list_offsets(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
     auth = broker.authorizer
@@ -95,7 +99,7 @@ def handle_list_offsets(broker: Any, ctx: Any, req: ListOffsetsRequest) -> ListO
 EpochEnd = OffsetForLeaderEpochResponse.EpochEndOffset
 
 
-def handle_offset_for_leader_epoch(broker: Any, ctx: Any,
+def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext,
                                    req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     rm = broker.replica_manager
     auth = broker.authorizer

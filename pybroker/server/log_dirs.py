@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 LONG_MAX = 2**63 - 1
 
@@ -35,7 +39,7 @@ def _volume_bytes(path: str) -> tuple[int, int]:
     return min(st.f_blocks * st.f_frsize, LONG_MAX), min(st.f_bavail * st.f_frsize, LONG_MAX)
 
 
-def handle_describe_log_dirs(broker: Any, ctx: Any, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     wanted: set[tuple[str, int]] | None = None
     if req.topics is not None:
         wanted = {(t.topic, p) for t in req.topics for p in t.partitions}

@@ -8,13 +8,18 @@ id; ids are stable and non-zero.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, TOPIC_OPERATIONS
 from pybroker.controller.controller import validate_topic_name
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import MetadataRequest, MetadataResponse
 from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
+
+if TYPE_CHECKING:
+    from pybroker.security.authorizer import StandardAuthorizer
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ZERO_ID = bytes(16)
@@ -23,7 +28,7 @@ Topic = MetadataResponse.MetadataResponseTopic
 Part = MetadataResponse.MetadataResponsePartition
 
 
-def broker_list(broker: Any, listener_name: str) -> list[MetadataResponse.MetadataResponseBroker]:
+def broker_list(broker: Broker, listener_name: str) -> list[MetadataResponse.MetadataResponseBroker]:
     out = []
     for b in sorted(broker.image.brokers.values(), key=lambda b: b.broker_id):
         if b.fenced:
@@ -36,7 +41,7 @@ def broker_list(broker: Any, listener_name: str) -> list[MetadataResponse.Metada
     return out
 
 
-def describe_topic(broker: Any, name: str) -> Topic:
+def describe_topic(broker: Broker, name: str) -> Topic:
     t = broker.image.topic(name)
     if t is None:
         return Topic(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=ZERO_ID,
@@ -50,14 +55,14 @@ def describe_topic(broker: Any, name: str) -> Topic:
                  partitions=parts)
 
 
-async def auto_create(broker: Any, names: list[str]) -> None:
+async def auto_create(broker: Broker, names: list[str]) -> None:
     """Create missing topics with the broker defaults (errors surface as unknown topics)."""
     if not names:
         return
     await broker.controller.create_topics([(n, -1, -1, {}, {}) for n in names])
 
 
-def _denied(auth: Any, ctx: Any, names: list[str], may_create: list[str]) -> set[str]:
+def _denied(auth: StandardAuthorizer, ctx: RequestContext, names: list[str], may_create: list[str]) -> set[str]:
     """KafkaApis.handleTopicMetadataRequest: names the caller may not DESCRIBE, plus missing names it
     may not auto-create (CREATE on the cluster, else on the topic)."""
     describable = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)
@@ -73,7 +78,7 @@ def _unauthorized(name: str | None, topic_id: bytes) -> Topic:
                  partitions=[])
 
 
-async def handle_metadata(broker: Any, ctx: Any, req: MetadataRequest) -> MetadataResponse:
+async def handle_metadata(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> MetadataResponse:
     v = ctx.api_version
     image = broker.image
     auth = broker.authorizer

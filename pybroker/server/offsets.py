@@ -17,10 +17,9 @@ that epoch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pybroker.coordinators.runtime import CoordinatorError
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -31,10 +30,15 @@ from pybroker.protocol.messages import (
 )
 from pybroker.security.authorizer import Op, Res
 
+if TYPE_CHECKING:
+    from pybroker.security.authorizer import StandardAuthorizer
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 R = OffsetFetchResponse
 
 
-def _split_unknown_partitions(broker: Any, req: OffsetCommitRequest) -> list[Any]:
+def _split_unknown_partitions(broker: Broker, req: OffsetCommitRequest) -> list[Any]:
     """Take partitions of topics the cluster does not have out of `req` (Kafka's KafkaApis
     answers them UNKNOWN_TOPIC_OR_PARTITION without asking the coordinator)."""
     unknown = []
@@ -54,7 +58,7 @@ def _split_unknown_partitions(broker: Any, req: OffsetCommitRequest) -> list[Any
     return unknown
 
 
-def _split_unauthorized_topics(auth: Any, ctx: Any, req: Any) -> list[Any]:
+def _split_unauthorized_topics(auth: StandardAuthorizer, ctx: RequestContext, req: Any) -> list[Any]:
     """KafkaApis: a commit needs READ on each topic; the others answer TOPIC_AUTHORIZATION_FAILED."""
     allowed = auth.filter_authorized(ctx, Op.READ, Res.TOPIC, (t.name for t in req.topics))
     denied = [t for t in req.topics if t.name not in allowed]
@@ -72,7 +76,7 @@ def _commit_error(req: OffsetCommitRequest, code: int) -> OffsetCommitResponse:
             for p in t.partitions]) for t in req.topics])
 
 
-async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) -> OffsetCommitResponse:
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
     auth = broker.authorizer
     denied: list[Any] = []
     if auth is not None:  # KafkaApis: READ on the group, then READ on each topic
@@ -84,13 +88,13 @@ async def handle_offset_commit(broker: Any, ctx: Any, req: OffsetCommitRequest) 
         return OffsetCommitResponse(throttle_time_ms=0, topics=unknown)
     try:
         resp = await broker.group_coordinator.commit_offsets(req, ctx.api_version)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         resp = _commit_error(req, exc.code)
     resp.topics.extend(unknown)
     return resp
 
 
-async def _fetch_group(broker: Any, ctx: Any, group_id: str, topics: list[tuple[str, list[int]]] | None,
+async def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
                        member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False
                        ) -> tuple[int, list[tuple[str, list[tuple[int, Any, int]]]]]:
     """(group error, [(topic, [(partition, OffsetAndMetadata or None, partition error)])])."""
@@ -99,14 +103,14 @@ async def _fetch_group(broker: Any, ctx: Any, group_id: str, topics: list[tuple[
     try:
         if auth is not None:  # KafkaApis: DESCRIBE on the group; topics not DESCRIBE-able are hidden
             if not auth.authorize(ctx, Op.DESCRIBE, Res.GROUP, group_id):
-                raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+                raise KafkaError(Errors.GROUP_AUTHORIZATION_FAILED)
             if topics is not None:
                 allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, (t for t, _ in topics))
                 denied = [(t, ps) for t, ps in topics if t not in allowed]
                 topics = [(t, ps) for t, ps in topics if t in allowed]
         found = await broker.group_coordinator.fetch_offsets(group_id, topics, member_id, member_epoch,
                                                              require_stable)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         return exc.code, [(t, [(p, None, 0) for p in parts]) for t, parts in (topics or []) + denied]
     if auth is not None and topics is None:
         allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, (t for t, _ in found))
@@ -114,7 +118,7 @@ async def _fetch_group(broker: Any, ctx: Any, group_id: str, topics: list[tuple[
     return 0, list(found) + [(t, [(p, None, Errors.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for t, ps in denied]
 
 
-async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) -> OffsetFetchResponse:
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.api_version
     if v >= 8:
         groups_out = []
@@ -144,20 +148,20 @@ async def handle_offset_fetch(broker: Any, ctx: Any, req: OffsetFetchRequest) ->
                                groups=[])
 
 
-async def handle_offset_delete(broker: Any, ctx: Any, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
     auth = broker.authorizer
     denied: list[tuple[str, list[tuple[int, int]]]] = []
     try:
         if auth is not None:  # KafkaApis: DELETE on the group, READ on each topic
             if not auth.authorize(ctx, Op.DELETE, Res.GROUP, req.group_id):
-                raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+                raise KafkaError(Errors.GROUP_AUTHORIZATION_FAILED)
             allowed = auth.filter_authorized(ctx, Op.READ, Res.TOPIC, (t for t, _ in wanted))
             denied = [(t, [(p, Errors.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for t, ps in wanted if t not in allowed]
             wanted = [(t, ps) for t, ps in wanted if t in allowed]
         top, parts = await broker.group_coordinator.delete_offsets(req.group_id, wanted)
         parts = list(parts) + denied
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         top, parts = exc.code, []
     return OffsetDeleteResponse(error_code=int(top), throttle_time_ms=0, topics=[
         OffsetDeleteResponse.OffsetDeleteResponseTopic(name=topic, partitions=[

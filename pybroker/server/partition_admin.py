@@ -35,7 +35,7 @@ Concurrency: reads the metadata image on the trio thread; writes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
@@ -46,6 +46,10 @@ from pybroker.protocol.messages import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
 NO_LEADER = -1
@@ -78,7 +82,7 @@ def _elect(image: Any, topic: str, partition: int, election_type: int) -> tuple[
     return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Eligible topic partition leaders are not available."
 
 
-def handle_elect_leaders(broker: Any, ctx: Any, req: ElectLeadersRequest) -> ElectLeadersResponse:
+def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
     requested = req.topic_partitions
     if requested is not None and not requested:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[])
@@ -147,7 +151,7 @@ def _reassign(image: Any, topic: str, partition: int, replicas: list[int] | None
     return 0, None
 
 
-def handle_alter_partition_reassignments(broker: Any, ctx: Any,
+def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
                                          req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     if not req.topics:
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message="", responses=[])
@@ -164,7 +168,7 @@ def handle_alter_partition_reassignments(broker: Any, ctx: Any,
                                                responses=responses)
 
 
-def handle_list_partition_reassignments(broker: Any, ctx: Any,
+def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                         req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     # Kafka lists only partitions with adding/removing replicas and skips unknown ones
     # silently, whether the topics are named or null (all): on this node the list is empty.

@@ -29,8 +29,7 @@ Concurrency: reads on the trio thread (the owner of logs and coordinator shards)
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.controller import validate_topic_name
 from pybroker.coordinators.txn.transaction_metadata import TxnState
@@ -44,6 +43,10 @@ from pybroker.protocol.messages import (
     ListTransactionsResponse,
 )
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 NO_DURATION_FILTER = -1
 STATES_BY_NAME = {s.state_name: s for s in TxnState}
@@ -51,14 +54,10 @@ STATES_BY_NAME = {s.state_name: s for s in TxnState}
 ProducersPartition = DescribeProducersResponse.PartitionResponse
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 # ------------------------------------------------------------------------- DescribeProducers
 
 
-def _active_producers(broker: Any, topic: str, partition: int) -> ProducersPartition:
+def _active_producers(broker: Broker, topic: str, partition: int) -> ProducersPartition:
     p = broker.replica_manager.get_partition(topic, partition)
     if p is None:
         t = broker.image.topic(topic)
@@ -74,7 +73,7 @@ def _active_producers(broker: Any, topic: str, partition: int) -> ProducersParti
         for pid, e in entries])
 
 
-def handle_describe_producers(broker: Any, ctx: Any, req: DescribeProducersRequest) -> DescribeProducersResponse:
+def handle_describe_producers(broker: Broker, ctx: RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
     for t in req.topics:
         reason = validate_topic_name(t.name)
@@ -98,7 +97,7 @@ def handle_describe_producers(broker: Any, ctx: Any, req: DescribeProducersReque
 # -------------------------------------------------------------------------- ListTransactions
 
 
-def handle_list_transactions(broker: Any, ctx: Any, req: ListTransactionsRequest) -> ListTransactionsResponse:
+def handle_list_transactions(broker: Broker, ctx: RequestContext, req: ListTransactionsRequest) -> ListTransactionsResponse:
     error, states = broker.txn_coordinator.list_transaction_states()
     if error:
         return ListTransactionsResponse(throttle_time_ms=0, error_code=error, unknown_state_filters=[],
@@ -108,7 +107,7 @@ def handle_list_transactions(broker: Any, ctx: Any, req: ListTransactionsRequest
     wanted_states = {STATES_BY_NAME[n] for n in wanted_names if n in STATES_BY_NAME}
     wanted_pids = set(req.producer_id_filters)
     duration = req.duration_filter if ctx.api_version >= 1 else NO_DURATION_FILTER
-    now = wall_ms()
+    now = broker.clock.wall_ms()
 
     def include(md: Any) -> bool:
         if md.state == TxnState.DEAD:
@@ -129,7 +128,7 @@ def handle_list_transactions(broker: Any, ctx: Any, req: ListTransactionsRequest
 # ---------------------------------------------------------------------- DescribeTransactions
 
 
-def _describe(broker: Any, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
+def _describe(broker: Broker, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
     out = DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id)
     if not transactional_id:
         out.error_code = Errors.INVALID_REQUEST
@@ -154,7 +153,7 @@ def _describe(broker: Any, transactional_id: str) -> DescribeTransactionsRespons
     return out
 
 
-def handle_describe_transactions(broker: Any, ctx: Any,
+def handle_describe_transactions(broker: Broker, ctx: RequestContext,
                                  req: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=[
         _describe(broker, tid) for tid in req.transactional_ids])

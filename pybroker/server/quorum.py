@@ -21,25 +21,28 @@ Kafka's generated classes do.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.metadata_log import METADATA_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 _NO_DIRECTORY_ID = bytes(16)
 _UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
-def controller_endpoints(broker: Any) -> list[Any]:
+def controller_endpoints(broker: Broker) -> list[Any]:
     endpoints = list(getattr(broker, "advertised", []) or [])
     names = [n.upper() for n in (broker.config["controller.listener.names"] or [])]
     named = [e for e in endpoints if e.listener_name.upper() in names]
     return named or endpoints
 
 
-def handle_describe_quorum(broker: Any, ctx: Any, req: DescribeQuorumRequest) -> DescribeQuorumResponse:
+def handle_describe_quorum(broker: Broker, ctx: RequestContext, req: DescribeQuorumRequest) -> DescribeQuorumResponse:
     topics = req.topics
     valid = (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC and len(topics[0].partitions) == 1
              and topics[0].partitions[0].partition_index == 0)
@@ -48,7 +51,7 @@ def handle_describe_quorum(broker: Any, ctx: Any, req: DescribeQuorumRequest) ->
             topic_name=t.topic_name, partitions=[DescribeQuorumResponse.PartitionData(
                 partition_index=p.partition_index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
                 error_message=_UNKNOWN_TOPIC_MESSAGE) for p in t.partitions]) for t in topics])
-    now = int(time.time() * 1000)
+    now = broker.clock.wall_ms()
     node_id = broker.node_id
     metadata_log = broker.metadata_log
     end = metadata_log.end_offset

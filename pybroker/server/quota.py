@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pybroker.controller import client_quotas as cq
+
+if TYPE_CHECKING:
+    from pybroker.server.request_context import RequestContext
 
 # KafkaPrincipal.ANONYMOUS: every PLAINTEXT connection's principal
 ANONYMOUS_USER = "ANONYMOUS"
@@ -277,7 +280,7 @@ class QuotaManagers:
 
 # ---------------------------------------------------------------------- request-path helpers
 
-def throttle_connection(ctx: Any, throttle_ms: int, now: float) -> None:
+def throttle_connection(ctx: RequestContext, throttle_ms: int, now: float) -> None:
     """Mute the request's connection for throttle_ms from `now` (trio time), after its
     response is written (KIP-219; Kafka's ThrottledChannel starts when throttling is decided)."""
     conn = ctx.conn
@@ -286,7 +289,7 @@ def throttle_connection(ctx: Any, throttle_ms: int, now: float) -> None:
         conn.throttle_deadline = deadline
 
 
-def record_produce(manager: ClientQuotaManager, ctx: Any) -> int:
+def record_produce(manager: ClientQuotaManager, ctx: RequestContext) -> int:
     """KafkaApis.handleProduceRequest's bandwidth quota: the request's size is recorded;
     returns the throttle time (the connection is muted for it)."""
     now = trio.current_time()
@@ -297,7 +300,7 @@ def record_produce(manager: ClientQuotaManager, ctx: Any) -> int:
     return throttle_ms
 
 
-def record_fetch(manager: ClientQuotaManager, ctx: Any, response_size: int) -> int:
+def record_fetch(manager: ClientQuotaManager, ctx: RequestContext, response_size: int) -> int:
     """KafkaApis.handleFetchRequest's bandwidth quota: record the response size; when that
     violates the quota, unrecord it (the caller answers an empty response) and mute."""
     now = trio.current_time()
@@ -310,7 +313,7 @@ def record_fetch(manager: ClientQuotaManager, ctx: Any, response_size: int) -> i
     return throttle_ms
 
 
-def fetch_max_bytes(manager: ClientQuotaManager, ctx: Any, max_bytes: int) -> int:
+def fetch_max_bytes(manager: ClientQuotaManager, ctx: RequestContext, max_bytes: int) -> int:
     """Cap a consumer fetch to what its quota window can take without certain throttling."""
     cap = manager.max_value_in_quota_window(ANONYMOUS_USER, ctx.client_id or "")
     return max_bytes if cap >= max_bytes else int(cap)

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -39,6 +38,10 @@ from pybroker.log.future_log import FutureLogCopy, future_dir_name
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
 from pybroker.security.authorizer import Op
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +53,7 @@ MAX_COPY_PASSES = 8
 FINISH_BELOW_BYTES = 1 << 20  # sealed bytes left for the event loop to copy at the swap
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _configured_dirs(broker: Any) -> dict[str, Path]:
+def _configured_dirs(broker: Broker) -> dict[str, Path]:
     return {os.path.abspath(d): Path(d) for d in broker.log_manager.log_dirs}
 
 
@@ -62,13 +61,13 @@ def _is_online(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
-def _abandon(broker: Any, tp: tuple[str, int]) -> None:
+def _abandon(broker: Broker, tp: tuple[str, int]) -> None:
     fut = broker.log_manager.future_logs.pop(tp, None)
     if fut is not None:
         fut.discard()
 
 
-def _alter_one(broker: Any, topic: str, partition: int, path: str) -> int:
+def _alter_one(broker: Broker, topic: str, partition: int, path: str) -> int:
     tp = (topic, partition)
     if len(future_dir_name(topic, partition).encode()) > MAX_NAME_BYTES:
         return Errors.INVALID_TOPIC_EXCEPTION
@@ -101,14 +100,14 @@ def _alter_one(broker: Any, topic: str, partition: int, path: str) -> int:
     return Errors.NONE
 
 
-async def _run_move(broker: Any, tp: tuple[str, int], fut: FutureLogCopy) -> None:
+async def _run_move(broker: Broker, tp: tuple[str, int], fut: FutureLogCopy) -> None:
     lm = broker.log_manager
 
     def still_wanted() -> bool:
         return lm.future_logs.get(tp) is fut and lm.get_log(*tp) is fut.log
 
     try:
-        fut.log.roll(_now_ms())  # seal what is there; only the new active segment is copied at the swap
+        fut.log.roll(broker.clock.wall_ms())  # seal what is there; only the new active segment is copied at the swap
         for _ in range(MAX_COPY_PASSES):
             if not still_wanted():
                 break
@@ -121,7 +120,7 @@ async def _run_move(broker: Any, tp: tuple[str, int], fut: FutureLogCopy) -> Non
         # From here to the swap there is no await: no append can slip between copy and swap.
         recovery_point = fut.finish()
         old = fut.log
-        new = lm.replace_current_with_future(old, fut.dir, recovery_point, now_ms=_now_ms())
+        new = lm.replace_current_with_future(old, fut.dir, recovery_point, now_ms=broker.clock.wall_ms())
         del lm.future_logs[tp]
         p = broker.replica_manager.get_partition(*tp)
         if p is not None and p.log is old:
@@ -138,7 +137,7 @@ async def _run_move(broker: Any, tp: tuple[str, int], fut: FutureLogCopy) -> Non
     await trio.to_thread.run_sync(lm.purge_deleted)
 
 
-def handle_alter_replica_log_dirs(broker: Any, ctx: Any,
+def handle_alter_replica_log_dirs(broker: Broker, ctx: RequestContext,
                                   req: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     wanted: dict[tuple[str, int], str] = {}
     for d in req.dirs:

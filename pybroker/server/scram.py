@@ -22,7 +22,7 @@ Concurrency: handlers run on the trio thread; Describe reads the image between a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.controller import scram
 from pybroker.protocol.errors import Errors
@@ -33,6 +33,10 @@ from pybroker.protocol.messages import (
     DescribeUserScramCredentialsResponse,
 )
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 DESCRIBE_DUPLICATE_USER = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 DESCRIBE_USER_THAT_DOES_NOT_EXIST = "Attempt to describe a user credential that does not exist: "
 
@@ -40,7 +44,7 @@ _Result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResul
 _Info = DescribeUserScramCredentialsResponse.CredentialInfo
 
 
-def handle_describe_user_scram_credentials(broker: Any, ctx: Any, req: DescribeUserScramCredentialsRequest
+def handle_describe_user_scram_credentials(broker: Broker, ctx: RequestContext, req: DescribeUserScramCredentialsRequest
                                            ) -> DescribeUserScramCredentialsResponse:
     credentials = broker.image.scram_credentials
     # user -> named more than once; request order for named users, sorted for "all users"
@@ -67,7 +71,7 @@ def handle_describe_user_scram_credentials(broker: Any, ctx: Any, req: DescribeU
                                                 results=results)
 
 
-async def handle_alter_user_scram_credentials(broker: Any, ctx: Any, req: AlterUserScramCredentialsRequest
+async def handle_alter_user_scram_credentials(broker: Broker, ctx: RequestContext, req: AlterUserScramCredentialsRequest
                                               ) -> AlterUserScramCredentialsResponse:
     deletions = [scram.Deletion(d.name, d.mechanism) for d in req.deletions]
     upsertions = [scram.Upsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))

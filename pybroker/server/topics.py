@@ -6,7 +6,7 @@ committed to __cluster_metadata and visible in Metadata before the response is s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.config import TOPIC_CONFIGS, format_value
 from pybroker.controller.controller import TopicResult
@@ -22,10 +22,15 @@ from pybroker.protocol.messages import (
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.configs import CONFIG_SOURCE_DYNAMIC_TOPIC
 
+if TYPE_CHECKING:
+    from pybroker.security.authorizer import StandardAuthorizer
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 ZERO_ID = bytes(16)
 
 
-async def handle_create_topics(broker: Any, ctx: Any, req: CreateTopicsRequest) -> CreateTopicsResponse:
+async def handle_create_topics(broker: Broker, ctx: RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse:
     specs = []
     for t in req.topics:
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
@@ -70,7 +75,7 @@ async def handle_create_topics(broker: Any, ctx: Any, req: CreateTopicsRequest) 
     return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
 
-async def handle_delete_topics(broker: Any, ctx: Any, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
+async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
     if ctx.api_version >= 6:
         names = [t.name for t in req.topics]
         ids = [None if t.name is not None and t.topic_id == ZERO_ID else t.topic_id for t in req.topics]
@@ -88,7 +93,7 @@ async def handle_delete_topics(broker: Any, ctx: Any, req: DeleteTopicsRequest) 
         for name, tid, err, msg in results])
 
 
-async def _delete_authorized(broker: Any, ctx: Any, auth: Any, names: list[str | None], ids: list[Any]
+async def _delete_authorized(broker: Broker, ctx: RequestContext, auth: StandardAuthorizer, names: list[str | None], ids: list[Any]
                              ) -> list[tuple[str | None, bytes, int, str | None]]:
     """ControllerApis.deleteTopics without DELETE on the cluster: DESCRIBE and DELETE on each topic; a
     topic named by id whose name the caller may not DESCRIBE is answered without its name."""
@@ -111,7 +116,7 @@ async def _delete_authorized(broker: Any, ctx: Any, auth: Any, names: list[str |
     return out
 
 
-async def handle_create_partitions(broker: Any, ctx: Any, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
     specs = [(t.name, t.count, None if t.assignments is None else [list(a.broker_ids) for a in t.assignments])
              for t in req.topics]
     auth = broker.authorizer

@@ -21,13 +21,12 @@ Concurrency: trio thread; each handler awaits its coordinator write.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.coordinators import record_serde as group_serde
 from pybroker.coordinators.group.coordinator import GROUP_METADATA_TOPIC_NAME
-from pybroker.coordinators.runtime import CoordinatorError
 from pybroker.coordinators.shard import CoordinatorResult
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -42,6 +41,10 @@ from pybroker.protocol.messages import (
 )
 from pybroker.security.authorizer import Op, Res
 
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
+
 
 def _fenced(code: int, version: int, first_version: int) -> int:
     if code == Errors.PRODUCER_FENCED and version < first_version:
@@ -49,7 +52,7 @@ def _fenced(code: int, version: int, first_version: int) -> int:
     return int(code)
 
 
-async def init_transactional_producer(broker: Any, ctx: Any, req: InitProducerIdRequest) -> InitProducerIdResponse:
+async def init_transactional_producer(broker: Broker, ctx: RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse:
     v = ctx.api_version
     if not req.transactional_id:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1,
@@ -61,37 +64,37 @@ async def init_transactional_producer(broker: Any, ctx: Any, req: InitProducerId
     try:
         err, pid, epoch = await broker.txn_coordinator.init_producer_id(
             req.transactional_id, req.transaction_timeout_ms, expected_pid, expected_epoch)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         err, pid, epoch = exc.code, -1, -1
     return InitProducerIdResponse(throttle_time_ms=0, error_code=_fenced(err, v, 4), producer_id=pid,
                                   producer_epoch=epoch)
 
 
-def _check_txn(broker: Any, ctx: Any, transactional_id: str, group_id: str | None = None) -> None:
+def _check_txn(broker: Broker, ctx: RequestContext, transactional_id: str, group_id: str | None = None) -> None:
     """KafkaApis: WRITE on the transactional id (then READ on the group for AddOffsetsToTxn /
-    TxnOffsetCommit); raises the *_AUTHORIZATION_FAILED code as a CoordinatorError."""
+    TxnOffsetCommit); raises the *_AUTHORIZATION_FAILED code as a KafkaError."""
     auth = broker.authorizer
     if auth is None:
         return
     if not auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id):
-        raise CoordinatorError(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        raise KafkaError(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if group_id is not None and not auth.authorize(ctx, Op.READ, Res.GROUP, group_id):
-        raise CoordinatorError(Errors.GROUP_AUTHORIZATION_FAILED)
+        raise KafkaError(Errors.GROUP_AUTHORIZATION_FAILED)
 
 
-def _unwritable(broker: Any, ctx: Any, op: int, names: list[str]) -> set[str]:
+def _unwritable(broker: Broker, ctx: RequestContext, op: int, names: list[str]) -> set[str]:
     auth = broker.authorizer
     return set() if auth is None else set(names) - auth.filter_authorized(ctx, op, Res.TOPIC, names)
 
 
-async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitionsToTxnRequest
+async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest
                                        ) -> AddPartitionsToTxnResponse:
     v = ctx.api_version
     R = AddPartitionsToTxnResponse
     wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
     try:
         _check_txn(broker, ctx, req.v3_and_below_transactional_id)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         code = exc.code
         return R(throttle_time_ms=0, error_code=0, results_by_transaction=[], results_by_topic_v3_and_below=[
             R.AddPartitionsToTxnTopicResult(name=n, results_by_partition=[
@@ -116,7 +119,7 @@ async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitions
             code = await broker.txn_coordinator.add_partitions(
                 req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
                 [(n, p) for n, parts in wanted for p in parts])
-        except CoordinatorError as exc:
+        except KafkaError as exc:
             code = exc.code
         code = _fenced(code, v, 2)
         codes = {(n, p): code for n, parts in wanted for p in parts}
@@ -126,22 +129,22 @@ async def handle_add_partitions_to_txn(broker: Any, ctx: Any, req: AddPartitions
             for p in parts]) for n, parts in wanted])
 
 
-async def handle_add_offsets_to_txn(broker: Any, ctx: Any, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+async def handle_add_offsets_to_txn(broker: Broker, ctx: RequestContext, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     try:
         _check_txn(broker, ctx, req.transactional_id, req.group_id)
         code = await broker.txn_coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         req.group_id)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         code = exc.code
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx.api_version, 2))
 
 
-async def handle_end_txn(broker: Any, ctx: Any, req: EndTxnRequest) -> EndTxnResponse:
+async def handle_end_txn(broker: Broker, ctx: RequestContext, req: EndTxnRequest) -> EndTxnResponse:
     try:
         _check_txn(broker, ctx, req.transactional_id)
         code = await broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                     req.committed)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         code = exc.code
     return EndTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx.api_version, 2),
                           producer_id=-1, producer_epoch=-1)
@@ -163,7 +166,7 @@ def _validate_member(shard: Any, req: TxnOffsetCommitRequest, version: int) -> i
     return 0
 
 
-async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     """The offsets go to the group's __consumer_offsets partition at once, as the producer's
     transactional batch (pending until its COMMIT/ABORT marker there); answered once written."""
     v = ctx.api_version
@@ -205,14 +208,14 @@ async def handle_txn_offset_commit(broker: Any, ctx: Any, req: TxnOffsetCommitRe
     try:
         _check_txn(broker, ctx, req.transactional_id, req.group_id)
         if not await gc.ensure_topic():
-            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
         # Kafka verifies with the transaction coordinator that the producer's ongoing transaction
         # holds the group's partition (AddOffsetsToTxn), so no pending offset is left without a marker
         verify = broker.txn_coordinator.verify_produce(req.producer_id, req.producer_epoch,
                                                        GROUP_METADATA_TOPIC_NAME, gc.partition_for(req.group_id))
         if verify:
-            raise CoordinatorError(verify)
+            raise KafkaError(verify)
         return await gc.write(req.group_id, op, req.producer_id, req.producer_epoch)
-    except CoordinatorError as exc:
+    except KafkaError as exc:
         code = exc.code
     return respond(lambda _t, _p: code)

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pybroker.config import BrokerConfig
-from pybroker.controller.group_configs import GROUP_KEYS, GroupConfigError, validate
+from pybroker.controller.group_configs import GROUP_KEYS, validate
 from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.testing import EmbeddedBroker
 
 from .test_consumer_group_wire import create_topic, hb, join
@@ -233,7 +233,7 @@ def test_consumer_session_and_heartbeat_rules(session, heartbeat):
     ok = 1000 <= session <= 60000 and 100 <= heartbeat <= 15000 and session > heartbeat
     try:
         values = validate(_CFG, "g", {SESSION: str(session), HEARTBEAT: str(heartbeat)})
-    except GroupConfigError as exc:
+    except KafkaError as exc:
         assert not ok and exc.code == Errors.INVALID_CONFIG
     else:
         assert ok and (values[SESSION], values[HEARTBEAT]) == (session, heartbeat)

@@ -328,10 +328,3 @@ def _assignment(topic_partitions: object) -> Assignment:
     return out
 
 
-class GroupApiError(Exception):
-    """A request-level error of a consumer group operation: error code + message."""
-
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = int(code)
-        self.message = message

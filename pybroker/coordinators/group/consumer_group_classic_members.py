@@ -41,7 +41,6 @@ from pybroker.coordinators.group.consumer_group import (
     ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
-    GroupApiError,
     MemberState,
 )
 from pybroker.coordinators.group.consumer_group_manager import (
@@ -54,7 +53,7 @@ from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_metadata_manager import join_error, sync_error
 from pybroker.coordinators.record_serde import CoordinatorRecord
 from pybroker.coordinators.shard import CoordinatorResult
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -81,18 +80,18 @@ class ConsumerGroupClassicMembers:
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}.")
+                raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {gid}.")
         else:
             known = group.static_members.get(instance_id)
             if known is None or known not in group.members:
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                raise KafkaError(Errors.UNKNOWN_MEMBER_ID,
                                     f"Member with instance id {instance_id} is not a member of group {gid}.")
             if known != member_id:
-                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                raise KafkaError(Errors.FENCED_INSTANCE_ID,
                                     f"Static member {member_id} with instance id {instance_id} is fenced.")
             member = group.members[known]
         if not member.use_classic_protocol:
-            raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
+            raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
         return member
 
     def _schedule_join_timeout(self, gid: str, member: ConsumerGroupMember) -> None:
@@ -114,7 +113,7 @@ class ConsumerGroupClassicMembers:
         fut = Future()
         try:
             return self._join(group, req, version, client_id, client_host, fut)
-        except GroupApiError as exc:
+        except KafkaError as exc:
             fut.complete(join_error(req.member_id or "", exc.code))
             return CoordinatorResult(response=fut, replay=False)
 
@@ -130,11 +129,11 @@ class ConsumerGroupClassicMembers:
         if unknown:
             member_id = new_member_id()
         if len(group.members) >= self.config.consumer_group_max_size and member_id not in group.members:
-            raise GroupApiError(Errors.GROUP_MAX_SIZE_REACHED,
+            raise KafkaError(Errors.GROUP_MAX_SIZE_REACHED,
                                 f"The consumer group has reached its maximum capacity of "
                                 f"{self.config.consumer_group_max_size} members.")
         if not group.supports_classic_protocols(req.protocol_type, {n for n, _ in protocols}):
-            raise GroupApiError(Errors.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s protocols are not supported.")
+            raise KafkaError(Errors.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s protocols are not supported.")
         if version >= 4 and unknown and instance_id is None:
             # KIP-394: the member must come back with the id (nothing is recorded for it yet)
             fut.complete(join_error(member_id, Errors.MEMBER_ID_REQUIRED))
@@ -143,7 +142,7 @@ class ConsumerGroupClassicMembers:
         try:
             sub = cp.deserialize_subscription(protocols[0][1])
         except cp.MalformedConsumerProtocol as exc:
-            raise GroupApiError(Errors.UNKNOWN_SERVER_ERROR,
+            raise KafkaError(Errors.UNKNOWN_SERVER_ERROR,
                                 f"Malformed embedded consumer protocol in subscription: {exc}") from None
 
         records: list[CoordinatorRecord] = []
@@ -161,10 +160,10 @@ class ConsumerGroupClassicMembers:
                                                            use_classic_protocol=True)
                     replaced = (group.members[known],)
             elif known is None:
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                raise KafkaError(Errors.UNKNOWN_MEMBER_ID,
                                     f"Member with instance id {instance_id} is not a member of group {gid}.")
             elif known != member_id:
-                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                raise KafkaError(Errors.FENCED_INSTANCE_ID,
                                     f"Static member {member_id} with instance id {instance_id} is fenced.")
         if member is None:
             member = ConsumerGroupMember(member_id)
@@ -206,28 +205,28 @@ class ConsumerGroupClassicMembers:
         protocol_name = req.protocol_name if version >= 5 else None
         try:
             if group.is_empty():
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Group {gid} is empty.")
+                raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Group {gid} is empty.")
             member = self._member(group, req.member_id, instance_id)
             _check_generation(member, req.generation_id)
             meta = member.classic_member_metadata
             assert meta is not None
             if protocol_type is not None and protocol_type != cp.CONSUMER_PROTOCOL_TYPE:
-                raise GroupApiError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                raise KafkaError(Errors.INCONSISTENT_GROUP_PROTOCOL,
                                     f"The protocol type {protocol_type} is not the group protocol type consumer.")
             if protocol_name is not None and protocol_name != meta.protocol_name():
-                raise GroupApiError(Errors.INCONSISTENT_GROUP_PROTOCOL,
+                raise KafkaError(Errors.INCONSISTENT_GROUP_PROTOCOL,
                                     f"The protocol name {protocol_name} is not {meta.protocol_name()}.")
             if self._rebalance_in_progress(group, member):
-                raise GroupApiError(Errors.REBALANCE_IN_PROGRESS,
+                raise KafkaError(Errors.REBALANCE_IN_PROGRESS,
                                     f"A new rebalance is triggered in group {gid}: member {member.member_id} "
                                     "should rejoin to catch up.")
             try:
                 assignment = cp.serialize_assignment(cp.to_topic_names(member.assigned_partitions, self.consumer.image),
                                                      cp.deserialize_version(meta.first_metadata()))
             except cp.MalformedConsumerProtocol:
-                raise GroupApiError(Errors.UNKNOWN_SERVER_ERROR,
+                raise KafkaError(Errors.UNKNOWN_SERVER_ERROR,
                                     "Malformed embedded consumer protocol in version deserialization.") from None
-        except GroupApiError as exc:
+        except KafkaError as exc:
             fut.complete(sync_error(exc.code))
             return CoordinatorResult(response=fut, replay=False)
         mid = member.member_id
@@ -246,7 +245,7 @@ class ConsumerGroupClassicMembers:
         try:
             member = self._member(group, req.member_id, instance_id)
             _check_generation(member, req.generation_id)
-        except GroupApiError as exc:
+        except KafkaError as exc:
             return exc.code
         gid = group.group_id
         meta = member.classic_member_metadata
@@ -274,20 +273,20 @@ class ConsumerGroupClassicMembers:
                 if instance_id is None:
                     member = group.members.get(member_id)
                     if member is None:
-                        raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not in group {gid}.")
+                        raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not in group {gid}.")
                 else:
                     known = group.static_members.get(instance_id)
                     member = group.members.get(known) if known is not None else None
                     if member is None:
-                        raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                        raise KafkaError(Errors.UNKNOWN_MEMBER_ID,
                                             f"Instance id {instance_id} is unknown in group {gid}.")
                     # an admin removes a static member by instance id alone
                     if member_id and member_id != member.member_id:
-                        raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                        raise KafkaError(Errors.FENCED_INSTANCE_ID,
                                             f"Static member {member_id} with instance id {instance_id} is fenced.")
                     member_id = member.member_id
                 if not member.use_classic_protocol:
-                    raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                    raise KafkaError(Errors.UNKNOWN_MEMBER_ID,
                                         f"Member {member.member_id} does not use the classic protocol.")
                 if member_id not in leaving:
                     log.info("group %s: classic member %s left", gid, member_id)
@@ -295,7 +294,7 @@ class ConsumerGroupClassicMembers:
                     self.consumer.cancel_timers(gid, member_id)
                     leaving[member_id] = member
                 out.append((member_id, instance_id, 0))
-            except GroupApiError as exc:
+            except KafkaError as exc:
                 out.append((member_id, instance_id, exc.code))
         if records:
             metadata = self.consumer.subscription_metadata_without(group, tuple(leaving.values()))
@@ -312,7 +311,7 @@ class ConsumerGroupClassicMembers:
 def _check_generation(member: ConsumerGroupMember, generation_id: int) -> None:
     """Kafka's throwIfGenerationIdUnmatched: a classic member's generation is its member epoch."""
     if generation_id != member.member_epoch:
-        raise GroupApiError(Errors.ILLEGAL_GENERATION,
+        raise KafkaError(Errors.ILLEGAL_GENERATION,
                             f"The request generation id {generation_id} is not equal to the member epoch "
                             f"{member.member_epoch} of member {member.member_id}.")
 

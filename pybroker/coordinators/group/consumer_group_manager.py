@@ -54,7 +54,6 @@ from pybroker.coordinators.group.consumer_group import (
     Assignment,
     ConsumerGroup,
     ConsumerGroupMember,
-    GroupApiError,
     MemberState,
     TopicMetadata,
     count_subscription,
@@ -63,7 +62,7 @@ from pybroker.coordinators.group.current_assignment_builder import reconcile
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.record_serde import CoordinatorRecord
 from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 log = logging.getLogger("pybroker.group")
@@ -101,8 +100,8 @@ def new_member_id() -> str:
 
 def validate_heartbeat(req: ConsumerGroupHeartbeatRequest, version: int, assignors: tuple[str, ...]) -> None:
     """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR)."""
-    def invalid(msg: str) -> GroupApiError:
-        return GroupApiError(Errors.INVALID_REQUEST, msg)
+    def invalid(msg: str) -> KafkaError:
+        return KafkaError(Errors.INVALID_REQUEST, msg)
     epoch = req.member_epoch
     if (version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION or epoch > 0
             or epoch == LEAVE_GROUP_MEMBER_EPOCH) and req.member_id == "":
@@ -127,14 +126,14 @@ def validate_heartbeat(req: ConsumerGroupHeartbeatRequest, version: int, assigno
     elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
     if req.server_assignor is not None and req.server_assignor not in assignors:
-        raise GroupApiError(Errors.UNSUPPORTED_ASSIGNOR,
+        raise KafkaError(Errors.UNSUPPORTED_ASSIGNOR,
                             f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                             f"{', '.join(assignors)}.")
     if regex:
         try:
             re.compile(regex)
         except re.error as exc:
-            raise GroupApiError(Errors.INVALID_REGULAR_EXPRESSION,
+            raise KafkaError(Errors.INVALID_REGULAR_EXPRESSION,
                                 f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.") from None
 
 
@@ -148,7 +147,7 @@ class ConsumerGroupManager:
         """`image` answers topics_by_name / topics_by_id (the broker's MetadataImage).
         `upgrade_classic_group(group_id, member_epoch, records)`: when a classic group holds the
         id, the consumer group it becomes (a scratch group holding what `records` — to which
-        it appends the conversion records — will create), or GroupApiError; None when no
+        it appends the conversion records — will create), or KafkaError; None when no
         classic group holds it. `downgrade(group, leaving_member_id, now_ms)`: when removing that
         member leaves only classic members and the policy allows, convert the group to a
         classic group in memory and return the records that persist it; else None."""
@@ -269,7 +268,7 @@ class ConsumerGroupManager:
             if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(req, now_ms)
             return self._heartbeat(req, version, client_id, client_host)
-        except GroupApiError as exc:
+        except KafkaError as exc:
             return CoordinatorResult(response=heartbeat_error(exc.code, exc.message))
 
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, version: int, client_id: str,
@@ -284,7 +283,7 @@ class ConsumerGroupManager:
             if group is None:
                 if epoch != 0:
                     # the group is gone (deleted, or its records expired): make the member rejoin
-                    raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
+                    raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
                 group = ConsumerGroup(gid)  # scratch: replaying the records creates the real one
         member_id = req.member_id
         if version < CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION and epoch == 0 and not member_id:
@@ -300,7 +299,7 @@ class ConsumerGroupManager:
         if epoch == 0:
             if member is None:
                 if len(members) >= self.config.consumer_group_max_size:
-                    raise GroupApiError(Errors.GROUP_MAX_SIZE_REACHED,
+                    raise KafkaError(Errors.GROUP_MAX_SIZE_REACHED,
                                         f"The consumer group has reached its maximum capacity of "
                                         f"{self.config.consumer_group_max_size} members.")
                 members, targets = dict(members), dict(targets)
@@ -312,11 +311,11 @@ class ConsumerGroupManager:
                     is_new = True
         else:
             if member is None:
-                raise GroupApiError(Errors.UNKNOWN_MEMBER_ID,
+                raise KafkaError(Errors.UNKNOWN_MEMBER_ID,
                                     f"Member {member_id} is not a member of group {gid}.")
             _check_member_epoch(member, epoch, owned)
             if req.instance_id is not None and member.instance_id not in (None, req.instance_id):
-                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                raise KafkaError(Errors.FENCED_INSTANCE_ID,
                                     f"Member {member_id} has instance id {member.instance_id}, "
                                     f"not {req.instance_id}.")
         regex = req.subscribed_topic_regex if version >= 1 else None
@@ -399,7 +398,7 @@ class ConsumerGroupManager:
         old = members[old_id]
         # two consumer-protocol instances: the old one must have left (epoch -2) first
         if not use_classic_protocol and not old.use_classic_protocol and old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise GroupApiError(Errors.UNRELEASED_INSTANCE_ID,
+            raise KafkaError(Errors.UNRELEASED_INSTANCE_ID,
                                 f"Static member {old_id} with instance id {instance_id} is not released yet.")
         gid = group.group_id
         records.extend(rec.member_removal_records(gid, old_id))
@@ -434,16 +433,16 @@ class ConsumerGroupManager:
         gid = req.group_id
         group = self.groups.get(gid)
         if group is None:
-            raise GroupApiError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
         member = group.members.get(req.member_id)
         if member is None and req.instance_id is not None:
             known = group.static_members.get(req.instance_id)
             if known is not None and req.member_id and known != req.member_id:
-                raise GroupApiError(Errors.FENCED_INSTANCE_ID,
+                raise KafkaError(Errors.FENCED_INSTANCE_ID,
                                     f"Instance id {req.instance_id} belongs to member {known}.")
             member = group.members.get(known) if known is not None else None
         if member is None:
-            raise GroupApiError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
+            raise KafkaError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
         resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=member.member_id,
                  member_epoch=req.member_epoch, heartbeat_interval_ms=0, assignment=None)
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and member.instance_id is not None:
@@ -627,7 +626,7 @@ def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: dict[
     """Kafka's throwIfMemberEpochIsInvalid: a member ahead of us, or behind without being a
     retry of the previous epoch that owns nothing new, is fenced."""
     if received > member.member_epoch:
-        raise GroupApiError(Errors.FENCED_MEMBER_EPOCH,
+        raise KafkaError(Errors.FENCED_MEMBER_EPOCH,
                             f"The consumer group member has a greater member epoch ({received}) than the one "
                             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
                             "all its partitions and rejoin.")
@@ -636,7 +635,7 @@ def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: dict[
         if received == member.previous_member_epoch and owned is not None and all(
                 parts <= member.assigned_partitions.get(tid, frozenset()) for tid, parts in owned.items()):
             return
-        raise GroupApiError(Errors.FENCED_MEMBER_EPOCH,
+        raise KafkaError(Errors.FENCED_MEMBER_EPOCH,
                             f"The consumer group member has a smaller member epoch ({received}) than the one "
                             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
                             "all its partitions and rejoin.")

@@ -9,7 +9,7 @@ controller: offsets.topic.num.partitions partitions, replication factor
 min(offsets.topic.replication.factor, live brokers), cleanup.policy=compact,
 segment.bytes=offsets.topic.segment.bytes. Creation is serialised by a lock.
 
-Errors: CoordinatorError(code) from the runtime (NOT_COORDINATOR,
+Errors: KafkaError(code) from the runtime (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, REQUEST_TIMED_OUT) reach the server handlers, which put the
 code where each API wants it; a failed log append becomes COORDINATOR_NOT_AVAILABLE.
 
@@ -25,14 +25,13 @@ from typing import Any
 import trio
 
 from pybroker.coordinators.group.classic_group import Future
-from pybroker.coordinators.group.consumer_group import GroupApiError
 from pybroker.coordinators.group.consumer_group_manager import heartbeat_error, validate_heartbeat
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
-from pybroker.coordinators.runtime import CoordinatorError, CoordinatorRuntime, partition_for
+from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.log.errors import InvalidProducerEpochError, LogError
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 log = logging.getLogger("pybroker.group")
 
@@ -91,7 +90,7 @@ class GroupCoordinator:
 
     async def _index(self, group_id: str) -> int:
         if not await self.ensure_topic():
-            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
         return self.partition_for(group_id)
 
     async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
@@ -102,10 +101,10 @@ class GroupCoordinator:
         try:
             return await self.runtime.write(index, op, producer_id, producer_epoch)
         except InvalidProducerEpochError as exc:  # a transactional write by a fenced producer
-            raise CoordinatorError(Errors.INVALID_PRODUCER_EPOCH) from exc
+            raise KafkaError(Errors.INVALID_PRODUCER_EPOCH) from exc
         except LogError as exc:
             log.warning("write for group %s failed: %s", group_id, exc)
-            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
 
     async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], Any]) -> Any:
         index = await self._index(group_id)
@@ -134,7 +133,7 @@ class GroupCoordinator:
         # invalid requests are answered before routing, as Kafka's GroupCoordinatorService does
         try:
             validate_heartbeat(req, version, self.config.consumer_group_assignors)
-        except GroupApiError as exc:
+        except KafkaError as exc:
             return heartbeat_error(exc.code, exc.message)
         return await self.write(req.group_id, lambda s, now: s.consumer.heartbeat(req, version, client_id,
                                                                                    client_host, now))
@@ -156,7 +155,7 @@ class GroupCoordinator:
         def op(s: GroupCoordinatorShard, now: int) -> Any:
             code = s.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
             if code:
-                raise CoordinatorError(code)
+                raise KafkaError(code)
             return s.offsets.fetch_with_errors(group_id, topics, require_stable)
         return await self.read(group_id, op)
 
@@ -170,13 +169,13 @@ class GroupCoordinator:
                 await self.runtime.complete_transaction(partition_index, producer_id, producer_epoch,
                                                         coordinator_epoch, commit)
                 return
-            except CoordinatorError as exc:
+            except KafkaError as exc:
                 if exc.code != Errors.COORDINATOR_LOAD_IN_PROGRESS or self.runtime.closed:
                     raise
             except LogError as exc:
                 log.warning("transaction marker for %s-%d failed: %s", GROUP_METADATA_TOPIC_NAME,
                             partition_index, exc)
-                raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+                raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
             await trio.sleep(0.05)
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
@@ -195,7 +194,7 @@ class GroupCoordinator:
         for index in sorted(self.runtime.led_partitions()):
             try:
                 out.extend(self.runtime.read(index, lambda s, now: s.list_groups(states, types)))
-            except CoordinatorError as exc:
+            except KafkaError as exc:
                 error = exc.code  # Kafka reports COORDINATOR_LOAD_IN_PROGRESS and lists the rest
         return error, out
 
@@ -213,7 +212,7 @@ class GroupCoordinator:
             try:
                 for gid, code in await self.runtime.write(index, lambda s, now, groups=groups: s.delete_groups(groups)):
                     out[gid] = code
-            except CoordinatorError as exc:
+            except KafkaError as exc:
                 for gid in groups:
                     out[gid] = exc.code
         return [(g, out[g]) for g in group_ids]

@@ -21,10 +21,9 @@ from dataclasses import replace
 from pybroker.coordinators.group.consumer_group import (
     Assignment,
     ConsumerGroupMember,
-    GroupApiError,
     MemberState,
 )
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 
 def _owns_any(owned: Mapping[bytes, frozenset[int]] | None, partitions: Assignment) -> bool:
@@ -57,7 +56,7 @@ def reconcile(member: ConsumerGroupMember, target_epoch: int, target: Assignment
         return _next(member, target_epoch, target, subscribed_topic_ids, owned, current_partition_epoch)
     # UNKNOWN: written by a newer broker; start over from nothing
     if owned is None or any(owned.values()):
-        raise GroupApiError(Errors.FENCED_MEMBER_EPOCH, "The consumer group member is in an unknown state. "
+        raise KafkaError(Errors.FENCED_MEMBER_EPOCH, "The consumer group member is in an unknown state. "
                             "The member must abandon all its partitions and rejoin.")
     return _next(replace(member, member_epoch=target_epoch), target_epoch, target, subscribed_topic_ids, owned,
                  current_partition_epoch)

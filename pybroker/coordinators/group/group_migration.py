@@ -40,7 +40,6 @@ from pybroker.coordinators.group.consumer_group import (
     ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
-    GroupApiError,
     MemberState,
 )
 from pybroker.coordinators.group.consumer_group_manager import ConsumerGroupManager, replay_into
@@ -51,7 +50,7 @@ from pybroker.coordinators.group.group_metadata_manager import (
     sync_error,
 )
 from pybroker.coordinators.record_serde import CoordinatorRecord
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 log = logging.getLogger("pybroker.group")
 
@@ -72,7 +71,7 @@ class GroupMigration:
         g = self.classic.group(group_id)
         if g is None or g.state == S.DEAD:
             return None
-        not_consumer = GroupApiError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        not_consumer = KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if member_epoch != 0:
             raise not_consumer
         if g.state == S.EMPTY:
@@ -110,7 +109,7 @@ class GroupMigration:
                 assignment = cp.deserialize_assignment(cm.assignment)
             except cp.MalformedConsumerProtocol as exc:
                 log.warning("cannot upgrade classic group %s: member %s: %s", gid, cm.member_id, exc)
-                raise GroupApiError(Errors.GROUP_ID_NOT_FOUND,
+                raise KafkaError(Errors.GROUP_ID_NOT_FOUND,
                                     f"Cannot upgrade the classic group {gid} to consumer group because the "
                                     "embedded consumer protocol is malformed.") from None
             members.append(ConsumerGroupMember(

@@ -30,14 +30,12 @@ InitProducerId wait for it with a trio.Event.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from pybroker.coordinators.runtime import (
-    CoordinatorError,
     CoordinatorRuntime,
     ShardStatus,
     partition_for,
@@ -48,16 +46,12 @@ from pybroker.coordinators.txn.transaction_coordinator_shard import TransactionC
 from pybroker.coordinators.txn.transaction_metadata import TxnState
 from pybroker.log.errors import LogError
 from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 
 log = logging.getLogger("pybroker.txn")
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TransactionCoordinator:
@@ -74,7 +68,8 @@ class TransactionCoordinator:
         self.runtime = CoordinatorRuntime(
             TRANSACTION_STATE_TOPIC_NAME, replica_manager,
             lambda index, timer: TransactionCoordinatorShard(index, timer, sweep, self._on_prepared),
-            spawn, commit_timeout_ms=broker_config["offsets.commit.timeout.ms"], decode=tm.decode)
+            spawn, commit_timeout_ms=broker_config["offsets.commit.timeout.ms"], now_ms=replica_manager.clock.wall_ms,
+            decode=tm.decode)
         self._create_lock = trio.Lock()
         self._completions: dict[str, trio.Event] = {}
 
@@ -115,7 +110,7 @@ class TransactionCoordinator:
 
     async def _index(self, transactional_id: str) -> int:
         if not await self.ensure_topic():
-            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE)
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
         return self.partition_for(transactional_id)
 
     async def _write(self, index: int, op: Callable[[TransactionCoordinatorShard, int], CoordinatorResult]) -> Any:
@@ -123,7 +118,7 @@ class TransactionCoordinator:
             return await self.runtime.write(index, op)
         except LogError as exc:
             log.warning("__transaction_state-%d write failed: %s", index, exc)
-            raise CoordinatorError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
 
     async def _wait_completion(self, transactional_id: str) -> None:
         ev = self._completions.get(transactional_id)
@@ -204,7 +199,7 @@ class TransactionCoordinator:
         when the id's partition is not served here (Kafka's getTransactionState). Read-only."""
         try:
             md = self.runtime.read(self.partition_for(transactional_id), lambda s, _now: s.get(transactional_id))
-        except CoordinatorError as exc:
+        except KafkaError as exc:
             return exc.code, None
         return 0, md
 
@@ -225,7 +220,7 @@ class TransactionCoordinator:
             await self._write_markers(md.producer_id, md.producer_epoch, commit, md.partitions,
                                       self.runtime.active(index).epoch)
             await self._write(index, lambda s, now: s.complete(transactional_id, now))
-        except CoordinatorError as exc:
+        except KafkaError as exc:
             log.warning("completing transaction %s failed: %s", transactional_id, exc)
         except Exception:
             log.exception("completing transaction %s failed", transactional_id)
@@ -237,14 +232,14 @@ class TransactionCoordinator:
     async def _write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
                              partitions: set[tuple[str, int]], coordinator_epoch: int) -> None:
         marker = COMMIT if commit else ABORT
-        now = wall_ms()
+        now = self.rm.clock.wall_ms()
         for topic, p in sorted(partitions):
             if topic == GROUP_METADATA_TOPIC_NAME:
                 # the group shard replays the marker: the producer's pending offsets commit or go
                 try:
                     await self.group_coordinator.complete_transaction(p, producer_id, producer_epoch,
                                                                       coordinator_epoch, commit)
-                except CoordinatorError as exc:
+                except KafkaError as exc:
                     log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
                 continue
             partition = self.rm.get_partition(topic, p)
