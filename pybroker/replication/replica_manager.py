@@ -20,8 +20,11 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
 from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.log.config import LogConfig
+from pybroker.log.errors import LogError
+from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
+from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.partition import Partition
@@ -32,6 +35,41 @@ TopicPartition = tuple[str, int]
 _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
+
+
+READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level
+
+
+class LogRead:
+    """One partition of a fetch (Kafka's FetchPartitionStatus + LogReadResult): what to read, and
+    once `read_from_log` ran, what it found. `partition` is None when the request already failed
+    for this partition (`error_code` says why)."""
+
+    __slots__ = ("partition", "fetch_offset", "max_bytes", "error_code", "regions", "size", "high_watermark",
+                 "last_stable_offset", "log_start_offset", "aborted")
+
+    def __init__(self, partition: Partition | None, fetch_offset: int, max_bytes: int, error_code: int = 0) -> None:
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.error_code = error_code
+        self.regions: list[Any] | None = None  # FileRegions to sendfile
+        self.size = 0
+        self.high_watermark = -1
+        self.last_stable_offset = -1
+        self.log_start_offset = -1
+        self.aborted: list[tuple[int, int]] | None = None  # (producer id, first offset), read_committed
+
+
+def check_leader_epoch(p: Partition, current_leader_epoch: int) -> int:
+    """Kafka's Partition.checkCurrentLeaderEpoch: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
+    if current_leader_epoch < 0:
+        return 0
+    if current_leader_epoch < p.leader_epoch:
+        return Errors.FENCED_LEADER_EPOCH
+    if current_leader_epoch > p.leader_epoch:
+        return Errors.UNKNOWN_LEADER_EPOCH
+    return 0
 
 
 def _touches_everything(record: Any) -> bool:
@@ -185,6 +223,111 @@ class ReplicaManager:
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
+
+    # ------------------------------------------------------------------ reads (Kafka's readFromLog)
+
+    def leader_partition(self, topic: str | None, partition: int, current_leader_epoch: int = -1
+                         ) -> Partition | int:
+        """The partition if this node leads it at `current_leader_epoch` (-1: any), else the error
+        code a read answers: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+        FENCED_LEADER_EPOCH (the client's epoch is older) or UNKNOWN_LEADER_EPOCH (newer).
+        Kafka's getPartitionOrException + Partition.checkCurrentLeaderEpoch."""
+        p = self.partitions.get((topic, partition)) if topic is not None else None
+        if p is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if not p.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return check_leader_epoch(p, current_leader_epoch) or p
+
+    def read_from_log(self, reads: list[LogRead], max_bytes: int, isolation: int) -> int:
+        """Read each partition (Kafka's ReplicaManager.readFromLog): batches from the one holding the
+        fetch offset up to the high watermark (read_uncommitted) or the last stable offset
+        (read_committed), within the read's max_bytes and the request's `max_bytes`; the first
+        partition with data may exceed both by one batch (minOneMessage), so a consumer always
+        progresses. Fills each LogRead's result fields; returns the total bytes read. Reads with
+        an error, or without a partition, are left alone."""
+        total = 0
+        min_one = True
+        for r in reads:
+            p = r.partition
+            if p is None or r.error_code:
+                continue
+            plog = p.log
+            r.high_watermark = plog.high_watermark
+            r.last_stable_offset = p.last_stable_offset
+            r.log_start_offset = plog.log_start_offset
+            limit = min(r.max_bytes, max(0, max_bytes - total))
+            upper = r.last_stable_offset if isolation == READ_COMMITTED else r.high_watermark
+            try:
+                info = plog.read(r.fetch_offset, limit, upper, min_one)
+            except LogError as exc:
+                r.error_code = exc.error_code
+                r.regions = None
+                r.size = 0
+                continue
+            r.size = info.size
+            if info.size:
+                r.regions = info.regions
+                total += info.size
+                if isolation == READ_COMMITTED:
+                    r.aborted = [(a.producer_id, a.first_offset)
+                                 for a in plog.txn_index.collect(r.fetch_offset, r.last_stable_offset)]
+                min_one = False
+            else:
+                r.regions = None
+                r.aborted = None
+        return total
+
+    def bytes_available(self, reads: list[LogRead], isolation: int, need: int) -> bool:
+        """Whether reading now would return at least `need` bytes, or some read would now fail (a
+        parked fetch must then answer): Kafka's DelayedFetch.tryComplete accumulation."""
+        have = 0
+        for r in reads:
+            p = r.partition
+            if p is None:
+                continue
+            if self.partitions.get((p.topic, p.partition)) is not p:
+                return True  # deleted or replaced meanwhile
+            upper = p.last_stable_offset if isolation == READ_COMMITTED else p.log.high_watermark
+            if upper > r.fetch_offset:
+                if need <= 1:
+                    return True
+                try:
+                    have += p.log.read(r.fetch_offset, max(need, r.max_bytes), upper, True).size
+                except LogError:
+                    return True  # the offset became invalid: answer now with the error
+                if have >= need:
+                    return True
+        return False
+
+    def fetch_offset(self, topic: str, partition: int, timestamp: int, isolation: int,
+                     current_leader_epoch: int = -1) -> tuple[int, int, int, int]:
+        """ListOffsets for one partition (Kafka's ReplicaManager.fetchOffsetForTimestamp):
+        (error code, offset, timestamp, leader epoch), -1 where there is none. -1 latest is the
+        high watermark (the last stable offset for read_committed); a timestamp whose first
+        offset is not yet committed answers "no offset", as Kafka does."""
+        p = self.leader_partition(topic, partition, current_leader_epoch)
+        if isinstance(p, int):
+            return p, -1, -1, -1
+        upper = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
+        if timestamp == LATEST_TIMESTAMP:
+            latest = p.log.latest_epoch()
+            return 0, upper, -1, latest if latest is not None else -1
+        found = p.log.fetch_offset_by_timestamp(timestamp)
+        if found is None:
+            return 0, -1, -1, -1
+        if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and found.offset >= upper:
+            return 0, -1, -1, -1
+        return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
+
+    def last_offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch for one partition: (error code, epoch, end offset)."""
+        p = self.leader_partition(topic, partition, current_leader_epoch)
+        if isinstance(p, int):
+            return p, -1, -1
+        epoch, end = p.log.end_offset_for_epoch(leader_epoch)
+        return 0, epoch, end
 
     # ------------------------------------------------------------------ append
 
