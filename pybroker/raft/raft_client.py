@@ -921,11 +921,11 @@ class KafkaRaftClient:
         node answers NOT_LEADER_OR_FOLLOWER (Kafka's handleDescribeQuorumRequest)."""
         state = self.quorum.state
         partition = DescribeQuorumResponse.PartitionData(
-            partition_index=ru.METADATA_PARTITION, leader_id=self.quorum.leader_id or -1,
+            partition_index=ru.METADATA_PARTITION,
+            leader_id=-1 if self.quorum.leader_id is None else self.quorum.leader_id,
             leader_epoch=self.quorum.epoch, high_watermark=-1)
         if not isinstance(state, LeaderState):
             partition.error_code = ru.NOT_LEADER_OR_FOLLOWER
-            partition.leader_id = -1 if self.quorum.leader_id is None else self.quorum.leader_id
             return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
                 topic_name=ru.METADATA_TOPIC, partitions=[partition])])
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import trio
 
+from pybroker.raft import raft_util as ru
 from pybroker.raft.listener import Listener
 from pybroker.raft.network_channel import CLIENT_ID_PREFIX, KafkaNetworkChannel
 from pybroker.raft.offset_and_epoch import OffsetAndEpoch
@@ -46,11 +47,12 @@ MAX_WAIT_S = 3600.0
 
 
 class _ResponseSlot:
-    __slots__ = ("event", "body")
+    __slots__ = ("event", "body", "api_key")
 
-    def __init__(self) -> None:
+    def __init__(self, api_key: int) -> None:
         self.event = trio.Event()
         self.body: Any = None
+        self.api_key = api_key
 
 
 class RaftDriver:
@@ -63,6 +65,7 @@ class RaftDriver:
         self._changed = trio.Event()
         self._channel: KafkaNetworkChannel | None = None
         self._stopped = False
+        self._unanswered: set[_ResponseSlot] = set()
 
     # -- time ------------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -84,6 +87,7 @@ class RaftDriver:
                 await self._loop()
             finally:
                 self._stopped = True
+                self._fail_unanswered()
                 self._notify()
                 nursery.cancel_scope.cancel()
 
@@ -132,6 +136,15 @@ class RaftDriver:
                 slot = message.request.token
                 slot.body = message.body
                 slot.event.set()
+                self._unanswered.discard(slot)
+
+    def _fail_unanswered(self) -> None:
+        """A stopped driver answers what it still holds (queued or parked requests) with
+        BROKER_NOT_AVAILABLE, so no connection waits forever."""
+        for slot in self._unanswered:
+            slot.body = ru.error_response(slot.api_key, ru.BROKER_NOT_AVAILABLE)
+            slot.event.set()
+        self._unanswered.clear()
 
     def _handle(self, event: tuple[str, Any]) -> None:
         kind, payload = event
@@ -156,7 +169,10 @@ class RaftDriver:
     # -- inbound requests (for the dispatcher) -----------------------------------------------
     async def handle_request(self, api_key: int, api_version: int, body: Any) -> Any:
         """Answer one Raft RPC; waits for the client (a parked Fetch up to its max wait)."""
-        slot = _ResponseSlot()
+        if self._stopped:
+            return ru.error_response(api_key, ru.BROKER_NOT_AVAILABLE)
+        slot = _ResponseSlot(api_key)
+        self._unanswered.add(slot)
         self._inbox_send.send_nowait(("request", InboundRequest(api_key, api_version, body, token=slot)))
         await slot.event.wait()
         return slot.body
