@@ -74,6 +74,7 @@ from pybroker.records.batch import build_batch
 log = logging.getLogger(__name__)
 
 LOG_CLEANER_INTERVAL_MS = 60_000
+LISTENER_BYTES_PER_POLL = 1024 * 1024
 
 
 class NotLeaderError(Exception):
@@ -323,7 +324,8 @@ class KafkaRaftClient:
                 self._log_dirty = True
             self._cleaner_timer.reset(now_ms, self._cleaner_interval_ms)
         timeout = min(timeout, self._cleaner_timer.remaining_ms(now_ms))
-        self._poll_listeners()
+        if self._poll_listeners():
+            timeout = 0  # more committed batches to hand over: come back at once
         return timeout
 
     def _poll_current_state(self, now_ms: int) -> int:
@@ -1215,17 +1217,23 @@ class KafkaRaftClient:
                               now_ms=now_ms)
 
     # -- listeners -------------------------------------------------------------------------
-    def _poll_listeners(self) -> None:
+    def _poll_listeners(self) -> bool:
+        """Hand committed batches and leader changes to the listeners; True when a listener
+        still lags (at most LISTENER_BYTES_PER_POLL go to each per poll, so a long replay
+        does not hold the loop)."""
         hw = self.quorum.high_watermark
+        lagging = False
         if hw is not None:
-            self._update_listeners_progress(hw)
+            lagging = self._update_listeners_progress(hw)
         state = self.quorum.state
         if isinstance(state, LeaderState):
             self._maybe_fire_leader_change_for_leader(state)
         elif not isinstance(state, ResignedState):
             self._maybe_fire_leader_change()
+        return lagging
 
-    def _update_listeners_progress(self, hw: int) -> None:
+    def _update_listeners_progress(self, hw: int) -> bool:
+        lagging = False
         for ctx in list(self._listeners.values()):
             nxt = ctx.next_offset
             latest = self.log.latest_snapshot_id()
@@ -1240,14 +1248,20 @@ class KafkaRaftClient:
             elif nxt < self.log.start_offset:
                 raise IllegalStateError(f"listener needs offset {nxt} below the log start "
                                         f"{self.log.start_offset} and there is no snapshot")
+            delivered = 0
             while ctx.next_offset is not None and ctx.next_offset < hw:
+                if delivered >= LISTENER_BYTES_PER_POLL:
+                    lagging = True
+                    break
                 data = self.log.read(ctx.next_offset, hw, MAX_BATCH_SIZE_BYTES)
                 batches = [b for b in decode_batches(data, self.serde, verify_crc=False)
                            if b.last_offset >= ctx.next_offset and b.last_offset < hw]
                 if not batches:
                     break
+                delivered += len(data)
                 ctx.next_offset = batches[-1].last_offset + 1
                 ctx.listener.handle_commit(batches)
+        return lagging
 
     def _maybe_fire_leader_change(self) -> None:
         leader = self.leader_and_epoch

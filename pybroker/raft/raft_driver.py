@@ -104,6 +104,7 @@ class RaftDriver:
             if client.shutdown_complete and io.empty:
                 return
             if not io.empty or timeout_ms == 0:
+                await trio.lowlevel.checkpoint()  # let the connections run between steps
                 continue
             with trio.move_on_after(min(timeout_ms / 1000, MAX_WAIT_S)):
                 event = await self._inbox_receive.receive()

@@ -510,6 +510,7 @@ class ScenarioReport:
     events: int = 0
     snapshot_loads: int = 0
     leader_epochs: int = 0
+    virtual_ms: int = 0
 
 
 def run_random_scenario(seed: int, *, phases: int = 4, voters: int | None = None) -> ScenarioReport:
@@ -584,6 +585,7 @@ def run_random_scenario(seed: int, *, phases: int = 4, voters: int | None = None
     report.snapshot_loads = sum(n.machine.snapshots_loaded for n in cluster.nodes.values()
                                 if n.machine is not None)
     report.leader_epochs = len(cluster.leaders)
+    report.virtual_ms = cluster.now
     return report
 
 
