@@ -25,6 +25,10 @@ offset of the last record; it is committed when a listener sees it in handle_com
 `high_watermark` passes it while this node still leads the epoch it was appended in),
 `create_snapshot(...)`, `resign(epoch)`, `begin_shutdown(...)`, `describe_quorum(now)`.
 
+Code layout: this module holds the client's state, polling, transitions and local API; the
+RPC handlers are its mixins raft_request_handlers (what it answers) and raft_response_handlers
+(answers to its own requests); batch_accumulator batches the leader's appends.
+
 Concurrency: one thread (the trio loop, or the simulation). Not thread-safe.
 """
 
@@ -33,20 +37,20 @@ from __future__ import annotations
 import logging
 import random as _random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from pybroker.protocol._generated.describe_quorum_response import DescribeQuorumResponse
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.raft import raft_util as ru
 from pybroker.raft.batch import BytesSerde, decode_batches
+from pybroker.raft.batch_accumulator import BatchAccumulator
 from pybroker.raft.candidate_state import CandidateState
 from pybroker.raft.control_records import build_control_batch, leader_change_message
 from pybroker.raft.epoch_state import NO_DEADLINE, Timer
+from pybroker.raft.errors import NotLeaderError, RaftSafetyError  # noqa: F401 (re-exported)
 from pybroker.raft.follower_state import FollowerState
-from pybroker.raft.leader_state import LeaderState, ReplicaState
+from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.listener import LeaderAndEpoch, Listener
-from pybroker.raft.offset_and_epoch import OffsetAndEpoch, ValidKind
+from pybroker.raft.offset_and_epoch import OffsetAndEpoch
 from pybroker.raft.prospective_state import ProspectiveState
 from pybroker.raft.quorum_config import (
     MAX_BATCH_SIZE_BYTES,
@@ -59,14 +63,15 @@ from pybroker.raft.quorum_state_store import QuorumStateStore
 from pybroker.raft.raft_log import ReplicatedLog
 from pybroker.raft.raft_message import (
     InboundRequest,
-    InboundResponse,
     OutboundRequest,
     OutboundResponse,
     RaftIo,
 )
+from pybroker.raft.raft_request_handlers import RaftRequestHandlers
+from pybroker.raft.raft_response_handlers import RaftResponseHandlers
 from pybroker.raft.request_manager import RequestManager
 from pybroker.raft.resigned_state import ResignedState
-from pybroker.raft.snapshots import BOOTSTRAP_SNAPSHOT_ID, SnapshotReader, SnapshotWriter
+from pybroker.raft.snapshots import SnapshotReader, SnapshotWriter
 from pybroker.raft.unattached_state import UnattachedState
 from pybroker.raft.voter_set import DEFAULT_CONTROLLER_LISTENER, VoterSet
 from pybroker.records.batch import build_batch
@@ -75,25 +80,6 @@ log = logging.getLogger(__name__)
 
 LOG_CLEANER_INTERVAL_MS = 60_000
 LISTENER_BYTES_PER_POLL = 1024 * 1024
-
-
-class NotLeaderError(Exception):
-    """An append or resign on a node that is not the leader of that epoch (Kafka's
-    NotLeaderException)."""
-
-
-class RaftSafetyError(RuntimeError):
-    """The log or a peer contradicts a Raft invariant (e.g. truncation below the high
-    watermark). Kafka throws and the node stops; so does this."""
-
-
-@dataclass
-class _ParkedFetch:
-    request: InboundRequest
-    replica_id: int
-    directory_id: bytes | None
-    fetch_offset: int
-    deadline_ms: int
 
 
 class _ListenerContext:
@@ -109,50 +95,7 @@ class _ListenerContext:
         return leader != last and leader.leader_id is not None and last.leader_id is None
 
 
-class _Accumulator:
-    """Records appended on the leader, batched for `linger_ms` (Kafka's BatchAccumulator).
-    One `append` call never spans two batches; offsets are assigned at append time."""
-
-    def __init__(self, epoch: int, next_offset: int, linger_ms: int, max_batch_bytes: int) -> None:
-        self.epoch = epoch
-        self.next_offset = next_offset
-        self.linger_ms = linger_ms
-        self.max_batch_bytes = max_batch_bytes
-        self.completed: list[list[bytes]] = []
-        self.current: list[bytes] = []
-        self.current_bytes = 0
-        self.first_append_ms: int | None = None
-
-    def append(self, values: list[bytes], now_ms: int) -> int:
-        size = sum(len(v) + 32 for v in values)
-        if not values:
-            raise ValueError("append needs at least one record")
-        if size > self.max_batch_bytes:
-            raise ValueError(f"{size} bytes of records exceed the {self.max_batch_bytes}-byte batch limit")
-        if self.current and self.current_bytes + size > self.max_batch_bytes:
-            self.completed.append(self.current)
-            self.current, self.current_bytes = [], 0
-        self.current.extend(values)
-        self.current_bytes += size
-        if self.first_append_ms is None:
-            self.first_append_ms = now_ms
-        self.next_offset += len(values)
-        return self.next_offset - 1
-
-    def time_until_drain(self, now_ms: int) -> int:
-        if self.completed:
-            return 0
-        if not self.current or self.first_append_ms is None:
-            return NO_DEADLINE
-        return max(0, self.first_append_ms + self.linger_ms - now_ms)
-
-    def drain(self) -> list[list[bytes]]:
-        batches = self.completed + ([self.current] if self.current else [])
-        self.completed, self.current, self.current_bytes, self.first_append_ms = [], [], 0, None
-        return batches
-
-
-class KafkaRaftClient:
+class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def __init__(self, *, node_id: int | None, config: QuorumConfig, log: ReplicatedLog,
                  store: QuorumStateStore, cluster_id: str, random: _random.Random,
                  serde: Any = None, directory_id: bytes | None = None,
@@ -193,12 +136,12 @@ class KafkaRaftClient:
             fetch_timeout_ms=config.fetch_timeout_ms, random=random)
         self._correlation_id = 0
         self._outbox: list[OutboundRequest | OutboundResponse] = []
-        self._parked: list[_ParkedFetch] = []
+        self._parked: list[Any] = []
         self._pending_freeze: list[Any] = []
         self._log_dirty = False
         self._durable_end = 0
         self._listeners: dict[int, _ListenerContext] = {}
-        self._accumulator: _Accumulator | None = None
+        self._accumulator: BatchAccumulator | None = None
         self._shutdown_deadline: int | None = None
         self.shutdown_complete = False
         self.shutdown_timed_out = False
@@ -565,7 +508,7 @@ class KafkaRaftClient:
             base_offset=0, epoch=state.epoch, timestamp_ms=now_ms)
         self.log.append_as_leader(batch, state.epoch)
         self._log_dirty = True
-        self._accumulator = _Accumulator(state.epoch, self.log.end_offset,
+        self._accumulator = BatchAccumulator(state.epoch, self.log.end_offset,
                                          self.config.append_linger_ms, MAX_BATCH_SIZE_BYTES)
         self.request_manager.reset_all()
 
@@ -654,497 +597,6 @@ class KafkaRaftClient:
         if error == ru.INVALID_REQUEST:
             raise RaftSafetyError("a peer answered INVALID_REQUEST to a request of ours")
         return None
-
-    # -- inbound requests ------------------------------------------------------------------
-    def handle_request(self, request: InboundRequest, now_ms: int) -> None:
-        """Answer (now, or for a parked Fetch later) through take_io()."""
-        api_key = request.api_key
-        body = request.body
-        if api_key == ApiKey.FETCH:
-            self._handle_fetch_request(request, now_ms)
-            return
-        if api_key == ApiKey.VOTE:
-            response = self._handle_vote_request(body, now_ms)
-        elif api_key == ApiKey.BEGIN_QUORUM_EPOCH:
-            response = self._handle_begin_quorum_epoch_request(body, now_ms)
-        elif api_key == ApiKey.END_QUORUM_EPOCH:
-            response = self._handle_end_quorum_epoch_request(body, now_ms)
-        elif api_key == ApiKey.FETCH_SNAPSHOT:
-            response = self._handle_fetch_snapshot_request(body, now_ms)
-        elif api_key == ApiKey.DESCRIBE_QUORUM:
-            response = self._handle_describe_quorum_request(body, now_ms)
-        else:
-            raise ValueError(f"not a Raft API: {api_key}")
-        self._respond(request, response)
-
-    def _valid_cluster_id(self, cluster_id: str | None) -> bool:
-        return cluster_id is None or cluster_id == self.cluster_id
-
-    def _validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
-        if request_epoch < self.quorum.epoch:
-            return ru.FENCED_LEADER_EPOCH
-        if remote_id < 0:
-            return ru.INVALID_REQUEST
-        return None
-
-    def _validate_leader_only_request(self, request_epoch: int) -> int | None:
-        if request_epoch < self.quorum.epoch:
-            return ru.FENCED_LEADER_EPOCH
-        if request_epoch > self.quorum.epoch:
-            return ru.UNKNOWN_LEADER_EPOCH
-        if not self.quorum.is_leader:
-            return ru.NOT_LEADER_OR_FOLLOWER
-        if self._shutdown_deadline is not None:
-            return ru.BROKER_NOT_AVAILABLE
-        return None
-
-    def _is_valid_voter_key(self, voter_id: int, voter_directory_id: bytes) -> bool:
-        if voter_id < 0:
-            return True  # v0 names no voter
-        if voter_id != self.node_id:
-            return False
-        wanted = ru.optional_directory(voter_directory_id)
-        return wanted is None or self.directory_id is None or wanted == self.directory_id
-
-    def _handle_vote_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int, granted: bool) -> Any:
-            return ru.vote_response(error, self.quorum.epoch, self.quorum.leader_id, granted,
-                                    self.quorum.leader_endpoints, self.listener_name)
-
-        if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.VOTE, ru.INCONSISTENT_CLUSTER_ID)
-        p = ru.single_partition(body.topics)
-        if p is None:
-            return ru.error_response(ApiKey.VOTE, ru.INVALID_REQUEST)
-        pre_vote = p.pre_vote
-        last_epoch, last_offset = p.last_offset_epoch, p.last_offset
-        # A candidate bumped its epoch, so its last record is of an older epoch; a prospective
-        # did not, so its last record may be of the epoch it sends.
-        illegal_epoch = last_epoch > p.replica_epoch if pre_vote else last_epoch >= p.replica_epoch
-        if last_offset < 0 or last_epoch < 0 or illegal_epoch:
-            return response(ru.INVALID_REQUEST, False)
-        error = self._validate_voter_only_request(p.replica_id, p.replica_epoch)
-        if error is not None:
-            return response(error, False)
-        if p.replica_epoch > self.quorum.epoch:
-            self._transition_to_unattached(p.replica_epoch, None, now_ms)
-        if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
-            return response(ru.INVALID_VOTER_KEY, False)
-        up_to_date = OffsetAndEpoch(last_offset, last_epoch).at_least_as_up_to_date_as(
-            self.log.end_offset_and_epoch())
-        candidate_dir = ru.optional_directory(p.replica_directory_id)
-        granted = self.quorum.state.can_grant_vote(p.replica_id, candidate_dir, up_to_date, pre_vote)
-        if granted and not pre_vote:
-            if self.quorum.is_unattached_not_voted():
-                self.quorum.unattached_add_voted_state(p.replica_epoch, p.replica_id, candidate_dir, now_ms)
-            elif self.quorum.is_prospective_not_voted():
-                self.quorum.prospective_add_voted_state(p.replica_epoch, p.replica_id, candidate_dir, now_ms)
-        log.debug("node %s: %svote for %s in epoch %d %s", self.node_id, "pre-" if pre_vote else "",
-                  p.replica_id, p.replica_epoch, "granted" if granted else "rejected")
-        return response(ru.NONE, granted)
-
-    def _handle_begin_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int) -> Any:
-            return ru.begin_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
-                                                  self.quorum.leader_endpoints, self.listener_name)
-
-        if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
-        p = ru.single_partition(body.topics)
-        if p is None:
-            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INVALID_REQUEST)
-        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
-        if error is not None:
-            return response(error)
-        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
-                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
-        self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
-        if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
-            return response(ru.INVALID_VOTER_KEY)
-        return response(ru.NONE)
-
-    def _handle_end_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int) -> Any:
-            return ru.end_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
-                                                self.quorum.leader_endpoints, self.listener_name)
-
-        if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
-        p = ru.single_partition(body.topics)
-        if p is None:
-            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INVALID_REQUEST)
-        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
-        if error is not None:
-            return response(error)
-        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
-                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
-        self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
-        state = self.quorum.state
-        if isinstance(state, FollowerState) and state.leader_id == p.leader_id:
-            preferred = ([c.candidate_id for c in p.preferred_candidates] if p.preferred_candidates
-                         else list(p.preferred_successors))
-            position = preferred.index(self.node_id) if self.node_id in preferred else len(preferred)
-            backoff = self._strict_exponential_election_backoff_ms(position, len(preferred))
-            state.override_fetch_timeout(now_ms, backoff)
-        return response(ru.NONE)
-
-    def _handle_fetch_request(self, request: InboundRequest, now_ms: int) -> None:
-        body = request.body
-        if not self._valid_cluster_id(body.cluster_id):
-            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INCONSISTENT_CLUSTER_ID))
-            return
-        p = ru.fetch_partition(body)
-        if p is None:
-            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INVALID_REQUEST))
-            return
-        if body.max_wait_ms < 0 or p.fetch_offset < 0 or p.last_fetched_epoch < 0 \
-                or p.last_fetched_epoch > p.current_leader_epoch:
-            self._respond(request, self._empty_fetch_response(ru.INVALID_REQUEST))
-            return
-        replica_id = ru.fetch_replica_id(body)
-        directory_id = ru.optional_directory(p.replica_directory_id)
-        response = self._try_complete_fetch_request(replica_id, directory_id, p.current_leader_epoch,
-                                                    p.fetch_offset, p.last_fetched_epoch, now_ms)
-        part = response.responses[0].partitions[0]
-        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 \
-                or part.diverging_epoch is not None or part.snapshot_id is not None:
-            self._respond(request, response)
-            return
-        self._parked.append(_ParkedFetch(request, replica_id, directory_id, p.fetch_offset,
-                                         now_ms + body.max_wait_ms))
-
-    def _empty_fetch_response(self, error: int) -> Any:
-        return ru.fetch_response(error, self.quorum.epoch, self.quorum.leader_id, high_watermark=None,
-                                 log_start_offset=self.log.start_offset,
-                                 endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
-
-    def _try_complete_fetch_request(self, replica_id: int, directory_id: bytes | None,
-                                    leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                                    now_ms: int) -> Any:
-        error = self._validate_leader_only_request(leader_epoch)
-        if error is not None:
-            return self._empty_fetch_response(error)
-        state = self.quorum.state
-        assert isinstance(state, LeaderState)
-        latest = self.log.latest_snapshot_id()
-        if fetch_offset == 0 and latest is not None and latest != BOOTSTRAP_SNAPSHOT_ID:
-            verdict_kind, verdict_id = ValidKind.SNAPSHOT, latest
-        else:
-            verdict = self.log.validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
-            verdict_kind, verdict_id = verdict.kind, verdict.offset_and_epoch
-        records = b""
-        if verdict_kind == ValidKind.VALID:
-            records = self.log.read(fetch_offset, None, self.max_fetch_bytes)
-            if state.update_replica_state(replica_id, directory_id, now_ms, fetch_offset):
-                self._on_update_leader_high_watermark(state)
-        elif replica_id >= 0:
-            # not progress, but proof of life for check-quorum
-            state.update_check_quorum_for_following_voter(replica_id, now_ms)
-        return ru.fetch_response(
-            ru.NONE, self.quorum.epoch, self.quorum.leader_id, high_watermark=state.high_watermark,
-            log_start_offset=self.log.start_offset, records=records,
-            diverging=verdict_id if verdict_kind == ValidKind.DIVERGING else None,
-            snapshot_id=verdict_id if verdict_kind == ValidKind.SNAPSHOT else None,
-            endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
-
-    def _complete_parked_fetches(self, now_ms: int) -> None:
-        end = self.log.end_offset
-        ready = [f for f in self._parked if f.fetch_offset < end]
-        if ready:
-            self._parked = [f for f in self._parked if f.fetch_offset >= end]
-            for parked in ready:
-                self._answer_parked(parked, now_ms)
-
-    def _answer_parked(self, parked: _ParkedFetch, now_ms: int) -> None:
-        p = ru.fetch_partition(parked.request.body)
-        self._respond(parked.request, self._try_complete_fetch_request(
-            parked.replica_id, parked.directory_id, p.current_leader_epoch, p.fetch_offset,
-            p.last_fetched_epoch, now_ms))
-
-    def _expire_parked_fetches(self, now_ms: int) -> int:
-        if not self._parked:
-            return NO_DEADLINE
-        expired = [f for f in self._parked if f.deadline_ms <= now_ms]
-        if expired:
-            self._parked = [f for f in self._parked if f.deadline_ms > now_ms]
-            for parked in expired:
-                self._answer_parked(parked, now_ms)
-        return min((f.deadline_ms - now_ms for f in self._parked), default=NO_DEADLINE)
-
-    def _fail_parked_fetches(self, error: int) -> None:
-        parked, self._parked = self._parked, []
-        for f in parked:
-            self._respond(f.request, self._empty_fetch_response(error))
-
-    def _handle_fetch_snapshot_request(self, body: Any, now_ms: int) -> Any:
-        if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INCONSISTENT_CLUSTER_ID)
-        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INVALID_REQUEST)
-        p = ru.single_partition(body.topics, name_attr="name")
-        leader = (self.quorum.epoch, self.quorum.leader_id)
-        common = {"endpoints": self.quorum.leader_endpoints, "listener_name": self.listener_name}
-        if p is None or p.partition != ru.METADATA_PARTITION:
-            t = body.topics[0]
-            return ru.fetch_snapshot_response(ru.UNKNOWN_TOPIC_OR_PARTITION, *leader, topic=t.name,
-                                              partition_index=t.partitions[0].partition, **common)
-        error = self._validate_leader_only_request(p.current_leader_epoch)
-        if error is not None:
-            return ru.fetch_snapshot_response(error, *leader, **common)
-        snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
-        reader = self.log.read_snapshot(snapshot_id) if snapshot_id != BOOTSTRAP_SNAPSHOT_ID else None
-        if reader is None:
-            return ru.fetch_snapshot_response(ru.SNAPSHOT_NOT_FOUND, *leader, **common)
-        try:
-            size = reader.size_in_bytes
-            if p.position < 0 or p.position >= size:
-                return ru.fetch_snapshot_response(ru.POSITION_OUT_OF_RANGE, *leader, **common)
-            data = reader.read(p.position, min(body.max_bytes, size))
-        finally:
-            reader.close()
-        state = self.quorum.state
-        assert isinstance(state, LeaderState)
-        if body.replica_id >= 0:
-            state.update_check_quorum_for_following_voter(body.replica_id, now_ms)
-        return ru.fetch_snapshot_response(ru.NONE, *leader, snapshot_id=snapshot_id, size=size,
-                                          position=p.position, data=data, **common)
-
-    def _handle_describe_quorum_request(self, body: Any, now_ms: int) -> Any:
-        p = ru.single_partition(body.topics)
-        if p is None or p.partition_index != ru.METADATA_PARTITION:
-            return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
-                topic_name=t.topic_name, partitions=[DescribeQuorumResponse.PartitionData(
-                    partition_index=q.partition_index, error_code=ru.UNKNOWN_TOPIC_OR_PARTITION)
-                    for q in t.partitions]) for t in body.topics])
-        return self.describe_quorum(now_ms)
-
-    def describe_quorum(self, now_ms: int) -> Any:
-        """The DescribeQuorum answer: the leader's view of every voter and observer; any other
-        node answers NOT_LEADER_OR_FOLLOWER (Kafka's handleDescribeQuorumRequest)."""
-        state = self.quorum.state
-        partition = DescribeQuorumResponse.PartitionData(
-            partition_index=ru.METADATA_PARTITION,
-            leader_id=-1 if self.quorum.leader_id is None else self.quorum.leader_id,
-            leader_epoch=self.quorum.epoch, high_watermark=-1)
-        if not isinstance(state, LeaderState):
-            partition.error_code = ru.NOT_LEADER_OR_FOLLOWER
-            return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
-                topic_name=ru.METADATA_TOPIC, partitions=[partition])])
-
-        def replica(s: ReplicaState) -> Any:
-            local = s.replica_id == state.local_id
-            return DescribeQuorumResponse.ReplicaState(
-                replica_id=s.replica_id, replica_directory_id=s.directory_id or ru.ZERO_UUID,
-                log_end_offset=(self.log.end_offset if local else
-                                (-1 if s.end_offset is None else s.end_offset)),
-                last_fetch_timestamp=now_ms if local else s.last_fetch_timestamp,
-                last_caught_up_timestamp=now_ms if local else s.last_caught_up_timestamp)
-
-        partition.leader_id = state.local_id
-        partition.high_watermark = -1 if state.high_watermark is None else state.high_watermark
-        partition.current_voters = [replica(state.voter_states[v]) for v in sorted(state.voter_states)]
-        observers = state.observers(now_ms)
-        partition.observers = [replica(observers[o]) for o in sorted(observers)]
-        nodes = [DescribeQuorumResponse.Node(node_id=v.voter_id, listeners=[
-            DescribeQuorumResponse.Listener(name=n, host=h, port=p)
-            for n, (h, p) in sorted(v.listeners.items())]) for v in self.voters]
-        return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
-            topic_name=ru.METADATA_TOPIC, partitions=[partition])], nodes=nodes)
-
-    # -- inbound responses -----------------------------------------------------------------
-    def handle_response(self, response: InboundResponse, now_ms: int) -> None:
-        rm = self.request_manager
-        if not rm.is_response_expected(response.source, response.correlation_id):
-            return  # late, duplicated, or from before a transition
-        body = response.body
-        handler = {
-            ApiKey.FETCH: self._handle_fetch_response,
-            ApiKey.VOTE: self._handle_vote_response,
-            ApiKey.BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_response,
-            ApiKey.END_QUORUM_EPOCH: self._handle_end_quorum_epoch_response,
-            ApiKey.FETCH_SNAPSHOT: self._handle_fetch_snapshot_response,
-        }.get(response.api_key)
-        if handler is None:
-            raise ValueError(f"unexpected response to api {response.api_key}")
-        if body.error_code != ru.NONE:
-            success = False  # connection failure, timeout, or a top-level refusal: back off
-            if body.error_code not in (ru.BROKER_NOT_AVAILABLE, ru.REQUEST_TIMED_OUT):
-                log.warning("node %s: %s answered top-level error %d", self.node_id,
-                            response.source, body.error_code)
-        else:
-            success = handler(response.source, body, now_ms)
-        rm.on_response_result(response.source, response.correlation_id, success, now_ms)
-
-    def _handle_vote_response(self, source: int, body: Any, now_ms: int) -> bool:
-        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return False
-        p = body.topics[0].partitions[0]
-        leader_id = None if p.leader_id < 0 else p.leader_id
-        handled = self._maybe_handle_common_response(
-            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
-            now_ms)
-        if handled is not None:
-            return handled
-        if p.error_code != ru.NONE:
-            return False
-        state = self.quorum.state
-        if isinstance(state, (ProspectiveState, CandidateState)):
-            if p.vote_granted:
-                state.record_granted_vote(source)
-                self._maybe_transition_forward(now_ms)
-            else:
-                state.record_rejected_vote(source)
-                if state.epoch_election.is_vote_rejected():
-                    if isinstance(state, ProspectiveState):
-                        self._prospective_transition_after_election_loss(state, now_ms)
-                    elif not state.is_backing_off:
-                        # gridlocked: back off now instead of waiting for the election timeout
-                        state.start_backing_off(now_ms, self._binary_exponential_election_backoff_ms(state.retries))
-        return True
-
-    def _handle_begin_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
-        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return False
-        p = body.topics[0].partitions[0]
-        leader_id = None if p.leader_id < 0 else p.leader_id
-        handled = self._maybe_handle_common_response(
-            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
-            now_ms)
-        if handled is not None:
-            return handled
-        if p.error_code != ru.NONE:
-            return False
-        state = self.quorum.state
-        if isinstance(state, LeaderState) and source in state.voter_states:
-            state.add_acknowledgement_from(source)
-        return True
-
-    def _handle_end_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
-        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return False
-        p = body.topics[0].partitions[0]
-        leader_id = None if p.leader_id < 0 else p.leader_id
-        handled = self._maybe_handle_common_response(
-            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
-            now_ms)
-        if handled is not None:
-            return handled
-        if p.error_code != ru.NONE:
-            return False
-        state = self.quorum.state
-        if isinstance(state, ResignedState):
-            state.acknowledge_resignation(source)
-        return True
-
-    def _handle_fetch_response(self, source: int, body: Any, now_ms: int) -> bool:
-        if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
-            return False
-        p = body.responses[0].partitions[0]
-        current = p.current_leader
-        leader_id = None if current is None or current.leader_id < 0 else current.leader_id
-        epoch = -1 if current is None else current.leader_epoch
-        handled = self._maybe_handle_common_response(
-            p.error_code, leader_id, epoch, self._leader_endpoints(leader_id, body.node_endpoints), now_ms)
-        if handled is not None:
-            return handled
-        if p.error_code != ru.NONE:
-            return False
-        state = self.quorum.state
-        if not isinstance(state, FollowerState):
-            return True
-        diverging = p.diverging_epoch
-        snapshot = p.snapshot_id
-        if diverging is not None and diverging.epoch >= 0:
-            target = OffsetAndEpoch(diverging.end_offset, diverging.epoch)
-            if state.high_watermark is not None and target.offset < state.high_watermark:
-                raise RaftSafetyError(f"node {self.node_id}: leader asked for truncation to "
-                                      f"{target.offset}, below the high watermark {state.high_watermark}")
-            offset = self.log.truncate_to_end_offset(target)
-            self._log_dirty = True
-            log.info("node %s: truncated to %d after a diverging epoch from leader %s",
-                     self.node_id, offset, state.leader_id)
-        elif snapshot is not None and (snapshot.epoch >= 0 or snapshot.end_offset >= 0):
-            if snapshot.epoch < 0 or snapshot.end_offset < 0:
-                return False
-            snapshot_id = OffsetAndEpoch(snapshot.end_offset, snapshot.epoch)
-            writer = self.log.create_new_snapshot_unchecked(snapshot_id)
-            if writer is None:
-                # already here: the log just has to start at it
-                if self.log.truncate_to_latest_snapshot():
-                    self._log_dirty = True
-                    self._update_follower_high_watermark(state, snapshot_id.offset)
-            else:
-                if state.fetching_snapshot is not None:
-                    state.fetching_snapshot.close()
-                state.fetching_snapshot = writer
-                log.info("node %s: fetching snapshot %s from leader %s", self.node_id, snapshot_id,
-                         state.leader_id)
-        else:
-            records = p.records
-            if records is not None and len(records) > 0:
-                if self.log.append_as_follower(records) is not None:
-                    self._log_dirty = True
-            self._update_follower_high_watermark(state, None if p.high_watermark < 0 else p.high_watermark)
-        state.reset_fetch_timeout_for_successful_fetch(now_ms)
-        return True
-
-    def _update_follower_high_watermark(self, state: FollowerState, high_watermark: int | None) -> None:
-        if high_watermark is None:
-            return
-        if state.update_high_watermark(min(high_watermark, self.log.end_offset)):
-            self.log.update_high_watermark(state.high_watermark)  # type: ignore[arg-type]
-
-    def _handle_fetch_snapshot_response(self, source: int, body: Any, now_ms: int) -> bool:
-        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return False
-        p = ru.single_partition(body.topics, name_attr="name")
-        if p is None or p.index != ru.METADATA_PARTITION:
-            return False
-        current = p.current_leader
-        leader_id = None if current is None or current.leader_id < 0 else current.leader_id
-        epoch = -1 if current is None else current.leader_epoch
-        handled = self._maybe_handle_common_response(
-            p.error_code, leader_id, epoch, self._leader_endpoints(leader_id, body.node_endpoints), now_ms)
-        if handled is not None:
-            return handled
-        state = self.quorum.state
-        if not isinstance(state, FollowerState):
-            return True
-        writer = state.fetching_snapshot
-        if p.error_code == ru.SNAPSHOT_NOT_FOUND or p.snapshot_id.end_offset < 0 or p.snapshot_id.epoch < 0:
-            # the leader dropped that snapshot: start over with a Fetch
-            if writer is not None:
-                writer.close()
-            state.fetching_snapshot = None
-            state.reset_fetch_timeout_for_successful_fetch(now_ms)
-            return True
-        if p.error_code != ru.NONE:
-            return False
-        snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
-        if writer is None or writer.snapshot_id != snapshot_id or writer.size_in_bytes != p.position:
-            raise RaftSafetyError(f"node {self.node_id}: unexpected FetchSnapshot answer {snapshot_id} "
-                                  f"at {p.position} for {writer and writer.snapshot_id}")
-        data = p.unaligned_records
-        if data is not None and len(data) > 0:
-            writer.append(data)
-        if writer.size_in_bytes == p.size:
-            state.snapshot_freezing = True
-            self._pending_freeze.append(writer)
-        elif writer.size_in_bytes > p.size:
-            raise RaftSafetyError(f"snapshot {snapshot_id} grew past its size {p.size}")
-        state.reset_fetch_timeout_for_successful_fetch(now_ms)
-        return True
-
-    def _on_fetched_snapshot_frozen(self, writer: Any, now_ms: int) -> None:
-        state = self.quorum.state
-        if isinstance(state, FollowerState) and state.fetching_snapshot is writer:
-            state.fetching_snapshot = None
-            state.snapshot_freezing = False
-        if self.log.truncate_to_latest_snapshot():
-            self._log_dirty = True
-            log.info("node %s: log now starts at downloaded snapshot %s", self.node_id, writer.snapshot_id)
-            if isinstance(state, FollowerState):
-                self._update_follower_high_watermark(state, writer.snapshot_id.offset)
 
     # -- leader progress and local API -------------------------------------------------------
     def _update_leader_end_offset(self, state: LeaderState, now_ms: int) -> None:
