@@ -46,7 +46,7 @@ from pybroker.raft.batch_accumulator import BatchAccumulator
 from pybroker.raft.candidate_state import CandidateState
 from pybroker.raft.control_records import build_control_batch, leader_change_message
 from pybroker.raft.epoch_state import NO_DEADLINE, Timer
-from pybroker.raft.errors import NotLeaderError, RaftSafetyError  # noqa: F401 (re-exported)
+from pybroker.raft.errors import NotLeaderError, RaftSafetyError
 from pybroker.raft.follower_state import FollowerState
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.listener import LeaderAndEpoch, Listener
