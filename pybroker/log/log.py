@@ -394,6 +394,44 @@ class UnifiedLog:
                              max_timestamp=max_timestamp, offset_of_max_timestamp=last_offset,
                              num_messages=header[H_RECORDS_COUNT], valid_bytes=size)
 
+    def append_as_follower(self, batch: bytes | bytearray | memoryview, now_ms: int) -> LogAppendInfo:
+        """Append one batch whose offsets and partitionLeaderEpoch are already assigned (Kafka's
+        appendAsFollower; also the KRaft leader's path, which assigns them itself).
+
+        The batch must start at the LEO and its CRC must match. No producer checks: its producer
+        state is replayed as recovery does; control batches are taken as they are (KRaft's
+        LeaderChange and snapshot records; no transaction-index bookkeeping). Page cache only.
+        Raises CorruptRecordError / InvalidRecordError (bad batch), OffsetOutOfRangeError
+        (not at the LEO), RecordBatchTooLargeError (18).
+        """
+        view = memoryview(batch).cast("B")
+        size = len(view)
+        records.validate_batch(view, 0, size)
+        header = records.read_batch_header(view, 0)
+        first_offset = header[0]
+        if first_offset != self.log_end_offset:
+            raise OffsetOutOfRangeError(f"batch at offset {first_offset} does not start at the log end "
+                                        f"offset {self.log_end_offset} of {self.topic}-{self.partition}")
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes "
+                                           f"{self.config.segment_bytes}")
+        last_offset = first_offset + header[H_LAST_OFFSET_DELTA]
+        max_timestamp = header[H_MAX_TIMESTAMP]
+        segment = self._maybe_roll(size, max_timestamp, last_offset, now_ms)
+        segment.append(last_offset, max_timestamp, last_offset, view)
+        leader_epoch = header[2]
+        if leader_epoch >= 0:
+            latest = self.leader_epoch_cache.latest_epoch()
+            if latest is None or leader_epoch > latest:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        self.producer_state.replay_batch(header)
+        self.producer_state.update_map_end_offset(last_offset + 1)
+        self.log_end_offset = last_offset + 1
+        return LogAppendInfo(first_offset=first_offset, last_offset=last_offset, log_append_time=-1,
+                             log_start_offset=self.log_start_offset, max_timestamp=max_timestamp,
+                             offset_of_max_timestamp=last_offset,
+                             num_messages=header[H_RECORDS_COUNT], valid_bytes=size)
+
     def _maybe_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> LogSegment:
         segment = self.active_segment
         if segment.should_roll(messages_size=messages_size, max_timestamp_in_messages=max_timestamp,

@@ -1,0 +1,344 @@
+"""The Raft RPCs a node answers (the request half of Kafka's KafkaRaftClient).
+
+Vote (KIP-996 pre-votes included), BeginQuorumEpoch, EndQuorumEpoch, Fetch from replicas and
+observers (parked up to its max wait when there is nothing new: Kafka's fetch purgatory, here
+`_parked`, completed when the leader's log grows), FetchSnapshot and DescribeQuorum. Every
+handler validates the cluster id and the partition first, then Kafka's voter-only or
+leader-only rules, answering errors with the responder's epoch and leader so the requester can
+catch up. Answers go out through the client's outbox (`_respond`), after any election state or
+log change they depend on has been made durable.
+
+A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads.
+Concurrency: Raft client thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pybroker.protocol._generated.describe_quorum_response import DescribeQuorumResponse
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.raft import raft_util as ru
+from pybroker.raft.epoch_state import NO_DEADLINE
+from pybroker.raft.follower_state import FollowerState
+from pybroker.raft.leader_state import LeaderState, ReplicaState
+from pybroker.raft.offset_and_epoch import OffsetAndEpoch, ValidKind
+from pybroker.raft.raft_message import InboundRequest
+from pybroker.raft.snapshots import BOOTSTRAP_SNAPSHOT_ID
+
+if TYPE_CHECKING:
+    from pybroker.raft.raft_client import KafkaRaftClient
+
+    _Base = KafkaRaftClient
+else:
+    _Base = object
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _ParkedFetch:
+    request: InboundRequest
+    replica_id: int
+    directory_id: bytes | None
+    fetch_offset: int
+    deadline_ms: int
+
+
+class RaftRequestHandlers(_Base):
+    def handle_request(self, request: InboundRequest, now_ms: int) -> None:
+        """Answer (now, or for a parked Fetch later) through take_io()."""
+        api_key = request.api_key
+        body = request.body
+        if api_key == ApiKey.FETCH:
+            self._handle_fetch_request(request, now_ms)
+            return
+        if api_key == ApiKey.VOTE:
+            response = self._handle_vote_request(body, now_ms)
+        elif api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+            response = self._handle_begin_quorum_epoch_request(body, now_ms)
+        elif api_key == ApiKey.END_QUORUM_EPOCH:
+            response = self._handle_end_quorum_epoch_request(body, now_ms)
+        elif api_key == ApiKey.FETCH_SNAPSHOT:
+            response = self._handle_fetch_snapshot_request(body, now_ms)
+        elif api_key == ApiKey.DESCRIBE_QUORUM:
+            response = self._handle_describe_quorum_request(body, now_ms)
+        else:
+            raise ValueError(f"not a Raft API: {api_key}")
+        self._respond(request, response)
+
+    def _valid_cluster_id(self, cluster_id: str | None) -> bool:
+        return cluster_id is None or cluster_id == self.cluster_id
+
+    def _validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
+        if request_epoch < self.quorum.epoch:
+            return ru.FENCED_LEADER_EPOCH
+        if remote_id < 0:
+            return ru.INVALID_REQUEST
+        return None
+
+    def _validate_leader_only_request(self, request_epoch: int) -> int | None:
+        if request_epoch < self.quorum.epoch:
+            return ru.FENCED_LEADER_EPOCH
+        if request_epoch > self.quorum.epoch:
+            return ru.UNKNOWN_LEADER_EPOCH
+        if not self.quorum.is_leader:
+            return ru.NOT_LEADER_OR_FOLLOWER
+        if self._shutdown_deadline is not None:
+            return ru.BROKER_NOT_AVAILABLE
+        return None
+
+    def _is_valid_voter_key(self, voter_id: int, voter_directory_id: bytes) -> bool:
+        if voter_id < 0:
+            return True  # v0 names no voter
+        if voter_id != self.node_id:
+            return False
+        wanted = ru.optional_directory(voter_directory_id)
+        return wanted is None or self.directory_id is None or wanted == self.directory_id
+
+    def _handle_vote_request(self, body: Any, now_ms: int) -> Any:
+        def response(error: int, granted: bool) -> Any:
+            return ru.vote_response(error, self.quorum.epoch, self.quorum.leader_id, granted,
+                                    self.quorum.leader_endpoints, self.listener_name)
+
+        if not self._valid_cluster_id(body.cluster_id):
+            return ru.error_response(ApiKey.VOTE, ru.INCONSISTENT_CLUSTER_ID)
+        p = ru.single_partition(body.topics)
+        if p is None:
+            return ru.error_response(ApiKey.VOTE, ru.INVALID_REQUEST)
+        pre_vote = p.pre_vote
+        last_epoch, last_offset = p.last_offset_epoch, p.last_offset
+        # A candidate bumped its epoch, so its last record is of an older epoch; a prospective
+        # did not, so its last record may be of the epoch it sends.
+        illegal_epoch = last_epoch > p.replica_epoch if pre_vote else last_epoch >= p.replica_epoch
+        if last_offset < 0 or last_epoch < 0 or illegal_epoch:
+            return response(ru.INVALID_REQUEST, False)
+        error = self._validate_voter_only_request(p.replica_id, p.replica_epoch)
+        if error is not None:
+            return response(error, False)
+        if p.replica_epoch > self.quorum.epoch:
+            self._transition_to_unattached(p.replica_epoch, None, now_ms)
+        if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
+            return response(ru.INVALID_VOTER_KEY, False)
+        up_to_date = OffsetAndEpoch(last_offset, last_epoch).at_least_as_up_to_date_as(
+            self.log.end_offset_and_epoch())
+        candidate_dir = ru.optional_directory(p.replica_directory_id)
+        granted = self.quorum.state.can_grant_vote(p.replica_id, candidate_dir, up_to_date, pre_vote)
+        if granted and not pre_vote:
+            if self.quorum.is_unattached_not_voted():
+                self.quorum.unattached_add_voted_state(p.replica_epoch, p.replica_id, candidate_dir, now_ms)
+            elif self.quorum.is_prospective_not_voted():
+                self.quorum.prospective_add_voted_state(p.replica_epoch, p.replica_id, candidate_dir, now_ms)
+        log.debug("node %s: %svote for %s in epoch %d %s", self.node_id, "pre-" if pre_vote else "",
+                  p.replica_id, p.replica_epoch, "granted" if granted else "rejected")
+        return response(ru.NONE, granted)
+
+    def _handle_begin_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
+        def response(error: int) -> Any:
+            return ru.begin_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
+                                                  self.quorum.leader_endpoints, self.listener_name)
+
+        if not self._valid_cluster_id(body.cluster_id):
+            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
+        p = ru.single_partition(body.topics)
+        if p is None:
+            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INVALID_REQUEST)
+        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
+        if error is not None:
+            return response(error)
+        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
+                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
+        self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
+        if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
+            return response(ru.INVALID_VOTER_KEY)
+        return response(ru.NONE)
+
+    def _handle_end_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
+        def response(error: int) -> Any:
+            return ru.end_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
+                                                self.quorum.leader_endpoints, self.listener_name)
+
+        if not self._valid_cluster_id(body.cluster_id):
+            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
+        p = ru.single_partition(body.topics)
+        if p is None:
+            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INVALID_REQUEST)
+        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
+        if error is not None:
+            return response(error)
+        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
+                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
+        self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
+        state = self.quorum.state
+        if isinstance(state, FollowerState) and state.leader_id == p.leader_id:
+            preferred = ([c.candidate_id for c in p.preferred_candidates] if p.preferred_candidates
+                         else list(p.preferred_successors))
+            position = preferred.index(self.node_id) if self.node_id in preferred else len(preferred)
+            backoff = self._strict_exponential_election_backoff_ms(position, len(preferred))
+            state.override_fetch_timeout(now_ms, backoff)
+        return response(ru.NONE)
+
+    def _handle_fetch_request(self, request: InboundRequest, now_ms: int) -> None:
+        body = request.body
+        if not self._valid_cluster_id(body.cluster_id):
+            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INCONSISTENT_CLUSTER_ID))
+            return
+        p = ru.fetch_partition(body)
+        if p is None:
+            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INVALID_REQUEST))
+            return
+        if body.max_wait_ms < 0 or p.fetch_offset < 0 or p.last_fetched_epoch < 0 \
+                or p.last_fetched_epoch > p.current_leader_epoch:
+            self._respond(request, self._empty_fetch_response(ru.INVALID_REQUEST))
+            return
+        replica_id = ru.fetch_replica_id(body)
+        directory_id = ru.optional_directory(p.replica_directory_id)
+        response = self._try_complete_fetch_request(replica_id, directory_id, p.current_leader_epoch,
+                                                    p.fetch_offset, p.last_fetched_epoch, now_ms)
+        part = response.responses[0].partitions[0]
+        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 \
+                or part.diverging_epoch is not None or part.snapshot_id is not None:
+            self._respond(request, response)
+            return
+        self._parked.append(_ParkedFetch(request, replica_id, directory_id, p.fetch_offset,
+                                         now_ms + body.max_wait_ms))
+
+    def _empty_fetch_response(self, error: int) -> Any:
+        return ru.fetch_response(error, self.quorum.epoch, self.quorum.leader_id, high_watermark=None,
+                                 log_start_offset=self.log.start_offset,
+                                 endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
+
+    def _try_complete_fetch_request(self, replica_id: int, directory_id: bytes | None,
+                                    leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
+                                    now_ms: int) -> Any:
+        error = self._validate_leader_only_request(leader_epoch)
+        if error is not None:
+            return self._empty_fetch_response(error)
+        state = self.quorum.state
+        assert isinstance(state, LeaderState)
+        latest = self.log.latest_snapshot_id()
+        if fetch_offset == 0 and latest is not None and latest != BOOTSTRAP_SNAPSHOT_ID:
+            verdict_kind, verdict_id = ValidKind.SNAPSHOT, latest
+        else:
+            verdict = self.log.validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
+            verdict_kind, verdict_id = verdict.kind, verdict.offset_and_epoch
+        records = b""
+        if verdict_kind == ValidKind.VALID:
+            records = self.log.read(fetch_offset, None, self.max_fetch_bytes)
+            if state.update_replica_state(replica_id, directory_id, now_ms, fetch_offset):
+                self._on_update_leader_high_watermark(state)
+        elif replica_id >= 0:
+            # not progress, but proof of life for check-quorum
+            state.update_check_quorum_for_following_voter(replica_id, now_ms)
+        return ru.fetch_response(
+            ru.NONE, self.quorum.epoch, self.quorum.leader_id, high_watermark=state.high_watermark,
+            log_start_offset=self.log.start_offset, records=records,
+            diverging=verdict_id if verdict_kind == ValidKind.DIVERGING else None,
+            snapshot_id=verdict_id if verdict_kind == ValidKind.SNAPSHOT else None,
+            endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
+
+    def _complete_parked_fetches(self, now_ms: int) -> None:
+        end = self.log.end_offset
+        ready = [f for f in self._parked if f.fetch_offset < end]
+        if ready:
+            self._parked = [f for f in self._parked if f.fetch_offset >= end]
+            for parked in ready:
+                self._answer_parked(parked, now_ms)
+
+    def _answer_parked(self, parked: _ParkedFetch, now_ms: int) -> None:
+        p = ru.fetch_partition(parked.request.body)
+        self._respond(parked.request, self._try_complete_fetch_request(
+            parked.replica_id, parked.directory_id, p.current_leader_epoch, p.fetch_offset,
+            p.last_fetched_epoch, now_ms))
+
+    def _expire_parked_fetches(self, now_ms: int) -> int:
+        if not self._parked:
+            return NO_DEADLINE
+        expired = [f for f in self._parked if f.deadline_ms <= now_ms]
+        if expired:
+            self._parked = [f for f in self._parked if f.deadline_ms > now_ms]
+            for parked in expired:
+                self._answer_parked(parked, now_ms)
+        return min((f.deadline_ms - now_ms for f in self._parked), default=NO_DEADLINE)
+
+    def _fail_parked_fetches(self, error: int) -> None:
+        parked, self._parked = self._parked, []
+        for f in parked:
+            self._respond(f.request, self._empty_fetch_response(error))
+
+    def _handle_fetch_snapshot_request(self, body: Any, now_ms: int) -> Any:
+        if not self._valid_cluster_id(body.cluster_id):
+            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INCONSISTENT_CLUSTER_ID)
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INVALID_REQUEST)
+        p = ru.single_partition(body.topics, name_attr="name")
+        leader = (self.quorum.epoch, self.quorum.leader_id)
+        common = {"endpoints": self.quorum.leader_endpoints, "listener_name": self.listener_name}
+        if p is None or p.partition != ru.METADATA_PARTITION:
+            t = body.topics[0]
+            return ru.fetch_snapshot_response(ru.UNKNOWN_TOPIC_OR_PARTITION, *leader, topic=t.name,
+                                              partition_index=t.partitions[0].partition, **common)
+        error = self._validate_leader_only_request(p.current_leader_epoch)
+        if error is not None:
+            return ru.fetch_snapshot_response(error, *leader, **common)
+        snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        reader = self.log.read_snapshot(snapshot_id) if snapshot_id != BOOTSTRAP_SNAPSHOT_ID else None
+        if reader is None:
+            return ru.fetch_snapshot_response(ru.SNAPSHOT_NOT_FOUND, *leader, **common)
+        try:
+            size = reader.size_in_bytes
+            if p.position < 0 or p.position >= size:
+                return ru.fetch_snapshot_response(ru.POSITION_OUT_OF_RANGE, *leader, **common)
+            data = reader.read(p.position, min(body.max_bytes, size))
+        finally:
+            reader.close()
+        state = self.quorum.state
+        assert isinstance(state, LeaderState)
+        if body.replica_id >= 0:
+            state.update_check_quorum_for_following_voter(body.replica_id, now_ms)
+        return ru.fetch_snapshot_response(ru.NONE, *leader, snapshot_id=snapshot_id, size=size,
+                                          position=p.position, data=data, **common)
+
+    def _handle_describe_quorum_request(self, body: Any, now_ms: int) -> Any:
+        p = ru.single_partition(body.topics)
+        if p is None or p.partition_index != ru.METADATA_PARTITION:
+            return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
+                topic_name=t.topic_name, partitions=[DescribeQuorumResponse.PartitionData(
+                    partition_index=q.partition_index, error_code=ru.UNKNOWN_TOPIC_OR_PARTITION)
+                    for q in t.partitions]) for t in body.topics])
+        return self.describe_quorum(now_ms)
+
+    def describe_quorum(self, now_ms: int) -> Any:
+        """The DescribeQuorum answer: the leader's view of every voter and observer; any other
+        node answers NOT_LEADER_OR_FOLLOWER (Kafka's handleDescribeQuorumRequest)."""
+        state = self.quorum.state
+        partition = DescribeQuorumResponse.PartitionData(
+            partition_index=ru.METADATA_PARTITION,
+            leader_id=-1 if self.quorum.leader_id is None else self.quorum.leader_id,
+            leader_epoch=self.quorum.epoch, high_watermark=-1)
+        if not isinstance(state, LeaderState):
+            partition.error_code = ru.NOT_LEADER_OR_FOLLOWER
+            return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
+                topic_name=ru.METADATA_TOPIC, partitions=[partition])])
+
+        def replica(s: ReplicaState) -> Any:
+            local = s.replica_id == state.local_id
+            return DescribeQuorumResponse.ReplicaState(
+                replica_id=s.replica_id, replica_directory_id=s.directory_id or ru.ZERO_UUID,
+                log_end_offset=(self.log.end_offset if local else
+                                (-1 if s.end_offset is None else s.end_offset)),
+                last_fetch_timestamp=now_ms if local else s.last_fetch_timestamp,
+                last_caught_up_timestamp=now_ms if local else s.last_caught_up_timestamp)
+
+        partition.leader_id = state.local_id
+        partition.high_watermark = -1 if state.high_watermark is None else state.high_watermark
+        partition.current_voters = [replica(state.voter_states[v]) for v in sorted(state.voter_states)]
+        observers = state.observers(now_ms)
+        partition.observers = [replica(observers[o]) for o in sorted(observers)]
+        nodes = [DescribeQuorumResponse.Node(node_id=v.voter_id, listeners=[
+            DescribeQuorumResponse.Listener(name=n, host=h, port=p)
+            for n, (h, p) in sorted(v.listeners.items())]) for v in self.voters]
+        return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
+            topic_name=ru.METADATA_TOPIC, partitions=[partition])], nodes=nodes)

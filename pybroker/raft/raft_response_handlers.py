@@ -1,0 +1,236 @@
+"""Answers to the node's own Raft requests (the response half of Kafka's KafkaRaftClient).
+
+Only the answer carrying the in-flight correlation id of its destination is looked at (the
+RequestManager drops late, duplicated and pre-transition ones). A top-level error (a failed
+connection, a timeout) backs the destination off. `_maybe_handle_common_response` (in
+raft_client) first applies what every answer says about epochs and leaders; then: votes are
+counted (pre-votes make a Candidate, votes a Leader, a majority of rejections ends the
+election), BeginQuorumEpoch and EndQuorumEpoch acknowledgements are recorded, fetched records
+are appended (or the log truncated on a DivergingEpoch, or a snapshot download started on a
+SnapshotId) and the follower's high watermark follows the leader's, and FetchSnapshot chunks
+are written until the snapshot is whole and handed to the driver to freeze.
+
+A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads.
+Concurrency: Raft client thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.raft import raft_util as ru
+from pybroker.raft.candidate_state import CandidateState
+from pybroker.raft.errors import RaftSafetyError
+from pybroker.raft.follower_state import FollowerState
+from pybroker.raft.leader_state import LeaderState
+from pybroker.raft.offset_and_epoch import OffsetAndEpoch
+from pybroker.raft.prospective_state import ProspectiveState
+from pybroker.raft.raft_message import InboundResponse
+from pybroker.raft.resigned_state import ResignedState
+
+if TYPE_CHECKING:
+    from pybroker.raft.raft_client import KafkaRaftClient
+
+    _Base = KafkaRaftClient
+else:
+    _Base = object
+
+log = logging.getLogger(__name__)
+
+
+class RaftResponseHandlers(_Base):
+    def handle_response(self, response: InboundResponse, now_ms: int) -> None:
+        rm = self.request_manager
+        if not rm.is_response_expected(response.source, response.correlation_id):
+            return  # late, duplicated, or from before a transition
+        body = response.body
+        handler = {
+            ApiKey.FETCH: self._handle_fetch_response,
+            ApiKey.VOTE: self._handle_vote_response,
+            ApiKey.BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_response,
+            ApiKey.END_QUORUM_EPOCH: self._handle_end_quorum_epoch_response,
+            ApiKey.FETCH_SNAPSHOT: self._handle_fetch_snapshot_response,
+        }.get(response.api_key)
+        if handler is None:
+            raise ValueError(f"unexpected response to api {response.api_key}")
+        if body.error_code != ru.NONE:
+            success = False  # connection failure, timeout, or a top-level refusal: back off
+            if body.error_code not in (ru.BROKER_NOT_AVAILABLE, ru.REQUEST_TIMED_OUT):
+                log.warning("node %s: %s answered top-level error %d", self.node_id,
+                            response.source, body.error_code)
+        else:
+            success = handler(response.source, body, now_ms)
+        rm.on_response_result(response.source, response.correlation_id, success, now_ms)
+
+    def _handle_vote_response(self, source: int, body: Any, now_ms: int) -> bool:
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return False
+        p = body.topics[0].partitions[0]
+        leader_id = None if p.leader_id < 0 else p.leader_id
+        handled = self._maybe_handle_common_response(
+            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
+            now_ms)
+        if handled is not None:
+            return handled
+        if p.error_code != ru.NONE:
+            return False
+        state = self.quorum.state
+        if isinstance(state, (ProspectiveState, CandidateState)):
+            if p.vote_granted:
+                state.record_granted_vote(source)
+                self._maybe_transition_forward(now_ms)
+            else:
+                state.record_rejected_vote(source)
+                if state.epoch_election.is_vote_rejected():
+                    if isinstance(state, ProspectiveState):
+                        self._prospective_transition_after_election_loss(state, now_ms)
+                    elif not state.is_backing_off:
+                        # gridlocked: back off now instead of waiting for the election timeout
+                        state.start_backing_off(now_ms, self._binary_exponential_election_backoff_ms(state.retries))
+        return True
+
+    def _handle_begin_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return False
+        p = body.topics[0].partitions[0]
+        leader_id = None if p.leader_id < 0 else p.leader_id
+        handled = self._maybe_handle_common_response(
+            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
+            now_ms)
+        if handled is not None:
+            return handled
+        if p.error_code != ru.NONE:
+            return False
+        state = self.quorum.state
+        if isinstance(state, LeaderState) and source in state.voter_states:
+            state.add_acknowledgement_from(source)
+        return True
+
+    def _handle_end_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return False
+        p = body.topics[0].partitions[0]
+        leader_id = None if p.leader_id < 0 else p.leader_id
+        handled = self._maybe_handle_common_response(
+            p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
+            now_ms)
+        if handled is not None:
+            return handled
+        if p.error_code != ru.NONE:
+            return False
+        state = self.quorum.state
+        if isinstance(state, ResignedState):
+            state.acknowledge_resignation(source)
+        return True
+
+    def _handle_fetch_response(self, source: int, body: Any, now_ms: int) -> bool:
+        if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
+            return False
+        p = body.responses[0].partitions[0]
+        current = p.current_leader
+        leader_id = None if current is None or current.leader_id < 0 else current.leader_id
+        epoch = -1 if current is None else current.leader_epoch
+        handled = self._maybe_handle_common_response(
+            p.error_code, leader_id, epoch, self._leader_endpoints(leader_id, body.node_endpoints), now_ms)
+        if handled is not None:
+            return handled
+        if p.error_code != ru.NONE:
+            return False
+        state = self.quorum.state
+        if not isinstance(state, FollowerState):
+            return True
+        diverging = p.diverging_epoch
+        snapshot = p.snapshot_id
+        if diverging is not None and diverging.epoch >= 0:
+            target = OffsetAndEpoch(diverging.end_offset, diverging.epoch)
+            if state.high_watermark is not None and target.offset < state.high_watermark:
+                raise RaftSafetyError(f"node {self.node_id}: leader asked for truncation to "
+                                      f"{target.offset}, below the high watermark {state.high_watermark}")
+            offset = self.log.truncate_to_end_offset(target)
+            self._log_dirty = True
+            log.info("node %s: truncated to %d after a diverging epoch from leader %s",
+                     self.node_id, offset, state.leader_id)
+        elif snapshot is not None and (snapshot.epoch >= 0 or snapshot.end_offset >= 0):
+            if snapshot.epoch < 0 or snapshot.end_offset < 0:
+                return False
+            snapshot_id = OffsetAndEpoch(snapshot.end_offset, snapshot.epoch)
+            writer = self.log.create_new_snapshot_unchecked(snapshot_id)
+            if writer is None:
+                # already here: the log just has to start at it
+                if self.log.truncate_to_latest_snapshot():
+                    self._log_dirty = True
+                    self._update_follower_high_watermark(state, snapshot_id.offset)
+            else:
+                if state.fetching_snapshot is not None:
+                    state.fetching_snapshot.close()
+                state.fetching_snapshot = writer
+                log.info("node %s: fetching snapshot %s from leader %s", self.node_id, snapshot_id,
+                         state.leader_id)
+        else:
+            records = p.records
+            if records is not None and len(records) > 0:
+                if self.log.append_as_follower(records) is not None:
+                    self._log_dirty = True
+            self._update_follower_high_watermark(state, None if p.high_watermark < 0 else p.high_watermark)
+        state.reset_fetch_timeout_for_successful_fetch(now_ms)
+        return True
+
+    def _update_follower_high_watermark(self, state: FollowerState, high_watermark: int | None) -> None:
+        if high_watermark is None:
+            return
+        if state.update_high_watermark(min(high_watermark, self.log.end_offset)):
+            self.log.update_high_watermark(state.high_watermark)  # type: ignore[arg-type]
+
+    def _handle_fetch_snapshot_response(self, source: int, body: Any, now_ms: int) -> bool:
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return False
+        p = ru.single_partition(body.topics, name_attr="name")
+        if p is None or p.index != ru.METADATA_PARTITION:
+            return False
+        current = p.current_leader
+        leader_id = None if current is None or current.leader_id < 0 else current.leader_id
+        epoch = -1 if current is None else current.leader_epoch
+        handled = self._maybe_handle_common_response(
+            p.error_code, leader_id, epoch, self._leader_endpoints(leader_id, body.node_endpoints), now_ms)
+        if handled is not None:
+            return handled
+        state = self.quorum.state
+        if not isinstance(state, FollowerState):
+            return True
+        writer = state.fetching_snapshot
+        if p.error_code == ru.SNAPSHOT_NOT_FOUND or p.snapshot_id.end_offset < 0 or p.snapshot_id.epoch < 0:
+            # the leader dropped that snapshot: start over with a Fetch
+            if writer is not None:
+                writer.close()
+            state.fetching_snapshot = None
+            state.reset_fetch_timeout_for_successful_fetch(now_ms)
+            return True
+        if p.error_code != ru.NONE:
+            return False
+        snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        if writer is None or writer.snapshot_id != snapshot_id or writer.size_in_bytes != p.position:
+            raise RaftSafetyError(f"node {self.node_id}: unexpected FetchSnapshot answer {snapshot_id} "
+                                  f"at {p.position} for {writer and writer.snapshot_id}")
+        data = p.unaligned_records
+        if data is not None and len(data) > 0:
+            writer.append(data)
+        if writer.size_in_bytes == p.size:
+            state.snapshot_freezing = True
+            self._pending_freeze.append(writer)
+        elif writer.size_in_bytes > p.size:
+            raise RaftSafetyError(f"snapshot {snapshot_id} grew past its size {p.size}")
+        state.reset_fetch_timeout_for_successful_fetch(now_ms)
+        return True
+
+    def _on_fetched_snapshot_frozen(self, writer: Any, now_ms: int) -> None:
+        state = self.quorum.state
+        if isinstance(state, FollowerState) and state.fetching_snapshot is writer:
+            state.fetching_snapshot = None
+            state.snapshot_freezing = False
+        if self.log.truncate_to_latest_snapshot():
+            self._log_dirty = True
+            log.info("node %s: log now starts at downloaded snapshot %s", self.node_id, writer.snapshot_id)
+            if isinstance(state, FollowerState):
+                self._update_follower_high_watermark(state, writer.snapshot_id.offset)

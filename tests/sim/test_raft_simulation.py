@@ -1,0 +1,181 @@
+"""KRaft under faults, in a deterministic simulation (see raft_sim.py for the model and the
+invariants checked after every event).
+
+A failure message starts with the seed; PYBROKER_SIM_SEED=<seed> replays exactly that run
+(test_random_faults then runs only that seed, with more phases when PYBROKER_SIM_PHASES is set).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pybroker.raft.leader_state import LeaderState
+from pybroker.raft.prospective_state import ProspectiveState
+
+from .raft_sim import STABLE_MS, Cluster, NetworkConfig, run_random_scenario
+
+REPLAY = os.environ.get("PYBROKER_SIM_SEED")
+DEFAULT_SEEDS = [int(REPLAY)] if REPLAY else [11, 37, 52]
+PHASES = int(os.environ.get("PYBROKER_SIM_PHASES", "2"))
+
+
+@pytest.mark.parametrize("seed", DEFAULT_SEEDS)
+def test_random_faults(seed: int) -> None:
+    report = run_random_scenario(seed, phases=PHASES)
+    assert report.committed > 1000, report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", range(10))
+def test_random_faults_many_seeds(block: int) -> None:
+    """300 seeds, 5 fault phases each (about five minutes on one core)."""
+    for seed in range(1000 + block * 30, 1000 + (block + 1) * 30):
+        run_random_scenario(seed, phases=5)
+
+
+def started(seed: int, **kw: object) -> Cluster:
+    cluster = Cluster(seed, **kw)  # type: ignore[arg-type]
+    cluster.start()
+    cluster.run_for(5000)
+    assert cluster.leader() is not None
+    return cluster
+
+
+def test_a_leader_is_elected_and_appends_commit_everywhere() -> None:
+    cluster = started(1)
+    leader = cluster.leader()
+    assert leader is not None and leader.client.epoch == 1
+    cluster.run_for(5000)
+    assert cluster.max_committed > 200
+    cluster.appends = False
+    cluster.run_for(2000)
+    cluster.check_converged()
+
+
+def test_leader_crash_with_data_loss_elects_another_that_keeps_every_commit() -> None:
+    cluster = started(2)
+    old = cluster.leader()
+    assert old is not None
+    old_epoch = old.client.epoch
+    cluster.crash(old.id, lose_unflushed=True)
+    crashed_at, committed_before = cluster.now, cluster.max_committed
+    elected_at = None
+    for _ in range(100):
+        cluster.run_for(100)
+        new = cluster.leader()
+        if new is not None and new.client.high_watermark is not None:
+            elected_at = cluster.now
+            break
+    assert new is not None and new.id != old.id and new.client.epoch > old_epoch
+    # fetch timeout (2 s) + pre-vote + vote: a few election timeouts
+    assert elected_at is not None and elected_at - crashed_at < 6000
+    cluster.run_for(3000)
+    assert cluster.max_committed > committed_before
+    cluster.restart(old.id)
+    cluster.appends = False
+    cluster.run_for(STABLE_MS)
+    cluster.check_converged()
+
+
+def test_isolated_leader_resigns_its_tail_is_truncated_and_nothing_committed_is_lost() -> None:
+    cluster = started(3)
+    old = cluster.leader()
+    assert old is not None
+    cluster.partition({old.id})
+    cluster.run_for(6000)
+    # check quorum: the isolated leader stopped leading; the majority elected another
+    assert not isinstance(old.client.quorum.state, LeaderState)
+    new = cluster.leader()
+    assert new is not None and new.id != old.id
+    cluster.heal()
+    cluster.appends = False
+    cluster.run_for(STABLE_MS)
+    cluster.check_converged()
+    assert old.log.end_offset == new.log.end_offset
+
+
+def test_partitioned_follower_cannot_disrupt_the_quorum_when_it_returns() -> None:
+    cluster = started(4)
+    leader = cluster.leader()
+    assert leader is not None
+    follower = next(n for n in cluster.nodes.values() if n.id != leader.id)
+    epoch = leader.client.epoch
+    cluster.partition({follower.id})
+    cluster.run_for(20_000)
+    # pre-votes keep it from bumping the epoch while it cannot win
+    assert follower.client.epoch == epoch
+    assert isinstance(follower.client.quorum.state, (ProspectiveState,)) or \
+        follower.client.quorum.is_unattached or follower.client.quorum.is_follower
+    cluster.heal()
+    cluster.run_for(5000)
+    assert cluster.leader() is leader and leader.client.epoch == epoch
+
+
+def test_far_behind_node_catches_up_from_a_snapshot() -> None:
+    cluster = started(5, snapshot_bytes=2048, retention_bytes=4096)
+    leader = cluster.leader()
+    assert leader is not None
+    lagger = next(n for n in cluster.nodes.values() if n.id != leader.id)
+    cluster.crash(lagger.id, lose_unflushed=False)
+    behind = lagger.log.end_offset
+    cluster.run_for(20_000)
+    # snapshots were taken and the leader cleaned its log past the lagger's end
+    assert leader.log.start_offset > behind and leader.snapshots_taken > 2
+    cluster.restart(lagger.id)
+    cluster.run_for(5000)
+    assert lagger.machine is not None and lagger.machine.snapshots_loaded >= 1
+    assert lagger.log.start_offset > behind
+    cluster.appends = False
+    cluster.run_for(5000)
+    cluster.check_converged()
+
+
+def test_observer_follows_the_log_and_is_described_as_observer() -> None:
+    cluster = started(6, voters=3, observers=2)
+    cluster.run_for(5000)
+    leader = cluster.leader()
+    assert leader is not None
+    for observer_id in (4, 5):
+        observer = cluster.nodes[observer_id]
+        assert observer.client.quorum.is_observer() and observer.client.quorum.is_follower
+    described = leader.client.describe_quorum(cluster.now).topics[0].partitions[0]
+    assert [v.replica_id for v in described.current_voters] == [1, 2, 3]
+    assert [o.replica_id for o in described.observers] == [4, 5]
+    assert all(o.log_end_offset > 0 for o in described.observers)
+    cluster.appends = False
+    cluster.run_for(3000)
+    cluster.check_converged()
+
+
+def test_graceful_resignation_hands_over_quickly() -> None:
+    cluster = started(7)
+    leader = cluster.leader()
+    assert leader is not None
+    epoch = leader.client.epoch
+    leader.client.begin_shutdown(5000, cluster.now)
+    cluster.step(leader)
+    cluster.run_for(4000)
+    assert leader.client.shutdown_complete and not leader.client.shutdown_timed_out
+    new = cluster.leader()
+    assert new is not None and new.id != leader.id and new.client.epoch > epoch
+
+
+def test_five_voters_survive_two_crashes_and_lossy_links() -> None:
+    cluster = started(8, voters=5, network=NetworkConfig(max_delay_ms=30, drop_probability=0.02,
+                                                         duplicate_probability=0.02))
+    leader = cluster.leader()
+    assert leader is not None
+    others = [n for n in cluster.nodes if n != leader.id]
+    cluster.crash(leader.id, lose_unflushed=True)
+    cluster.crash(others[0], lose_unflushed=True)
+    mark = cluster.max_committed
+    cluster.run_for(STABLE_MS)
+    assert cluster.max_committed > mark
+    cluster.restart(leader.id)
+    cluster.restart(others[0])
+    cluster.network = NetworkConfig()
+    cluster.appends = False
+    cluster.run_for(STABLE_MS)
+    cluster.check_converged()
