@@ -30,6 +30,7 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from pybroker._native.errors import CorruptRecordError, InvalidRecordError
 from pybroker._pure.crc32c import crc32c
@@ -226,7 +227,7 @@ def _read_record(data: bytes, rd: _Reader, end: int, decode: bool):
     headers_count = rd.varint()
     if headers_count < 0:
         raise InvalidRecordError(f"invalid header count {headers_count}")
-    headers = [] if decode else None
+    headers: list[tuple[Any, Any]] = []
     for _ in range(headers_count):
         hkey_length = rd.varint()
         if hkey_length < 0:
@@ -247,7 +248,7 @@ def _read_record(data: bytes, rd: _Reader, end: int, decode: bool):
         raise InvalidRecordError(
             f"record length {length} leaves {body_end - rd.pos} unread bytes")
     rd.end = end
-    return attributes, timestamp_delta, offset_delta, key, value, headers
+    return attributes, timestamp_delta, offset_delta, key, value, headers if decode else None
 
 
 def count_records(buf, pos: int, end: int, expected: int) -> tuple[int, int]:
@@ -288,7 +289,7 @@ def decode_records(buf, pos: int, end: int, count: int) -> list:
     data = view[pos:end].tobytes()
     end -= pos
     rd = _Reader(data, 0, end)
-    out = []
+    out: list[Any] = []
     for _ in range(count):
         if rd.pos >= end:
             raise InvalidRecordError(f"{len(out)} records where {count} were declared")

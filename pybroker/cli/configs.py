@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from pybroker.cli.common import EXIT_OK, CliError
 from pybroker.client.admin import (
@@ -245,7 +245,7 @@ def describe_resource(admin: AdminClient, etype: str, name: str | None, describe
 
 
 def quota_components(pairs: Sequence[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:
-    out = []
+    out: list[tuple[str, int, str | None]] = []
     for etype, name in pairs:
         kind = QUOTA_TYPES[etype]
         if name is None:
@@ -319,7 +319,7 @@ def alter_scram(admin: AdminClient, user: str, to_add: dict[str, str], to_delete
         ups.append((user, mech, iterations, m.group(2)))
     # One request per change: the controller refuses a user named twice in one request
     # (DUPLICATE_RESOURCE), which makes Kafka's own tool fail on two mechanisms at once.
-    changes = [([u], []) for u in ups] + [([], [(user, mech)]) for mech in to_delete]
+    changes: list[tuple[list[Any], list[Any]]] = [([u], []) for u in ups] + [([], [(user, mech)]) for mech in to_delete]
     for upserts, deletes in changes:
         for _user, (code, message) in admin.alter_user_scram_credentials(upserts, deletes).items():
             if code:

@@ -199,9 +199,10 @@ def offset_rows(admin: AdminClient, desc: GroupDescription) -> list[list[object]
         current = committed[tp].offset if tp in committed else None
         end = ends.get(tp)
         lag = end - current if current is not None and end is not None else None
-        m = owner.get(tp)
+        holder = owner.get(tp)
         rows.append([desc.group_id, tp.topic, tp.partition, current, end, lag,
-                     m.member_id if m else None, m.client_host if m else None, m.client_id if m else None])
+                     holder.member_id if holder else None, holder.client_host if holder else None,
+                     holder.client_id if holder else None])
     for m in sorted(desc.members, key=lambda m: m.member_id):
         if not m.assignment:
             rows.append([desc.group_id, None, None, None, None, None, m.member_id, m.client_host, m.client_id])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from pybroker import __version__
 from pybroker.config import BrokerConfig, ConfigError, build_config
@@ -22,7 +23,7 @@ EXIT_CONFIG = 2
 
 
 class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own code too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's own code too)
         sys.stderr.write(f"pybroker: {message}\n")
         raise SystemExit(EXIT_CONFIG)
 

@@ -29,7 +29,7 @@ import random
 import re
 import time
 from datetime import datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, parse_key_value
 from pybroker.client.admin import AdminClient
@@ -162,12 +162,14 @@ class Stats:
         # Kafka's elapsed time is whole milliseconds; never divide by zero on a tiny run.
         elapsed_ms = max(int((time.monotonic() - self.start) * 1000), 1)
         lat = sorted(self.latencies)
-        percs = [lat[min(int(p * len(lat)), len(lat) - 1)] if lat else 0 for p in (0.5, 0.95, 0.99, 0.999)]
+        percs: list[float] = [lat[min(int(p * len(lat)), len(lat) - 1)] if lat else 0
+                              for p in (0.5, 0.95, 0.99, 0.999)]
+        args: tuple[Any, ...] = (self.count, " steady state" if self.steady_state else "", 1000.0 * self.count / elapsed_ms,
+                                 1000.0 * self.bytes / elapsed_ms / MB, self.total_latency / max(self.count, 1),
+                                 float(self.max_latency), *percs)
         self.out.write("%d%s records sent, %f records/sec (%.2f MB/sec), %.2f ms avg latency, %.2f ms max latency, "  # noqa: UP031 - Java's printf formats
                        "%d ms 50th, %d ms 95th, %d ms 99th, %d ms 99.9th.\n"
-                       % (self.count, " steady state" if self.steady_state else "", 1000.0 * self.count / elapsed_ms,
-                          1000.0 * self.bytes / elapsed_ms / MB, self.total_latency / max(self.count, 1),
-                          float(self.max_latency), *percs))
+                       % args)
         self.out.flush()
 
 

@@ -123,7 +123,7 @@ class UnknownTopicError(KafkaError):
     """A topic or partition missing from fresh metadata: reported at once, not retried
     (Kafka's AdminClient also fails these from metadata without waiting)."""
 
-    retriable = False  # type: ignore[assignment]
+    retriable = False
 
     def __init__(self, message: str) -> None:
         super().__init__(Errors.UNKNOWN_TOPIC_OR_PARTITION, message)
@@ -344,7 +344,7 @@ class AdminClient:
     def metadata(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
         """Cluster metadata; `topics` None lists every topic. Never auto-creates topics."""
         names = None if topics is None else list(topics)
-        return self._run(lambda: self._metadata(names))  # type: ignore[no-any-return]
+        return self._run(lambda: self._metadata(names))
 
     def _metadata(self, names: list[str] | None) -> ClusterMetadata:
         conn = self._any()
@@ -397,7 +397,7 @@ class AdminClient:
                 req.validate_only = True
             resp = conn.send(req, version)
             return {t.name: (Errors.for_code(t.error_code), t.error_message) for t in resp.topics}
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                      configs: Mapping[str, str] | None = None, *, validate_only: bool = False) -> None:
@@ -420,7 +420,7 @@ class AdminClient:
                 req = DeleteTopicsRequest(topic_names=names, timeout_ms=timeout_ms)
             resp = conn.send(req, version)
             return {r.name: (Errors.for_code(r.error_code), r.error_message) for r in resp.responses}
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def delete_topic(self, name: str) -> None:
         err, msg = self.delete_topics([name])[name]
@@ -443,7 +443,7 @@ class AdminClient:
                     c.name: ConfigEntry(c.name, c.value, c.config_source, c.is_default, c.read_only,
                                         c.is_sensitive) for c in r.configs}
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def topic_config_overrides(self, topics: Iterable[str]) -> dict[str, dict[str, str | None]]:
         """Topic -> the configs set on the topic itself (source DYNAMIC_TOPIC_CONFIG)."""
@@ -482,7 +482,7 @@ class AdminClient:
             for leader, group in by_leader.items():
                 out.update(self._list_offsets_at(self._node_conn(leader), group, isolation_level))
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def _list_offsets_at(self, conn: BrokerConnection, specs: dict[TopicPartition, int],
                          isolation_level: int) -> dict[TopicPartition, ListedOffset]:
@@ -520,7 +520,7 @@ class AdminClient:
 
     def find_coordinator(self, group_id: str) -> Node:
         """The group's coordinator (FindCoordinator, key type GROUP); cached until it moves."""
-        return self._run(lambda: self._find_coordinator(group_id))  # type: ignore[no-any-return]
+        return self._run(lambda: self._find_coordinator(group_id))
 
     def _find_coordinator(self, group_id: str) -> Node:
         node = self._coordinators.get(group_id)
@@ -565,7 +565,7 @@ class AdminClient:
 
         def call() -> list[GroupListing]:
             md = self._metadata([])
-            nodes = list(md.brokers.values()) or [None]
+            nodes: list[Any] = list(md.brokers.values()) or [None]
             seen: dict[str, GroupListing] = {}
             for node in nodes:
                 conn = self._any() if node is None else self._connect(node.host, node.port)
@@ -587,7 +587,7 @@ class AdminClient:
                 want = {t.lower() for t in types_l}
                 out = [g for g in out if g.group_type.lower() in want]
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """One group (DescribeGroups at its coordinator); KafkaError for a group-level error.
@@ -614,7 +614,7 @@ class AdminClient:
                 members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                                  assignment))
             return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, node)
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, Errors]:
         """{group: error}: NON_EMPTY_GROUP if it has members, GROUP_ID_NOT_FOUND if unknown."""
@@ -678,7 +678,7 @@ class AdminClient:
                     _check(p.error_code, f"cannot fetch the offset of {tp} for group '{group_id}'")
                     out[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, p.metadata or "")
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def commit_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], *,
@@ -715,7 +715,7 @@ class AdminClient:
                         self._group_error(err, group_id, "cannot commit offsets")
                     out[TopicPartition(t.name, p.partition_index)] = err
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Errors]:
         """OffsetDelete: drop committed offsets of partitions the group no longer consumes.
@@ -738,7 +738,7 @@ class AdminClient:
             self._group_error(resp.error_code, group_id, "cannot delete offsets")
             return {TopicPartition(t.name, p.partition_index): Errors.for_code(p.error_code)
                     for t in resp.topics for p in t.partitions}
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     # -- configs (DescribeConfigs / IncrementalAlterConfigs) ----------------------------
 
@@ -772,7 +772,7 @@ class AdminClient:
                                     [ConfigSynonym(y.name, y.value, y.source) for y in (c.synonyms or ())])
                         for c in r.configs]
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def incremental_alter_configs(
         self, alterations: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]], *,
@@ -793,7 +793,7 @@ class AdminClient:
                 for r in resp.responses:
                     out[(r.resource_type, r.resource_name)] = (Errors.for_code(r.error_code), r.error_message)
             return out
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     # -- client quotas ------------------------------------------------------------------
 
@@ -812,7 +812,7 @@ class AdminClient:
             _check(resp.error_code, "cannot describe client quotas", resp.error_message)
             return [ClientQuotaEntry({e.entity_type: e.entity_name for e in entry.entity},
                                      {v.key: v.value for v in entry.values}) for entry in resp.entries or ()]
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def alter_client_quotas(
         self, alterations: Iterable[tuple[Mapping[str, str | None], Mapping[str, float | None]]], *,
@@ -830,7 +830,7 @@ class AdminClient:
             resp = conn.send(req, conn.version_for(ApiKey.ALTER_CLIENT_QUOTAS))
             return [({x.entity_type: x.entity_name for x in r.entity}, Errors.for_code(r.error_code),
                      r.error_message) for r in resp.entries]
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     # -- SCRAM credentials --------------------------------------------------------------
 
@@ -850,7 +850,7 @@ class AdminClient:
             return {r.user: (Errors.for_code(r.error_code),
                              [(by_code.get(c.mechanism, "UNKNOWN"), c.iterations) for c in r.credential_infos])
                     for r in resp.results}
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def alter_user_scram_credentials(
         self, upsertions: Iterable[tuple[str, str, int, str]] = (), deletions: Iterable[tuple[str, str]] = ()
@@ -873,7 +873,7 @@ class AdminClient:
             resp = conn.send(AlterUserScramCredentialsRequest(deletions=dels, upsertions=ups),
                              conn.version_for(ApiKey.ALTER_USER_SCRAM_CREDENTIALS))
             return {r.user: (Errors.for_code(r.error_code), r.error_message) for r in resp.results}
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     # -- ACLs ---------------------------------------------------------------------------
 
@@ -896,7 +896,7 @@ class AdminClient:
                                      AccessControlEntry(a.principal, a.host, AclOperation(a.operation),
                                                         AclPermissionType(a.permission_type)))
                           for r in resp.resources for a in r.acls)
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def create_acls(self, bindings: Iterable[AclBinding]) -> list[tuple[Errors, str | None]]:
         """One (error, message) per binding, in order."""
@@ -911,7 +911,7 @@ class AdminClient:
                 operation=b.entry.operation, permission_type=b.entry.permission_type) for b in items])
             resp = conn.send(req, version)
             return [(Errors.for_code(r.error_code), r.error_message) for r in resp.results]
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[tuple[Errors, str | None, list[AclBinding]]]:
         """Per filter: (error, message, the bindings it deleted)."""
@@ -930,7 +930,7 @@ class AdminClient:
                            AccessControlEntry(m.principal, m.host, AclOperation(m.operation),
                                               AclPermissionType(m.permission_type)))
                 for m in r.matching_acls if not m.error_code)) for r in resp.filter_results]
-        return self._run(call)  # type: ignore[no-any-return]
+        return self._run(call)
 
 
 def _resource_text(resource_type: int, name: str) -> str:

@@ -199,6 +199,7 @@ class BrokerConnection:
             cid, resp = decode_response(ApiKey.API_VERSIONS, version, frame)
         except ProtocolError:
             cid, resp = decode_response(ApiKey.API_VERSIONS, 0, frame)
+        assert isinstance(resp, ApiVersionsResponse)
         if resp.error_code == Errors.UNSUPPORTED_VERSION and version != 0:
             cid, resp = decode_response(ApiKey.API_VERSIONS, 0, frame)
         self._check_correlation(cid)

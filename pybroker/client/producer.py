@@ -282,17 +282,18 @@ class Producer:
         retry: list[_Batch] = []
         for t in resp.responses:
             for p in t.partition_responses:
-                b = by_tp.pop(TopicPartition(t.name, p.index), None)
-                if b is None:
+                found = by_tp.pop(TopicPartition(t.name, p.index), None)
+                if found is None:
                     continue
+                b = found
                 err = Errors.for_code(p.error_code)
                 if err == Errors.NONE:
                     self._complete(b, p.base_offset, p.log_append_time_ms, None)
                 else:
                     msg = p.error_message or (p.record_errors[0].batch_index_error_message
                                               if p.record_errors else None)
-                    exc = KafkaError(err, f"cannot produce to {b.tp}" + (f": {msg}" if msg else ""))
-                    retry += self._retry_or_fail([b], exc)
+                    failure = KafkaError(err, f"cannot produce to {b.tp}" + (f": {msg}" if msg else ""))
+                    retry += self._retry_or_fail([b], failure)
         for b in by_tp.values():  # missing from the response: treat as a failed send
             self._fail(b, KafkaError(Errors.UNKNOWN_SERVER_ERROR, f"no answer for {b.tp}"))
         return retry

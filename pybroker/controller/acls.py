@@ -83,19 +83,19 @@ def _from_code(enum: Any, code: int) -> Any:
 
 
 def resource_type(code: int) -> ResourceType:
-    return _from_code(ResourceType, code)  # type: ignore[no-any-return]
+    return _from_code(ResourceType, code)
 
 
 def pattern_type(code: int) -> PatternType:
-    return _from_code(PatternType, code)  # type: ignore[no-any-return]
+    return _from_code(PatternType, code)
 
 
 def operation(code: int) -> AclOperation:
-    return _from_code(AclOperation, code)  # type: ignore[no-any-return]
+    return _from_code(AclOperation, code)
 
 
 def permission_type(code: int) -> AclPermissionType:
-    return _from_code(AclPermissionType, code)  # type: ignore[no-any-return]
+    return _from_code(AclPermissionType, code)
 
 
 @dataclass(frozen=True, slots=True)

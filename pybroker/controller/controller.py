@@ -135,7 +135,7 @@ class QuorumController:
             self.broker_epoch = (self.image.offset + 1) if prev is None else max(prev.epoch + 1, self.image.offset + 1)
             records.append(m.RegisterBrokerRecord(
                 broker_id=node_id,
-                incarnation_id=uuid.uuid4().bytes if _UUID_AS_BYTES else uuid.uuid4(),
+                incarnation_id=uuid.uuid4().bytes,
                 broker_epoch=self.broker_epoch,
                 end_points=[m.RegisterBrokerRecord.BrokerEndpoint(
                     name=ep.listener_name, host=ep.host, port=ep.port, security_protocol=0)
@@ -277,7 +277,7 @@ class QuorumController:
 
     def _topic_records(self, res: TopicResult, assignments: Mapping[int, Sequence[int]],
                        configs: Mapping[str, str | None]) -> list[Any]:
-        tid = _uuid(res.topic_id)
+        tid = res.topic_id
         recs: list[Any] = [m.TopicRecord(name=res.name, topic_id=tid)]
         for k, v in configs.items():
             recs.append(m.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=res.name, name=k,
@@ -319,7 +319,7 @@ class QuorumController:
                 out.append((t.name, t.topic_id, 0, None))
                 if t.topic_id not in removed:
                     removed.add(t.topic_id)
-                    records.append(m.RemoveTopicRecord(topic_id=_uuid(t.topic_id)))
+                    records.append(m.RemoveTopicRecord(topic_id=t.topic_id))
             await self._commit(records)
             return out
 
@@ -376,7 +376,7 @@ class QuorumController:
                 out.append((name, 0, None))
                 if validate_only:
                     continue
-                tid = _uuid(t.topic_id)
+                tid = t.topic_id
                 for i, replicas in enumerate(placement):
                     records.append(m.PartitionRecord(
                         partition_id=current + i, topic_id=tid, replicas=replicas, isr=list(replicas),
@@ -597,10 +597,3 @@ class QuorumController:
 def _start_index(name: str) -> int:
     # deterministic spread of partition leaders across brokers, like Kafka's random start index
     return int.from_bytes(os.urandom(2), "big") if not name else sum(name.encode()) & 0xFFFF
-
-
-_UUID_AS_BYTES = True
-
-
-def _uuid(b: bytes) -> Any:
-    return b if _UUID_AS_BYTES else uuid.UUID(bytes=b)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.protocol import messages as m
+from pybroker.protocol.api_message import ApiMessage
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -25,7 +26,7 @@ OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
 # record type -> (key class, value class)
-RECORD_TYPES: dict[int, tuple[type, type]] = {
+RECORD_TYPES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     0: (m.OffsetCommitKey, m.OffsetCommitValue),
     1: (m.OffsetCommitKey, m.OffsetCommitValue),
     2: (m.GroupMetadataKey, m.GroupMetadataValue),

@@ -42,12 +42,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from pybroker.coordinators import record_serde as serde
-from pybroker.coordinators.shard import CoordinatorResult
+from pybroker.coordinators.partition_writer import PartitionWriter
+from pybroker.coordinators.shard import CoordinatorResult, CoordinatorShard, TransactionalShard
 from pybroker.coordinators.timer import PurgatoryTimer
 from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch, parse_marker_key
 from pybroker.protocol.errors import Errors, KafkaError
@@ -84,7 +85,7 @@ class ShardStatus(enum.Enum):
 class ShardContext:
     partition: int
     status: ShardStatus
-    shard: Any
+    shard: CoordinatorShard
     timer: PurgatoryTimer
     epoch: int  # leader epoch the shard was loaded for
 
@@ -104,7 +105,8 @@ class DelayedAppend(DelayedOperation):
 
 
 class CoordinatorRuntime:
-    def __init__(self, topic: str, replica_manager: Any, shard_factory: Callable[[int, PurgatoryTimer], Any],
+    def __init__(self, topic: str, replica_manager: PartitionWriter,
+                 shard_factory: Callable[[int, PurgatoryTimer], CoordinatorShard],
                  spawn: Callable[..., Any], commit_timeout_ms: int = 5000,
                  now_ms: Callable[[], int] | None = None,
                  decode: Callable[[Any, Any], Any] = serde.decode) -> None:
@@ -122,7 +124,7 @@ class CoordinatorRuntime:
     # ------------------------------------------------------------------ leadership
 
     def led_partitions(self) -> dict[int, Any]:
-        return {p.partition: p for (t, _), p in self.rm.partitions.items() if t == self.topic and p.is_leader}
+        return self.rm.leader_partitions(self.topic)
 
     def on_metadata(self) -> None:
         """Load shards for partitions we now lead, unload the others (a metadata listener)."""
@@ -203,7 +205,7 @@ class CoordinatorRuntime:
         ctx = self.active(index)
         return op(ctx.shard, self.now_ms())
 
-    async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult],
+    async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult | Any],
                     producer_id: int = -1, producer_epoch: int = -1) -> Any:
         """Run `op` on the shard, append + replay its records, wait for the HW, answer.
         producer_id >= 0: the records are that producer's transactional batch."""
@@ -250,7 +252,7 @@ class CoordinatorRuntime:
         if result.on_committed is None:
             return
         partition = self.rm.get_partition(self.topic, ctx.partition)
-        if end is None or partition.high_watermark >= end:
+        if end is None or partition is None or partition.high_watermark >= end:
             result.on_committed()
         else:
             wait = DelayedAppend(self.commit_timeout_ms, partition, end)
@@ -284,7 +286,8 @@ class CoordinatorRuntime:
         if result.replay:
             for i, record in enumerate(result.records):
                 if producer_id >= 0:
-                    ctx.shard.replay(record, info.first_offset + i, now, producer_id=producer_id)
+                    cast(TransactionalShard, ctx.shard).replay(record, info.first_offset + i, now,
+                                                               producer_id=producer_id)
                 else:
                     ctx.shard.replay(record, info.first_offset + i, now)
         return info.last_offset + 1
@@ -317,7 +320,7 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
                 if replay_end is not None and header.records_count > 0:
                     _, markers = iter_batch_records(batch)
                     try:
-                        kind = parse_marker_key(markers[0].key)
+                        kind = parse_marker_key(markers[0].key or b"")
                     except ValueError as exc:
                         log.warning("control batch at offset %d: %s", header.base_offset, exc)
                         continue

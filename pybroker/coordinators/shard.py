@@ -20,19 +20,25 @@ Concurrency: a shard is used from one thread at a time, never concurrently.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pybroker.coordinators.record_serde import CoordinatorRecord
+
+class ShardRecord(Protocol):
+    """A record of a coordinator topic (CoordinatorRecord for groups, TxnRecord for transactions)."""
+
+    def encode(self) -> tuple[bytes, bytes | None]:
+        """(key, value) bytes; a None value is a tombstone."""
+        ...
 
 
 @dataclass
 class CoordinatorResult:
-    records: list[CoordinatorRecord] = field(default_factory=list)
+    records: Sequence[ShardRecord] = field(default_factory=list)
     response: Any = None
     replay: bool = True
-    on_committed: Callable[[], None] | None = None
+    on_committed: Callable[[], object] | None = None
 
 
 EMPTY_RESULT = CoordinatorResult()
@@ -55,12 +61,23 @@ class CoordinatorTimer(Protocol):
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, record: CoordinatorRecord, offset: int) -> None:
-        """Apply a record. A shard whose topic takes transactional batches (the group shard)
-        also accepts `producer_id=` for records of such a batch and has
-        `replay_end_transaction_marker(producer_id, producer_epoch, commit)` for the
+    """The state machine of one coordinator partition, as the runtime drives it."""
+
+    def replay(self, record: Any, offset: int = -1, now_ms: int | None = None) -> None:
+        """Apply a record (the topic's record type). A shard whose topic takes transactional
+        batches (the group shard) also accepts `producer_id=` for records of such a batch and
+        has `replay_end_transaction_marker(producer_id, producer_epoch, commit)` for the
         COMMIT/ABORT markers (the runtime calls both when writing and when loading)."""
 
     def on_loaded(self, now_ms: int) -> None: ...
 
     def on_unloaded(self) -> None: ...
+
+
+class TransactionalShard(CoordinatorShard, Protocol):
+    """A shard whose topic takes producers' transactional batches (the group shard: TxnOffsetCommit)."""
+
+    def replay(self, record: Any, offset: int = -1, now_ms: int | None = None, *,
+               producer_id: int = -1) -> None: ...
+
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None: ...

@@ -36,7 +36,7 @@ class SocketServer:
                     task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind every listener, report the bound endpoints, accept until shutdown."""
         with self._accept_scope:
-            all_listeners = []
+            all_listeners: list[tuple[str, trio.SocketListener]] = []
             for ep in self.endpoints:
                 host = ep.host or None
                 listeners = await trio.open_tcp_listeners(ep.port, host=host)

@@ -19,6 +19,7 @@ Concurrency: instances are plain mutable objects owned by one task.
 
 from __future__ import annotations
 
+import builtins
 import os
 import struct
 from typing import Any, ClassVar, NamedTuple
@@ -53,7 +54,7 @@ class FieldSpec(NamedTuple):
     ignorable: bool
     map_key: bool
     default: Any  # scalar default; None for null and for structs; () for empty arrays
-    struct: type[ApiMessage] | None  # element/struct class for struct and []struct types
+    struct: builtins.type[ApiMessage] | None  # element/struct class for struct and []struct types
 
 
 def in_range(r: tuple[int, int] | None, v: int) -> bool:
@@ -79,6 +80,7 @@ class ApiMessage:
     _DECODERS: ClassVar[dict[int, Any]] = {}
     VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
     FLEXIBLE_VERSION: ClassVar[int | None] = None
+    API_KEY: ClassVar[int]  # requests, responses and metadata records; absent on nested structs
 
     # -- encoding ---------------------------------------------------------------------
 
@@ -140,6 +142,7 @@ class ApiMessage:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
+        name: str
         for name in self.__slots__:
             a = getattr(self, name)
             b = getattr(other, name)
@@ -159,6 +162,7 @@ class ApiMessage:
 
     def __repr__(self) -> str:
         parts = []
+        name: str
         for name in self.__slots__:
             value = getattr(self, name)
             if name == "unknown_tagged_fields" and not value:

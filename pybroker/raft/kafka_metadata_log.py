@@ -30,6 +30,7 @@ machine may freeze its snapshot in another thread.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -223,7 +224,7 @@ class KafkaMetadataLog(ReplicatedLog):
                 os.replace(path, marked)
             except FileNotFoundError:
                 continue
-            self._deferred.append(lambda p=marked: p.unlink(missing_ok=True))
+            self._deferred.append(functools.partial(marked.unlink, missing_ok=True))
 
     def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
         latest = self.latest_snapshot_id()

@@ -153,7 +153,8 @@ async def serve_raft_connection(stream: trio.SocketStream, handler: RaftHandler)
 
 
 async def serve_raft_listeners(handler: RaftHandler, listeners: list[trio.SocketListener], *,
-                               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                               task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
+                               ) -> None:
     async def on_connection(stream: trio.SocketStream) -> None:
         await serve_raft_connection(stream, handler)
 

@@ -327,10 +327,11 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         for voter in self.voters:
             if voter.voter_id == self.node_id:
                 continue
-            backoff = min(backoff, self._maybe_send_request(now_ms, voter.voter_id, lambda v=voter: (
-                ApiKey.BEGIN_QUORUM_EPOCH, ru.begin_quorum_epoch_request(
+            def begin(v: Any = voter) -> tuple[int, Any]:
+                return ApiKey.BEGIN_QUORUM_EPOCH, ru.begin_quorum_epoch_request(
                     self.cluster_id, state.epoch, state.local_id, v.voter_id, v.directory_id,
-                    self.local_listeners))))
+                    self.local_listeners)
+            backoff = min(backoff, self._maybe_send_request(now_ms, voter.voter_id, begin))
         state.reset_begin_quorum_epoch_timer(now_ms)
         return min(backoff, state.time_until_begin_quorum_epoch_timer_expires(now_ms))
 
@@ -343,10 +344,10 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         for voter_id in sorted(state.epoch_election.unrecorded_voters()):
             node = self.voters.voter(voter_id)
             assert node is not None and self.node_id is not None
-            backoff = min(backoff, self._maybe_send_request(now_ms, voter_id, lambda n=node: (
-                ApiKey.VOTE, ru.vote_request(self.cluster_id, state.epoch, self.node_id,
-                                             self.directory_id, n.voter_id, n.directory_id, last,
-                                             pre_vote))))
+            def vote(n: Any = node, local_id: int = self.node_id) -> tuple[int, Any]:
+                return ApiKey.VOTE, ru.vote_request(self.cluster_id, state.epoch, local_id, self.directory_id,
+                                                    n.voter_id, n.directory_id, last, pre_vote)
+            backoff = min(backoff, self._maybe_send_request(now_ms, voter_id, vote))
         return backoff
 
     def _poll_candidate(self, state: CandidateState, now_ms: int) -> int:

@@ -221,11 +221,11 @@ def fetch_snapshot_response(error: int, epoch: int, leader_id: int | None, *,
 
 def error_response(api_key: int, error: int) -> Any:
     """A response carrying only a top-level error (a failed or timed-out request)."""
-    cls = {ApiKey.VOTE: VoteResponse, ApiKey.BEGIN_QUORUM_EPOCH: BeginQuorumEpochResponse,
+    classes: dict[int, type[Any]] = {ApiKey.VOTE: VoteResponse, ApiKey.BEGIN_QUORUM_EPOCH: BeginQuorumEpochResponse,
            ApiKey.END_QUORUM_EPOCH: EndQuorumEpochResponse, ApiKey.FETCH: FetchResponse,
            ApiKey.FETCH_SNAPSHOT: FetchSnapshotResponse,
-           ApiKey.DESCRIBE_QUORUM: DescribeQuorumResponse}[api_key]
-    return cls(error_code=error)
+           ApiKey.DESCRIBE_QUORUM: DescribeQuorumResponse}
+    return classes[api_key](error_code=error)
 
 
 def _leader(leader_id: int | None) -> int:

@@ -62,7 +62,7 @@ class VoterSet:
                     min_supported_version=0, max_supported_version=1))
             for v in self])
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         return iter(self._voters[k] for k in sorted(self._voters))
 
     def __len__(self) -> int:

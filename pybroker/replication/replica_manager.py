@@ -224,6 +224,10 @@ class ReplicaManager:
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
+    def leader_partitions(self, topic: str) -> dict[int, Partition]:
+        """The partitions of `topic` this node leads (the coordinators' PartitionWriter view)."""
+        return {p.partition: p for (t, _), p in self.partitions.items() if t == topic and p.is_leader}
+
     # ------------------------------------------------------------------ reads (Kafka's readFromLog)
 
     def leader_partition(self, topic: str | None, partition: int, current_leader_epoch: int = -1

@@ -7,9 +7,15 @@ UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is alwa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from pybroker.server.features import api_versions_features
+
+if TYPE_CHECKING:
+    from pybroker.server.broker import Broker
+    from pybroker.server.request_context import RequestContext
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),
@@ -77,7 +83,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 }
 
 
-def handle_api_versions(broker: object, ctx: object, req: ApiVersionsRequest) -> ApiVersionsResponse:
+def handle_api_versions(broker: Broker, ctx: RequestContext, req: ApiVersionsRequest) -> ApiVersionsResponse:
     # Any client software name/version is accepted (CLIENTS.md pitfall 9); the connection
     # records it for logs.
     conn = getattr(ctx, "conn", None)
@@ -90,5 +96,5 @@ def handle_api_versions(broker: object, ctx: object, req: ApiVersionsRequest) ->
                   for k, (lo, hi) in sorted(SUPPORTED.items())],
         throttle_time_ms=0,
         # v3+: supported/finalized features (KIP-584), see server/features.py
-        **api_versions_features(broker, getattr(ctx, "api_version", 0)),
+        **api_versions_features(broker, ctx.api_version),
     )

@@ -122,7 +122,7 @@ class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    async def __call__(self, conn: Connection, frame: bytes) -> Sequence[Chunk] | None:
+    async def __call__(self, conn: Connection, frame: bytearray | memoryview) -> Sequence[Chunk] | None:
         try:
             header, body = decode_request(frame, SUPPORTED)
         except UnsupportedVersionError as exc:

@@ -118,6 +118,7 @@ def _raw(value: Any) -> str | None:
 def parse_dynamic(name: str, d: ConfigDef, raw: str) -> Any:
     """ConfigDef.parse of one dynamic value, with Kafka's ConfigException texts."""
     s = raw.strip()
+    v: Any
     try:
         if d.type in ("int", "short", "long"):
             v = int(s)
@@ -410,6 +411,7 @@ class DynamicBrokerConfig:
                 continue
             d, syn = TOPIC_CONFIGS[n]
             chain = []
+            value: str | None
             if n in overrides:
                 value = overrides[n]
                 chain.append(Synonym(name=n, value=value, source=DYNAMIC_TOPIC_CONFIG))

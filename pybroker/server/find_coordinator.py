@@ -18,6 +18,8 @@ from pybroker.security.authorizer import Op, Res
 from pybroker.server.metadata import broker_list
 
 if TYPE_CHECKING:
+    from pybroker.coordinators.group.coordinator import GroupCoordinator
+    from pybroker.coordinators.txn.coordinator import TransactionCoordinator
     from pybroker.server.broker import Broker
     from pybroker.server.request_context import RequestContext
 
@@ -27,6 +29,7 @@ TRANSACTION_KEY_TYPE = 1
 
 async def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
+    gc: GroupCoordinator | TransactionCoordinator
     if key_type == TRANSACTION_KEY_TYPE:
         gc = broker.txn_coordinator
     elif key_type == GROUP_KEY_TYPE:

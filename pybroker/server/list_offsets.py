@@ -82,7 +82,7 @@ def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext,
     topics = []
     for t in req.topics:
         parts = []
-        denied = not trusted and not auth.authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic)
+        denied = auth is not None and not trusted and not auth.authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic)
         for rp in t.partitions:
             out = EpochEnd(error_code=0, partition=rp.partition, leader_epoch=-1, end_offset=-1)
             if denied:

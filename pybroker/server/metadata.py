@@ -84,7 +84,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: MetadataRequ
     auth = broker.authorizer
     topics_out: list[Topic] = []
     all_topics = req.topics is None or (v == 0 and not req.topics)
-    if not all_topics and v < 12:
+    if req.topics is not None and not all_topics and v < 12:
         # KafkaApis: v10-11 carry a topic id field but may not use it; the whole request fails
         for t in req.topics:
             if t.name is None:
@@ -98,6 +98,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: MetadataRequ
             names = [n for n in names if n in allowed]
         topics_out = [describe_topic(broker, n) for n in names]
     else:
+        assert req.topics is not None
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
         wanted: list[tuple[str | None, bytes | None]] = []
         for t in req.topics:
@@ -118,14 +119,14 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: MetadataRequ
             await auto_create(broker, missing)
         for name, tid in wanted:
             if tid is not None:
-                t = image.topics_by_id.get(tid)
-                if t is None:
+                known = image.topics_by_id.get(tid)
+                if known is None:
                     topics_out.append(Topic(error_code=Errors.UNKNOWN_TOPIC_ID, name=None, topic_id=tid,
                                             is_internal=False, partitions=[]))
-                elif t.name in denied:  # topic ids are not secret: the id is echoed, the name is not
+                elif known.name in denied:  # topic ids are not secret: the id is echoed, the name is not
                     topics_out.append(_unauthorized(None, tid))
                 else:
-                    topics_out.append(describe_topic(broker, t.name))
+                    topics_out.append(describe_topic(broker, known.name))
             elif name is not None and name in denied:
                 topics_out.append(_unauthorized(name, ZERO_ID))
             elif name is None or validate_topic_name(name) is not None:
@@ -134,11 +135,11 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: MetadataRequ
             else:
                 topics_out.append(describe_topic(broker, name))
     if v >= 8 and req.include_topic_authorized_operations:
-        for t in topics_out:  # every topic, errors included, as KafkaApis does
+        for out in topics_out:  # every topic, errors included, as KafkaApis does
             if auth is None:
-                t.topic_authorized_operations = TOPIC_OPERATIONS
-            elif t.error_code != Errors.TOPIC_AUTHORIZATION_FAILED:  # Kafka leaves those at the default
-                t.topic_authorized_operations = auth.authorized_operations(ctx, Res.TOPIC, t.name or "")
+                out.topic_authorized_operations = TOPIC_OPERATIONS
+            elif out.error_code != Errors.TOPIC_AUTHORIZATION_FAILED:  # Kafka leaves those at the default
+                out.topic_authorized_operations = auth.authorized_operations(ctx, Res.TOPIC, out.name or "")
     cluster_ops = cluster_authorized_operations(auth, ctx) if 8 <= v <= 10 and req.include_cluster_authorized_operations \
         else AUTHORIZED_OPERATIONS_OMITTED
     return MetadataResponse(

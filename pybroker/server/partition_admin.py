@@ -87,6 +87,7 @@ def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersR
     if requested is not None and not requested:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[])
     election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
+    message: str | None
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         return ElectLeadersResponse(throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, replica_election_results=[

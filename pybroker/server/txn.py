@@ -92,6 +92,7 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
     v = ctx.api_version
     R = AddPartitionsToTxnResponse
     wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
+    code: int
     try:
         _check_txn(broker, ctx, req.v3_and_below_transactional_id)
     except KafkaError as exc:

@@ -305,6 +305,7 @@ class ConsumerGroupManager:
                 members, targets = dict(members), dict(targets)
                 member = self.static_takeover(group, req.instance_id, member_id, members, targets, records)
                 if member is not None:
+                    assert req.instance_id is not None  # a takeover is by instance id
                     replaced = (group.members[group.static_members[req.instance_id]],)
                 else:
                     member = ConsumerGroupMember(member_id)

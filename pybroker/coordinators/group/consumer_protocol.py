@@ -15,6 +15,7 @@ the image does not know is dropped, as Kafka's toTopicPartitionMap does. Statele
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from pybroker.protocol.messages import ConsumerProtocolAssignment, ConsumerProtocolSubscription
@@ -57,7 +58,7 @@ def deserialize_assignment(data: bytes) -> Any:
         raise MalformedConsumerProtocol(str(exc)) from None
 
 
-def serialize_assignment(partitions_by_name: dict[str, frozenset[int] | set[int]], version: int) -> bytes:
+def serialize_assignment(partitions_by_name: Mapping[str, frozenset[int] | set[int]], version: int) -> bytes:
     """Kafka's serializeAssignment(assignment, version): topics in name order, no user data."""
     version = min(max(version, 0), HIGHEST_VERSION)
     A = ConsumerProtocolAssignment

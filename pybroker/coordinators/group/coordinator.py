@@ -28,6 +28,7 @@ from pybroker.coordinators.group.classic_group import Future
 from pybroker.coordinators.group.consumer_group_manager import heartbeat_error, validate_heartbeat
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
+from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.log.errors import InvalidProducerEpochError, LogError
@@ -39,7 +40,7 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 
 
 class GroupCoordinator:
-    def __init__(self, broker_config: Any, replica_manager: Any, controller: Any, image: Any,
+    def __init__(self, broker_config: Any, replica_manager: PartitionWriter, controller: Any, image: Any,
                  spawn: Callable[..., Any]) -> None:
         self.config = GroupConfig.from_broker_config(broker_config)
         self.broker_config = broker_config
@@ -210,7 +211,9 @@ class GroupCoordinator:
             by_partition.setdefault(self.partition_for(g), []).append(g)
         for index, groups in by_partition.items():
             try:
-                for gid, code in await self.runtime.write(index, lambda s, now, groups=groups: s.delete_groups(groups)):
+                def delete(s: GroupCoordinatorShard, now: int, groups: list[str] = groups) -> CoordinatorResult:
+                    return s.delete_groups(groups)
+                for gid, code in await self.runtime.write(index, delete):
                     out[gid] = code
             except KafkaError as exc:
                 for gid in groups:

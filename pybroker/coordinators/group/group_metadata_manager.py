@@ -195,6 +195,7 @@ class GroupMetadataManager:
                               protocol_type: str, protocols: list[tuple[str, bytes]],
                               fut: Future, now_ms: int) -> CoordinatorResult:
         res = CoordinatorResult(response=fut, replay=False)
+        member: ClassicGroupMember | None
         if member_id in group.pending_members:
             member = ClassicGroupMember(member_id, instance_id, client_id, client_host, rebalance_timeout,
                                         session_timeout, protocol_type, protocols, join_version=version, is_new=True)

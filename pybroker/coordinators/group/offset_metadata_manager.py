@@ -173,6 +173,7 @@ class OffsetMetadataManager:
         return 0
 
     def commit(self, req: OffsetCommitRequest, version: int, now_ms: int) -> CoordinatorResult:
+        err: int
         if not req.group_id:
             err = Errors.INVALID_GROUP_ID
         else:

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import trio
 
+from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.runtime import (
     CoordinatorRuntime,
     ShardStatus,
@@ -55,7 +56,7 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 
 
 class TransactionCoordinator:
-    def __init__(self, broker_config: Any, replica_manager: Any, controller: Any, image: Any,
+    def __init__(self, broker_config: Any, replica_manager: PartitionWriter, controller: Any, image: Any,
                  producer_ids: Any, group_coordinator: Any, spawn: Callable[..., Any]) -> None:
         self.config = broker_config
         self.rm = replica_manager
@@ -134,8 +135,11 @@ class TransactionCoordinator:
         new_pid = -1
         for _ in range(3):
             await self._wait_completion(transactional_id)
-            err, pid, epoch, fenced = await self._write(index, lambda s, now, a=(new_pid, expected_pid, expected_epoch):
-                                                        s.init_producer_id(transactional_id, timeout_ms, *a, now))
+            args = (new_pid, expected_pid, expected_epoch)
+
+            def init(s: TransactionCoordinatorShard, now: int, a: tuple[int, int, int] = args) -> CoordinatorResult:
+                return s.init_producer_id(transactional_id, timeout_ms, *a, now)
+            err, pid, epoch, fenced = await self._write(index, init)
             if err == "need_pid":
                 new_pid = await self.producer_ids.generate()
                 continue
@@ -191,7 +195,7 @@ class TransactionCoordinator:
             if ctx.status == ShardStatus.LOADING:
                 return int(Errors.COORDINATOR_LOAD_IN_PROGRESS), []
             if ctx.status == ShardStatus.ACTIVE:
-                out.extend(ctx.shard.txns.values())
+                out.extend(cast(TransactionCoordinatorShard, ctx.shard).txns.values())
         return 0, out
 
     def transaction_state(self, transactional_id: str) -> tuple[int, tm.TransactionMetadata | None]:
