@@ -35,146 +35,37 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
-from pybroker.acl import AclOperation
+from pybroker.acl import (
+    CLUSTER_NAME,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    StandardAcl,
+    operation,
+    pattern_type,
+    permission_type,
+    replay_add,
+    replay_remove,
+    resource_type,
+)
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
-WILDCARD = "*"
-WILDCARD_PRINCIPAL = "User:*"
-CLUSTER_NAME = "kafka-cluster"
+__all__ = [  # the ACL model lives in pybroker.acl; this module is the controller's part
+    "CLUSTER_NAME", "WILDCARD", "WILDCARD_PRINCIPAL", "AclBindingFilter", "AclOperation", "AclPermissionType",
+    "DeleteResult", "MAX_RECORDS_PER_USER_OP", "PatternType", "ResourceType", "StandardAcl", "create_acls",
+    "delete_acls", "matching", "new_acl_id", "operation", "pattern_type", "permission_type", "replay_add",
+    "replay_remove", "resource_type", "validate_new_acl",
+]
+
 # QuorumController.MAX_RECORDS_PER_USER_OP (= MAX_RECORDS_PER_BATCH)
 MAX_RECORDS_PER_USER_OP = 10000
-
-
-class ResourceType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclPermissionType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-def _from_code(enum: Any, code: int) -> Any:
-    try:
-        return enum(code)
-    except ValueError:
-        return enum.UNKNOWN
-
-
-def resource_type(code: int) -> ResourceType:
-    return _from_code(ResourceType, code)
-
-
-def pattern_type(code: int) -> PatternType:
-    return _from_code(PatternType, code)
-
-
-def operation(code: int) -> AclOperation:
-    return _from_code(AclOperation, code)
-
-
-def permission_type(code: int) -> AclPermissionType:
-    return _from_code(AclPermissionType, code)
-
-
-@dataclass(frozen=True, slots=True)
-class StandardAcl:
-    """One ACL binding: a resource pattern plus an access control entry."""
-
-    resource_type: ResourceType
-    resource_name: str
-    pattern_type: PatternType
-    principal: str
-    host: str
-    operation: AclOperation
-    permission_type: AclPermissionType
-
-    @classmethod
-    def from_record(cls, r: Any) -> StandardAcl:
-        return cls(resource_type(r.resource_type), r.resource_name, pattern_type(r.pattern_type), r.principal,
-                   r.host, operation(r.operation), permission_type(r.permission_type))
-
-    def to_record(self, acl_id: bytes) -> Any:
-        return m.AccessControlEntryRecord(
-            id=acl_id, resource_type=int(self.resource_type), resource_name=self.resource_name,
-            pattern_type=int(self.pattern_type), principal=self.principal, host=self.host,
-            operation=int(self.operation), permission_type=int(self.permission_type))
-
-
-@dataclass(frozen=True, slots=True)
-class AclBindingFilter:
-    """Kafka's AclBindingFilter: None name/principal/host and the ANY codes match everything."""
-
-    resource_type: ResourceType = ResourceType.ANY
-    resource_name: str | None = None
-    pattern_type: PatternType = PatternType.ANY
-    principal: str | None = None
-    host: str | None = None
-    operation: AclOperation = AclOperation.ANY
-    permission_type: AclPermissionType = AclPermissionType.ANY
-
-    @classmethod
-    def of(cls, resource_type_code: int, name: str | None, pattern_type_code: int, principal: str | None,
-           host: str | None, operation_code: int, permission_type_code: int) -> AclBindingFilter:
-        return cls(resource_type(resource_type_code), name, pattern_type(pattern_type_code), principal, host,
-                   operation(operation_code), permission_type(permission_type_code))
-
-    def pattern_is_unknown(self) -> bool:
-        return self.resource_type == ResourceType.UNKNOWN or self.pattern_type == PatternType.UNKNOWN
-
-    def entry_is_unknown(self) -> bool:
-        return self.operation == AclOperation.UNKNOWN or self.permission_type == AclPermissionType.UNKNOWN
-
-    def matches_pattern(self, acl: StandardAcl) -> bool:
-        if self.resource_type != ResourceType.ANY and self.resource_type != acl.resource_type:
-            return False
-        pt = self.pattern_type
-        if pt not in (PatternType.ANY, PatternType.MATCH) and pt != acl.pattern_type:
-            return False
-        name = self.resource_name
-        if name is None:
-            return True
-        if pt == PatternType.ANY or pt == acl.pattern_type:
-            return name == acl.resource_name
-        # MATCH: the ACLs that apply to a resource called `name`
-        if acl.pattern_type == PatternType.LITERAL:
-            return name == acl.resource_name or acl.resource_name == WILDCARD
-        if acl.pattern_type == PatternType.PREFIXED:
-            return name.startswith(acl.resource_name)
-        return False
-
-    def matches_entry(self, acl: StandardAcl) -> bool:
-        if self.principal is not None and self.principal != acl.principal:
-            return False
-        if self.host is not None and self.host != acl.host:
-            return False
-        if self.operation != AclOperation.ANY and self.operation != acl.operation:
-            return False
-        return self.permission_type == AclPermissionType.ANY or self.permission_type == acl.permission_type
-
-    def matches(self, acl: StandardAcl) -> bool:
-        return self.matches_pattern(acl) and self.matches_entry(acl)
 
 
 def validate_new_acl(acl: StandardAcl) -> str | None:
@@ -255,15 +146,3 @@ def delete_acls(existing: Mapping[bytes, StandardAcl], filters: Sequence[AclBind
 def matching(acls: Iterable[StandardAcl], f: AclBindingFilter) -> list[StandardAcl]:
     """The ACLs a DescribeAcls filter selects, in stored order."""
     return [a for a in acls if f.matches(a)]
-
-
-def replay_add(acls: dict[bytes, StandardAcl], r: Any) -> None:
-    acls[_id_bytes(r.id)] = StandardAcl.from_record(r)
-
-
-def replay_remove(acls: dict[bytes, StandardAcl], r: Any) -> None:
-    acls.pop(_id_bytes(r.id), None)
-
-
-def _id_bytes(v: Any) -> bytes:
-    return v.bytes if hasattr(v, "bytes") else bytes(v)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pybroker.metadata.image import Entity, canonical
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors, KafkaError
 
@@ -54,10 +55,6 @@ MATCH_TYPE_SPECIFIED = 2
 _LONG_MAX = float(2**63 - 1)
 _INT_MAX = float(2**31 - 1)
 _SHORT_MAX = float(2**15 - 1)
-# Java HashMap bucket order of the three known types (tables of 4 hold 2-3 entries)
-_TYPE_RANK = {CLIENT_ID: 0, USER: 1, IP: 2}
-
-Entity = tuple[tuple[str, str | None], ...]
 
 
 @dataclass(slots=True)
@@ -109,11 +106,6 @@ def java_hash_order(keys: Iterable[str], initial_capacity: int = 16) -> list[str
         return (h ^ (h >> 16)) & (cap - 1)
 
     return sorted(keys, key=bucket)  # stable: put order within a bucket
-
-
-def canonical(entity: Mapping[str, str | None]) -> Entity:
-    """The image's key for an entity: known types in Kafka's map order, unknown ones after."""
-    return tuple(sorted(entity.items(), key=lambda kv: (_TYPE_RANK.get(kv[0], 3), kv[0])))
 
 
 def _java_map_str(pairs: Iterable[tuple[str, str | None]]) -> str:
@@ -255,17 +247,6 @@ def _record(entity: Sequence[tuple[str, str | None]], key: str, value: float, re
         key=key, value=value, remove=remove)
 
 
-def replay(quotas: dict[Entity, dict[str, float]], record: Any) -> None:
-    """ClientQuotaControlManager.replay / ClientQuotasDelta: apply one ClientQuotaRecord."""
-    entity = canonical({e.entity_type: e.entity_name for e in record.entity})
-    if record.remove:
-        values = quotas.get(entity)
-        if values is not None:
-            values.pop(record.key, None)
-            if not values:
-                del quotas[entity]
-    else:
-        quotas.setdefault(entity, {})[record.key] = record.value
 
 
 # ---------------------------------------------------------------------------- describe

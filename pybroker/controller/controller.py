@@ -37,8 +37,8 @@ from pybroker.controller import acls as acl_control
 from pybroker.controller import broker_configs, client_quotas, group_configs, scram
 from pybroker.controller import features as feature_control
 from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
-from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
+from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors, KafkaError
 

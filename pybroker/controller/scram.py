@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pybroker.metadata.image import ScramCredential
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
@@ -44,16 +45,6 @@ SCRAM_MIN_METADATA_VERSION = 11
 
 DUPLICATE_ALTER = "A user credential cannot be altered twice in the same request"
 NOT_SUPPORTED = "The current metadata.version does not support SCRAM"
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    """What the image keeps per (user, mechanism): never the password or salted password."""
-
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
 
 
 @dataclass(frozen=True, slots=True)

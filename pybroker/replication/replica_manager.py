@@ -18,12 +18,12 @@ import trio
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
-from pybroker.controller.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import LogError
 from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
+from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer

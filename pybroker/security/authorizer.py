@@ -38,23 +38,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from pybroker.acl import (
+    CLUSTER_NAME,
     CLUSTER_OPERATIONS,
     GROUP_OPERATIONS,
     TOPIC_OPERATIONS,
     TRANSACTIONAL_ID_OPERATIONS,
-    AclOperation,
-)
-from pybroker.config import BrokerConfig, parse_super_users
-from pybroker.controller.acls import (
-    CLUSTER_NAME,
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBindingFilter,
+    AclOperation,
     AclPermissionType,
     PatternType,
     ResourceType,
     StandardAcl,
 )
+from pybroker.config import BrokerConfig, parse_super_users
 from pybroker.protocol.errors import Errors
 
 # ConfigResource.Type ids

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.controller import OP_DELETE
 from pybroker.controller.group_configs import RESOURCE_GROUP
-from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
+from pybroker.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterConfigsRequest,

@@ -23,12 +23,12 @@ import trio
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, Endpoint
 from pybroker.controller.controller import QuorumController
-from pybroker.controller.image import MetadataImage
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.coordinators.group.coordinator import GroupCoordinator
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.log.errors import LogError
 from pybroker.log.manager import LogManager
+from pybroker.metadata.image import MetadataImage
 from pybroker.net.server import SocketServer
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.replica_manager import ReplicaManager, log_config

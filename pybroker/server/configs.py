@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pybroker.controller.image import RESOURCE_BROKER, RESOURCE_TOPIC
+from pybroker.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from pybroker.security.authorizer import Op

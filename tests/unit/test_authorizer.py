@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pybroker.acl import AclOperation as Op
 from pybroker.controller import acls as A
-from pybroker.controller.image import MetadataImage
+from pybroker.metadata.image import MetadataImage
 from pybroker.security.authorizer import StandardAuthorizer
 
 TOPIC, GROUP, CLUSTER = A.ResourceType.TOPIC, A.ResourceType.GROUP, A.ResourceType.CLUSTER

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pybroker.acl import AclOperation
 from pybroker.controller import acls as A
-from pybroker.controller.image import MetadataImage
+from pybroker.metadata.image import MetadataImage
 from pybroker.protocol.errors import Errors
 
 NAMES = ["foo", "foobar", "fo", "*", "bar", "b"]

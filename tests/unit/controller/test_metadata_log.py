@@ -6,8 +6,8 @@ import trio
 
 from pybroker.config import BrokerConfig, Endpoint
 from pybroker.controller.controller import QuorumController
-from pybroker.controller.image import MetadataImage
 from pybroker.controller.metadata_log import MetadataLog, decode_record, encode_record
+from pybroker.metadata.image import MetadataImage
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import PartitionRecord, TopicRecord
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from pybroker.controller.image import PartitionRegistration, TopicImage
 from pybroker.coordinators.group.consumer_group import ConsumerGroupState, MemberState
 from pybroker.coordinators.group.group_config import GroupConfig
+from pybroker.metadata.image import PartitionRegistration, TopicImage
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ConsumerGroupHeartbeatRequest
 

@@ -13,16 +13,35 @@ are 16-byte values (`bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pybroker.controller import acls as acl_control
-from pybroker.controller import client_quotas
-from pybroker.controller.scram import ScramCredential
+from pybroker.acl import StandardAcl, replay_add, replay_remove
 
 # ConfigRecord resource types (Kafka's ConfigResource.Type ids)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+
+# client quota entity types, in Java HashMap bucket order (tables of 4 hold 2-3 entries)
+_QUOTA_TYPE_RANK = {"client-id": 0, "user": 1, "ip": 2}
+#: a client quota entity: ((entity type, name or None for the default), ...) in canonical order
+Entity = tuple[tuple[str, str | None], ...]
+
+
+def canonical(entity: Mapping[str, str | None]) -> Entity:
+    """The image's key for an entity: known types in Kafka's map order, unknown ones after."""
+    return tuple(sorted(entity.items(), key=lambda kv: (_QUOTA_TYPE_RANK.get(kv[0], 3), kv[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """What the image keeps per (user, mechanism): never the password or salted password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
 
 
 @dataclass
@@ -66,10 +85,10 @@ class MetadataImage:
         # user -> mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> credential (Kafka's ScramImage)
         self.scram_credentials: dict[str, dict[int, ScramCredential]] = {}
         # entity ((type, name) pairs, name None = default) -> quota key -> value (Kafka's ClientQuotasImage)
-        self.client_quotas: dict[client_quotas.Entity, dict[str, float]] = {}
+        self.client_quotas: dict[Entity, dict[str, float]] = {}
         # ACL id -> StandardAcl in commit order (Kafka's AclControlManager.idToAcl); acls_version
         # changes with every ACL record so the authorizer knows when to rebuild its index
-        self.acls: dict[bytes, acl_control.StandardAcl] = {}
+        self.acls: dict[bytes, StandardAcl] = {}
         self.acls_version = 0
         self.offset = -1  # offset of the last record applied
 
@@ -171,12 +190,21 @@ class MetadataImage:
                 del self.scram_credentials[r.name]
 
     def _replay_ClientQuotaRecord(self, r: Any) -> None:
-        client_quotas.replay(self.client_quotas, r)
+        # ClientQuotaControlManager.replay / ClientQuotasDelta
+        entity = canonical({e.entity_type: e.entity_name for e in r.entity})
+        if r.remove:
+            values = self.client_quotas.get(entity)
+            if values is not None:
+                values.pop(r.key, None)
+                if not values:
+                    del self.client_quotas[entity]
+        else:
+            self.client_quotas.setdefault(entity, {})[r.key] = r.value
 
     def _replay_AccessControlEntryRecord(self, r: Any) -> None:
-        acl_control.replay_add(self.acls, r)
+        replay_add(self.acls, r)
         self.acls_version += 1
 
     def _replay_RemoveAccessControlEntryRecord(self, r: Any) -> None:
-        acl_control.replay_remove(self.acls, r)
+        replay_remove(self.acls, r)
         self.acls_version += 1
