@@ -179,6 +179,10 @@ class PyBrokerReader(DataSourceReader):
         return split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
 
     def read(self, partition: OffsetRange) -> Iterator[Any]:
+        if not isinstance(partition, OffsetRange):
+            # partitions() found nothing to read; Spark still runs one task with its default
+            # InputPartition(None)
+            return iter(())
         return read_range(self.opts, partition)
 
 
@@ -262,6 +266,8 @@ class PyBrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: OffsetRange) -> Iterator[Any]:
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(self.opts, partition)
 
     def commit(self, end: dict) -> None:
