@@ -108,3 +108,21 @@ def test_rate_limit_shares_by_backlog():
     assert _rate_limit(10, {a: 0, b: 0}, {a: 90, b: 10}) == {a: 9, b: 1}
     assert _rate_limit(10, {a: 0, b: 0}, {a: 1000, b: 1}) == {a: 9, b: 1}  # at least one each
     assert _rate_limit(10, {a: 5, b: 5}, {a: 5, b: 5}) == {a: 5, b: 5}
+
+
+def test_spark_finds_the_format_by_itself():
+    """What pyspark's lookup_data_sources worker does at a session's first data source use."""
+    from importlib import import_module
+    from pkgutil import iter_modules
+
+    from pyspark.sql.datasource import DataSource
+
+    found = {}
+    for info in iter_modules():
+        if info.name.startswith("pyspark_"):
+            mod = import_module(info.name)
+            if hasattr(mod, "DefaultSource") and issubclass(mod.DefaultSource, DataSource):
+                found[mod.DefaultSource.name()] = mod.DefaultSource
+    from spark_connector import PyBrokerDataSource
+
+    assert found.get("pybroker") is PyBrokerDataSource
