@@ -46,6 +46,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--paths", default="arrow,confluent-arrow,confluent-rows,read")
+    ap.add_argument("--arrow-batch-rows", type=int, default=10000,
+                    help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default 10000)")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
 
@@ -67,6 +69,7 @@ def main() -> int:
     try:
         spark = (SparkSession.builder.master(args.master).appName("pybroker-spark-bench")
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows))
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(ConfluentRows)
