@@ -126,3 +126,16 @@ def test_spark_finds_the_format_by_itself():
     from spark_connector import PyBrokerDataSource
 
     assert found.get("pybroker") is PyBrokerDataSource
+
+
+def test_the_connector_never_imports_the_broker():
+    """It speaks the Kafka protocol through pybroker.client, so it works with any broker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, spark_connector.writer, spark_connector.reader, pyspark_pybroker; "
+            "print([m for m in sys.modules if m.split('.')[:2] in (['pybroker', 'server'], "
+            "['pybroker', 'log'], ['pybroker', 'net'], ['pybroker', 'coordinators'], "
+            "['pybroker', 'controller'], ['pybroker', 'replication'], ['pybroker', 'purgatory'])])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
