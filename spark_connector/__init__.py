@@ -16,11 +16,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_connector.source import FORMAT, PyBrokerDataSource
-
 __all__ = ["FORMAT", "PyBrokerDataSource", "register"]
+
+FORMAT = "pybroker"
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily, so that spark_connector.options and friends import without pyspark.
+    if name == "PyBrokerDataSource":
+        from spark_connector.source import PyBrokerDataSource
+
+        return PyBrokerDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark: Any) -> None:
     """Register the data source with a SparkSession (auto-registration makes this optional)."""
+    from spark_connector.source import PyBrokerDataSource
+
     spark.dataSource.register(PyBrokerDataSource)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from spark_connector import FORMAT  # "kafka" is Spark's own: registering it fails
 from spark_connector.options import OptionError, parse_read_options, parse_write_options
 
 __all__ = ["PyBrokerDataSource"]
-
-FORMAT = "pybroker"  # "kafka" is Spark's own (registering it fails: DATA_SOURCE_ALREADY_EXISTS)
 
 _READ_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                 "timestamp timestamp, timestampType int")

@@ -14,11 +14,14 @@ nothing twice.
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
 
-from tests.spark import faults
-from tests.spark.helpers import consume_all
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
+
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import LongType  # noqa: E402
+
+from tests.spark import faults  # noqa: E402
+from tests.spark.helpers import consume_all  # noqa: E402
 
 pytestmark = pytest.mark.slow
 BROKER_OVERRIDES = {"num.partitions": "3", "transaction.state.log.num.partitions": "4"}

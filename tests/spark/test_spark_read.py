@@ -162,6 +162,7 @@ def test_streaming_read_restarts_from_its_checkpoint(spark, broker, new_topic, t
 
 def test_stream_admission_control_without_spark(broker, new_topic):
     """minOffsetsPerTrigger / maxOffsetsPerTrigger / AvailableNow on the driver-side reader."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from spark_connector.options import parse_read_options
