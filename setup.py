@@ -48,6 +48,7 @@ extensions = [
     ext("index", ["pyx/index.pyx"]),
     ext("zerocopy", ["pyx/zerocopy.pyx"]),
     ext("timingwheel", ["pyx/timingwheel.pyx"]),
+    ext("arrow_records", ["pyx/arrow_records.pyx"]),
 ]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives, annotate=ANNOTATE))
