@@ -21,11 +21,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.clients.broker import BrokerProcess, BrokerStartError
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Spark's workers unpickle the fault injectors by their module name, tests.spark.faults: the
+# suites import them under that name, from the checkout's root (pytest alone puts tests/ first)
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import pytest  # noqa: E402
+
+from tests.clients.broker import BrokerProcess, BrokerStartError  # noqa: E402
 
 
 def _require_spark() -> None:
