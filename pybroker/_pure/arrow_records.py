@@ -260,11 +260,12 @@ def assign_partitions(n: int, key: Sequence | None, partition: Sequence | None,
         if not 0 <= t < topics:
             raise ValueError(f"topic index {t} out of range in row {i}")
         count = int(num_partitions[t])
-        p = None if parts is None else parts.get(i)
-        if p is not None:
-            if not 0 <= p < count:
-                raise ValueError(f"Invalid partition given with record: {p} is not in the range "
+        given = None if parts is None else parts.get(i)
+        if given is not None:
+            if not 0 <= given < count:
+                raise ValueError(f"Invalid partition given with record: {given} is not in the range "
                                  f"[0...{count}] (row {i})")
+            p = given
         else:
             k = None if keys is None else keys.get(i)
             if k is not None:
