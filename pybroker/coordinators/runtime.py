@@ -49,10 +49,10 @@ import trio
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.timer import PurgatoryTimer
-from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch, parse_marker_key
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperation, DelayedOperationPurgatory
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
+from pybroker.records.end_txn_marker import ABORT, COMMIT, build_marker_batch, parse_marker_key
 
 log = logging.getLogger("pybroker.coordinator")
 
