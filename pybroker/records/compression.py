@@ -23,6 +23,7 @@ import struct
 import threading
 
 import cramjam
+import lz4.block
 import xxhash
 
 from pybroker._native.errors import CorruptRecordError, InvalidRecordError
@@ -176,9 +177,8 @@ def _lz4_frame_compress(view: memoryview, level: int | None) -> bytes:
         chunk = view[start:start + _LZ4_BLOCK]
         if level is None:
             block = cramjam.lz4.compress_block(chunk, store_size=False)
-        else:
-            block = cramjam.lz4.compress_block(chunk, mode="high_compression",
-                                               compression=level, store_size=False)
+        else:  # Kafka's highCompressor(level); cramjam's block API ignores a level
+            block = lz4.block.compress(chunk, mode="high_compression", compression=level, store_size=False)
         if len(block) < len(chunk):
             out += _U32LE.pack(len(block))
             out += block
