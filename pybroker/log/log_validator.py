@@ -61,12 +61,12 @@ class ValidatedBatch(NamedTuple):
     recompressed: bool
 
 
-def validate_records(batch: bytearray | memoryview, config: LogConfig, now_ms: int,
-                     topic_partition: str = "") -> ValidatedBatch:
+def validate_records(batch: bytearray | memoryview, config: LogConfig, now_ms: int, topic: str = "",
+                     partition: int = -1) -> ValidatedBatch:
     """Validate one client batch for a topic with `config` (see the module doc for the rules).
 
-    `batch` must be writable: the log assigns offsets in it. `topic_partition` ("name-index")
-    is named in error messages, as Kafka's are. Raises CorruptRecordError / InvalidRecordError
+    `batch` must be writable: the log assigns offsets in it. Error messages name the topic
+    partition, as Kafka's do. Raises CorruptRecordError / InvalidRecordError
     (their error_code is Kafka's) or RecordValidationError (with the per-record errors of
     Produce v8+).
     """
@@ -75,7 +75,7 @@ def validate_records(batch: bytearray | memoryview, config: LogConfig, now_ms: i
         raise InvalidRecordError("Clients are not allowed to write control records")
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(f"Invalid sequence number {header.base_sequence} in record batch with "
-                                 f"producerId {header.producer_id} in topic partition {topic_partition}")
+                                 f"producerId {header.producer_id} in topic partition {topic}-{partition}")
     if config.message_timestamp_type == CREATE_TIME:
         _validate_timestamps(header, config, now_ms)
     decoded = None
@@ -84,7 +84,7 @@ def validate_records(batch: bytearray | memoryview, config: LogConfig, now_ms: i
         decoded = _decode(batch, header)
         missing = [i for i, r in enumerate(decoded) if r[3] is None]
         if missing:
-            msg = f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
+            msg = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
             raise RecordValidationError(INVALID_RECORD, msg, [(i, msg) for i in missing])
     target = config.compression_type
     if target == "producer":

@@ -140,10 +140,6 @@ class ProducerStateEntry:
     batch_metadata: deque[BatchMetadata] = field(default_factory=deque)
 
     @property
-    def is_empty(self) -> bool:
-        return not self.batch_metadata
-
-    @property
     def last_seq(self) -> int:
         return self.batch_metadata[-1].last_seq if self.batch_metadata else NO_SEQUENCE
 

@@ -14,7 +14,7 @@ its records section is counted the same way. Errors are `CorruptRecordError` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from pybroker._native import records as _records
@@ -23,7 +23,7 @@ from pybroker.records import compression as _codecs
 
 __all__ = [
     "ATTRIBUTES_OFFSET", "BATCH_HEADER_SIZE", "BatchHeader", "CODEC_MASK", "CONTROL_FLAG", "DELETE_HORIZON_FLAG",
-    "DecodedRecord", "LOG_OVERHEAD", "NO_TIMESTAMP", "Record", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG",
+    "DecodedRecord", "LOG_OVERHEAD", "NO_TIMESTAMP", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG",
     "build_batch", "iter_batch_records", "iter_batches", "records_section", "validate_and_count",
 ]
 
@@ -94,15 +94,6 @@ class BatchHeader(NamedTuple):
         return self.batch_length + LOG_OVERHEAD
 
 
-class Record(NamedTuple):
-    """A record to append: what a producer hands to build_batch."""
-
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[bytes | str, bytes | None]] = ()
-
-
 class DecodedRecord(NamedTuple):
     """A record read back from a batch, with absolute offset and timestamp."""
 
@@ -125,7 +116,8 @@ def build_batch(records: Iterable[Any], *, base_offset: int = 0, compression: in
                 base_sequence: int = -1, transactional: bool = False, control: bool = False,
                 partition_leader_epoch: int = -1, base_timestamp: int | None = None,
                 compression_level: int | None = None) -> bytes:
-    """One v2 batch of `records` ((timestamp_ms, key, value, headers) tuples or objects).
+    """One v2 batch of `records`: (timestamp_ms, key, value[, headers]) tuples, or objects with
+    those attributes (headers optional).
 
     baseTimestamp defaults to the first record's timestamp and maxTimestamp is the largest
     record timestamp, as MemoryRecordsBuilder does; offset deltas are 0..n-1.

@@ -30,7 +30,7 @@ from pybroker._native.errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "CODEC_IDS", "CODEC_NAMES", "GZIP", "GZIP_DEFAULT_LEVEL", "LZ4", "LZ4_DEFAULT_LEVEL", "NONE", "SNAPPY", "ZSTD",
-    "ZSTD_DEFAULT_LEVEL", "codec_id", "compress", "decompress",
+    "codec_id", "compress", "decompress",
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4  # attributes & records.batch.CODEC_MASK
@@ -60,10 +60,9 @@ def codec_id(name: str) -> int:
 
 # Kafka's default levels (CompressionType.<codec>.defaultLevel(), the compression.<codec>.level
 # defaults): gzip -1 is zlib's own default (6); lz4 9 selects lz4-java's fast compressor, any
-# other lz4 level its high-compression one.
+# other lz4 level its high-compression one. zstd's default, 3, is zstd's own.
 GZIP_DEFAULT_LEVEL = -1
 LZ4_DEFAULT_LEVEL = 9
-ZSTD_DEFAULT_LEVEL = 3
 
 
 def compress(codec: int, data, level: int | None = None) -> bytes:

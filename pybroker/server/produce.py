@@ -97,7 +97,7 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
         view = memoryview(bytearray(view))
     cfg = partition.log.config
     try:
-        validated = validate_records(view, cfg, now_ms, f"{topic}-{index}")
+        validated = validate_records(view, cfg, now_ms, topic, index)
     except RecordValidationError as exc:
         _fail(resp, exc.error_code, str(exc),
               [BatchError(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]

@@ -8,21 +8,24 @@ stops listing it, and a batch with its old producer id then gets Kafka's answer 
 without state: accepted at any sequence (KIP-360), where a known producer gets
 OUT_OF_ORDER_SEQUENCE_NUMBER for the same gap.
 
-DescribeProducers and the hand-made batch go over the project's wire client: no client library
-sends either.
+DescribeProducers and the hand-made batch go over a small client on the project's codec: no client
+library sends either.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
+from typing import Any
 
 from confluent_kafka import Producer
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
+from pybroker.protocol.frame import decode_response, encode_request
 from pybroker.protocol.messages import DescribeProducersRequest, ProduceRequest
 from pybroker.records.batch import build_batch
-from server.wire import WireClient
 
 from .broker import BrokerProcess
 
@@ -32,6 +35,30 @@ BROKER_OVERRIDES = {
     "producer.id.expiration.check.interval.ms": "200",
     "num.partitions": "1",
 }
+
+
+class WireClient:
+    """One blocking connection speaking the project's codec; every read bounded by a timeout."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+        self.correlation_id = 0
+
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        self.correlation_id += 1
+        self.sock.sendall(encode_request(api_key, version, self.correlation_id, "expiration-test", body))
+        size = struct.unpack(">i", self._read(4))[0]
+        cid, resp = decode_response(api_key, version, self._read(size))
+        assert cid == self.correlation_id
+        return resp
+
+    def _read(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "connection closed by the broker"
+            buf += chunk
+        return bytes(buf)
 
 
 def active_producers(wire: WireClient, topic: str) -> list[tuple[int, int, int]]:
@@ -56,7 +83,7 @@ def test_idle_idempotent_producer_is_expired_by_the_running_broker(broker: Broke
     for i in range(3):
         producer.produce(topic, value=b"v%d" % i, partition=0)
         assert producer.flush(30) == 0
-    wire = WireClient("127.0.0.1", broker.port)
+    wire = WireClient(broker.port)
     try:
         ((pid, epoch, last_seq),) = active_producers(wire, topic)
         assert last_seq == 2
