@@ -69,6 +69,7 @@ from pybroker.log.txn_index import AbortedTxn, TransactionIndex
 from pybroker.records.batch import (
     CONTROL_FLAG,
     H_ATTRIBUTES,
+    H_BASE_OFFSET,
     H_BASE_SEQUENCE,
     H_BATCH_LENGTH,
     H_LAST_OFFSET_DELTA,
@@ -288,7 +289,7 @@ class UnifiedLog:
                 if found is None:
                     continue
                 for position, header in segment.batch_headers(found[0]):
-                    if header[0] + header[H_LAST_OFFSET_DELTA] < start:
+                    if header[H_BASE_OFFSET] + header[H_LAST_OFFSET_DELTA] < start:
                         continue
                     marker = None
                     if header[H_ATTRIBUTES] & CONTROL_FLAG and header[H_PRODUCER_ID] >= 0:

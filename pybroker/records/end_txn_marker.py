@@ -20,6 +20,7 @@ from pybroker.records.batch import (
     CODEC_MASK,
     H_ATTRIBUTES,
     H_RECORDS_COUNT,
+    BatchHeader,
     build_batch,
     records_section,
 )
@@ -66,7 +67,7 @@ def read_end_txn_marker(batch: bytes | bytearray | memoryview, header: tuple) ->
     if header[H_RECORDS_COUNT] < 1:
         raise InvalidRecordError("control batch without a marker record")
     if header[H_ATTRIBUTES] & CODEC_MASK:
-        section = records_section(batch, header)
+        section = records_section(batch, BatchHeader._make(header))
         first = _records.decode_records(section, 0, len(section), 1)[0]
     else:
         first = _records.decode_records(batch, BATCH_HEADER_SIZE, len(memoryview(batch)), 1)[0]

@@ -115,3 +115,15 @@ def test_unclean_recovery_reindexes_an_aborted_transaction_from_its_marker(tmp_p
     assert TransactionIndex(again.dir).entries == expected
     again.high_watermark = again.log_end_offset
     assert last_stable_offset(again) == 2  # pid 6's transaction is still open
+
+
+def test_a_compressed_marker_batch_is_read_too():
+    """Kafka writes markers uncompressed; a compressed one (another writer) must still decode."""
+    from pybroker.records.batch import BatchHeader, iter_batch_records
+    from pybroker.records.end_txn_marker import marker_key, marker_value, read_end_txn_marker
+
+    batch = build_batch([(5, marker_key(ABORT), marker_value(9), ())], producer_id=1, producer_epoch=0,
+                        transactional=True, control=True, compression=1)
+    header, _ = iter_batch_records(batch)
+    assert read_end_txn_marker(batch, tuple(header)) == (ABORT, 9)
+    assert read_end_txn_marker(batch, BatchHeader(*header)).is_abort
