@@ -46,6 +46,13 @@ def between(lo: int | float, hi: int | float) -> Validator:
     return check
 
 
+def gzip_level(name: str, value: Any) -> None:
+    """Kafka's CompressionType.GZIP.levelValidator: 1..9, or -1 for zlib's default."""
+    if value is not None and value != -1 and not 1 <= value <= 9:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be between 1 and 9 or "
+                          "equal to -1")
+
+
 def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
     def check(name: str, value: Any) -> None:
         vals = value if isinstance(value, list) else [value]
@@ -182,12 +189,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.local.retention.bytes", "long", -2, read_only=False),
     ConfigDef("message.max.bytes", "int", 1048588, at_least(0), read_only=False),
     ConfigDef("compression.type", "string", "producer", one_of(*_COMPRESSION_TYPES), read_only=False),
-    ConfigDef("compression.gzip.level", "int", -1, read_only=False),
+    ConfigDef("compression.gzip.level", "int", -1, gzip_level, read_only=False),
     ConfigDef("compression.lz4.level", "int", 9, between(1, 17), read_only=False),
     ConfigDef("compression.zstd.level", "int", 3, between(-131072, 22), read_only=False),
     ConfigDef("min.insync.replicas", "int", 1, at_least(1), read_only=False),
     ConfigDef("unclean.leader.election.enable", "boolean", False, read_only=False),
     ConfigDef("producer.id.expiration.ms", "int", 86400000, at_least(1), read_only=False),
+    ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, at_least(1)),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),
     ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
     # Kafka's ServerConfigs: caps DescribeTopicPartitions' response_partition_limit (KIP-966)
@@ -258,13 +266,15 @@ def parse_super_users(name: str, value: Any) -> frozenset[str]:
 
 
 # Topic configs: name -> (definition, broker synonym). A topic's effective value is its
-# own override, else the broker's synonym value, else the topic default.
+# own override, else the broker's synonym value, else the topic default. The one table of
+# topic-level facts: CreateTopics/AlterConfigs validation, DescribeConfigs and the storage
+# layer's LogConfig (pybroker/log/config.py, which derives its attributes from it) all read it.
 TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {
     d.name: (d, syn) for d, syn in [
         (ConfigDef("cleanup.policy", "list", ["delete"], one_of(*_CLEANUP_POLICIES), False), "log.cleanup.policy"),
         (ConfigDef("compression.type", "string", "producer", one_of(*_COMPRESSION_TYPES), False),
          "compression.type"),
-        (ConfigDef("compression.gzip.level", "int", -1, None, False), "compression.gzip.level"),
+        (ConfigDef("compression.gzip.level", "int", -1, gzip_level, False), "compression.gzip.level"),
         (ConfigDef("compression.lz4.level", "int", 9, between(1, 17), False), "compression.lz4.level"),
         (ConfigDef("compression.zstd.level", "int", 3, between(-131072, 22), False), "compression.zstd.level"),
         (ConfigDef("delete.retention.ms", "long", 86400000, at_least(0), False),

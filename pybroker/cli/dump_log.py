@@ -40,14 +40,19 @@ from typing import Any, TextIO
 from pybroker._native import crc32c as _crc32c
 from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError
 from pybroker.client.admin import AdminClient
-from pybroker.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, iter_batch_records
+from pybroker.records.batch import (
+    BATCH_HEADER_SIZE,
+    DELETE_HORIZON_FLAG,
+    LOG_OVERHEAD,
+    BatchHeader,
+    iter_batch_records,
+)
 from pybroker.records.compression import CODEC_NAMES
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _TXN_ENTRY = struct.Struct(">hqqqq")
-DELETE_HORIZON_FLAG = 0x40
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}

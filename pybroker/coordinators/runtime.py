@@ -50,10 +50,10 @@ from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.shard import CoordinatorResult, CoordinatorShard, TransactionalShard
 from pybroker.coordinators.timer import PurgatoryTimer
-from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch, parse_marker_key
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.purgatory import DelayedOperation, DelayedOperationPurgatory
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
+from pybroker.records.end_txn_marker import ABORT, COMMIT, build_marker_batch, parse_marker_key
 
 log = logging.getLogger("pybroker.coordinator")
 

@@ -59,6 +59,19 @@ from pybroker._native import records as _records
 from pybroker.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, fsync_dir
 from pybroker.log.config import LONG_MAX
 from pybroker.log.segment import (
+    CLEANED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    LogSegment,
+)
+from pybroker.log.txn_index import AbortedTxn
+from pybroker.records import compression as _codecs
+from pybroker.records.batch import (
+    BATCH_HEADER_SIZE,
+    CODEC_MASK,
+    CONTROL_FLAG,
     H_ATTRIBUTES,
     H_BASE_OFFSET,
     H_BASE_SEQUENCE,
@@ -70,25 +83,16 @@ from pybroker.log.segment import (
     H_PRODUCER_EPOCH,
     H_PRODUCER_ID,
     H_RECORDS_COUNT,
-    HEADER_SIZE,
     LOG_OVERHEAD,
-    LogSegment,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
 )
-from pybroker.log.txn_index import AbortedTxn, last_stable_offset
-from pybroker.records import compression as _codecs
 
 if TYPE_CHECKING:
     from pybroker.log.log import UnifiedLog
 
 log = logging.getLogger("pybroker.cleaner")
 
-CLEANED_FILE_SUFFIX = ".cleaned"
-SWAP_FILE_SUFFIX = ".swap"
-
-_CONTROL_FLAG = 0x20
-_TRANSACTIONAL_FLAG = 0x10
-_LOG_APPEND_TIME_FLAG = 0x08
-_CODEC_MASK = 0x07
 _READ_BLOCK = 1 << 20
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -137,7 +141,7 @@ def cleanable(log_: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogToCle
     if first_dirty is None or not log_.log_start_offset <= first_dirty <= log_.log_end_offset:
         first_dirty = log_.log_start_offset
     # Segments wholly below the last stable offset, never the active one.
-    stable = last_stable_offset(log_)
+    stable = log_.last_stable_offset
     limit = 0
     for i in range(len(segments) - 1):
         if segments[i + 1].base_offset > stable:
@@ -188,10 +192,10 @@ def _segment_batches(segment: LogSegment, end: int) -> Iterator[tuple[tuple, byt
     buf_start = 0
     while position + LOG_OVERHEAD <= end:
         off = position - buf_start
-        if off + HEADER_SIZE > len(buf):
+        if off + BATCH_HEADER_SIZE > len(buf):
             buf = _pread(segment, min(_READ_BLOCK, end - position), position)
             buf_start, off = position, 0
-            if len(buf) < HEADER_SIZE:
+            if len(buf) < BATCH_HEADER_SIZE:
                 return
         header = _records.read_batch_header(buf, off)
         size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
@@ -207,8 +211,8 @@ def _segment_batches(segment: LogSegment, end: int) -> Iterator[tuple[tuple, byt
 
 
 def _records_section(batch: bytes, header: tuple) -> bytes:
-    section = memoryview(batch)[HEADER_SIZE:]
-    codec = header[H_ATTRIBUTES] & _CODEC_MASK
+    section = memoryview(batch)[BATCH_HEADER_SIZE:]
+    codec = header[H_ATTRIBUTES] & CODEC_MASK
     return bytes(_codecs.decompress(codec, section) if codec else section)
 
 
@@ -244,7 +248,7 @@ class AbortedRanges:
 
     def is_aborted(self, header: tuple) -> bool:
         attributes = header[H_ATTRIBUTES]
-        if not attributes & _TRANSACTIONAL_FLAG or attributes & _CONTROL_FLAG:
+        if not attributes & TRANSACTIONAL_FLAG or attributes & CONTROL_FLAG:
             return False
         ranges = self.by_producer.get(header[H_PRODUCER_ID])
         if not ranges:
@@ -264,7 +268,7 @@ def build_offset_map(segments: list[LogSegment], sizes: list[int], start: int, e
     for segment, size in zip(segments, sizes, strict=True):
         for header, batch in _segment_batches(segment, size):
             base = header[H_BASE_OFFSET]
-            if base + header[H_LAST_OFFSET_DELTA] < start or header[H_ATTRIBUTES] & _CONTROL_FLAG:
+            if base + header[H_LAST_OFFSET_DELTA] < start or header[H_ATTRIBUTES] & CONTROL_FLAG:
                 continue
             if aborted.is_aborted(header):
                 continue
@@ -314,7 +318,7 @@ def _filter_batch(header: tuple, batch: bytes, offset_map: dict[bytes, int], dro
                   ) -> tuple[bytes | None, int, int, int]:
     """(batch to write or None, records read, records kept, max timestamp of the output)."""
     count = header[H_RECORDS_COUNT]
-    if header[H_ATTRIBUTES] & _CONTROL_FLAG:
+    if header[H_ATTRIBUTES] & CONTROL_FLAG:
         return batch, count, count, header[H_MAX_TIMESTAMP]
     base = header[H_BASE_OFFSET]
     section = _records_section(batch, header)
@@ -340,15 +344,15 @@ def _filter_batch(header: tuple, batch: bytes, offset_map: dict[bytes, int], dro
         if producer_id < 0 or producer_last_offsets.get(producer_id) != last_offset:
             return None, count, 0, -1
         new_section = b""  # the producer's last batch stays as an empty batch (its header)
-        attributes &= ~_CODEC_MASK
+        attributes &= ~CODEC_MASK
         max_ts = header[H_MAX_TIMESTAMP]
     else:
         spans = _record_spans(section, count)
         new_section = b"".join(section[spans[i][0]:spans[i][1]] for i, _ in kept)
-        codec = attributes & _CODEC_MASK
+        codec = attributes & CODEC_MASK
         if codec:
             new_section = _codecs.compress(codec, new_section)
-        if attributes & _LOG_APPEND_TIME_FLAG:
+        if attributes & TIMESTAMP_TYPE_MASK:
             max_ts = header[H_MAX_TIMESTAMP]
         else:
             max_ts = header[H_BASE_TIMESTAMP] + max(ts for _, ts in kept)
@@ -419,7 +423,7 @@ def _last_modified_ms(segment: LogSegment) -> int:
 
 def _new_cleaned_segment(log_: UnifiedLog, base_offset: int, now_ms: int) -> LogSegment:
     for suffix in (CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX):  # leftovers of an earlier attempt
-        for ext in (".log", ".index", ".timeindex"):
+        for ext in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
             (log_.dir / f"{base_offset:020d}{ext}{suffix}").unlink(missing_ok=True)
     cfg = log_.config
     return LogSegment(log_.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,

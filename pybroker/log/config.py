@@ -1,142 +1,100 @@
-"""Per-topic storage settings (Kafka's LogConfig), under Kafka's topic-level config names.
+"""Per-topic storage settings (Kafka's LogConfig), built from the one topic-config table.
 
-`LogConfig` is an immutable dataclass whose attributes are the snake_case of Kafka's topic
-config names (`segment.bytes` -> `segment_bytes`). It is built from broker defaults
-(`LogConfig.from_broker_props`, Kafka's `log.*` names) and then topic overrides
-(`with_overrides`, topic names). Defaults are Kafka's.
+The table is `pybroker.config.TOPIC_CONFIGS`: every topic-level config's name, type, Kafka
+default, validator and broker synonym. It sits in the bottom layer (pybroker/config.py imports
+nothing of pybroker), so the log reads it without importing the server layer, and the broker
+config, CreateTopics/AlterConfigs validation, DescribeConfigs and this class all see the same
+facts. `LogConfig` adds nothing to it but a typed attribute per config (the snake_case of the
+name: `segment.bytes` -> `segment_bytes`), whose default, parsing and validation come from the
+table; the module refuses to import if the attributes and the table ever differ.
 
-Deliberate simplifications: `segment.jitter.ms` is honoured as a fixed value (no random jitter,
-so tests are deterministic); `message.timestamp.before/after.max.ms` are carried but enforced by the
-caller's validation, not by the log.
+Values: `LogConfig(segment_bytes=...)` and `with_overrides({"segment.bytes": "1000"})` take
+typed values or the strings of a properties file / the metadata log, parsed as Kafka's
+ConfigDef does; list configs (cleanup.policy) become tuples. Bad values raise ConfigError (a
+ValueError naming the setting). Topic values over broker defaults are merged by the caller
+(BrokerConfig.topic_defaults() then the topic's overrides).
+
+Deliberate simplifications: `segment.jitter.ms` is honoured as a fixed value (no random
+jitter, so tests are deterministic); local.retention.* and remote.storage.enable are carried
+for DescribeConfigs but nothing tiers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-LONG_MAX = 2**63 - 1
+from pybroker.config import LONG_MAX, TOPIC_CONFIGS, ConfigDef
+
+__all__ = ["CREATE_TIME", "LOG_APPEND_TIME", "LONG_MAX", "LogConfig", "attribute_name"]
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
-# topic config name -> attribute
-TOPIC_CONFIG_NAMES: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "message.timestamp.type": "message_timestamp_type",
-    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
-    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
-    "max.message.bytes": "max_message_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "cleanup.policy": "cleanup_policy",
-    "delete.retention.ms": "delete_retention_ms",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
-    "min.compaction.lag.ms": "min_compaction_lag_ms",
-    "max.compaction.lag.ms": "max_compaction_lag_ms",
-    "min.insync.replicas": "min_insync_replicas",
-    "unclean.leader.election.enable": "unclean_leader_election_enable",
-    "compression.type": "compression_type",
-    "preallocate": "preallocate",
-}
 
-# broker (server.properties) name -> topic config name. Hours/minutes variants are handled in
-# from_broker_props because they need unit conversion.
-BROKER_CONFIG_NAMES: dict[str, str] = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.roll.jitter.ms": "segment.jitter.ms",
-    "log.index.size.max.bytes": "segment.index.bytes",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
-    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
-    "message.max.bytes": "max.message.bytes",
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.segment.delete.delay.ms": "file.delete.delay.ms",
-    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "compression.type": "compression.type",
-    "log.preallocate": "preallocate",
-}
+def attribute_name(config_name: str) -> str:
+    """`segment.bytes` -> `segment_bytes`."""
+    return config_name.replace(".", "_")
 
-# Kafka's *.hours / *.minutes fallbacks: (name, topic name, ms per unit). The ms variant wins,
-# and earlier rows beat later ones (log.retention.minutes over log.retention.hours).
-_UNIT_FALLBACKS = (
-    ("log.roll.hours", "segment.ms", 3_600_000),
-    ("log.roll.jitter.hours", "segment.jitter.ms", 3_600_000),
-    ("log.retention.minutes", "retention.ms", 60_000),
-    ("log.retention.hours", "retention.ms", 3_600_000),
-)
 
-_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_DEFS: dict[str, ConfigDef] = {attribute_name(name): d for name, (d, _syn) in TOPIC_CONFIGS.items()}
+
+
+def _default(config_name: str) -> Any:
+    value = TOPIC_CONFIGS[config_name][0].default
+    return tuple(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_ms: int = 7 * 24 * 3_600_000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    message_timestamp_type: str = CREATE_TIME
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
-    max_message_bytes: int = 1024 * 1024 + 12
-    retention_ms: int = 7 * 24 * 3_600_000
-    retention_bytes: int = -1
-    cleanup_policy: str = "delete"
-    delete_retention_ms: int = 86_400_000
-    file_delete_delay_ms: int = 60_000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    compression_type: str = "producer"
-    preallocate: bool = False
+    """One attribute per entry of TOPIC_CONFIGS, alphabetical (checked at import)."""
+
+    cleanup_policy: tuple[str, ...] = _default("cleanup.policy")
+    compression_gzip_level: int = _default("compression.gzip.level")
+    compression_lz4_level: int = _default("compression.lz4.level")
+    compression_type: str = _default("compression.type")
+    compression_zstd_level: int = _default("compression.zstd.level")
+    delete_retention_ms: int = _default("delete.retention.ms")
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    flush_messages: int = _default("flush.messages")
+    flush_ms: int = _default("flush.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    local_retention_bytes: int = _default("local.retention.bytes")
+    local_retention_ms: int = _default("local.retention.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    max_message_bytes: int = _default("max.message.bytes")
+    message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
+    message_timestamp_type: str = _default("message.timestamp.type")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    min_insync_replicas: int = _default("min.insync.replicas")
+    preallocate: bool = _default("preallocate")
+    remote_storage_enable: bool = _default("remote.storage.enable")
+    retention_bytes: int = _default("retention.bytes")
+    retention_ms: int = _default("retention.ms")
+    segment_bytes: int = _default("segment.bytes")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    segment_jitter_ms: int = _default("segment.jitter.ms")
+    segment_ms: int = _default("segment.ms")
+    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
+    # derived, not a config: cached because the produce path reads it per batch
+    compact: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
-        def need(cond: bool, name: str, what: str) -> None:
-            if not cond:
-                raise ValueError(f"invalid value for {name}: {what}")
-
-        # Kafka's lower bounds (LogConfig's ConfigDef validators).
-        need(self.segment_bytes >= 14, "segment.bytes", f"{self.segment_bytes} < 14")
-        need(self.segment_ms >= 1, "segment.ms", f"{self.segment_ms} < 1")
-        need(self.segment_jitter_ms >= 0, "segment.jitter.ms", "negative")
-        need(self.segment_index_bytes >= 4, "segment.index.bytes", f"{self.segment_index_bytes} < 4")
-        need(self.index_interval_bytes >= 0, "index.interval.bytes", "negative")
-        need(self.flush_messages >= 1, "flush.messages", f"{self.flush_messages} < 1")
-        need(self.flush_ms >= 0, "flush.ms", "negative")
-        need(self.message_timestamp_type in (CREATE_TIME, LOG_APPEND_TIME),
-             "message.timestamp.type", f"{self.message_timestamp_type!r} is not CreateTime or LogAppendTime")
-        need(self.max_message_bytes >= 0, "max.message.bytes", "negative")
-        need(self.retention_ms >= -1, "retention.ms", f"{self.retention_ms} < -1")
-        for policy in self.cleanup_policy.split(","):
-            need(policy.strip() in ("delete", "compact", ""), "cleanup.policy", repr(self.cleanup_policy))
-        need(0.0 <= self.min_cleanable_dirty_ratio <= 1.0, "min.cleanable.dirty.ratio", "not in [0, 1]")
-        need(self.min_insync_replicas >= 1, "min.insync.replicas", f"{self.min_insync_replicas} < 1")
-        need(self.compression_type in _COMPRESSION_TYPES, "compression.type", repr(self.compression_type))
+        # parse strings and validate every value with the table's definition
+        for attr, d in _DEFS.items():
+            raw = getattr(self, attr)
+            value = d.parse(raw)
+            if d.validator is not None:
+                d.validator(d.name, list(value) if isinstance(value, tuple) else value)
+            if isinstance(value, list):
+                value = tuple(value)
+            if value is not raw:
+                object.__setattr__(self, attr, value)
+        object.__setattr__(self, "compact", "compact" in self.cleanup_policy)
 
     @property
     def max_index_size(self) -> int:
@@ -147,49 +105,27 @@ class LogConfig:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
     @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    def compression_level(self, codec_name: str) -> int | None:
+        """The topic's compression.<codec>.level (Kafka's levels: gzip -1 = zlib's default,
+        lz4 9 = the fast compressor); None for codecs without a level (snappy)."""
+        return getattr(self, f"compression_{codec_name}_level", None)  # type: ignore[no-any-return]
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
-        """A copy with topic-level overrides applied (Kafka's topic config names; values str or typed)."""
-        changes: dict[str, Any] = {}
-        for name, value in overrides.items():
-            attr = TOPIC_CONFIG_NAMES.get(name)
-            if attr is None:
-                continue  # not a storage setting (e.g. a broker-only or unknown name): ignored here
-            changes[attr] = _coerce(name, attr, value)
+        """A copy with topic-level settings applied (topic config names; values str or typed).
+        Names that are not topic configs are ignored (broker-only or unknown keys)."""
+        changes = {attribute_name(name): value for name, value in overrides.items()
+                   if attribute_name(name) in _DEFS}
         return dataclasses.replace(self, **changes)
 
-    @classmethod
-    def from_broker_props(cls, props: Mapping[str, Any]) -> LogConfig:
-        """Broker defaults from server.properties names (log.segment.bytes, log.roll.hours, ...)."""
-        topic: dict[str, Any] = {}
-        for broker_name, unit_topic_name, unit_ms in _UNIT_FALLBACKS:
-            if props.get(broker_name) is not None and unit_topic_name not in topic:
-                topic[unit_topic_name] = int(props[broker_name]) * unit_ms
-        for broker_name, topic_name in BROKER_CONFIG_NAMES.items():
-            if props.get(broker_name) is not None:
-                topic[topic_name] = props[broker_name]
-        return cls().with_overrides(topic)
+
+def _check_against_table() -> None:
+    fields = {f.name for f in dataclasses.fields(LogConfig) if f.init}
+    if fields != set(_DEFS):
+        raise ImportError(f"LogConfig and TOPIC_CONFIGS differ: only in LogConfig {sorted(fields - set(_DEFS))}, "
+                          f"only in the table {sorted(set(_DEFS) - fields)}")
 
 
-def _coerce(name: str, attr: str, value: Any) -> Any:
-    field_type = type(getattr(LogConfig(), attr))
-    try:
-        if field_type is bool:
-            if isinstance(value, str):
-                if value.strip().lower() not in ("true", "false"):
-                    raise ValueError(value)
-                return value.strip().lower() == "true"
-            return bool(value)
-        if field_type is int:
-            return int(str(value).strip()) if isinstance(value, str) else int(value)
-        if field_type is float:
-            return float(value)
-        return str(value).strip()
-    except ValueError:
-        raise ValueError(f"invalid value for {name}: {value!r} is not a {field_type.__name__}") from None
+_check_against_table()

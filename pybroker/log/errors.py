@@ -20,10 +20,6 @@ class OffsetOutOfRangeError(LogError):
     error_code = 1
 
 
-class CorruptRecordError(LogError):
-    error_code = 2
-
-
 class RecordTooLargeError(LogError):
     """A batch larger than max.message.bytes: MESSAGE_TOO_LARGE."""
 
@@ -36,12 +32,21 @@ class RecordBatchTooLargeError(LogError):
     error_code = 18
 
 
+class RecordValidationError(LogError):
+    """Kafka's RecordValidationException: a batch refused because of some of its records.
+
+    `error_code` is the underlying error's (INVALID_TIMESTAMP, INVALID_RECORD); `record_errors`
+    lists (batch index, message) for Produce v8+'s per-record errors.
+    """
+
+    def __init__(self, error_code: int, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.record_errors = record_errors
+
+
 class OutOfOrderSequenceError(LogError):
     error_code = 45
-
-
-class DuplicateSequenceError(LogError):
-    error_code = 46
 
 
 class InvalidProducerEpochError(LogError):
@@ -52,18 +57,6 @@ class KafkaStorageError(LogError):
     """Disk-level failure or unreadable on-disk state: KAFKA_STORAGE_ERROR."""
 
     error_code = 56
-
-
-class UnknownProducerIdError(LogError):
-    error_code = 59
-
-
-class InvalidRecordError(LogError):
-    error_code = 87
-
-
-class ProducerFencedError(LogError):
-    error_code = 90
 
 
 class CorruptIndexError(KafkaStorageError):

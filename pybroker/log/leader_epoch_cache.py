@@ -46,16 +46,8 @@ class LeaderEpochFileCache:
     def latest_epoch(self) -> int | None:
         return self._epochs[-1] if self._epochs else None
 
-    def latest_entry(self) -> tuple[int, int] | None:
-        return (self._epochs[-1], self._starts[-1]) if self._epochs else None
-
     def earliest_entry(self) -> tuple[int, int] | None:
         return (self._epochs[0], self._starts[0]) if self._epochs else None
-
-    def epoch_for_offset(self, offset: int) -> int | None:
-        """Epoch whose range holds `offset` (None below the first entry)."""
-        i = bisect.bisect_right(self._starts, offset) - 1
-        return self._epochs[i] if i >= 0 else None
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         if requested_epoch == UNDEFINED_EPOCH or not self._epochs:

@@ -41,7 +41,6 @@ from pybroker.log.config import LogConfig
 from pybroker.log.errors import (
     CorruptIndexError,
     InconsistentTopicIdError,
-    InvalidProducerEpochError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -53,28 +52,35 @@ from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.meta_properties import uuid_from_str, uuid_to_str
 from pybroker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    CompletedTxn,
     ProducerStateManager,
     increment_sequence,
 )
 from pybroker.log.segment import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    LogSegment,
+)
+from pybroker.log.txn_index import AbortedTxn, TransactionIndex
+from pybroker.records.batch import (
+    CONTROL_FLAG,
     H_ATTRIBUTES,
+    H_BASE_OFFSET,
     H_BASE_SEQUENCE,
+    H_BATCH_LENGTH,
     H_LAST_OFFSET_DELTA,
     H_MAX_TIMESTAMP,
     H_PRODUCER_EPOCH,
     H_PRODUCER_ID,
     H_RECORDS_COUNT,
-    INDEX_FILE_SUFFIX,
-    LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
-    LogSegment,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_FLAG,
 )
-from pybroker.log.txn_index import (
-    TransactionIndex,
-    check_marker_epoch,
-    complete_txn,
-    parse_marker_key,
-)
+from pybroker.records.end_txn_marker import read_end_txn_marker
 
 PARTITION_METADATA_FILE = "partition.metadata"
 
@@ -85,8 +91,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
-_TRANSACTIONAL_FLAG = 0x10
-_CONTROL_FLAG = 0x20
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
@@ -170,14 +174,14 @@ class UnifiedLog:
         # `.log.swap` is a finished cleaned segment whose swap was cut short: complete it.
         swaps = []
         for path in list(self.dir.iterdir()):
-            if path.name.endswith((".tmp", ".deleted", ".cleaned")):
+            if path.name.endswith((".tmp", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX)):
                 path.unlink(missing_ok=True)
-            elif path.name.endswith(LOG_FILE_SUFFIX + _SWAP_SUFFIX) and path.name.split(".")[0].isdigit():
+            elif path.name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX) and path.name.split(".")[0].isdigit():
                 swaps.append(int(path.name.split(".")[0]))
         for base in sorted(swaps):
             self._complete_swap(base, now_ms)
         for path in list(self.dir.iterdir()):
-            if path.name.endswith(_SWAP_SUFFIX):  # index .swap files without their .log
+            if path.name.endswith(SWAP_FILE_SUFFIX):  # index .swap files without their .log
                 path.unlink(missing_ok=True)
         bases = set()
         for path in self.dir.iterdir():
@@ -227,7 +231,7 @@ class UnifiedLog:
         file was fsynced before it got its name, so it is whole; its indexes are rebuilt."""
         swap = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
                           max_index_size=self.config.segment_index_bytes, now_ms=now_ms,
-                          file_suffix=_SWAP_SUFFIX)
+                          file_suffix=SWAP_FILE_SUFFIX)
         try:
             swap.recover()
             next_offset = swap.read_next_offset()
@@ -236,7 +240,7 @@ class UnifiedLog:
                 if path.suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX) \
                         and stem.isdigit() and base <= int(stem) < max(next_offset, base + 1):
                     path.unlink()
-            swap.change_file_suffixes(_SWAP_SUFFIX, "")
+            swap.change_file_suffixes(SWAP_FILE_SUFFIX, "")
         finally:
             swap.close()
 
@@ -256,7 +260,7 @@ class UnifiedLog:
             self._bases[i:i + n] = [new_segment.base_offset]
         for segment in old_segments:
             _rename_to_deleted(segment)
-        new_segment.change_file_suffixes(_SWAP_SUFFIX, "")
+        new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
         return True
 
     def _recover_segments(self, now_ms: int) -> None:
@@ -284,9 +288,20 @@ class UnifiedLog:
                 found = segment.translate_offset(start) if segment.base_offset <= start else (0, 0, None)
                 if found is None:
                     continue
-                for _, header in segment.batch_headers(found[0]):
-                    if header[0] + header[H_LAST_OFFSET_DELTA] >= start:
-                        psm.replay_batch(header)
+                for position, header in segment.batch_headers(found[0]):
+                    if header[H_BASE_OFFSET] + header[H_LAST_OFFSET_DELTA] < start:
+                        continue
+                    marker = None
+                    if header[H_ATTRIBUTES] & CONTROL_FLAG and header[H_PRODUCER_ID] >= 0:
+                        try:
+                            marker = read_end_txn_marker(
+                                segment.read_bytes(position, header[H_BATCH_LENGTH] + LOG_OVERHEAD), header)
+                        except ValueError:  # RecordError, or a malformed marker value
+                            pass  # replay_batch still ends the transaction
+                    completed = psm.replay_batch(header, marker)
+                    if completed is not None:
+                        # re-indexes an aborted transaction whose entry did not reach the disk
+                        self._complete_txn(completed)
         psm.update_map_end_offset(self.log_end_offset)
         psm.delete_snapshots_after(self.log_end_offset)
 
@@ -316,21 +331,52 @@ class UnifiedLog:
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    # -- transactions ----------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction, or None."""
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """min(high watermark, first unstable offset): the end of what read_committed sees."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or hw < first else first
+
+    def _complete_txn(self, completed: CompletedTxn) -> None:
+        """Kafka's UnifiedLog append tail for a marker: an aborted transaction goes to the
+        transaction index with the LSO it leaves behind (Kafka's LogSegment.updateTxnIndex),
+        then it stops holding back the first unstable offset."""
+        psm = self.producer_state
+        if completed.is_aborted:
+            self.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                                             psm.last_stable_offset(completed)))
+        psm.complete_txn(completed)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (Kafka's
+        UnifiedLog.removeExpiredProducers); returns how many went. Event loop thread."""
+        return self.producer_state.remove_expired_producers(now_ms)
+
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
-                         timestamp_type: str | None = None, origin: str = "client") -> LogAppendInfo:
+                         timestamp_type: str | None = None, origin: str = "client",
+                         header: tuple | None = None) -> LogAppendInfo:
         """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
 
-        origin "coordinator" (Kafka's AppendOrigin.COORDINATOR: a coordinator's own transactional
-        records, every batch at base sequence 0) checks the producer epoch only: no duplicate
-        detection, no sequence check.
+        `header` is the batch's parsed header when the caller has it (the produce path's
+        LogValidator), so it is not parsed again. origin "coordinator" (Kafka's
+        AppendOrigin.COORDINATOR: a coordinator's own transactional records, every batch at base
+        sequence 0) checks the producer epoch only: no duplicate detection, no sequence check.
+        A control batch is an end-transaction marker: it completes its producer's transaction.
 
         Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
         InvalidProducerEpochError (47), OutOfOrderSequenceError (45).
         """
         view = memoryview(batch).cast("B") if not isinstance(batch, bytearray) else batch
         size = len(view)
-        header = records.read_batch_header(view, 0)
+        if header is None:
+            header = records.read_batch_header(view, 0)
         if size > self.config.max_message_bytes:
             raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes "
                                       f"{self.config.max_message_bytes}")
@@ -345,24 +391,21 @@ class UnifiedLog:
         first_offset = self.log_end_offset
         last_offset = first_offset + last_offset_delta
 
-        is_control = bool(header[H_ATTRIBUTES] & _CONTROL_FLAG)
-        marker_type = -1
-        if is_control:
-            # only the transaction coordinator writes control batches: one uncompressed marker record
-            marker_type = parse_marker_key(records.decode_records(view, records.BATCH_HEADER_SIZE, size, 1)[0][3])
-            check_marker_epoch(self, producer_id, producer_epoch)
-        elif producer_id >= 0 and origin == "coordinator":
-            entry = self.producer_state.producers.get(producer_id)
-            if entry is not None and producer_epoch < entry.producer_epoch:
-                raise InvalidProducerEpochError(
-                    f"epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")
-        elif producer_id >= 0:
-            duplicate = self.producer_state.prepare(producer_id, producer_epoch, base_sequence,
-                                                    last_sequence, first_offset)
-            if duplicate is not None:
-                return LogAppendInfo(first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
-                                     log_append_time=-1, log_start_offset=self.log_start_offset,
-                                     duplicate=True)
+        psm = self.producer_state
+        is_control = header[H_ATTRIBUTES] & CONTROL_FLAG
+        marker = None
+        if producer_id >= 0:
+            if is_control:
+                # only the transaction coordinator writes control batches: one marker record
+                marker = read_end_txn_marker(view, header)
+                psm.check_end_txn_marker(producer_id, producer_epoch)
+            else:
+                duplicate = psm.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset,
+                                        origin)
+                if duplicate is not None:
+                    return LogAppendInfo(first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+                                         log_append_time=-1, log_start_offset=self.log_start_offset,
+                                         duplicate=True)
 
         records.assign_offsets(view, 0, first_offset, leader_epoch)
         use_append_time = (timestamp_type or self.config.message_timestamp_type) == "LogAppendTime"
@@ -381,13 +424,14 @@ class UnifiedLog:
             latest = self.leader_epoch_cache.latest_epoch()
             if latest is None or leader_epoch > latest:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        if is_control:
-            complete_txn(self, producer_id, producer_epoch, marker_type, first_offset)
+        if marker is not None:
+            completed = psm.append_end_txn_marker(producer_id, producer_epoch, marker, first_offset, max_timestamp)
+            if completed is not None:
+                self._complete_txn(completed)
         elif producer_id >= 0:
-            self.producer_state.update(producer_id, producer_epoch, last_sequence, first_offset,
-                                       last_offset, max_timestamp,
-                                       bool(header[H_ATTRIBUTES] & _TRANSACTIONAL_FLAG))
-        self.producer_state.update_map_end_offset(last_offset + 1)
+            psm.update(producer_id, producer_epoch, last_sequence, first_offset, last_offset, max_timestamp,
+                       bool(header[H_ATTRIBUTES] & TRANSACTIONAL_FLAG))
+        psm.update_map_end_offset(last_offset + 1)
         self.log_end_offset = last_offset + 1
         return LogAppendInfo(first_offset=first_offset, last_offset=last_offset,
                              log_append_time=log_append_time, log_start_offset=self.log_start_offset,
@@ -696,13 +740,6 @@ class UnifiedLog:
         """Close and remove the partition directory (blocking; run off the event loop)."""
         self.close_handlers()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-Log = UnifiedLog
-
-
-DELETED_FILE_SUFFIX = ".deleted"
-_SWAP_SUFFIX = ".swap"
 
 
 def _rename_to_deleted(segment: LogSegment) -> None:

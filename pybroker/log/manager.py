@@ -307,9 +307,6 @@ class LogManager:
                 OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
                     {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
 
-    def logs_needing_flush(self, now_ms: int) -> list[UnifiedLog]:
-        return [log for log in list(self.logs.values()) if log.needs_flush(now_ms)]
-
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown marker. Blocking."""
         for log in list(self.logs.values()):

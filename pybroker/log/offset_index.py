@@ -31,9 +31,6 @@ INT32_MAX = 2**31 - 1
 class OffsetIndex(AbstractIndex):
     ENTRY_SIZE = 8
 
-    def _relative(self, offset: int) -> int:
-        return offset - self.base_offset
-
     def can_append_offset(self, offset: int) -> bool:
         rel = offset - self.base_offset
         return 0 <= rel <= INT32_MAX

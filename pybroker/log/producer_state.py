@@ -2,11 +2,19 @@
 
 Per producer id it keeps the epoch, the metadata of the last 5 appended batches (first/last
 sequence, first/last offset, max timestamp), the coordinator epoch and the first offset of the
-ongoing transaction. `prepare()` applies Kafka's checks (ProducerAppendInfo + UnifiedLog's
-duplicate detection) without mutating anything; `update()` records a batch once it is on disk;
-`check_and_update()` does both.
+ongoing transaction. Kafka's ProducerAppendInfo is split in two around the write: `prepare()`
+(a data batch) and `check_end_txn_marker()` (a marker) apply Kafka's checks without mutating
+anything; once the batch is on disk `update()` records a data batch and
+`append_end_txn_marker()` a marker, which returns the CompletedTxn the log then indexes
+(UnifiedLog._complete_txn: `last_stable_offset(completed)`, then `complete_txn(completed)`).
+Recovery replays batches through the same two (`replay_batch`), unchecked.
 
-Rules (origin CLIENT; producer_id == -1 skips everything):
+Transactions: the first transactional data batch of a producer opens its transaction
+(current_txn_first_offset, also kept in `ongoing_txns`); its COMMIT/ABORT marker closes it, and
+the marker's epoch and coordinator epoch become the producer's. The first unstable offset is
+the smallest first offset of an open transaction.
+
+Rules (origin "client"; "coordinator" checks the epoch only; producer_id == -1 skips everything):
 - a batch whose (first_seq, last_seq) equals one of the producer's cached 5, same epoch, is a
   duplicate: the original offsets are returned and nothing is appended;
 - epoch lower than the current one -> INVALID_PRODUCER_EPOCH (47) (Kafka >= 2.7 answers this
@@ -39,6 +47,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from pybroker._native import crc32c as _crc32c
 from pybroker.log.errors import (
@@ -46,6 +55,18 @@ from pybroker.log.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
+from pybroker.records.batch import (
+    CONTROL_FLAG,
+    H_ATTRIBUTES,
+    H_BASE_OFFSET,
+    H_BASE_SEQUENCE,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
+    H_PRODUCER_EPOCH,
+    H_PRODUCER_ID,
+    TRANSACTIONAL_FLAG,
+)
+from pybroker.records.end_txn_marker import COMMIT, EndTransactionMarker
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -59,9 +80,6 @@ PRODUCER_SNAPSHOT_VERSION = 1
 _SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _CRC_START = 6  # after version (2) and crc (4)
-
-_TRANSACTIONAL_FLAG = 0x10
-_CONTROL_FLAG = 0x20
 
 
 def _crc32c_of(data: bytes | memoryview) -> int:
@@ -84,6 +102,16 @@ def increment_sequence(sequence: int, increment: int) -> int:
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker (Kafka's CompletedTxn): its producer, first data offset,
+    the marker's offset, and whether it was aborted."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +140,8 @@ class ProducerStateEntry:
     batch_metadata: deque[BatchMetadata] = field(default_factory=deque)
 
     @property
-    def is_empty(self) -> bool:
-        return not self.batch_metadata
-
-    @property
     def last_seq(self) -> int:
         return self.batch_metadata[-1].last_seq if self.batch_metadata else NO_SEQUENCE
-
-    @property
-    def first_seq(self) -> int:
-        return self.batch_metadata[0].first_seq if self.batch_metadata else NO_SEQUENCE
 
     @property
     def last_data_offset(self) -> int:
@@ -139,11 +159,15 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def add_batch(self, producer_epoch: int, last_seq: int, last_offset: int, offset_delta: int,
-                  timestamp: int) -> None:
+    def maybe_update_producer_epoch(self, producer_epoch: int) -> None:
+        """A new epoch starts a fresh sequence: the cached batches of the old one go."""
         if producer_epoch != self.producer_epoch:
             self.batch_metadata.clear()
             self.producer_epoch = producer_epoch
+
+    def add_batch(self, producer_epoch: int, last_seq: int, last_offset: int, offset_delta: int,
+                  timestamp: int) -> None:
+        self.maybe_update_producer_epoch(producer_epoch)
         if len(self.batch_metadata) == NUM_BATCHES_TO_RETAIN:
             self.batch_metadata.popleft()
         self.batch_metadata.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
@@ -216,11 +240,13 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.last_snapshot_offset = 0
 
-    # -- validation ------------------------------------------------------------------------
+    # -- validation (before the write; no mutation) ----------------------------------------
     def prepare(self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
-                first_offset: int = -1) -> BatchMetadata | None:
-        """Check a client batch; returns the cached batch it duplicates, else None. No mutation.
+                first_offset: int = -1, origin: str = "client") -> BatchMetadata | None:
+        """Check a data batch; returns the cached batch a client batch duplicates, else None.
 
+        Origin "client": duplicate detection, then epoch and sequence checks; "coordinator"
+        (a coordinator's own transactional records): the epoch check only, as in Kafka.
         Raises InvalidProducerEpochError or OutOfOrderSequenceError.
         """
         if producer_id == NO_PRODUCER_ID:
@@ -228,13 +254,17 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None:
             return None  # unknown producer: any epoch and sequence are accepted
-        duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
-        if duplicate is not None:
-            return duplicate
+        client = origin == "client"
+        if client:
+            duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
+            if duplicate is not None:
+                return duplicate
         if producer_epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"epoch {producer_epoch} of producer {producer_id} at offset {first_offset} is "
                 f"older than the current epoch {entry.producer_epoch}")
+        if not client:
+            return None
         if producer_epoch != entry.producer_epoch:
             if base_sequence != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
@@ -247,6 +277,15 @@ class ProducerStateManager:
                     f"{base_sequence} (incoming), {entry.last_seq} (current end sequence)")
         return None
 
+    def check_end_txn_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A marker's epoch may not be older than the producer's (Kafka's appendEndTxnMarker).
+        Raises InvalidProducerEpochError."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")
+
+    # -- recording (after the write) -------------------------------------------------------
     def update(self, producer_id: int, producer_epoch: int, last_sequence: int, first_offset: int,
                last_offset: int, max_timestamp: int, is_transactional: bool = False) -> None:
         """Record an appended data batch (also used when replaying the log)."""
@@ -260,41 +299,66 @@ class ProducerStateManager:
             entry.current_txn_first_offset = first_offset
             self.ongoing_txns[producer_id] = first_offset
 
-    def check_and_update(self, producer_id: int, producer_epoch: int, base_sequence: int,
-                         last_sequence: int, first_offset: int, last_offset: int, max_timestamp: int,
-                         is_transactional: bool = False) -> BatchMetadata | None:
-        """prepare() then update(); returns the duplicated batch (and updates nothing) if any."""
-        duplicate = self.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset)
-        if duplicate is None:
-            self.update(producer_id, producer_epoch, last_sequence, first_offset, last_offset,
-                        max_timestamp, is_transactional)
-        return duplicate
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, marker: EndTransactionMarker,
+                              offset: int, timestamp: int) -> CompletedTxn | None:
+        """Record a marker appended at `offset` (Kafka's ProducerAppendInfo.appendEndTxnMarker):
+        the marker's epoch and coordinator epoch become the producer's (a bumped epoch starts
+        again at sequence 0) and its transaction is over. Returns the CompletedTxn when a
+        transaction was open (an empty one leaves no trace); the caller indexes it and then
+        calls `complete_txn`."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        first = entry.current_txn_first_offset
+        entry.maybe_update_producer_epoch(producer_epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = timestamp
+        entry.current_txn_first_offset = None
+        if first is None:
+            return None
+        return CompletedTxn(producer_id, first, offset, marker.is_abort)
 
-    def replay_batch(self, header: tuple) -> None:
-        """Apply a batch read from the log (recovery): no validation, like Kafka's REPLICATION origin."""
-        base_offset, _, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id, \
-            producer_epoch, base_sequence, _ = header
-        last_offset = base_offset + last_offset_delta
-        if producer_id != NO_PRODUCER_ID and attributes & _CONTROL_FLAG:
-            # an end-transaction marker: the producer's transaction is over (aborted ones are in
-            # the log's txn index already); its epoch is the producer's from here on
-            entry = self.producers.setdefault(producer_id, ProducerStateEntry(producer_id))
-            entry.current_txn_first_offset = None
-            self.ongoing_txns.pop(producer_id, None)
-            if producer_epoch != entry.producer_epoch:
-                entry.batch_metadata.clear()
-                entry.producer_epoch = producer_epoch
-        elif producer_id != NO_PRODUCER_ID:
-            last_seq = increment_sequence(base_sequence, last_offset_delta) if base_sequence >= 0 else NO_SEQUENCE
-            self.update(producer_id, producer_epoch, last_seq, base_offset, last_offset, max_timestamp,
-                        bool(attributes & _TRANSACTIONAL_FLAG))
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """Where the LSO stands once `completed` is done (Kafka's lastStableOffset(CompletedTxn)):
+        the first offset of another open transaction, else the offset after the marker."""
+        others = [first for pid, first in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The transaction no longer holds back the first unstable offset."""
+        self.ongoing_txns.pop(completed.producer_id, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an open transaction, or None."""
+        ongoing = self.ongoing_txns
+        return min(ongoing.values()) if ongoing else None
+
+    def replay_batch(self, header: tuple, marker: EndTransactionMarker | None = None) -> CompletedTxn | None:
+        """Apply a batch read from the log (recovery), unchecked like Kafka's REPLICATION origin.
+        A control batch needs its decoded `marker`; its CompletedTxn is returned for the log to
+        index and complete, as on append."""
+        producer_id = header[H_PRODUCER_ID]
+        last_offset = header[H_BASE_OFFSET] + header[H_LAST_OFFSET_DELTA]
+        completed = None
+        if producer_id != NO_PRODUCER_ID:
+            if header[H_ATTRIBUTES] & CONTROL_FLAG:
+                if marker is None:  # undecodable: end the transaction all the same, as a commit
+                    entry = self.producers.get(producer_id)
+                    marker = EndTransactionMarker(COMMIT, entry.coordinator_epoch if entry else -1)
+                completed = self.append_end_txn_marker(producer_id, header[H_PRODUCER_EPOCH], marker,
+                                                       header[H_BASE_OFFSET], header[H_MAX_TIMESTAMP])
+            else:
+                base_sequence = header[H_BASE_SEQUENCE]
+                last_offset_delta = header[H_LAST_OFFSET_DELTA]
+                last_seq = (increment_sequence(base_sequence, last_offset_delta) if base_sequence >= 0
+                            else NO_SEQUENCE)
+                self.update(producer_id, header[H_PRODUCER_EPOCH], last_seq, header[H_BASE_OFFSET], last_offset,
+                            header[H_MAX_TIMESTAMP], bool(header[H_ATTRIBUTES] & TRANSACTIONAL_FLAG))
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+        return completed
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
-
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self.producers.get(producer_id)
 
     # -- expiry ----------------------------------------------------------------------------
     def is_producer_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
@@ -302,6 +366,8 @@ class ProducerStateManager:
                 and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms)
 
     def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (Kafka's removeExpiredProducers,
+        run periodically by ReplicaManager.run_producer_expiration); returns how many went."""
         expired = [pid for pid, e in self.producers.items() if self.is_producer_expired(now_ms, e)]
         for pid in expired:
             del self.producers[pid]
@@ -361,11 +427,6 @@ class ProducerStateManager:
         for snapshot_offset in self.snapshot_offsets():
             snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)
         self.map_end_offset = self.last_snapshot_offset = offset
-
-    def delete_snapshots_before(self, offset: int) -> None:
-        for snapshot_offset in self.snapshot_offsets():
-            if snapshot_offset < offset:
-                snapshot_file(self.dir, snapshot_offset).unlink(missing_ok=True)
 
     def delete_snapshots_after(self, offset: int) -> None:
         for snapshot_offset in self.snapshot_offsets():

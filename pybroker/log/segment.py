@@ -2,8 +2,11 @@
 
 Files, named by the segment's base offset (the first offset it may hold) in 20 digits:
 `00000000000000001500.log` (record batches back to back, exactly as received, with offsets
-assigned), `.index` (OffsetIndex), `.timeindex` (TimeIndex). No `.txnindex` is written until
-transactions need one.
+assigned), `.index` (OffsetIndex), `.timeindex` (TimeIndex). Aborted transactions are kept per
+log, not per segment (txn_index.py), so no `<offset>.txnindex` is written. The suffixes of
+every segment file state (Kafka's LogFileUtils) are defined here: `.cleaned` (being written by
+the cleaner), `.swap` (cleaned, about to replace its inputs), `.deleted` (detached, removed
+after file.delete.delay.ms).
 
 Append path: `append()` pwrites to the page cache at the end of the file (no fsync) and adds
 index entries every index.interval.bytes. Durability is `flush()`'s job (fsync of the log and
@@ -25,10 +28,10 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pybroker._native import records
 from pybroker._native.errors import RecordError
@@ -37,25 +40,35 @@ from pybroker.log.fetch_data_info import FetchDataInfo, TimestampAndOffset
 from pybroker.log.offset_index import OffsetIndex
 from pybroker.log.time_index import NO_TIMESTAMP, TimeIndex
 from pybroker.protocol.chunks import FileRegion
+from pybroker.records.batch import (
+    BATCH_HEADER_SIZE,
+    CODEC_MASK,
+    H_ATTRIBUTES,
+    H_BASE_OFFSET,
+    H_BASE_TIMESTAMP,
+    H_BATCH_LENGTH,
+    H_LAST_OFFSET_DELTA,
+    H_LEADER_EPOCH,
+    H_MAX_TIMESTAMP,
+    H_RECORDS_COUNT,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    records_section,
+)
+
+if TYPE_CHECKING:
+    from pybroker.log.leader_epoch_cache import LeaderEpochFileCache
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
-TXN_INDEX_FILE_SUFFIX = ".txnindex"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+DELETED_FILE_SUFFIX = ".deleted"
 
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12
 _READ_BLOCK = 64 * 1024
 _RECENT_BATCHES = 128
 _MIN_BATCH_SIZE = 49 + LOG_OVERHEAD
-_LOG_APPEND_TIME_FLAG = 0x08
-_CODEC_MASK = 0x07
-_I64 = struct.Struct(">q")
-
-# BatchHeader tuple slots (ARCHITECTURE.md order)
-H_BASE_OFFSET, H_BATCH_LENGTH, H_LEADER_EPOCH, H_MAGIC, H_CRC, H_ATTRIBUTES = 0, 1, 2, 3, 4, 5
-H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP, H_PRODUCER_ID = 6, 7, 8, 9
-H_PRODUCER_EPOCH, H_BASE_SEQUENCE, H_RECORDS_COUNT = 10, 11, 12
 
 
 def filename_prefix(offset: int) -> str:
@@ -73,10 +86,6 @@ def offset_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
 
 def time_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
     return dir / (filename_prefix(base_offset) + TIME_INDEX_FILE_SUFFIX + suffix)
-
-
-def txn_index_file(dir: Path, base_offset: int, suffix: str = "") -> Path:
-    return dir / (filename_prefix(base_offset) + TXN_INDEX_FILE_SUFFIX + suffix)
 
 
 class LogSegment:
@@ -158,7 +167,7 @@ class LogSegment:
         while written < n:
             written += os.pwrite(self._fd, view[written:], physical_position + written)
         self._size = physical_position + n
-        if n >= HEADER_SIZE and int.from_bytes(view[8:12], "big") + LOG_OVERHEAD == n:
+        if n >= BATCH_HEADER_SIZE and int.from_bytes(view[8:12], "big") + LOG_OVERHEAD == n:
             recent = self._recent
             recent[int.from_bytes(view[0:8], "big")] = (physical_position, n)
             if len(recent) > _RECENT_BATCHES:
@@ -179,10 +188,10 @@ class LogSegment:
         buf_start = position
         while position + LOG_OVERHEAD <= end:
             off = position - buf_start
-            if off + HEADER_SIZE > len(buf):
+            if off + BATCH_HEADER_SIZE > len(buf):
                 buf = os.pread(self._fd, _READ_BLOCK, position)
                 buf_start, off = position, 0
-                if len(buf) < HEADER_SIZE:
+                if len(buf) < BATCH_HEADER_SIZE:
                     return
             header = records.read_batch_header(buf, off)
             batch_size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
@@ -276,7 +285,7 @@ class LogSegment:
     def _record_timestamps(self, position: int, header: tuple) -> Iterator[tuple[int, int]]:
         base = header[H_BASE_OFFSET]
         attributes = header[H_ATTRIBUTES]
-        if attributes & _LOG_APPEND_TIME_FLAG:
+        if attributes & TIMESTAMP_TYPE_MASK:
             # every record of a LogAppendTime batch reads as the batch's max timestamp
             for delta in range(header[H_LAST_OFFSET_DELTA] + 1):
                 yield header[H_MAX_TIMESTAMP], base + delta
@@ -331,11 +340,12 @@ class LogSegment:
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
 
-    def recover(self, producer_state=None, leader_epoch_cache=None) -> int:  # type: ignore[no-untyped-def]
+    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
         """Rebuild the indexes from the .log file and cut it at the first bad batch.
 
-        producer_state (ProducerStateManager) and leader_epoch_cache, when given, are fed every
-        valid batch in order. Returns the number of bytes truncated.
+        leader_epoch_cache, when given, is fed every valid batch's epoch in order (the producer
+        state is rebuilt afterwards by the log, from its snapshot). Returns the number of bytes
+        truncated.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -370,8 +380,6 @@ class LogSegment:
                         latest = leader_epoch_cache.latest_epoch()
                         if latest is None or epoch > latest:
                             leader_epoch_cache.assign(epoch, base_offset)
-                    if producer_state is not None:
-                        producer_state.replay_batch(header)
                 del entries
             finally:
                 mm.close()
@@ -463,22 +471,19 @@ class LogSegment:
     def delete(self) -> None:
         """Close and remove the segment's files."""
         self.close_handlers()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path,
-                     txn_index_file(self.dir, self.base_offset)):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
 
 
 def _decode_batch_records(data: bytes, header: tuple) -> list[tuple[int, int]] | None:
     """(timestamp_delta, offset_delta) of each record, or None when the batch cannot be decoded."""
     count = header[H_RECORDS_COUNT]
-    codec = header[H_ATTRIBUTES] & _CODEC_MASK
+    codec = header[H_ATTRIBUTES] & CODEC_MASK
     if codec == 0:
         try:
-            return [(r[1], r[2]) for r in records.decode_records(data, HEADER_SIZE, len(data), count)]
+            return [(r[1], r[2]) for r in records.decode_records(data, BATCH_HEADER_SIZE, len(data), count)]
         except RecordError:
             return None
-    from pybroker.records.batch import records_section
-
     try:
         section = records_section(data)
         return [(r[1], r[2]) for r in records.decode_records(section, 0, len(section), count)]

@@ -1,5 +1,4 @@
-"""Transaction state of one partition's log: aborted transactions and the last stable offset
-(Kafka's TransactionIndex + the txn parts of ProducerStateManager / UnifiedLog).
+"""Aborted transactions of one partition's log (Kafka's TransactionIndex).
 
 Format of `aborted.txnindex` in the partition dir: a sequence of 34-byte entries in Kafka's
 .txnindex layout, big-endian: version i16 (0), producer_id i64, first_offset i64,
@@ -8,14 +7,12 @@ file per segment; pybroker keeps one per log (entries are few: one per aborted
 transaction) and drops entries below the log start offset lazily (they are never returned
 because a fetch starts at or above it). A torn trailing entry is ignored on load.
 
-Control (end-transaction marker) batches: one record, key = version i16 (0) + type i16
-(0 ABORT, 1 COMMIT), value = version i16 (0) + coordinator epoch i32.
+Only UnifiedLog writes it, when an ABORT marker completes a transaction (UnifiedLog's
+`_complete_txn`, Kafka's LogSegment.updateTxnIndex); the marker itself is decoded in
+records/end_txn_marker.py and applied to the producer state in log/producer_state.py.
 
-Last stable offset: min(high watermark, first offset of any ongoing transaction), where the
-ongoing transactions are the producers whose ProducerStateEntry has
-current_txn_first_offset set (set by the first transactional batch, cleared by a marker).
-
-Concurrency: the partition's append path (trio thread) writes; fetches read on that thread.
+Concurrency: the partition's append path (trio thread) writes; fetches read on that thread;
+the cleaner reads a copy of `entries` taken on that thread.
 """
 
 from __future__ import annotations
@@ -24,14 +21,9 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 TXN_INDEX_FILE = "aborted.txnindex"
 _ENTRY = struct.Struct(">hqqqq")
-_MARKER_KEY = struct.Struct(">hh")
-_MARKER_VALUE = struct.Struct(">hi")
-ABORT = 0
-COMMIT = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,45 +32,6 @@ class AbortedTxn:
     first_offset: int
     last_offset: int
     last_stable_offset: int
-
-
-def marker_key(marker_type: int) -> bytes:
-    return _MARKER_KEY.pack(0, marker_type)
-
-
-def marker_value(coordinator_epoch: int) -> bytes:
-    return _MARKER_VALUE.pack(0, coordinator_epoch)
-
-
-def parse_marker_key(key: bytes | memoryview) -> int:
-    """The control record's type (ABORT/COMMIT); ValueError when it is not a marker."""
-    if key is None or len(key) < 4:
-        raise ValueError("control record key too short")
-    version, kind = _MARKER_KEY.unpack_from(key, 0)
-    if version != 0 or kind not in (ABORT, COMMIT):
-        raise ValueError(f"unknown control record version {version} type {kind}")
-    return kind
-
-
-def build_marker_batch(producer_id: int, producer_epoch: int, marker_type: int, coordinator_epoch: int,
-                       timestamp_ms: int) -> bytearray:
-    from pybroker.records.batch import build_batch
-
-    return bytearray(build_batch([(timestamp_ms, marker_key(marker_type), marker_value(coordinator_epoch), ())],
-                                 producer_id=producer_id, producer_epoch=producer_epoch,
-                                 transactional=True, control=True))
-
-
-def first_unstable_offset(producer_state: Any) -> int | None:
-    """Smallest first offset of an ongoing transaction, or None."""
-    ongoing = producer_state.ongoing_txns
-    return min(ongoing.values()) if ongoing else None
-
-
-def last_stable_offset(plog: Any) -> int:
-    first = first_unstable_offset(plog.producer_state)
-    hw = plog.high_watermark
-    return hw if first is None else min(hw, first)
 
 
 class TransactionIndex:
@@ -116,36 +69,3 @@ class TransactionIndex:
             for e in keep:
                 f.write(_ENTRY.pack(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset))
         os.replace(tmp, self.path)
-
-
-def complete_txn(plog: Any, producer_id: int, producer_epoch: int, marker_type: int, marker_offset: int) -> None:
-    """Apply an end-transaction marker appended at `marker_offset` to the log's producer state:
-    the producer's ongoing transaction ends, an aborted one is indexed, and the marker's epoch
-    becomes the producer's (a bumped epoch starts again at sequence 0)."""
-    psm = plog.producer_state
-    entry = psm.producers.get(producer_id)
-    if entry is None:
-        from pybroker.log.producer_state import ProducerStateEntry
-
-        entry = psm.producers[producer_id] = ProducerStateEntry(producer_id)
-    first = entry.current_txn_first_offset
-    entry.current_txn_first_offset = None
-    psm.ongoing_txns.pop(producer_id, None)
-    if producer_epoch != entry.producer_epoch:
-        entry.batch_metadata.clear()
-        entry.producer_epoch = producer_epoch
-    if marker_type == ABORT and first is not None:
-        # the LSO recorded is where it stands once this transaction is done (Kafka's lastStableOffset)
-        nxt = first_unstable_offset(psm)
-        lso = marker_offset + 1 if nxt is None else nxt
-        plog.txn_index.append(AbortedTxn(producer_id, first, marker_offset, lso))
-
-
-def check_marker_epoch(plog: Any, producer_id: int, producer_epoch: int) -> None:
-    """A marker's epoch may not be older than the producer's (Kafka's appendEndTxnMarker)."""
-    from pybroker.log.errors import InvalidProducerEpochError
-
-    entry = plog.producer_state.producers.get(producer_id)
-    if entry is not None and producer_epoch < entry.producer_epoch:
-        raise InvalidProducerEpochError(
-            f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")

@@ -9,7 +9,6 @@ from pybroker.records.batch import (
     LOG_OVERHEAD,
     BatchHeader,
     DecodedRecord,
-    Record,
     build_batch,
     iter_batch_records,
     iter_batches,
@@ -18,6 +17,6 @@ from pybroker.records.batch import (
 )
 
 __all__ = [
-    "BATCH_HEADER_SIZE", "BatchHeader", "DecodedRecord", "LOG_OVERHEAD", "Record",
+    "BATCH_HEADER_SIZE", "BatchHeader", "DecodedRecord", "LOG_OVERHEAD",
     "build_batch", "iter_batch_records", "iter_batches", "records_section", "validate_and_count",
 ]

@@ -14,7 +14,7 @@ its records section is counted the same way. Errors are `CorruptRecordError` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from pybroker._native import records as _records
@@ -22,16 +22,29 @@ from pybroker._native.errors import InvalidRecordError
 from pybroker.records import compression as _codecs
 
 __all__ = [
-    "BATCH_HEADER_SIZE", "BatchHeader", "DecodedRecord", "LOG_OVERHEAD", "Record",
+    "ATTRIBUTES_OFFSET", "BATCH_HEADER_SIZE", "BatchHeader", "CODEC_MASK", "CONTROL_FLAG", "DELETE_HORIZON_FLAG",
+    "DecodedRecord", "LOG_OVERHEAD", "NO_TIMESTAMP", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_FLAG",
     "build_batch", "iter_batch_records", "iter_batches", "records_section", "validate_and_count",
 ]
 
-BATCH_HEADER_SIZE = _records.BATCH_HEADER_SIZE
-LOG_OVERHEAD = _records.LOG_OVERHEAD
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG = 0x10
-CONTROL_FLAG = 0x20
+# -- the batch header (Kafka's DefaultRecordBatch): the one definition the broker uses ---------
+BATCH_HEADER_SIZE = _records.BATCH_HEADER_SIZE  # 61
+LOG_OVERHEAD = _records.LOG_OVERHEAD  # baseOffset i64 + batchLength i32
+ATTRIBUTES_OFFSET = 21  # attributes i16: its low byte is at ATTRIBUTES_OFFSET + 1
+
+# attribute bits
+CODEC_MASK = 0x07  # bits 0-2: pybroker.records.compression.NONE..ZSTD
+TIMESTAMP_TYPE_MASK = 0x08  # bit 3: LogAppendTime
+TRANSACTIONAL_FLAG = 0x10  # bit 4
+CONTROL_FLAG = 0x20  # bit 5: an end-transaction marker (records/end_txn_marker.py)
+DELETE_HORIZON_FLAG = 0x40  # bit 6: baseTimestamp is the cleaner's delete horizon (KIP-534)
 NO_TIMESTAMP = -1
+
+# Slots of the header tuple that `_records.read_batch_header` / `validate_batch` return (and
+# BatchHeader's fields), for code that indexes the raw tuple on a hot path.
+H_BASE_OFFSET, H_BATCH_LENGTH, H_LEADER_EPOCH, H_MAGIC, H_CRC, H_ATTRIBUTES = 0, 1, 2, 3, 4, 5
+H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP, H_PRODUCER_ID = 6, 7, 8, 9
+H_PRODUCER_EPOCH, H_BASE_SEQUENCE, H_RECORDS_COUNT = 10, 11, 12
 
 
 class BatchHeader(NamedTuple):
@@ -53,7 +66,7 @@ class BatchHeader(NamedTuple):
 
     @property
     def compression(self) -> int:
-        return self.attributes & _codecs.CODEC_MASK
+        return self.attributes & CODEC_MASK
 
     @property
     def timestamp_type(self) -> int:
@@ -81,15 +94,6 @@ class BatchHeader(NamedTuple):
         return self.batch_length + LOG_OVERHEAD
 
 
-class Record(NamedTuple):
-    """A record to append: what a producer hands to build_batch."""
-
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[bytes | str, bytes | None]] = ()
-
-
 class DecodedRecord(NamedTuple):
     """A record read back from a batch, with absolute offset and timestamp."""
 
@@ -112,7 +116,8 @@ def build_batch(records: Iterable[Any], *, base_offset: int = 0, compression: in
                 base_sequence: int = -1, transactional: bool = False, control: bool = False,
                 partition_leader_epoch: int = -1, base_timestamp: int | None = None,
                 compression_level: int | None = None) -> bytes:
-    """One v2 batch of `records` ((timestamp_ms, key, value, headers) tuples or objects).
+    """One v2 batch of `records`: (timestamp_ms, key, value[, headers]) tuples, or objects with
+    those attributes (headers optional).
 
     baseTimestamp defaults to the first record's timestamp and maxTimestamp is the largest
     record timestamp, as MemoryRecordsBuilder does; offset deltas are 0..n-1.
@@ -127,7 +132,7 @@ def build_batch(records: Iterable[Any], *, base_offset: int = 0, compression: in
         [(ts - base_timestamp, key, value, headers) for ts, key, value, headers in rows])
     if compression:
         section = _codecs.compress(compression, section, compression_level)
-    attributes = ((compression & 0x07) | ((timestamp_type & 1) << 3)
+    attributes = ((compression & CODEC_MASK) | (TIMESTAMP_TYPE_MASK if timestamp_type & 1 else 0)
                   | (TRANSACTIONAL_FLAG if transactional else 0)
                   | (CONTROL_FLAG if control else 0))
     return _records.build_batch(

@@ -23,17 +23,17 @@ import struct
 import threading
 
 import cramjam
+import lz4.block
 import xxhash
 
 from pybroker._native.errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
-    "CODEC_IDS", "CODEC_MASK", "CODEC_NAMES", "GZIP", "LZ4", "NONE", "SNAPPY", "ZSTD",
+    "CODEC_IDS", "CODEC_NAMES", "GZIP", "GZIP_DEFAULT_LEVEL", "LZ4", "LZ4_DEFAULT_LEVEL", "NONE", "SNAPPY", "ZSTD",
     "codec_id", "compress", "decompress",
 ]
 
-NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-CODEC_MASK = 0x07
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4  # attributes & records.batch.CODEC_MASK
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
 
@@ -58,16 +58,27 @@ def codec_id(name: str) -> int:
         raise ValueError(f"unknown compression codec {name!r}") from None
 
 
+# Kafka's default levels (CompressionType.<codec>.defaultLevel(), the compression.<codec>.level
+# defaults): gzip -1 is zlib's own default (6); lz4 9 selects lz4-java's fast compressor, any
+# other lz4 level its high-compression one. zstd's default, 3, is zstd's own.
+GZIP_DEFAULT_LEVEL = -1
+LZ4_DEFAULT_LEVEL = 9
+
+
 def compress(codec: int, data, level: int | None = None) -> bytes:
-    """Compress a records section the way Java Kafka's producer would."""
+    """Compress a records section the way Java Kafka's producer would.
+
+    `level` is Kafka's compression.<codec>.level (None: the codec's default level); snappy
+    has none.
+    """
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return bytes(cramjam.gzip.compress(data, level=level))
+        return bytes(cramjam.gzip.compress(data, level=None if level == GZIP_DEFAULT_LEVEL else level))
     if codec == SNAPPY:
         return _xerial_compress(memoryview(data).cast("B"))
     if codec == LZ4:
-        return _lz4_frame_compress(memoryview(data).cast("B"), level)
+        return _lz4_frame_compress(memoryview(data).cast("B"), None if level == LZ4_DEFAULT_LEVEL else level)
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))
     raise InvalidRecordError(f"unknown compression codec id {codec}")
@@ -165,9 +176,8 @@ def _lz4_frame_compress(view: memoryview, level: int | None) -> bytes:
         chunk = view[start:start + _LZ4_BLOCK]
         if level is None:
             block = cramjam.lz4.compress_block(chunk, store_size=False)
-        else:
-            block = cramjam.lz4.compress_block(chunk, mode="high_compression",
-                                               compression=level, store_size=False)
+        else:  # Kafka's highCompressor(level); cramjam's block API ignores a level
+            block = lz4.block.compress(chunk, mode="high_compression", compression=level, store_size=False)
         if len(block) < len(chunk):
             out += _U32LE.pack(len(block))
             out += block

@@ -12,7 +12,6 @@ Concurrency: trio thread only.
 from __future__ import annotations
 
 from pybroker.log.log import UnifiedLog
-from pybroker.log.txn_index import last_stable_offset
 
 
 class Partition:
@@ -45,8 +44,7 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # min(HW, first offset of any ongoing transaction)
-        return last_stable_offset(self.log)
+        return self.log.last_stable_offset
 
     def maybe_increment_high_watermark(self) -> bool:
         """Advance the HW to the smallest LEO in the ISR; True if it moved."""

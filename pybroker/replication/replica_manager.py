@@ -335,11 +335,13 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, partition: Partition, batch: bytearray, timestamp_type: str | None = None,
-               origin: str = "client") -> LogAppendInfo:
+    def append(self, partition: Partition, batch: bytearray | memoryview, timestamp_type: str | None = None,
+               origin: str = "client", header: tuple | None = None) -> LogAppendInfo:
         """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses.
-        origin: "client" or "coordinator" (UnifiedLog.append_as_leader)."""
-        info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin)
+        origin: "client" or "coordinator"; header: the batch's parsed header when the caller
+        validated it (UnifiedLog.append_as_leader)."""
+        info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin,
+                                              header)
         if not info.duplicate:
             self.after_append(partition)
         return info
@@ -402,6 +404,18 @@ class ReplicaManager:
             removed = self.enforce_retention(self.clock.wall_ms())
             if removed:
                 log.info("retention removed %d segment(s)", removed)
+
+    async def run_producer_expiration(self, *,
+                                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Every producer.id.expiration.check.interval.ms, forget the producers idle for
+        producer.id.expiration.ms in every hosted log (Kafka's UnifiedLog.removeExpiredProducers)."""
+        task_status.started()
+        interval_s = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval_s)
+            now = self.clock.wall_ms()
+            for p in list(self.partitions.values()):
+                p.log.remove_expired_producers(now)
 
     async def run_cleaner(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Kafka's LogCleaner: compact logs with cleanup.policy=compact (pybroker/log/cleaner.py),

@@ -152,6 +152,7 @@ class Broker:
             self.txn_coordinator.on_metadata()
             await nursery.start(self.replica_manager.run_checkpointer)
             await nursery.start(self.replica_manager.run_retention)
+            await nursery.start(self.replica_manager.run_producer_expiration)
             await nursery.start(self.replica_manager.run_cleaner)
             for ep in self.bound:
                 log.info("listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)", ep, self.node_id,

@@ -1,12 +1,14 @@
 """Produce (api 0): validate each partition's batch, append it as leader, answer per acks.
 
-Per partition (Kafka's LogValidator + ReplicaManager.appendRecords):
-- exactly one magic-2 batch; CRC, sizes, record framing and count (CORRUPT_MESSAGE /
-  INVALID_RECORD); no control batches from clients (INVALID_RECORD); zstd needs v7+
-  (UNSUPPORTED_COMPRESSION_TYPE); CreateTime within message.timestamp.before/after.max.ms
-  (INVALID_TIMESTAMP); v0-2 (old message formats) get UNSUPPORTED_VERSION.
-- recompressed when the topic's compression.type names another codec.
-- producer-id/epoch/sequence checks and duplicate detection happen in the log.
+Per partition (Kafka's KafkaApis.handleProduceRequest + ReplicaManager.appendRecords):
+- request-level rules (Kafka's ProduceRequest.validateRecords): v0-2 (old message formats) get
+  UNSUPPORTED_VERSION, a missing batch INVALID_RECORD, zstd before v7 UNSUPPORTED_COMPRESSION_TYPE;
+- the batch's own rules and recompression are the log's: pybroker/log/log_validator.py (Kafka's
+  LogValidator), whose errors this handler maps to the partition's response, with the per-record
+  errors of v8+;
+- a transactional batch must belong to an ongoing transaction that added the partition (the
+  transaction coordinator's check), and acks=-1 needs min.insync.replicas;
+- producer-id/epoch/sequence checks and duplicate detection happen in the log's append.
 
 acks=0 gets no response at all, and any error closes the connection instead (Kafka's way
 of telling a fire-and-forget producer to refresh metadata). acks=-1 waits as a
@@ -19,21 +21,25 @@ import time
 from typing import Any
 
 from pybroker._native.errors import RecordError
-from pybroker.log.errors import LogError
+from pybroker.log.errors import LogError, RecordValidationError
+from pybroker.log.log_validator import validate_records
 from pybroker.net.connection import CloseConnection
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import ProduceRequest, ProduceResponse
 from pybroker.purgatory.purgatory import DelayedOperation
-from pybroker.records.batch import BatchHeader, build_batch, iter_batch_records, validate_and_count
+from pybroker.records.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CODEC_MASK,
+    TRANSACTIONAL_FLAG,
+)
+from pybroker.records.compression import ZSTD
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.quota import record_produce
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
 BatchError = ProduceResponse.BatchIndexAndErrorMessage
-
-ZSTD = 4
-_CODEC_BY_NAME = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 class DelayedProduce(DelayedOperation):
@@ -65,17 +71,6 @@ def _fail(resp: PartResp, code: int, message: str | None = None, record_errors: 
         resp.record_errors = record_errors
 
 
-def _recompress(view: memoryview, header: BatchHeader, codec: int, level: int | None) -> bytearray:
-    """Rebuild the batch with another codec, keeping producer fields and timestamps (new CRC)."""
-    _, recs = iter_batch_records(view)
-    return bytearray(build_batch(
-        [(r.timestamp_ms, r.key, r.value, r.headers) for r in recs],
-        compression=codec, timestamp_type=header.timestamp_type, producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
-        transactional=header.is_transactional, base_timestamp=header.base_timestamp,
-        compression_level=level))
-
-
 def _append_partition(broker: Any, version: int, topic: str, index: int, records: Any, now_ms: int,
                       resp: PartResp, acks: int) -> Any:
     """Validate and append one partition's data; fills `resp`; returns the Partition on success."""
@@ -93,59 +88,38 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
     if records is None or len(records) == 0:
         _fail(resp, Errors.INVALID_RECORD, "Produce requests must contain exactly one record batch")
         return None
+    if (version < 7 and len(records) >= BATCH_HEADER_SIZE
+            and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == ZSTD):
+        _fail(resp, Errors.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
+        return None
     view = records if isinstance(records, memoryview) else memoryview(bytearray(records))
     if view.readonly:
         view = memoryview(bytearray(view))
+    cfg = partition.log.config
     try:
-        header = validate_and_count(view)
+        validated = validate_records(view, cfg, now_ms, topic, index)
+    except RecordValidationError as exc:
+        _fail(resp, exc.error_code, str(exc),
+              [BatchError(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
+              if version >= 8 else None)
+        return None
     except RecordError as exc:
         _fail(resp, exc.error_code, str(exc))
         return None
-    if header.is_control:
-        _fail(resp, Errors.INVALID_RECORD, "Clients are not allowed to write control records")
-        return None
+    header = validated.header
     if header.is_transactional and header.producer_id >= 0:
         code = broker.txn_coordinator.verify_produce(header.producer_id, header.producer_epoch, topic, index)
         if code:
             _fail(resp, code, f"Transactional batch for {topic}-{index} outside an ongoing transaction "
                               "that added this partition")
             return None
-    codec = header.compression
-    if codec == ZSTD and version < 7:
-        _fail(resp, Errors.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
-        return None
-    cfg = partition.log.config
-    if cfg.message_timestamp_type == "CreateTime":
-        if (header.max_timestamp - now_ms > cfg.message_timestamp_after_max_ms
-                or now_ms - header.base_timestamp > cfg.message_timestamp_before_max_ms):
-            msg = (f"Timestamp of a record in the batch is out of range (now {now_ms}, "
-                   f"batch {header.base_timestamp}..{header.max_timestamp})")
-            _fail(resp, Errors.INVALID_TIMESTAMP, msg,
-                  [BatchError(batch_index=0, batch_index_error_message=msg)] if version >= 8 else None)
-            return None
-    if cfg.compact:
-        # Kafka's LogValidator: a compacted topic keeps the latest value per key, so every
-        # record needs one (decoded only for compacted topics: the common path stays byte-only)
-        _, recs = iter_batch_records(view)
-        missing = [i for i, r in enumerate(recs) if r.key is None]
-        if missing:
-            msg = "Compacted topic cannot accept message without key in topic partition " \
-                  f"{topic}-{index}."
-            _fail(resp, Errors.INVALID_RECORD, msg,
-                  [BatchError(batch_index=i, batch_index_error_message=msg) for i in missing]
-                  if version >= 8 else None)
-            return None
-    target = cfg.compression_type
-    if target != "producer" and _CODEC_BY_NAME.get(target, codec) != codec:
-        level = {"gzip": getattr(cfg, "compression_gzip_level", None)}.get(target)
-        view = memoryview(_recompress(view, header, _CODEC_BY_NAME[target], level))
     if acks == -1 and len(partition.isr) < cfg.min_insync_replicas:
         _fail(resp, Errors.NOT_ENOUGH_REPLICAS,
               f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy the min.isr "
               f"requirement of {cfg.min_insync_replicas}")
         return None
     try:
-        info = rm.append(partition, view)
+        info = rm.append(partition, validated.batch, header=header)
     except LogError as exc:
         _fail(resp, exc.error_code, str(exc))
         return None
@@ -161,7 +135,7 @@ def _has_transactional_records(req: ProduceRequest) -> bool:
     for td in req.topic_data:
         for pd in td.partition_data:
             r = pd.records
-            if r is not None and len(r) >= 23 and r[22] & 0x10:  # attributes i16 @21, bit 4
+            if r is not None and len(r) > ATTRIBUTES_OFFSET + 1 and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
                 return True
     return False
 

@@ -7,7 +7,7 @@ here is a TransactionCoordinatorShard run by a CoordinatorRuntime (load by repla
 per write, answer once the HW covers it).
 
 Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort; then this service writes a
-COMMIT/ABORT control batch (pybroker/log/txn_index.py) to every partition of the
+COMMIT/ABORT control batch (pybroker/records/end_txn_marker.py) to every partition of the
 transaction through ReplicaManager as leader -- the __consumer_offsets partition that
 AddOffsetsToTxn added gets its marker through the group coordinator's runtime
 (GroupCoordinator.complete_transaction, Kafka's onTransactionCompleted), whose shard then
@@ -46,8 +46,8 @@ from pybroker.coordinators.txn import transaction_metadata as tm
 from pybroker.coordinators.txn.transaction_coordinator_shard import TransactionCoordinatorShard
 from pybroker.coordinators.txn.transaction_metadata import TxnState
 from pybroker.log.errors import LogError
-from pybroker.log.txn_index import ABORT, COMMIT, build_marker_batch
 from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.records.end_txn_marker import ABORT, COMMIT, build_marker_batch
 
 log = logging.getLogger("pybroker.txn")
 

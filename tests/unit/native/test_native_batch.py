@@ -1,5 +1,7 @@
 """records.batch helpers, checked against kafka-python's independent v2 implementation."""
 
+from typing import NamedTuple
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -7,7 +9,6 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from pybroker._native.errors import CorruptRecordError, InvalidRecordError
 from pybroker.records import (
-    Record,
     build_batch,
     iter_batch_records,
     iter_batches,
@@ -15,6 +16,16 @@ from pybroker.records import (
 )
 
 CODECS = [0, 1, 2, 3, 4]
+
+
+class Record(NamedTuple):
+    """An object with record attributes, which build_batch takes as well as tuples."""
+
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple = ()
+
 maybe = st.none() | st.binary(max_size=200)
 records_st = st.lists(
     st.tuples(st.integers(0, 2**41), maybe, maybe,

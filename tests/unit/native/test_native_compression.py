@@ -92,3 +92,19 @@ def test_unknown_codec():
     assert c.codec_id("ZSTD") == c.ZSTD
     with pytest.raises(ValueError):
         c.codec_id("brotli")
+
+
+def test_compression_levels_follow_kafkas_meaning():
+    """compression.<codec>.level: gzip -1 and lz4 9 are the codecs' defaults (lz4 9 is Kafka's
+    fast compressor), other levels change the output, and every output decodes."""
+    import random
+
+    rnd = random.Random(3)
+    words = [bytes(rnd.choice(b"abcdefghij") for _ in range(rnd.randint(3, 9))) for _ in range(2000)]
+    data = b" ".join(rnd.choice(words) for _ in range(60000))
+    for codec, default, low, high in ((c.GZIP, -1, 1, 9), (c.LZ4, 9, 1, 17), (c.ZSTD, 3, 1, 19)):
+        assert c.compress(codec, data, default) == c.compress(codec, data)
+        outputs = {lvl: c.compress(codec, data, lvl) for lvl in (low, high)}
+        assert len(outputs[high]) < len(outputs[low]), (codec, {k: len(v) for k, v in outputs.items()})
+        for out in outputs.values():
+            assert bytes(c.decompress(codec, out)) == data
