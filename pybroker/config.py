@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------- definitions
 
-Validator = Callable[[str, Any], None]
+Validator = Callable[[str, Any], object]  # raises ConfigError; what it returns is ignored
 
 
 def at_least(lo: int | float) -> Validator:

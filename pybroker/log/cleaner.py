@@ -460,7 +460,7 @@ class LogCleaner:
     (log, old segments) removes replaced files later (ReplicaManager.schedule_segment_deletion).
     """
 
-    def __init__(self, log_manager, schedule_deletion) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, log_manager, schedule_deletion) -> None:
         self.log_manager = log_manager
         self.schedule_deletion = schedule_deletion
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}

@@ -111,7 +111,7 @@ class LogConfig:
     def compression_level(self, codec_name: str) -> int | None:
         """The topic's compression.<codec>.level (Kafka's levels: gzip -1 = zlib's default,
         lz4 9 = the fast compressor); None for codecs without a level (snappy)."""
-        return getattr(self, f"compression_{codec_name}_level", None)  # type: ignore[no-any-return]
+        return getattr(self, f"compression_{codec_name}_level", None)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
         """A copy with topic-level settings applied (topic config names; values str or typed).

@@ -106,7 +106,7 @@ def _validate_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) ->
 def _decode(batch: bytearray | memoryview, header: BatchHeader) -> list[tuple]:
     """(attributes, timestamp_delta, offset_delta, key, value, headers) per record."""
     section = records_section(batch, header)
-    return _records.decode_records(section, 0, len(section), header.records_count)  # type: ignore[no-any-return]
+    return _records.decode_records(section, 0, len(section), header.records_count)
 
 
 def _recompress(batch: bytearray | memoryview, header: BatchHeader, decoded: list[tuple] | None, codec: int,

@@ -35,7 +35,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pybroker.log.checkpoint import (
@@ -47,7 +47,7 @@ from pybroker.log.checkpoint import (
 )
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import KafkaStorageError, LogError
-from pybroker.log.future_log import parse_future_dir_name
+from pybroker.log.future_log import FutureLogCopy, parse_future_dir_name
 from pybroker.log.log import UnifiedLog, log_dir_name, parse_log_dir_name
 from pybroker.log.meta_properties import MetaProperties, ensure_log_dirs
 from pybroker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -68,7 +68,7 @@ def delete_dir_name(topic: str, partition: int) -> str:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[str | os.PathLike[str]], node_id: int, *,
+    def __init__(self, log_dirs: Sequence[str | os.PathLike[str]], node_id: int, *,
                  cluster_id: str | None = None, default_config: LogConfig | None = None,
                  topic_config: Callable[[str], LogConfig] | None = None,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
@@ -88,7 +88,7 @@ class LogManager:
         self._lock = threading.Lock()
         self.had_clean_shutdown: dict[Path, bool] = {}
         # partitions with a move in progress -> the FutureLogCopy being built (event loop only)
-        self.future_logs: dict[TopicPartition, object] = {}
+        self.future_logs: dict[TopicPartition, FutureLogCopy] = {}
 
     # -- startup ---------------------------------------------------------------------------
     def load(self, now_ms: int) -> None:

@@ -56,11 +56,11 @@ def uuid_from_str(text: str) -> bytes:
 def random_uuid() -> bytes:
     """16 random bytes usable as a Kafka Uuid (cluster, topic or directory id)."""
     while True:
-        raw = bytearray(os.urandom(16))
+        buf = bytearray(os.urandom(16))
         # Kafka's Uuid.randomUuid is a type-4 UUID: version and variant bits set.
-        raw[6] = (raw[6] & 0x0F) | 0x40
-        raw[8] = (raw[8] & 0x3F) | 0x80
-        raw = bytes(raw)
+        buf[6] = (buf[6] & 0x0F) | 0x40
+        buf[8] = (buf[8] & 0x3F) | 0x80
+        raw = bytes(buf)
         if raw not in (_ZERO_UUID, _METADATA_TOPIC_ID) and not uuid_to_str(raw).startswith("-"):
             return raw
 
@@ -175,6 +175,7 @@ def ensure_log_dirs(log_dirs: Iterable[str | os.PathLike[str]], node_id: int,
                                   directory_id=(meta.directory_id if meta and meta.directory_id
                                                 else random_uuid_str()))
             write_meta_properties(d, meta)
+        assert meta.directory_id is not None  # written just above when missing
         if meta.directory_id in seen_dir_ids:
             raise MetaPropertiesError(f"{d} and {seen_dir_ids[meta.directory_id]} share "
                                       f"directory.id {meta.directory_id}")

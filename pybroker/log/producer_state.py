@@ -83,8 +83,7 @@ _CRC_START = 6  # after version (2) and crc (4)
 
 
 def _crc32c_of(data: bytes | memoryview) -> int:
-    fn = getattr(_crc32c, "crc32c", _crc32c)
-    return fn(data)
+    return int(_crc32c.crc32c(data))
 
 
 def decrement_sequence(sequence: int, decrement: int) -> int:

@@ -31,7 +31,7 @@ NO_TIMESTAMP = -1
 class TimeIndex(AbstractIndex):
     ENTRY_SIZE = 12
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._last_entry = self._last_entry_from_file()
 

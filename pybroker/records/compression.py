@@ -167,7 +167,7 @@ def _snappy_decompress(view: memoryview) -> bytes | memoryview:
             raise CorruptRecordError(f"xerial snappy block of {length} bytes is truncated")
         out += cramjam.snappy.decompress_raw(view[pos:pos + length])
         pos += length
-    return out
+    return memoryview(out)
 
 
 def _lz4_frame_compress(view: memoryview, level: int | None) -> bytes:
