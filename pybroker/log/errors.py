@@ -1,35 +1,39 @@
-"""Exceptions raised by the storage engine, each carrying the Kafka error code a handler answers with.
+"""Exceptions raised by the storage engine: KafkaErrors, each with the code a handler answers with.
 
-Codes are Kafka's numeric `Errors` values; this module does not import the protocol layer so the
-log stays below it in the layering. Record-level corruption found in client input is reported with
-`pybroker._native.errors.CorruptRecordError` / `InvalidRecordError` (shared with the codec twins).
+Raised as `OffsetOutOfRangeError("why")`; `code` / `error_code` is the class's Kafka error.
+Record-level corruption found in client input is reported with
+`pybroker._native.errors.CorruptRecordError` / `InvalidRecordError` (shared with the codec twins),
+KafkaErrors too.
 """
 
 from __future__ import annotations
 
+from pybroker.errors import Errors, KafkaError
 
-class LogError(Exception):
-    """Base class; `error_code` is Kafka's numeric error code."""
 
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+class LogError(KafkaError):
+    """Base class of the storage engine's errors (UNKNOWN_SERVER_ERROR unless a subclass says)."""
+
+    def __init__(self, message: str | None = None, code: Errors | int | None = None) -> None:
+        super().__init__(code, message)
 
 
 class OffsetOutOfRangeError(LogError):
     """Fetch/ListOffsets offset outside [log_start_offset, log_end_offset]."""
 
-    error_code = 1
+    default_code = Errors.OFFSET_OUT_OF_RANGE
 
 
 class RecordTooLargeError(LogError):
     """A batch larger than max.message.bytes: MESSAGE_TOO_LARGE."""
 
-    error_code = 10
+    default_code = Errors.MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(LogError):
     """A batch larger than the segment size: RECORD_LIST_TOO_LARGE."""
 
-    error_code = 18
+    default_code = Errors.RECORD_LIST_TOO_LARGE
 
 
 class RecordValidationError(LogError):
@@ -40,23 +44,22 @@ class RecordValidationError(LogError):
     """
 
     def __init__(self, error_code: int, message: str, record_errors: list[tuple[int, str]]) -> None:
-        super().__init__(message)
-        self.error_code = error_code
+        super().__init__(message, error_code)
         self.record_errors = record_errors
 
 
 class OutOfOrderSequenceError(LogError):
-    error_code = 45
+    default_code = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(LogError):
-    error_code = 47
+    default_code = Errors.INVALID_PRODUCER_EPOCH
 
 
 class KafkaStorageError(LogError):
     """Disk-level failure or unreadable on-disk state: KAFKA_STORAGE_ERROR."""
 
-    error_code = 56
+    default_code = Errors.KAFKA_STORAGE_ERROR
 
 
 class CorruptIndexError(KafkaStorageError):
@@ -80,4 +83,4 @@ class MetaPropertiesError(KafkaStorageError):
 
 
 class InconsistentTopicIdError(LogError):
-    error_code = 103
+    default_code = Errors.INCONSISTENT_TOPIC_ID
