@@ -1,0 +1,20 @@
+"""A node's metrics and its Prometheus endpoint (`metrics.listener`).
+
+- histogram.py           Kafka-style histograms (a ring of recent samples, percentiles at read)
+- request_metrics.py     per-API request counts and times (Kafka's RequestMetrics), the dispatcher's and
+                         connection's only metrics calls
+- broker_topic_stats.py  per-topic traffic counters bumped in place (Kafka's BrokerTopicStats)
+- event_loop.py          event-loop idle time (Kafka's idle-percent metrics)
+- registry.py            providers read at scrape time into plain `Family` data
+- broker_metrics.py      which numbers a node exports, under Strimzi's names
+- prometheus.py          the HTTP endpoint (prometheus_client in its own thread)
+
+Layering: below everything but `_native` and `config`; nothing here imports the server, the log or
+the protocol at run time (broker_metrics.py reads the broker's objects by attribute).
+"""
+
+from pybroker.metrics.broker_topic_stats import BrokerTopicStats, TopicStats
+from pybroker.metrics.histogram import Histogram
+from pybroker.metrics.request_metrics import RequestMetrics
+
+__all__ = ["BrokerTopicStats", "Histogram", "RequestMetrics", "TopicStats"]
