@@ -36,16 +36,16 @@ class EventLoopIdle(trio.abc.Instrument):
         self._clock = clock
         self.started = clock()
         self.idle_seconds = 0.0
-        self._wait_start = 0.0
+        self._wait_start: float | None = None
         self._samples: deque[tuple[float, float]] = deque([(self.started, 0.0)])
 
     def before_io_wait(self, timeout: float) -> None:
-        self._wait_start = self._clock() if timeout > 0 else 0.0
+        self._wait_start = self._clock() if timeout > 0 else None
 
     def after_io_wait(self, timeout: float) -> None:
-        if self._wait_start:
+        if self._wait_start is not None:
             self.idle_seconds += self._clock() - self._wait_start
-            self._wait_start = 0.0
+            self._wait_start = None
 
     def idle_fraction_since_start(self) -> float:
         elapsed = self._clock() - self.started
