@@ -95,7 +95,10 @@ def _topic_metrics(broker: Broker) -> list[Family]:
     return out
 
 
-def _replica_manager(broker: Broker) -> list[Family]:
+CHUNK = 500  # partitions (or committed offsets) read per task step of a scrape
+
+
+async def _replica_manager(broker: Broker) -> list[Family]:
     rm = broker.replica_manager
     leaders = under_replicated = under_min_isr = at_min_isr = producer_ids = 0
     labels = ("topic", "partition")
@@ -116,8 +119,13 @@ def _replica_manager(broker: Broker) -> list[Family]:
     l_segments = Family("kafka_log_log_numlogsegments", "gauge", "segments of the partition's log", labels)
     l_start = Family("kafka_log_log_logstartoffset", "gauge", "the partition's log start offset", labels)
     l_end = Family("kafka_log_log_logendoffset", "gauge", "the partition's log end offset", labels)
-    partitions = list(rm.partitions.values())
-    for p in partitions:
+    hosted = rm.partitions
+    partitions = list(hosted.values())
+    for i, p in enumerate(partitions):
+        if i and i % CHUNK == 0:
+            await trio.lowlevel.checkpoint()
+        if hosted.get((p.topic, p.partition)) is not p:
+            continue  # deleted since the list was taken: its log may be closed
         plog = p.log
         lv = (p.topic, str(p.partition))
         isr = len(p.isr)
@@ -222,7 +230,7 @@ def _controller(broker: Broker) -> list[Family]:
     ]
 
 
-def _groups(broker: Broker) -> list[Family]:
+async def _groups(broker: Broker) -> list[Family]:
     """GroupMetadataManager / GroupCoordinatorMetrics over the shards this node has loaded, and lag."""
     classic: dict[str, int] = {"PreparingRebalance": 0, "CompletingRebalance": 0, "Stable": 0, "Dead": 0,
                                "Empty": 0}
@@ -233,7 +241,14 @@ def _groups(broker: Broker) -> list[Family]:
                  "coordinates (pybroker's own: Kafka has no broker-side consumer lag metric; labels as "
                  "Kafka Exporter's kafka_consumergroup_lag)", ("consumergroup", "topic", "partition"))
     partitions = broker.replica_manager.partitions
-    for ctx in list(broker.group_coordinator.runtime.shards.values()):
+    shards = broker.group_coordinator.runtime.shards
+    since_checkpoint = 0
+    for shard_index, ctx in list(shards.items()):
+        if since_checkpoint >= CHUNK:  # one shard is read in one step; shards in steps of ~CHUNK offsets
+            since_checkpoint = 0
+            await trio.lowlevel.checkpoint()
+            if shards.get(shard_index) is not ctx:
+                continue  # unloaded meanwhile
         if ctx.status.value != "active":
             continue
         shard = ctx.shard
@@ -243,10 +258,11 @@ def _groups(broker: Broker) -> list[Family]:
             consumer[cg.state.value] = consumer.get(cg.state.value, 0) + 1
         for group_id, committed in shard.offsets.offsets.items():
             offsets += len(committed)
-            for (topic, index), om in committed.items():
-                p = partitions.get((topic, index))
+            since_checkpoint += len(committed)
+            for (topic, partition), om in committed.items():
+                p = partitions.get((topic, partition))
                 if p is not None and om.offset >= 0:
-                    lag.add(p.log.high_watermark - om.offset, group_id, topic, str(index))
+                    lag.add(p.log.high_watermark - om.offset, group_id, topic, str(partition))
     mgr = "kafka_coordinator_group_groupmetadatamanager_"
     gcm = "kafka_server_group_coordinator_metrics_"
     out = [

@@ -4,8 +4,8 @@ Threads and the event loop (why this shape): prometheus_client's WSGI server run
 thread, one more thread per scrape, and formats the exposition there, so rendering tens of
 thousands of samples (10,000 partitions) never runs on the event loop. What it formats, though,
 is read *on* the loop: the scrape thread asks the loop for `MetricsRegistry.snapshot()` through
-`trio.from_thread.run_sync`, and the providers copy the broker's numbers into plain `Family`
-data between two of the loop's task steps. So no broker structure (dicts of partitions, purgatory
+`trio.from_thread.run`, and the providers copy the broker's numbers into plain `Family` data in
+task steps of their own (a few hundred partitions per step). So no broker structure (dicts of partitions, purgatory
 watch lists, group maps) is ever read while the loop mutates it, no lock is needed, and the
 request path never sees prometheus_client. What a scrape costs the loop is the copy: a few
 microseconds per partition (measured in bench/README.md). Percentiles are sorted, and text
@@ -135,7 +135,7 @@ class MetricsServer:
 
     def _collectors(self, token: trio.lowlevel.TrioToken) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=False)  # one per node: an EmbeddedBroker's test process may run several
-        reg.register(SnapshotCollector(lambda: trio.from_thread.run_sync(self.registry.snapshot, trio_token=token)))
+        reg.register(SnapshotCollector(lambda: trio.from_thread.run(self.registry.snapshot, trio_token=token)))
         reg.register(LinuxIoCollector())
         ProcessCollector(registry=reg)
         reg.register(PLATFORM_COLLECTOR)

@@ -1,8 +1,10 @@
 """Per-API request counts and times (Kafka's kafka.network RequestMetrics).
 
 One `RequestMeter` per request name: each API by Kafka's name ("Produce", "ListOffsets", ...),
-plus "FetchConsumer" and "FetchFollower", which a Fetch also updates according to who sent it
-(Kafka's RequestChannel.updateRequestMetrics). A meter holds:
+except that a Fetch is recorded once, as "FetchConsumer" or "FetchFollower" according to who sent
+it, and the "Fetch" series (which Kafka updates together with one of those two,
+RequestChannel.updateRequestMetrics) is their sum, made at scrape time: the same counts, and
+percentiles over the union of the two rings, for half the per-request work. A meter holds:
 
 - `requests[version]`: RequestsPerSec's Count per request version (the `version` tag);
 - five histograms in parallel rings, one slot per request (see histogram.py), in milliseconds
@@ -86,18 +88,19 @@ class RequestMeter:
         }
 
 
-class _FetchMeters:
-    """What a Fetch updates: the Fetch meter and FetchConsumer or FetchFollower."""
-
-    __slots__ = ("fetch", "kind")
-
-    def __init__(self, fetch: RequestMeter, kind: RequestMeter) -> None:
-        self.fetch = fetch
-        self.kind = kind
-
-    def record(self, start: float, handled: float, end: float, remote_s: float, size: int) -> None:
-        self.fetch.record(start, handled, end, remote_s, size)
-        self.kind.record(start, handled, end, remote_s, size)
+def _merged(meters: list[RequestMeter]) -> tuple[list[tuple[int, int]], dict[str, HistogramSnapshot]]:
+    """The "Fetch" series: FetchConsumer + FetchFollower."""
+    versions: dict[int, int] = {}
+    hists: dict[str, HistogramSnapshot] = {}
+    for m in meters:
+        vs, hs = m.snapshot()
+        for v, n in vs:
+            versions[v] = versions.get(v, 0) + n
+        for name, h in hs.items():
+            have = hists.get(name)
+            hists[name] = h if have is None else HistogramSnapshot(have.values + h.values, have.count + h.count,
+                                                                   have.sum + h.sum)
+    return sorted(versions.items()), hists
 
 
 def _from_follower(body: Any) -> bool:
@@ -115,7 +118,6 @@ class RequestMetrics:
         self.names = dict(names)
         self.max_versions = {k: hi for k, (_lo, hi) in versions.items()}
         self._meters: list[RequestMeter | None] = [None] * (max(self.names) + 1)
-        self._fetch_kinds: dict[str, _FetchMeters] = {}
         self.by_name: dict[str, RequestMeter] = {}  # every meter created so far, for scrapes
 
     def _meter(self, name: str, max_version: int) -> RequestMeter:
@@ -124,20 +126,21 @@ class RequestMetrics:
             m = self.by_name[name] = RequestMeter(name, max_version)
         return m
 
-    def on_request(self, api_key: int, version: int, body: Any) -> RequestMeter | _FetchMeters:
-        """Count one decoded request; returns what its `record` must update once answered."""
-        m = self._meters[api_key]
-        if m is None:
-            m = self._meters[api_key] = self._meter(self.names[api_key], self.max_versions[api_key])
+    def on_request(self, api_key: int, version: int, body: Any) -> RequestMeter:
+        """Count one decoded request; returns the meter its `record` updates once answered."""
+        if api_key == FETCH:
+            m = self._meter(FOLLOWER_FETCH if _from_follower(body) else CONSUMER_FETCH, self.max_versions[FETCH])
+        else:
+            found = self._meters[api_key]
+            if found is None:
+                found = self._meters[api_key] = self._meter(self.names[api_key], self.max_versions[api_key])
+            m = found
         m.requests[version] += 1
-        if api_key != FETCH:
-            return m
-        name = FOLLOWER_FETCH if _from_follower(body) else CONSUMER_FETCH
-        pair = self._fetch_kinds.get(name)
-        if pair is None:
-            pair = self._fetch_kinds[name] = _FetchMeters(m, self._meter(name, self.max_versions[FETCH]))
-        pair.kind.requests[version] += 1
-        return pair
+        return m
 
     def snapshot(self) -> list[tuple[str, list[tuple[int, int]], dict[str, HistogramSnapshot]]]:
-        return [(name, *m.snapshot()) for name, m in sorted(self.by_name.items())]
+        out = [(name, *m.snapshot()) for name, m in self.by_name.items()]
+        fetches = [m for name, m in self.by_name.items() if name in (CONSUMER_FETCH, FOLLOWER_FETCH)]
+        if fetches:
+            out.append((self.names[FETCH], *_merged(fetches)))
+        return sorted(out, key=lambda row: row[0])
