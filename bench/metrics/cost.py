@@ -172,7 +172,7 @@ def scraper(url: str, every_s: float, stop: threading.Event, count: list[int]) -
         count[0] += 1
 
 
-def one_run(metrics: bool, n: int, scrape_every: float) -> dict[str, float]:
+def one_run(metrics: bool, n: int, scrape_every: float, only: set[str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="pybroker-cost-") as tmp:
         node = Node(Path(tmp), metrics)
         try:
@@ -195,6 +195,8 @@ def one_run(metrics: bool, n: int, scrape_every: float) -> dict[str, float]:
                 t = threading.Thread(target=scraper, args=(node.url, scrape_every, stop, scrapes), daemon=True)
                 t.start()
             for name, (frames, key, version, requests, records) in phases.items():
+                if only and name not in only:
+                    continue
                 before = node.cpu()
                 w.run(frames, key, version)
                 used = node.cpu() - before
@@ -259,6 +261,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--scrape-every", type=float, default=1.0)
     p.add_argument("--partitions", type=int, default=0, help="measure one scrape of a node with this many partitions")
+    p.add_argument("--phases", default="", help="comma-separated subset of produce-1,produce-600,fetch-1")
     args = p.parse_args()
     if args.partitions:
         scrape_at_scale(args.partitions)
@@ -266,7 +269,8 @@ def main() -> int:
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for r in range(args.rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            res = one_run(mode == "on", args.requests, args.scrape_every)
+            res = one_run(mode == "on", args.requests, args.scrape_every,
+                          set(args.phases.split(",")) if args.phases else None)
             runs[mode].append(res)
             print(mode, {k: round(v, 2) for k, v in res.items()}, flush=True)
     keys = [k for k in runs["off"][0]]

@@ -4,7 +4,7 @@
 - request_metrics.py     per-API request counts and times (Kafka's RequestMetrics), the dispatcher's and
                          connection's only metrics calls
 - broker_topic_stats.py  per-topic traffic counters bumped in place (Kafka's BrokerTopicStats)
-- event_loop.py          event-loop idle time (Kafka's idle-percent metrics)
+- event_loop.py          event-loop idle time from the loop thread's CPU clock (Kafka's idle percents)
 - registry.py            providers read at scrape time into plain `Family` data
 - broker_metrics.py      which numbers a node exports, under Strimzi's names
 - prometheus.py          the HTTP endpoint (prometheus_client in its own thread)

@@ -326,12 +326,13 @@ def _socket_server(broker: Broker) -> list[Family]:
 def _event_loop(idle: EventLoopIdle) -> list[Family]:
     return [
         gauge("kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
-              "fraction of time the event loop (handlers and network alike) waited idle, since start "
+              "fraction of time the event loop (handlers and network alike) was off the CPU, since start "
               "(Kafka's RequestHandlerAvgIdlePercent MeanRate, a fraction in [0, 1])",
               idle.idle_fraction_since_start()),
         gauge("kafka_network_socketserver_networkprocessoravgidle_percent",
-              "fraction of time the event loop waited idle over the last 30-60 s "
+              "fraction of time the event loop was off the CPU over the last 30-60 s "
               "(Kafka's NetworkProcessorAvgIdlePercent, a fraction in [0, 1])", idle.windowed_idle_fraction()),
-        counter("pybroker_eventloop_idle_seconds_total", "seconds the event loop waited idle for I/O",
-                idle.idle_seconds),
+        counter("pybroker_eventloop_idle_seconds_total",
+                "wall seconds the event loop's thread spent off the CPU (waiting for I/O, the GIL or a core)",
+                idle.idle_seconds()),
     ]

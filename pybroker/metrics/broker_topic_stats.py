@@ -17,8 +17,9 @@ Where each counter is bumped, as in Kafka:
 - TotalFetchRequestsPerSec / FailedFetchRequestsPerSec / BytesOutPerSec: once per partition of a
   Fetch that this node leads (`record_fetch`), bytes = the record bytes answered.
 **Differences:** a parked fetch is counted once (Kafka counts it again when the delayed fetch
-reads); partitions a request names but this node does not lead are not counted in totals;
-BytesRejected, the message-conversion and invalid-record meters are not kept.
+reads); a fetch answered empty because its client is over quota is not counted; partitions a
+request names but this node does not lead are not counted in totals; BytesRejected, the
+message-conversion and invalid-record meters are not kept.
 
 Concurrency: trio thread only; `snapshot` copies the numbers for a scrape.
 """

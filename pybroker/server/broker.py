@@ -185,20 +185,15 @@ class Broker:
     async def _serve_metrics(self, host: str, port: int, *,
                              task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """The Prometheus endpoint (pybroker/metrics), bound before the logs load so a scrape during
-        recovery already answers; the event-loop idle meter is an instrument only meanwhile."""
+        recovery already answers."""
         from pybroker.metrics.broker_metrics import register_broker_metrics
         from pybroker.metrics.event_loop import EventLoopIdle
         from pybroker.metrics.prometheus import MetricsServer
         from pybroker.metrics.registry import MetricsRegistry
 
-        idle = EventLoopIdle()
         registry = MetricsRegistry()
-        register_broker_metrics(registry, self, idle)
-        trio.lowlevel.add_instrument(idle)
-        try:
-            await MetricsServer(host, port, registry).serve(task_status=task_status)
-        finally:
-            trio.lowlevel.remove_instrument(idle)
+        register_broker_metrics(registry, self, EventLoopIdle())  # created here: on the loop's thread
+        await MetricsServer(host, port, registry).serve(task_status=task_status)
 
     async def _stop(self, timer: SystemTimer) -> None:
         log.info("shutting down")

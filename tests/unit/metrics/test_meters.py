@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -115,28 +116,31 @@ def test_a_topic_without_traffic_has_no_per_topic_series():
     assert bts.snapshot() == ((0,) * 7, [])
 
 
-def test_idle_time_counts_only_waits_with_a_timeout():
-    now = [0.0]
-    idle = EventLoopIdle(clock=lambda: now[0])
-    for timeout, busy, wait in ((0.5, 1.0, 3.0), (0.0, 1.0, 2.0), (1.0, 2.0, 1.0)):
-        now[0] += busy
-        idle.before_io_wait(timeout)
-        now[0] += wait
-        idle.after_io_wait(timeout)
-    assert idle.idle_seconds == pytest.approx(4.0)  # the zero-timeout poll is not idleness
-    assert idle.idle_fraction_since_start() == pytest.approx(4.0 / 10.0)
+def test_idle_time_is_wall_time_the_loop_thread_was_off_the_cpu():
+    wall, cpu = [100.0], [7.0]
+    idle = EventLoopIdle(wall=lambda: wall[0], cpu=lambda: cpu[0])
+    wall[0] += 10.0
+    cpu[0] += 4.0  # 4 s of CPU in 10 s of wall time
+    assert idle.idle_seconds() == pytest.approx(6.0)
+    assert idle.idle_fraction_since_start() == pytest.approx(0.6)
 
 
 def test_windowed_idle_reads_the_last_thirty_seconds_or_so():
-    now = [0.0]
-    idle = EventLoopIdle(clock=lambda: now[0])
-    idle.before_io_wait(1.0)
-    now[0] = 40.0
-    idle.after_io_wait(1.0)  # idle for the first 40 s
+    wall, cpu = [0.0], [0.0]
+    idle = EventLoopIdle(wall=lambda: wall[0], cpu=lambda: cpu[0])
+    wall[0] = 40.0  # idle for the first 40 s
     assert idle.windowed_idle_fraction() == pytest.approx(1.0)  # since start: no older sample yet
-    now[0] = 80.0  # then 40 s of work
-    assert idle.windowed_idle_fraction() == pytest.approx(0.0)  # window starts at the sample of t=40
+    wall[0], cpu[0] = 80.0, 40.0  # then 40 s of work
+    assert idle.windowed_idle_fraction() == pytest.approx(0.0)  # the window starts at the sample of t=40
     assert idle.idle_fraction_since_start() == pytest.approx(0.5)
+
+
+def test_the_idle_fraction_drops_while_the_loop_thread_computes():
+    idle = EventLoopIdle()
+    deadline = time.thread_time() + 0.05
+    while time.thread_time() < deadline:  # 50 ms of CPU on this thread
+        pass
+    assert idle.idle_fraction_since_start() < 0.5
 
 
 def test_families_expose_as_strimzi_renders_them_and_parse_back():
