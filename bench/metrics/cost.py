@@ -132,7 +132,9 @@ class Node:
                "--override", f"log.dirs={workdir / ('on' if metrics else 'off')}", "--log-level", "INFO"]
         if metrics:
             cmd += ["--override", "metrics.listener=http://127.0.0.1:0"]
-        env = {**os.environ, **(env_extra or {}),
+        # a fixed hash seed: string hashing (dict layouts) varied a broker's CPU per request by
+        # +-5% from one process to the next, as much as what is measured here
+        env = {**os.environ, "PYTHONHASHSEED": "0", **(env_extra or {}),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         self.out = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT,
@@ -267,6 +269,8 @@ def main() -> int:
         scrape_at_scale(args.partitions)
         return 0
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    # runs go off,on | on,off | off,on ...: each round's two runs are neighbours in time, and the
+    # median of their differences is steadier than the difference of medians when the machine drifts
     for r in range(args.rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
             res = one_run(mode == "on", args.requests, args.scrape_every,
@@ -274,13 +278,14 @@ def main() -> int:
             runs[mode].append(res)
             print(mode, {k: round(v, 2) for k, v in res.items()}, flush=True)
     keys = [k for k in runs["off"][0]]
-    print(f"\n{'phase':<24} {'off (median)':>13} {'on (median)':>12} {'on/off':>7}")
+    print(f"\n{'phase':<24} {'off (median)':>13} {'on (median)':>12} {'on/off':>7} {'paired diff':>12}")
     summary = {}
     for k in keys:
         off = statistics.median(x[k] for x in runs["off"])
         on = statistics.median(x[k] for x in runs["on"])
-        summary[k] = {"off": off, "on": on, "ratio": on / off if off else None}
-        print(f"{k:<24} {off:>13.3f} {on:>12.3f} {on / off if off else float('nan'):>7.3f}")
+        paired = statistics.median(a[k] - b[k] for a, b in zip(runs["on"], runs["off"], strict=True))
+        summary[k] = {"off": off, "on": on, "ratio": on / off if off else None, "paired_diff": paired}
+        print(f"{k:<24} {off:>13.3f} {on:>12.3f} {on / off if off else float('nan'):>7.3f} {paired:>+12.3f}")
     if "scrape ms CPU" in runs["on"][0]:
         print(f"{'scrape ms CPU (idle node)':<24} {'':>13} {statistics.median(x['scrape ms CPU'] for x in runs['on']):>12.2f}")
     out = HERE / "build"

@@ -95,7 +95,7 @@ def _topic_metrics(broker: Broker) -> list[Family]:
     return out
 
 
-CHUNK = 500  # partitions (or committed offsets) read per task step of a scrape
+CHUNK = 250  # partitions (or committed offsets) read per task step of a scrape: ~1.2 ms of CPU
 
 
 async def _replica_manager(broker: Broker) -> list[Family]:
