@@ -139,6 +139,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("num.network.threads", "int", 3, at_least(1), read_only=False),
     ConfigDef("num.io.threads", "int", 8, at_least(1), read_only=False),
     ConfigDef("connections.max.idle.ms", "long", 600000),
+    # pybroker's Prometheus endpoint (pybroker/metrics): http://host:port, off when unset
+    ConfigDef("metrics.listener", "string", None, lambda n, v: parse_metrics_listener(n, v) and None),
     ConfigDef("max.connections", "int", INT_MAX, at_least(0), read_only=False),
     # client quotas (Kafka's QuotaConfig): 10 whole windows + the current one
     ConfigDef("quota.window.num", "int", 11, at_least(1)),
@@ -249,6 +251,22 @@ AUTHORIZER_CLASSES = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthori
 def check_authorizer_class(name: str, value: Any) -> None:
     if value and value not in AUTHORIZER_CLASSES:
         raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
+
+
+_METRICS_LISTENER_RE = re.compile(r"^http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d+)/?$")
+
+
+def parse_metrics_listener(name: str, value: Any) -> tuple[str, int] | None:
+    """`metrics.listener`: (host, port) from http://host:port ("" host: every interface), None when unset."""
+    if not value:
+        return None
+    m = _METRICS_LISTENER_RE.match(str(value).strip())
+    if not m:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: expected http://host:port")
+    host, port = m.group(1), int(m.group(2))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: port out of range")
+    return (host[1:-1] if host.startswith("[") else host), port
 
 
 def parse_super_users(name: str, value: Any) -> frozenset[str]:

@@ -41,6 +41,11 @@ class EmbeddedBroker:
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """http://host:port/metrics when started with a `metrics.listener` override, else None."""
+        return self._broker.metrics_url if self._broker is not None else None
+
     def start(self, timeout_s: float = 30.0) -> EmbeddedBroker:
         from pybroker.server.broker import Broker
 

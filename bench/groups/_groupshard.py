@@ -19,7 +19,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pybroker.controller.image import PartitionRegistration, TopicImage
+from pybroker.metadata.image import PartitionRegistration, TopicImage
+
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
 from pybroker.coordinators.shard import CoordinatorResult

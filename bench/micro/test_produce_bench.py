@@ -16,9 +16,9 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
+from pybroker.metadata.image import MetadataImage
 
 from pybroker.config import BrokerConfig
-from pybroker.controller.image import MetadataImage
 from pybroker.log.manager import LogManager
 from pybroker.protocol.messages import ProduceRequest
 from pybroker.purgatory.timer import SystemTimer

@@ -23,6 +23,7 @@ import os
 import socket as _stdsocket
 import struct
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -55,6 +56,12 @@ class Parkable(Protocol):
     async def wait(self) -> None: ...
 
 
+class RequestMeter(Protocol):
+    """What times a request (pybroker.metrics.request_metrics): seconds of one clock."""
+
+    def record(self, start: float, handled: float, end: float, remote_s: float, size: int) -> None: ...
+
+
 class CloseConnection(Exception):
     """Raised by a handler: close this connection without answering (Kafka's behaviour for
     unknown APIs, unsupported versions and undecodable requests)."""
@@ -65,7 +72,7 @@ class Connection:
 
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
                  "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "fd", "waited",
-                 "throttle_deadline", "_throttle_scope")
+                 "throttle_deadline", "_throttle_scope", "request_meter", "remote_s")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -83,6 +90,10 @@ class Connection:
         self.waited = False  # did this connection yield to the scheduler since the last check?
         self.throttle_deadline = 0.0  # trio time until which no request is read (quota throttling)
         self._throttle_scope: trio.CancelScope | None = None
+        # request metrics (pybroker/metrics/request_metrics.py), only with the metrics endpoint on:
+        # the dispatcher sets the meter of the request in hand; `park` adds its purgatory wait
+        self.request_meter: RequestMeter | None = None
+        self.remote_s = 0.0
 
     def close_idle(self) -> None:
         """Shutdown: wake a connection parked waiting for its next request (it reads EOF)."""
@@ -193,6 +204,7 @@ class Connection:
         connection. Bytes that arrive meanwhile (a pipelined request) are kept for the next
         read; the watch then stops and the wait goes on.
         """
+        parked = time.perf_counter()
         if not op.completed:
             gone = False
             with trio.CancelScope() as scope:
@@ -203,6 +215,7 @@ class Connection:
                 op.force_complete()
                 raise ConnectionClosed()
         await op.wait()
+        self.remote_s += time.perf_counter() - parked  # Kafka's RemoteTimeMs
 
     async def _wait_peer_gone(self) -> bool:
         """True once the peer has closed or reset; False when it sent data or nothing can be read."""
@@ -289,8 +302,12 @@ Handler = Callable[[Connection, bytearray | memoryview], Awaitable[Sequence[Chun
 
 
 async def serve_connection(conn: Connection, handler: Handler, max_request_bytes: int,
-                           shutting_down: Callable[[], bool]) -> None:
-    """The request loop of one connection; returns when the peer closes or we must close."""
+                           shutting_down: Callable[[], bool],
+                           timer: Callable[[], float] | None = None) -> None:
+    """The request loop of one connection; returns when the peer closes or we must close.
+
+    With a `timer` (the metrics endpoint is on), each request is timed from its frame read to its
+    answer written and handed to the meter the dispatcher set (Kafka's RequestChannel metrics)."""
     sock = conn.sock
     try:
         sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
@@ -305,15 +322,24 @@ async def serve_connection(conn: Connection, handler: Handler, max_request_bytes
                 return
             conn.busy = True
             conn.requests += 1
+            if timer is not None:
+                start = timer()
+                size = len(frame)
+                conn.remote_s = 0.0
             try:
                 chunks = await handler(conn, frame)
             except CloseConnection as exc:
                 log.info("closing connection from %s: %s", conn.peer, exc)
                 return
             frame = None  # release the frame buffer for reuse before writing the answer
+            if timer is not None:
+                handled = timer()
             if chunks is not None:
                 await conn.write(chunks)
             conn.busy = False
+            if timer is not None and conn.request_meter is not None:
+                conn.request_meter.record(start, handled, timer(), conn.remote_s, size)
+                conn.request_meter = None
             if conn.throttle_deadline and not shutting_down():
                 await conn.wait_throttled()
             elif not conn.waited:

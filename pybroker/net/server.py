@@ -8,7 +8,7 @@ the answer, then closes. `wait_idle()` returns when every connection is gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -20,8 +20,9 @@ log = logging.getLogger("pybroker.net")
 
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
-                 max_connections: int = 2**31 - 1) -> None:
+                 max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None) -> None:
         self.endpoints = list(listeners)
+        self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
@@ -69,7 +70,7 @@ class SocketServer:
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
         try:
             await serve_connection(conn, self.handler, self.max_request_bytes,
-                                   lambda: self._shutting_down)
+                                   lambda: self._shutting_down, self.request_timer)
         finally:
             self.connections.discard(conn)
             if not self.connections:

@@ -115,6 +115,18 @@ class DelayedOperationPurgatory:
         self.purge_completed()
         return sum(len(v) for v in self._watchers.values())
 
+    def pending_counts(self) -> tuple[int, int]:
+        """(watch entries, distinct operations) not yet completed: Kafka's PurgatorySize and
+        NumDelayedOperations gauges. Reads only (a scrape must not purge); O(watched)."""
+        watched = 0
+        ops: set[int] = set()
+        for watchers in list(self._watchers.values()):
+            for op in watchers:
+                if not op.completed:
+                    watched += 1
+                    ops.add(id(op))
+        return watched, len(ops)
+
     def purge_completed(self) -> None:
         for key in list(self._watchers):
             ops = [op for op in self._watchers[key] if not op.completed]

@@ -12,15 +12,16 @@ Concurrency: trio thread only.
 from __future__ import annotations
 
 from pybroker.log.log import UnifiedLog
+from pybroker.metrics.broker_topic_stats import TopicStats
 
 
 class Partition:
     __slots__ = ("topic", "partition", "topic_id", "log", "leader_id", "leader_epoch", "partition_epoch",
-                 "replicas", "isr", "local_id", "follower_end_offsets", "flushing")
+                 "replicas", "isr", "local_id", "follower_end_offsets", "flushing", "stats")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, log: UnifiedLog, local_id: int,
                  leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
-                 isr: list[int]) -> None:
+                 isr: list[int], stats: TopicStats | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -33,6 +34,8 @@ class Partition:
         self.isr = isr
         self.follower_end_offsets: dict[int, int] = {}
         self.flushing = False
+        # the topic's traffic counters, shared by its partitions (ReplicaManager.topic_stats)
+        self.stats = stats if stats is not None else TopicStats(topic)
 
     @property
     def is_leader(self) -> bool:

@@ -11,6 +11,7 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATES
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
+from pybroker.metrics.broker_topic_stats import BrokerTopicStats
+from pybroker.metrics.histogram import Histogram
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
@@ -102,6 +105,10 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self._hw_checkpoint: dict[TopicPartition, int] = {}
+        # metrics (pybroker/metrics): bumped in place here, read only when scraped
+        self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
+        self.log_flush_stats = Histogram()  # Kafka's LogFlushRateAndTimeMs
+        self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # nothing changes an ISR yet
 
     # ------------------------------------------------------------------ metadata
 
@@ -201,8 +208,12 @@ class ReplicaManager:
 
     def _publish(self, tp: TopicPartition, t: Any, reg: Any, plog: Any, config: LogConfig) -> None:
         plog.config = config  # a log found on disk at start-up was opened with defaults
+        old = self.partitions.get(tp)
+        if old is not None:
+            self.topic_stats.remove_partition(old.stats)
         p = Partition(t.name, tp[1], t.topic_id, plog, self.node_id, reg.leader, reg.leader_epoch,
-                      reg.partition_epoch, list(reg.replicas), list(reg.isr))
+                      reg.partition_epoch, list(reg.replicas), list(reg.isr),
+                      self.topic_stats.add_partition(t.name))
         hw = self._hw_checkpoint.pop(tp, None)
         plog.high_watermark = min(hw, plog.log_end_offset) if hw is not None else 0
         self.partitions[tp] = p
@@ -211,7 +222,9 @@ class ReplicaManager:
         p.maybe_increment_high_watermark()
 
     def _delete_partition(self, tp: TopicPartition) -> None:
-        self.partitions.pop(tp, None)
+        gone = self.partitions.pop(tp, None)
+        if gone is not None:
+            self.topic_stats.remove_partition(gone.stats)
         self.fetch_purgatory.check_and_complete(tp)
         try:
             deleted = self.log_manager.delete_log(*tp)
@@ -342,6 +355,10 @@ class ReplicaManager:
         validated it (UnifiedLog.append_as_leader)."""
         info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin,
                                               header)
+        # Kafka's appendToLocalLog marks MessagesIn/BytesIn for every append that succeeded, duplicates too
+        stats = partition.stats
+        stats.messages_in += info.last_offset - info.first_offset + 1
+        stats.bytes_in += len(batch)
         if not info.duplicate:
             self.after_append(partition)
         return info
@@ -357,8 +374,19 @@ class ReplicaManager:
             self.spawn(self._flush, partition)
 
     async def _flush(self, partition: Partition) -> None:
+        plog = partition.log
+
+        def flush() -> float | None:
+            """Seconds the flush took, None when there was nothing to flush (not a sample)."""
+            before = plog.recovery_point
+            started = time.perf_counter()
+            plog.flush(now_ms=self.clock.wall_ms())
+            return time.perf_counter() - started if plog.recovery_point != before else None
+
         try:
-            await trio.to_thread.run_sync(lambda: partition.log.flush(now_ms=self.clock.wall_ms()))
+            took = await trio.to_thread.run_sync(flush)
+            if took is not None:
+                self.log_flush_stats.update(took * 1000.0)  # on the loop: the histogram is not shared
         except Exception:  # a failed fsync must not kill the broker; Kafka marks the dir offline
             log.exception("flush of %s failed", partition)
         finally:

@@ -17,11 +17,12 @@ import logging
 import os
 import signal
 import socket
+import time
 
 import trio
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.config import BrokerConfig, Endpoint
+from pybroker.config import BrokerConfig, Endpoint, parse_metrics_listener
 from pybroker.controller.controller import QuorumController
 from pybroker.controller.metadata_log import MetadataLog
 from pybroker.coordinators.group.coordinator import GroupCoordinator
@@ -29,12 +30,14 @@ from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.log.errors import LogError
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import MetadataImage
+from pybroker.metrics.request_metrics import RequestMetrics
 from pybroker.net.server import SocketServer
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
+from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.cluster import ProducerIdManager
-from pybroker.server.dispatch import RequestDispatcher
+from pybroker.server.dispatch import RequestDispatcher, api_names
 from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.quota import QuotaManagers
 
@@ -72,6 +75,15 @@ class Broker:
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
         # authorizer.class.name: None (no authorizer) costs handlers one `is None` test
         self.authorizer: StandardAuthorizer | None = None
+        # metrics.listener (pybroker/metrics): unset = no endpoint and no per-request timing at all
+        self.metrics_address = parse_metrics_listener("metrics.listener", config["metrics.listener"])
+        self.request_metrics = (RequestMetrics(api_names(), SUPPORTED)
+                                if self.metrics_address is not None else None)
+        self.metrics_url: str | None = None  # http://host:port/metrics once bound
+
+    @property
+    def stopping(self) -> bool:
+        return self._shutdown.is_set()
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
@@ -108,12 +120,19 @@ class Broker:
         timer = SystemTimer()
         async with trio.open_nursery() as nursery:
             self.server = SocketServer(cfg.listeners, RequestDispatcher(self), cfg["socket.request.max.bytes"],
-                                       cfg["max.connections"])
+                                       cfg["max.connections"],
+                                       time.perf_counter if self.request_metrics is not None else None)
             try:
                 self.bound = await nursery.start(self.server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
                                    ) from None
+            if self.metrics_address is not None:
+                try:
+                    self.metrics_url = await nursery.start(self._serve_metrics, *self.metrics_address)
+                except OSError as exc:
+                    raise StartupError(f"cannot bind metrics.listener {cfg['metrics.listener']}: "
+                                       f"{exc.strerror or exc}") from None
             try:
                 await self._load_storage()
             except (LogError, OSError, ValueError) as exc:
@@ -163,6 +182,19 @@ class Broker:
             await self._stop(timer)
             nursery.cancel_scope.cancel()
         self.stopped.set()
+
+    async def _serve_metrics(self, host: str, port: int, *,
+                             task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """The Prometheus endpoint (pybroker/metrics), bound before the logs load so a scrape during
+        recovery already answers."""
+        from pybroker.metrics.event_loop import EventLoopIdle
+        from pybroker.metrics.prometheus import MetricsServer
+        from pybroker.metrics.registry import MetricsRegistry
+        from pybroker.server.broker_metrics import register_broker_metrics
+
+        registry = MetricsRegistry()
+        register_broker_metrics(registry, self, EventLoopIdle())  # created here: on the loop's thread
+        await MetricsServer(host, port, registry).serve(task_status=task_status)
 
     async def _stop(self, timer: SystemTimer) -> None:
         log.info("shutting down")

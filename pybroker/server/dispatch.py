@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
+from pybroker.protocol._generated.api_keys import REQUEST_MODULES
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.chunks import Chunk
 from pybroker.protocol.errors import (
@@ -118,9 +119,15 @@ assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the 
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
 
 
+def api_names() -> dict[int, str]:
+    """Kafka's API names (ApiKeys.name: the request message's name), for request metrics."""
+    return {k: REQUEST_MODULES[k][1].removesuffix("Request") for k in SUPPORTED}
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.request_metrics = broker.request_metrics  # None unless the metrics endpoint is on
 
     async def __call__(self, conn: Connection, frame: bytearray | memoryview) -> Sequence[Chunk] | None:
         try:
@@ -140,6 +147,8 @@ class RequestDispatcher:
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
                              header.client_id, len(frame))
         handler = HANDLERS[api_key]
+        if self.request_metrics is not None:  # RequestsPerSec now; the connection times the rest
+            conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         traced = request_log.isEnabledFor(logging.DEBUG)
         if traced:
             request_log.debug("request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,

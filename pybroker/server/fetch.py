@@ -146,4 +146,5 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         throttle_ms = record_fetch(quota, ctx, total)
         if throttle_ms:
             return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[])
+    rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as sent)
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)

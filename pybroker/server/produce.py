@@ -175,6 +175,7 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
                 if done is not None:
                     waits.append((done[0], done[1], resp))
             any_error = any_error or resp.error_code != 0
+            broker.replica_manager.topic_stats.record_produce(td.name, resp.error_code)  # metrics
             parts_out.append(resp)
         topics_out.append(TopicResp(name=td.name, partition_responses=parts_out))
     if acks == 0:
