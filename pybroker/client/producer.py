@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from pybroker._native import arrow_records
 from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.protocol.api_keys import ApiKey
@@ -33,7 +34,7 @@ from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import ProduceRequest
 from pybroker.records.batch import build_batch
 
-__all__ = ["Producer", "RecordMetadata", "murmur2", "partition_for_key"]
+__all__ = ["Producer", "RecordMetadata", "partition_for_key"]
 
 # Per-record bytes beyond key and value in a v2 batch (varints, attributes, deltas): an
 # estimate for deciding when a batch is full, as Kafka's estimateSizeInBytesUpperBound is.
@@ -41,35 +42,9 @@ _RECORD_OVERHEAD = 21
 _BATCH_OVERHEAD = 61
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's Utils.murmur2 (seed 0x9747b28c), as a signed 32-bit int."""
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    n4 = length & ~3
-    for i in range(0, n4, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[n4 + 2] << 16
-    if rest >= 2:
-        h ^= data[n4 + 1] << 8
-    if rest >= 1:
-        h ^= data[n4]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def partition_for_key(key: bytes, num_partitions: int) -> int:
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+    """Kafka's BuiltInPartitioner for a keyed record: toPositive(murmur2(key)) % partitions."""
+    return (arrow_records.murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 @dataclass

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from pybroker._native import arrow_records
+
 from pybroker.client.admin import TopicPartition
 from pybroker.client.consumer import range_assign
-from pybroker.client.producer import murmur2, partition_for_key
+from pybroker.client.producer import partition_for_key
+
+murmur2 = arrow_records.murmur2
 
 
 @pytest.mark.parametrize("data, expected", [
