@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from pybroker._native import arrow_records
-
 from pybroker.client.admin import TopicPartition
 from pybroker.client.consumer import range_assign
 from pybroker.client.producer import partition_for_key
