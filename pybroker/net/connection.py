@@ -167,7 +167,9 @@ class Connection:
             if have == len(buf):
                 buf += bytes(min(len(buf), size - len(buf)))  # no view of buf is alive here
             with memoryview(buf) as view:
-                n = await self._recv_into(view[have:len(buf)])
+                # never past the frame: a reused buffer may be longer, and what follows the
+                # frame is the next (pipelined) request
+                n = await self._recv_into(view[have:min(len(buf), size)])
             if n == 0:
                 raise ConnectionClosed()
             have += n

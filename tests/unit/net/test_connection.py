@@ -95,3 +95,34 @@ def test_oversized_or_negative_sizes_are_refused():
     assert trio.run(main, 101) is None
     assert trio.run(main, -1) is None
     assert trio.run(main, 8) == bytearray(b"x" * 8)
+
+
+def test_a_reused_larger_frame_buffer_never_reads_past_the_frame():
+    """A kept frame buffer larger than the next frame must not take in the bytes after that frame
+    (the start of a pipelined request): librdkafka pipelines produce requests, and reading past
+    the frame made the broker see a garbage size and reset the connection (duplicates on retry)."""
+    sizes = [3 * connmod._RECV_CHUNK, 2 * connmod._RECV_CHUNK + 17, 40, connmod._RECV_CHUNK + 5, 7]
+    frames = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    wire = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+
+    async def main():
+        a, b = trio.socket.socketpair()
+        conn = Connection(b, None, "PLAINTEXT")
+        got = []
+
+        async def writer():
+            view = memoryview(wire)
+            while view:
+                view = view[await a.send(view):]
+            a.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            for _ in frames:
+                frame = await conn.read_frame(1 << 24)
+                got.append(bytes(frame))
+                del frame  # released, as the request loop does: the buffer is reused
+        b.close()
+        return got
+
+    assert trio.run(main) == frames
