@@ -209,7 +209,7 @@ def pybroker_broker(workdir: Path) -> Broker:
            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir / 'pybroker-data'}",
            "--override", f"num.partitions={PARTITIONS}",
-           "--log-level", "WARNING"]
+           "--log-level", os.environ.get("PYBROKER_BENCH_LOG_LEVEL", "WARNING")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                        os.environ.get("PYTHONPATH")]))}
     return Broker("pybroker", cmd, port, workdir, env)

@@ -36,6 +36,7 @@ from pybroker.security.authorizer import StandardAuthorizer
 from pybroker.server.cluster import ProducerIdManager
 from pybroker.server.dispatch import RequestDispatcher
 from pybroker.server.dynamic_config import DynamicBrokerConfig
+from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quota import QuotaManagers
 
 log = logging.getLogger("pybroker")
@@ -72,6 +73,8 @@ class Broker:
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
         # authorizer.class.name: None (no authorizer) costs handlers one `is None` test
         self.authorizer: StandardAuthorizer | None = None
+        # incremental fetch sessions (KIP-227), Kafka's FetchManager
+        self.fetch_manager = FetchManager(FetchSessionCache.create(config["max.incremental.fetch.session.cache.slots"]))
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
