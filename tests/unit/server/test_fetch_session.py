@@ -13,7 +13,6 @@ from pybroker.server.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
-    MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS as EVICTION_MS,
     ZERO_ID,
     CachedPartition,
     FetchManager,
@@ -24,6 +23,9 @@ from pybroker.server.fetch_session import (
     SessionErrorContext,
     SessionlessFetchContext,
     next_epoch,
+)
+from pybroker.server.fetch_session import (
+    MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS as EVICTION_MS,
 )
 
 PData = FetchResponse.PartitionData
