@@ -106,6 +106,36 @@ def loadgen(mode: str, bootstrap: str, topic: str, records: int, *args: str,
     return result
 
 
+# -- the compiled modules -----------------------------------------------------------------------
+
+def require_native() -> None:
+    """Refuse to measure an unbuilt checkout: exit 2 with one line unless every compiled module
+    loads in the environment the broker gets (else the broker runs the pure-Python twins)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    code = ("import sys, warnings\n"
+            "warnings.simplefilter('ignore')\n"
+            "from pybroker import _native as n\n"
+            "missing = []\n"
+            "for name in n.NAMES:\n"
+            "    try:\n"
+            "        n.native(name)\n"
+            "    except ImportError:\n"
+            "        missing.append(name)\n"
+            "if n.NO_EXTENSIONS:\n"
+            "    print('PYBROKER_NO_EXTENSIONS is set')\n"
+            "    sys.exit(3)\n"
+            "if missing:\n"
+            "    print('compiled modules missing: ' + ', '.join(missing))\n"
+            "    sys.exit(3)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stdout.strip() or proc.stderr.strip() or "unknown").splitlines()
+        print(f"bench: refusing to run: pybroker would measure its pure-Python twins ({lines[-1]}); "
+              f"build them first: python setup.py build_ext --inplace", file=sys.stderr)
+        raise SystemExit(2)
+
+
 # -- brokers ------------------------------------------------------------------------------------
 
 
@@ -442,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(names) - set(BROKERS):
         p.error(f"unknown broker(s): {', '.join(sorted(unknown))}")
 
+    require_native()
     build_loadgen()
     results: dict = {
         "meta": {
