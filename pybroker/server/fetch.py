@@ -134,7 +134,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         # Kafka: no more than the quota window can take, or the consumer could never progress
         max_bytes = fetch_max_bytes(quota, ctx, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
-    total = rm.read_from_log(reads, max_bytes, isolation) if reads else 0
+    total = rm.read_from_log(reads, max_bytes, isolation, v <= 2) if reads else 0
     has_error = any(r.error_code for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
         op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm)
@@ -145,7 +145,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             p = r.partition
             if p is not None and rm.get_partition(p.topic, p.partition) is not p:
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-        total = rm.read_from_log(reads, max_bytes, isolation)
+        total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
 
     read_committed = isolation == READ_COMMITTED
     updates: list[Update] = []
