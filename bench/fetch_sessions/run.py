@@ -79,9 +79,17 @@ def wire_case(broker, tap, partitions: int, count: int, sessions: bool) -> dict:
     from tests.server.wire import WireClient
 
     client = WireClient("127.0.0.1", tap.port, timeout_s=30)
-    topics = [FetchRequest.FetchTopic(topic="sessions", partitions=[
-        FetchRequest.FetchPartition(partition=p, fetch_offset=1 if p % WITH_DATA_EVERY == 0 else 0,
-                                    partition_max_bytes=1 << 20) for p in range(partitions)])]
+
+    def named(offsets: dict[int, int]) -> list:
+        return [FetchRequest.FetchTopic(topic="sessions", partitions=[
+            FetchRequest.FetchPartition(partition=p, fetch_offset=offsets.get(p, 0), partition_max_bytes=1 << 20)
+            for p in range(partitions)])]
+
+    # every partition at its high watermark: nothing to read, nothing changes meanwhile
+    probe = client.request(ApiKey.FETCH, 12, FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=named({})))
+    topics = named({pd.partition_index: pd.high_watermark for t in probe.responses for pd in t.partitions})
 
     def fetch(session_id: int, epoch: int, named) -> object:
         return client.request(ApiKey.FETCH, 12, FetchRequest(

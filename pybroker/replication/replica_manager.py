@@ -304,6 +304,13 @@ class ReplicaManager:
             r.log_start_offset = plog.log_start_offset
             limit = min(r.max_bytes, max(0, max_bytes - total))
             upper = r.last_stable_offset if isolation == READ_COMMITTED else r.high_watermark
+            if r.fetch_offset == upper and r.log_start_offset <= upper:
+                # caught up (most partitions of a big idle session): nothing to read, and the
+                # offset is valid (upper <= the log end offset)
+                r.regions = None
+                r.aborted = None
+                r.size = 0
+                continue
             try:
                 info = plog.read(r.fetch_offset, limit, upper, min_one)
             except LogError as exc:

@@ -147,29 +147,10 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
         total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
 
-    read_committed = isolation == READ_COMMITTED
-    updates: list[Update] = []
-    for cp, r in zip(read_parts, reads, strict=True):
-        d = PData(partition_index=cp.partition, error_code=r.error_code, high_watermark=-1, last_stable_offset=-1,
-                  log_start_offset=-1, aborted_transactions=[] if read_committed else None,
-                  preferred_read_replica=-1, records=b"")
-        size = 0
-        if not r.error_code:
-            d.high_watermark = r.high_watermark
-            d.last_stable_offset = r.last_stable_offset
-            d.log_start_offset = r.log_start_offset
-            if r.regions:
-                d.records = r.regions
-                size = r.size
-                if r.aborted:
-                    d.aborted_transactions = [AbortedTxn(producer_id=pid, first_offset=first)
-                                              for pid, first in r.aborted]
-        updates.append((cp, d, size))
+    updates: list[Update] = [(cp, r, r.size if r.regions and not r.error_code else 0)
+                             for cp, r in zip(read_parts, reads, strict=True)]
     for cp, code in refused:
-        updates.append((cp, PData(partition_index=cp.partition, error_code=code, high_watermark=-1,
-                                  last_stable_offset=-1, log_start_offset=-1,
-                                  aborted_transactions=[] if read_committed else None,
-                                  preferred_read_replica=-1, records=b""), 0))
+        updates.append((cp, LogRead(None, cp.fetch_offset, cp.max_bytes, code), 0))
     if quota.enabled:
         # KIP-13: a fetch over quota answers no partitions (its bytes are unrecorded) and the
         # connection is muted. Counted: the records' bytes (Kafka counts the whole response).
@@ -178,22 +159,35 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             error, session_id = context.throttled_response()
             return FetchResponse(throttle_time_ms=throttle_ms, error_code=error, session_id=session_id,
                                  responses=[])
+    # an incremental session drops the partitions with nothing new before any is encoded
     error, session_id, kept = context.update_and_generate_response_data(updates)
     return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id,
-                         responses=_by_topic(kept, by_id))
+                         responses=_by_topic(kept, by_id, isolation == READ_COMMITTED))
 
 
-def _by_topic(updates: list[Update], by_id: bool) -> list[TResp]:
-    """Kafka's FetchResponse.toMessage: consecutive partitions of one topic share a topic entry,
-    and the order of the partitions is kept."""
+def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[TResp]:
+    """The response entries, grouped as Kafka's FetchResponse.toMessage does: consecutive
+    partitions of one topic share a topic entry, and the order of the partitions is kept."""
     out: list[TResp] = []
     last_key: object = None
     parts: list[PData] = []
-    for cp, d, _ in updates:
+    for cp, r, size in updates:
         key = cp.topic_id if by_id else cp.topic
         if not out or key != last_key:
             parts = []
             out.append(TResp(topic="" if by_id else (cp.topic or ""), topic_id=cp.topic_id, partitions=parts))
             last_key = key
+        d = PData(partition_index=cp.partition, error_code=r.error_code, high_watermark=-1, last_stable_offset=-1,
+                  log_start_offset=-1, aborted_transactions=[] if read_committed else None,
+                  preferred_read_replica=-1, records=b"")
+        if not r.error_code:
+            d.high_watermark = r.high_watermark
+            d.last_stable_offset = r.last_stable_offset
+            d.log_start_offset = r.log_start_offset
+            if size:
+                d.records = r.regions
+                if r.aborted:
+                    d.aborted_transactions = [AbortedTxn(producer_id=pid, first_offset=first)
+                                              for pid, first in r.aborted]
         parts.append(d)
     return out

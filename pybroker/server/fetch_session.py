@@ -57,12 +57,9 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pybroker.protocol.errors import Errors
-
-if TYPE_CHECKING:
-    from pybroker.protocol.messages import FetchResponse
 
 log = logging.getLogger("pybroker.server.fetch_session")
 
@@ -126,10 +123,10 @@ class CachedPartition:
         self.leader_epoch = req.leader_epoch
         self.last_fetched_epoch = req.last_fetched_epoch
 
-    def maybe_update_response_data(self, resp: FetchResponse.PartitionData, records_size: int,
-                                   update: bool) -> bool:
+    def maybe_update_response_data(self, resp: PartitionResult, records_size: int, update: bool) -> bool:
         """Whether an incremental response must carry this partition (and, when `update`, remember
-        what it tells the client)."""
+        what it tells the client). pybroker computes no preferred read replica and, serving no
+        follower fetches, no diverging epoch: the two other reasons Kafka has to send one."""
         must = records_size > 0
         if self.high_watermark != resp.high_watermark:
             must = True
@@ -139,16 +136,11 @@ class CachedPartition:
             must = True
             if update:
                 self.local_log_start_offset = resp.log_start_offset
-        if resp.preferred_read_replica >= 0:
-            must = True
         if resp.error_code:
             # remember an invalid high watermark, so the partition is sent again once the error
             # has gone
             if update:
                 self.high_watermark = -1
-            must = True
-        diverging = getattr(resp, "diverging_epoch", None)
-        if diverging is not None and diverging.epoch >= 0:
             must = True
         return must
 
@@ -211,7 +203,16 @@ class FetchSession:
 
 # ---------------------------------------------------------------------------------------- contexts
 
-Update = tuple[CachedPartition, "FetchResponse.PartitionData", int]  # (partition, response entry, records bytes)
+
+class PartitionResult(Protocol):
+    """What a fetch found for one partition (ReplicaManager's LogRead): -1 where unknown."""
+
+    high_watermark: int
+    log_start_offset: int
+    error_code: int
+
+
+Update = tuple[CachedPartition, PartitionResult, int]  # (partition, what was found, records bytes)
 
 
 class FetchContext:
@@ -271,8 +272,9 @@ class FullFetchContext(FetchContext):
         def create() -> dict[PartitionKey, CachedPartition]:
             parts: dict[PartitionKey, CachedPartition] = {}
             for cached, resp, _ in updates:
-                cached.high_watermark = resp.high_watermark
-                cached.local_log_start_offset = resp.log_start_offset
+                # an error's high watermark and log start offset are -1 (Kafka's partitionResponse)
+                cached.high_watermark = resp.high_watermark if not resp.error_code else -1
+                cached.local_log_start_offset = resp.log_start_offset if not resp.error_code else -1
                 parts[cached.key] = cached
             return parts
 
