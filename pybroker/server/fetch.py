@@ -110,10 +110,11 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue
         found = rm.leader_partition(name, cp.partition, cp.leader_epoch)
-        if found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+        # `type(...) is int` first: `==` on a Partition would compare dataclass fields
+        if type(found) is int and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
             continue
-        if not isinstance(found, int) and cp.max_bytes < 0:
+        if type(found) is not int and cp.max_bytes < 0:
             # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
             # partition with UNKNOWN_SERVER_ERROR
             found = Errors.UNKNOWN_SERVER_ERROR
@@ -121,8 +122,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 bad_size_logged = True
                 log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
                          cp.max_bytes, name, cp.partition)
-        if isinstance(found, int):
-            reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, int(found)))
+        if type(found) is int:
+            reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
             reads.append(LogRead(found, cp.fetch_offset, cp.max_bytes))
         read_parts.append(cp)
