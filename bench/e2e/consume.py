@@ -17,6 +17,10 @@ prints each run, then min / median / max of the pybroker / Tansu records/s ratio
 rounds (ratios come from neighbouring runs, which a shared machine disturbs less than it
 disturbs absolute rates), and writes DIR/consume.json.
 
+`--pin-client CPU` runs the consumer under `taskset -c CPU`: its fetcher and application
+threads then take turns on one CPU instead of running at once (see bench/README.md, "Consume
+speed", for why that moves the client's own cost per record).
+
 Exit status: 2 when pybroker's compiled modules are missing (the run would measure the pure
 Python twins), 1 when a run failed.
 """
@@ -40,13 +44,14 @@ import run  # noqa: E402  (bench/e2e/run.py: brokers, loadgen, the compiled-modu
 CONSUMER_SETTINGS = ["fetch.max.bytes=52428800", "queued.min.messages=2000000", "fetch.wait.max.ms=100"]
 
 
-def consume_once(broker: run.Broker, topic: str, records: int, stats_path: Path, extra: list[str]) -> dict:
+def consume_once(broker: run.Broker, topic: str, records: int, stats_path: Path, extra: list[str],
+                 prefix: tuple[str, ...] = ()) -> dict:
     args = ["-S", str(stats_path)]
     for kv in CONSUMER_SETTINGS + extra:
         args += ["-X", kv]
     cpu0 = broker.cpu()
     child0 = os.times()
-    result = run.loadgen("consume", broker.bootstrap, topic, records, *args, timeout=600)
+    result = run.loadgen("consume", broker.bootstrap, topic, records, *args, timeout=600, prefix=prefix)
     child1 = os.times()
     result["broker_cpu_s"] = round(broker.cpu() - cpu0, 3)
     result["client_cpu_s"] = round((child1.children_user - child0.children_user)
@@ -73,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--codecs", default="none,lz4")
     p.add_argument("--out", type=Path, default=run.BUILD / "results")
+    p.add_argument("--pin-client", metavar="CPU", default=None,
+                   help="run the consumer under `taskset -c CPU` (its threads then share one CPU)")
     p.add_argument("-X", dest="extra", action="append", default=[],
                    help="an extra librdkafka consumer property (key=value)")
     args = p.parse_args(argv)
@@ -80,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     run.build_loadgen()
     codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
+    prefix = ("taskset", "-c", args.pin_client) if args.pin_client is not None else ()
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="pybroker-consume-") as tmp:
         brokers: dict[str, run.Broker] = {}
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 for c in codecs:
                     for name in order:
                         r = consume_once(brokers[name], f"consume-{c}", args.records,
-                                         Path(tmp) / f"stats-{name}-{c}-{rnd}.json", args.extra)
+                                         Path(tmp) / f"stats-{name}-{c}-{rnd}.json", args.extra, prefix)
                         r.update(broker=name, codec=c, round=rnd)
                         runs.append(r)
                         if "error" in r:
@@ -131,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"median {summary[c]['median']}  max {summary[c]['max']}")
     out = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "records": args.records,
                     "rounds": args.rounds, "consumer": CONSUMER_SETTINGS + args.extra,
+                    "pin_client": args.pin_client,
                     "loadavg": os.getloadavg()},
            "runs": runs, "summary": summary}
     (args.out / "consume.json").write_text(json.dumps(out, indent=2) + "\n")

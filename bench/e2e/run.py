@@ -92,8 +92,9 @@ def build_loadgen() -> Path:
 
 
 def loadgen(mode: str, bootstrap: str, topic: str, records: int, *args: str,
-            timeout: float = 180.0) -> dict:
-    cmd = [str(LOADGEN), mode, "-b", bootstrap, "-t", topic, "-n", str(records),
+            timeout: float = 180.0, prefix: tuple[str, ...] = ()) -> dict:
+    """Run loadgen (after `prefix`, e.g. a taskset command) and return its JSON line."""
+    cmd = [*prefix, str(LOADGEN), mode, "-b", bootstrap, "-t", topic, "-n", str(records),
            "-s", str(VALUE_SIZE), "-p", str(PARTITIONS), *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
