@@ -20,7 +20,7 @@ nothing new). `max_bytes` is capped by the broker's fetch.max.bytes, as in Kafka
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
@@ -110,11 +110,11 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue
         found = rm.leader_partition(name, cp.partition, cp.leader_epoch)
-        # `type(...) is int` first: `==` on a Partition would compare dataclass fields
-        if type(found) is int and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+        # the type first: comparing a Partition with an IntEnum member is slow
+        if isinstance(found, int) and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
             continue
-        if type(found) is not int and cp.max_bytes < 0:
+        if not isinstance(found, int) and cp.max_bytes < 0:
             # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
             # partition with UNKNOWN_SERVER_ERROR
             found = Errors.UNKNOWN_SERVER_ERROR
@@ -122,7 +122,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 bad_size_logged = True
                 log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
                          cp.max_bytes, name, cp.partition)
-        if type(found) is int:
+        if isinstance(found, int):
             reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
             reads.append(LogRead(found, cp.fetch_offset, cp.max_bytes))
@@ -172,7 +172,8 @@ def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[
     out: list[TResp] = []
     last_key: object = None
     parts: list[PData] = []
-    for cp, r, size in updates:
+    for cp, result, size in updates:
+        r = cast(LogRead, result)  # what handle_fetch gave the context
         key = cp.topic_id if by_id else cp.topic
         if not out or key != last_key:
             parts = []
