@@ -114,6 +114,12 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         if isinstance(found, int) and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
             continue
+        if cp.topic_id != ZERO_ID:
+            # Kafka's readFromLog: a session keeps the name its topic id had; a topic deleted and
+            # made again under that name has another id
+            hosted = found if not isinstance(found, int) else rm.get_partition(name, cp.partition)
+            if hosted is not None and hosted.topic_id != cp.topic_id:
+                found = Errors.INCONSISTENT_TOPIC_ID
         if not isinstance(found, int) and cp.max_bytes < 0:
             # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
             # partition with UNKNOWN_SERVER_ERROR

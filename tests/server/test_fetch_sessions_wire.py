@@ -177,3 +177,20 @@ def test_a_broker_without_cache_slots_answers_full_fetches_sessionless():
         resp = fetch(wire, 12, 0, 0, [by_name("fs-noslots", {0: 0})])
         assert (resp.error_code, resp.session_id, partitions(resp)) == (0, 0, [0])
         wire.close()
+
+
+def test_a_topic_made_again_under_its_name_is_an_inconsistent_id_in_the_session(wire, topic):
+    from pybroker.protocol.messages import DeleteTopicsRequest
+
+    name = topic + "-again"
+    old = create_topic(wire, name, partitions=1)
+    part = [FP(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]
+    sid = fetch(wire, 16, 0, 0, [FT(topic_id=old, partitions=part)]).session_id
+    resp = wire.request(ApiKey.DELETE_TOPICS, 6, DeleteTopicsRequest(topics=[
+        DeleteTopicsRequest.DeleteTopicState(name=name, topic_id=bytes(16))], timeout_ms=5000))
+    assert resp.responses[0].error_code == 0
+    new = create_topic(wire, name, partitions=1)
+    assert new != old
+    resp = fetch(wire, 16, sid, 1, [])
+    got = [(t.topic_id, p.error_code) for t in resp.responses for p in t.partitions]
+    assert got == [(old, Errors.INCONSISTENT_TOPIC_ID)]
