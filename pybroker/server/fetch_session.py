@@ -32,7 +32,9 @@ read first (which get the request's max_bytes first) take turns.
 
 Partitions are keyed by (topic id, partition) in a v13+ session and by (topic name, partition)
 below; a v13+ partition whose topic id is unknown stays in the session under its id with no
-name (answered UNKNOWN_TOPIC_ID) and is resolved again on each later fetch.
+name (answered UNKNOWN_TOPIC_ID) and is resolved again on each later fetch. A resolved name is
+kept: when that topic is deleted and made again, the new topic's partition has another id and
+the fetch answers it INCONSISTENT_TOPIC_ID (handle_fetch, as Kafka's readFromLog).
 
 The cache (Kafka's FetchSessionCache) has 8 shards; each holds
 `max.incremental.fetch.session.cache.slots // 8` sessions and owns an eighth of the positive
