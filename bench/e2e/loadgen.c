@@ -4,7 +4,9 @@
  *   loadgen consume -b HOST:PORT -t TOPIC -n N [-p PARTS]
  *   loadgen latency -b HOST:PORT -t TOPIC -n N -r RATE [-s SIZE] [-p PARTS] [-a ACKS] [-z CODEC]
  *                   [-w WARMUP]
- *   (every mode also takes -X key=value, a librdkafka property for each client it creates)
+ *   (every mode also takes -X key=value, a librdkafka property for each client it creates,
+ *    and -S FILE: the consumer's last librdkafka statistics JSON is written to FILE at the end,
+ *    statistics being emitted every second)
  *
  * produce: N records of SIZE bytes (no key), record i to partition i % PARTS, as fast as
  *          librdkafka takes them (or RATE records/s); the clock stops when every delivery
@@ -45,6 +47,7 @@ static struct {
     const char *mode, *brokers, *topic, *acks, *codec;
     long n, size, parts, rate, warmup;
     const char *extra[16]; /* -X key=value: librdkafka properties for every client */
+    const char *stats_path; /* -S FILE: the consumer's last statistics JSON */
     int n_extra;
 } opt = {.acks = "1", .codec = "none", .size = 100, .parts = 6, .warmup = -1};
 
@@ -184,6 +187,26 @@ static uint64_t run_producer(rd_kafka_t *rk, int stamped) {
 
 /* ---- consumer ---------------------------------------------------------------------------- */
 
+/* The latest statistics JSON (librdkafka calls this from rd_kafka_consume_batch_queue / poll,
+ * on the application thread). */
+static char *last_stats;
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
+    (void)rk;
+    (void)len;
+    (void)opaque;
+    free(last_stats);
+    last_stats = json;
+    return 1; /* we keep the buffer */
+}
+
+static void write_stats(void) {
+    if (!opt.stats_path || !last_stats) return;
+    FILE *f = fopen(opt.stats_path, "w");
+    if (!f) die(opt.stats_path, strerror(errno));
+    fputs(last_stats, f);
+    fclose(f);
+}
+
 static rd_kafka_t *new_consumer(int latency) {
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -196,6 +219,10 @@ static rd_kafka_t *new_consumer(int latency) {
     set(conf, "fetch.wait.max.ms", latency ? "500" : "100");
     set(conf, "queued.min.messages", "1000000");
     set(conf, "queued.max.messages.kbytes", "262144");
+    if (opt.stats_path) {
+        set(conf, "statistics.interval.ms", "1000");
+        rd_kafka_conf_set_stats_cb(conf, on_stats);
+    }
     set_extra(conf);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk) die("rd_kafka_new(consumer)", err);
@@ -210,6 +237,7 @@ static rd_kafka_t *new_consumer(int latency) {
 }
 
 static int record_latency(const rd_kafka_message_t *m);
+
 
 /* Reads until `want` records that on_record counts (returns 1; NULL: all count).
  * Returns the count (< want: stalled for 30 s). */
@@ -323,7 +351,7 @@ int main(int argc, char **argv) {
     opt.mode = argv[1];
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "b:t:n:s:p:a:z:r:w:X:")) != -1) {
+    while ((c = getopt(argc, argv, "b:t:n:s:p:a:z:r:w:X:S:")) != -1) {
         switch (c) {
         case 'b': opt.brokers = optarg; break;
         case 't': opt.topic = optarg; break;
@@ -334,6 +362,7 @@ int main(int argc, char **argv) {
         case 'z': opt.codec = optarg; break;
         case 'r': opt.rate = atol(optarg); break;
         case 'w': opt.warmup = atol(optarg); break;
+        case 'S': opt.stats_path = optarg; break;
         case 'X':
             if (opt.n_extra == 16) usage();
             opt.extra[opt.n_extra++] = optarg;
@@ -365,6 +394,11 @@ int main(int argc, char **argv) {
          * (metadata, offsets, the first fetch), reported as startup_s */
         double startup = first_record_ns ? (double)(first_record_ns - start) / 1e9 : 0;
         double s = first_record_ns ? (double)(end - first_record_ns) / 1e9 : (double)(end - start) / 1e9;
+        if (opt.stats_path) { /* one more statistics round, with the final counts */
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 1100);
+            if (m) rd_kafka_message_destroy(m);
+        }
+        write_stats();
         rd_kafka_consumer_close(rk);
         rd_kafka_destroy(rk);
         printf("{\"mode\": \"consume\", \"records\": %ld, \"seconds\": %.6f, \"records_per_s\": %.1f, "

@@ -92,8 +92,9 @@ def build_loadgen() -> Path:
 
 
 def loadgen(mode: str, bootstrap: str, topic: str, records: int, *args: str,
-            timeout: float = 180.0) -> dict:
-    cmd = [str(LOADGEN), mode, "-b", bootstrap, "-t", topic, "-n", str(records),
+            timeout: float = 180.0, prefix: tuple[str, ...] = ()) -> dict:
+    """Run loadgen (after `prefix`, e.g. a taskset command) and return its JSON line."""
+    cmd = [*prefix, str(LOADGEN), mode, "-b", bootstrap, "-t", topic, "-n", str(records),
            "-s", str(VALUE_SIZE), "-p", str(PARTITIONS), *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -104,6 +105,36 @@ def loadgen(mode: str, bootstrap: str, topic: str, records: int, *args: str,
     if proc.returncode != 0:
         result["error"] = f"loadgen exit {proc.returncode}: {proc.stderr.strip()[-400:]}"
     return result
+
+
+# -- the compiled modules -----------------------------------------------------------------------
+
+def require_native() -> None:
+    """Refuse to measure an unbuilt checkout: exit 2 with one line unless every compiled module
+    loads in the environment the broker gets (else the broker runs the pure-Python twins)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    code = ("import sys, warnings\n"
+            "warnings.simplefilter('ignore')\n"
+            "from pybroker import _native as n\n"
+            "missing = []\n"
+            "for name in n.NAMES:\n"
+            "    try:\n"
+            "        n.native(name)\n"
+            "    except ImportError:\n"
+            "        missing.append(name)\n"
+            "if n.NO_EXTENSIONS:\n"
+            "    print('PYBROKER_NO_EXTENSIONS is set')\n"
+            "    sys.exit(3)\n"
+            "if missing:\n"
+            "    print('compiled modules missing: ' + ', '.join(missing))\n"
+            "    sys.exit(3)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stdout.strip() or proc.stderr.strip() or "unknown").splitlines()
+        print(f"bench: refusing to run: pybroker would measure its pure-Python twins ({lines[-1]}); "
+              f"build them first: python setup.py build_ext --inplace", file=sys.stderr)
+        raise SystemExit(2)
 
 
 # -- brokers ------------------------------------------------------------------------------------
@@ -209,7 +240,7 @@ def pybroker_broker(workdir: Path) -> Broker:
            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir / 'pybroker-data'}",
            "--override", f"num.partitions={PARTITIONS}",
-           "--log-level", "WARNING"]
+           "--log-level", os.environ.get("PYBROKER_BENCH_LOG_LEVEL", "WARNING")]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                        os.environ.get("PYTHONPATH")]))}
     return Broker("pybroker", cmd, port, workdir, env)
@@ -442,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(names) - set(BROKERS):
         p.error(f"unknown broker(s): {', '.join(sorted(unknown))}")
 
+    require_native()
     build_loadgen()
     results: dict = {
         "meta": {

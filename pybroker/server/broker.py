@@ -39,6 +39,7 @@ from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.cluster import ProducerIdManager
 from pybroker.server.dispatch import RequestDispatcher, api_names
 from pybroker.server.dynamic_config import DynamicBrokerConfig
+from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quota import QuotaManagers
 
 log = logging.getLogger("pybroker")
@@ -80,6 +81,8 @@ class Broker:
         self.request_metrics = (RequestMetrics(api_names(), SUPPORTED)
                                 if self.metrics_address is not None else None)
         self.metrics_url: str | None = None  # http://host:port/metrics once bound
+        # incremental fetch sessions (KIP-227), Kafka's FetchManager
+        self.fetch_manager = FetchManager(FetchSessionCache.create(config["max.incremental.fetch.session.cache.slots"]))
 
     @property
     def stopping(self) -> bool:

@@ -8,23 +8,29 @@ by one batch, so a consumer always progresses (Kafka's minOneMessage).
 
 When fewer than min_bytes are available, the request waits as a DelayedFetch watched on
 its partitions: an append to any of them re-checks it at once; max_wait_ms expires it.
-Fetch sessions (KIP-227) are declined: session id 0, full responses (pitfall 5).
+Partitions refused before reading (unknown topic id or partition, not authorized) do not cut
+the wait short and are answered after the ones read, as in Kafka's KafkaApis.
+
+Fetch sessions (KIP-227, fetch_session.py): the request's session id and epoch choose a
+FetchContext, which says which partitions to read (all of an incremental session's, in its
+order) and which results to send (an incremental response leaves out the partitions with
+nothing new). `max_bytes` is capped by the broker's fetch.max.bytes, as in Kafka.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.replication.replica_manager import READ_COMMITTED, LogRead
 from pybroker.security.authorizer import Op, Res
+from pybroker.server.fetch_session import ZERO_ID, CachedPartition, Update
 from pybroker.server.quota import fetch_max_bytes, record_fetch
 
 if TYPE_CHECKING:
-    from pybroker.replication.partition import Partition
     from pybroker.replication.replica_manager import ReplicaManager
     from pybroker.server.broker import Broker
     from pybroker.server.request_context import RequestContext
@@ -32,7 +38,6 @@ if TYPE_CHECKING:
 PData = FetchResponse.PartitionData
 TResp = FetchResponse.FetchableTopicResponse
 AbortedTxn = FetchResponse.AbortedTransaction
-ZERO_ID = bytes(16)
 log = logging.getLogger("pybroker.server")
 
 
@@ -59,65 +64,84 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     rm = broker.replica_manager
     image = broker.image
     isolation = req.isolation_level
-    if req.session_id != 0:
-        return FetchResponse(throttle_time_ms=0, error_code=Errors.FETCH_SESSION_ID_NOT_FOUND, session_id=0,
-                             responses=[])
-    if req.session_epoch > 0:
-        return FetchResponse(throttle_time_ms=0, error_code=Errors.INVALID_FETCH_SESSION_EPOCH, session_id=0,
-                             responses=[])
     by_id = v >= 13
-    topics_out: list[TResp] = []
-    reads: list[LogRead] = []
-    entries: list[PData] = []
-    auth = broker.authorizer
-    bad_size_logged = False
-    for ft in req.topics:
-        if by_id:
-            t = image.topics_by_id.get(ft.topic_id)
-            name = t.name if t is not None else None
-            unknown_error = Errors.UNKNOWN_TOPIC_ID
-        else:
-            name = ft.topic
-            unknown_error = Errors.UNKNOWN_TOPIC_OR_PARTITION
-        # KafkaApis: a consumer needs READ on the topic (checked after the unknown-id test)
-        denied = auth is not None and name is not None and not auth.authorize(ctx, Op.READ, Res.TOPIC, name)
-        parts = []
-        for fp in ft.partitions:
-            if denied:
-                found: Partition | int = Errors.TOPIC_AUTHORIZATION_FAILED
-            elif name is None:
-                found = unknown_error
-            else:
-                found = rm.leader_partition(name, fp.partition, fp.current_leader_epoch)
-                if found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
-                    found = unknown_error
-                elif not isinstance(found, int) and fp.partition_max_bytes < 0:
-                    # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
-                    # partition with UNKNOWN_SERVER_ERROR
-                    found = Errors.UNKNOWN_SERVER_ERROR
-                    if not bad_size_logged:  # one line per request, however many partitions
-                        bad_size_logged = True
-                        log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
-                                 fp.partition_max_bytes, name, fp.partition)
-            if isinstance(found, int):
-                reads.append(LogRead(None, fp.fetch_offset, fp.partition_max_bytes, int(found)))
-            else:
-                reads.append(LogRead(found, fp.fetch_offset, fp.partition_max_bytes))
-            d = PData(partition_index=fp.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
-                      log_start_offset=-1, aborted_transactions=[] if isolation == READ_COMMITTED else None,
-                      preferred_read_replica=-1, records=b"")
-            parts.append(d)
-            entries.append(d)
-        topics_out.append(TResp(topic=ft.topic if not by_id else "", topic_id=ft.topic_id, partitions=parts))
+    topics_by_id = image.topics_by_id
 
-    max_bytes = req.max_bytes if v >= 3 else 2**31 - 1
-    min_bytes = req.min_bytes
+    def resolve(topic_id: bytes) -> str | None:
+        t = topics_by_id.get(topic_id)
+        return t.name if t is not None else None
+
+    fetch_data: list[CachedPartition] = []
+    for ft in req.topics:
+        name = resolve(ft.topic_id) if by_id else ft.topic
+        tid = ft.topic_id if by_id else ZERO_ID
+        for fp in ft.partitions:
+            fetch_data.append(CachedPartition(name, tid, fp.partition, fp.partition_max_bytes, fp.fetch_offset,
+                                              fp.current_leader_epoch, fp.log_start_offset,
+                                              fp.last_fetched_epoch))
+    to_forget: list[CachedPartition] = []
+    for fg in req.forgotten_topics_data:
+        name = resolve(fg.topic_id) if by_id else fg.topic
+        tid = fg.topic_id if by_id else ZERO_ID
+        to_forget.extend(CachedPartition(name, tid, p) for p in fg.partitions)
+    state = req.replica_state
+    replica_id = state.replica_id if v >= 15 and state is not None else req.replica_id
+    context = broker.fetch_manager.new_context(v, req.session_id, req.session_epoch, replica_id >= 0, fetch_data,
+                                               to_forget, resolve if by_id else None, broker.clock.wall_ms())
+
+    # Kafka's KafkaApis order: the partitions read, in the context's order, then the ones refused
+    # before reading (unknown topic id or partition, not authorized), which never make a fetch wait
+    reads: list[LogRead] = []
+    read_parts: list[CachedPartition] = []
+    refused: list[tuple[CachedPartition, int]] = []
+    auth = broker.authorizer
+    allowed: dict[str, bool] = {}
+    bad_size_logged = False
+    for cp in context.partitions():
+        name = cp.topic
+        if name is None:
+            refused.append((cp, Errors.UNKNOWN_TOPIC_ID))
+            continue
+        if auth is not None:
+            ok = allowed.get(name)
+            if ok is None:  # KafkaApis: a consumer needs READ on the topic
+                ok = allowed[name] = auth.authorize(ctx, Op.READ, Res.TOPIC, name)
+            if not ok:
+                refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
+                continue
+        found = rm.leader_partition(name, cp.partition, cp.leader_epoch)
+        # the type first: comparing a Partition with an IntEnum member is slow
+        if isinstance(found, int) and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        if cp.topic_id != ZERO_ID:
+            # Kafka's readFromLog: a session keeps the name its topic id had; a topic deleted and
+            # made again under that name has another id
+            hosted = found if not isinstance(found, int) else rm.get_partition(name, cp.partition)
+            if hosted is not None and hosted.topic_id != cp.topic_id:
+                found = Errors.INCONSISTENT_TOPIC_ID
+        if not isinstance(found, int) and cp.max_bytes < 0:
+            # Kafka's LogSegment.read refuses a negative size; ReplicaManager answers the
+            # partition with UNKNOWN_SERVER_ERROR
+            found = Errors.UNKNOWN_SERVER_ERROR
+            if not bad_size_logged:  # one line per request, however many partitions
+                bad_size_logged = True
+                log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
+                         cp.max_bytes, name, cp.partition)
+        if isinstance(found, int):
+            reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
+        else:
+            reads.append(LogRead(found, cp.fetch_offset, cp.max_bytes))
+        read_parts.append(cp)
+
+    max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"]) if v >= 3 else 2**31 - 1
+    min_bytes = min(req.min_bytes, max_bytes)
     quota = broker.quotas.fetch
     if quota.enabled:
         # Kafka: no more than the quota window can take, or the consumer could never progress
         max_bytes = fetch_max_bytes(quota, ctx, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
-    total = rm.read_from_log(reads, max_bytes, isolation)
+    total = rm.read_from_log(reads, max_bytes, isolation, v <= 2) if reads else 0
     has_error = any(r.error_code for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
         op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm)
@@ -128,23 +152,51 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             p = r.partition
             if p is not None and rm.get_partition(p.topic, p.partition) is not p:
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-        total = rm.read_from_log(reads, max_bytes, isolation)
-    for r, d in zip(reads, entries, strict=True):
-        if r.error_code:
-            d.error_code = r.error_code
-            continue
-        d.high_watermark = r.high_watermark
-        d.last_stable_offset = r.last_stable_offset
-        d.log_start_offset = r.log_start_offset
-        if r.regions:
-            d.records = r.regions
-            if r.aborted:
-                d.aborted_transactions = [AbortedTxn(producer_id=pid, first_offset=first) for pid, first in r.aborted]
+        total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
+
+    updates: list[Update] = [(cp, r, r.size if r.regions and not r.error_code else 0)
+                             for cp, r in zip(read_parts, reads, strict=True)]
+    for cp, code in refused:
+        updates.append((cp, LogRead(None, cp.fetch_offset, cp.max_bytes, code), 0))
     if quota.enabled:
         # KIP-13: a fetch over quota answers no partitions (its bytes are unrecorded) and the
         # connection is muted. Counted: the records' bytes (Kafka counts the whole response).
         throttle_ms = record_fetch(quota, ctx, total)
         if throttle_ms:
-            return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[])
-    rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as sent)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
+            error, session_id = context.throttled_response()
+            return FetchResponse(throttle_time_ms=throttle_ms, error_code=error, session_id=session_id,
+                                 responses=[])
+    rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as read)
+    # an incremental session drops the partitions with nothing new before any is encoded
+    error, session_id, kept = context.update_and_generate_response_data(updates)
+    return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id,
+                         responses=_by_topic(kept, by_id, isolation == READ_COMMITTED))
+
+
+def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[TResp]:
+    """The response entries, grouped as Kafka's FetchResponse.toMessage does: consecutive
+    partitions of one topic share a topic entry, and the order of the partitions is kept."""
+    out: list[TResp] = []
+    last_key: object = None
+    parts: list[PData] = []
+    for cp, result, size in updates:
+        r = cast(LogRead, result)  # what handle_fetch gave the context
+        key = cp.topic_id if by_id else cp.topic
+        if not out or key != last_key:
+            parts = []
+            out.append(TResp(topic="" if by_id else (cp.topic or ""), topic_id=cp.topic_id, partitions=parts))
+            last_key = key
+        d = PData(partition_index=cp.partition, error_code=r.error_code, high_watermark=-1, last_stable_offset=-1,
+                  log_start_offset=-1, aborted_transactions=[] if read_committed else None,
+                  preferred_read_replica=-1, records=b"")
+        if not r.error_code:
+            d.high_watermark = r.high_watermark
+            d.last_stable_offset = r.last_stable_offset
+            d.log_start_offset = r.log_start_offset
+            if size:
+                d.records = r.regions
+                if r.aborted:
+                    d.aborted_transactions = [AbortedTxn(producer_id=pid, first_offset=first)
+                                              for pid, first in r.aborted]
+        parts.append(d)
+    return out
