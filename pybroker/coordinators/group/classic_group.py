@@ -209,9 +209,6 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ members
 
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def add(self, member: ClassicGroupMember, join_future: Future | None = None) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type

@@ -101,9 +101,6 @@ class ConsumerGroupMember:
     def use_classic_protocol(self) -> bool:
         return self.classic_member_metadata is not None
 
-    def with_subscription(self, **changes: object) -> ConsumerGroupMember:
-        return replace(self, **changes)  # type: ignore[arg-type]
-
     def subscription_key(self) -> tuple:
         """What ConsumerGroupMemberMetadata persists."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,

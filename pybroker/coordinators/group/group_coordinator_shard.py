@@ -67,7 +67,6 @@ class GroupCoordinatorShard:
         self.consumer.downgrade = self.migration.downgrade
         self.classic_members = ConsumerGroupClassicMembers(config, self.consumer)
         self.offsets = OffsetMetadataManager(config, self.groups, self.consumer)
-        self.groups._has_offsets = self.offsets.has_offsets
         self._now_ms = 0  # time of the record being replayed (load: the batch's append time)
 
     # ------------------------------------------------------------------ replay

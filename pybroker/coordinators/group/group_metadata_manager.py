@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 
 from pybroker.coordinators import record_serde as serde
 from pybroker.coordinators.group.classic_group import (
@@ -75,12 +74,10 @@ def sync_key(group_id: str) -> str:
 
 
 class GroupMetadataManager:
-    def __init__(self, config: GroupConfig, timer: CoordinatorTimer,
-                 has_offsets: Callable[[str], bool] = lambda _g: False) -> None:
+    def __init__(self, config: GroupConfig, timer: CoordinatorTimer) -> None:
         self.config = config
         self.timer = timer
         self.groups: dict[str, ClassicGroup] = {}
-        self._has_offsets = has_offsets
 
     # ------------------------------------------------------------------ groups
 
