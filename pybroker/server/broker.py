@@ -104,7 +104,8 @@ class Broker:
         default = log_config(cfg.topic_defaults())
         self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=cfg["cluster.id"],
                                       default_config=default,
-                                      producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+                                      producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
+                                      recovery_threads=cfg["num.recovery.threads.per.data.dir"])
         await trio.to_thread.run_sync(self.log_manager.load, self.clock.wall_ms())
         self.cluster_id = self.log_manager.cluster_id or ""
         from pathlib import Path
