@@ -9,7 +9,11 @@ unclean (SIGKILL) restart, and what thousands of partitions cost.
 (1: 100 k batches of 10 KB for 1 GB, the worst case for per-batch work; 100: ~1 MB batches, what
 librdkafka sends at its default batch.size).
 `many`: `--partitions` partitions in topics of `--per-topic`, one 100-byte record each ("nearly
-empty"). Reported: CreateTopics time, broker RSS and open descriptors once they are created.
+empty"). Reported: CreateTopics time, broker RSS and open descriptors once they are created, and
+the event loop's health meanwhile: the node runs with PYBROKER_TRACE_STALLS_MS (default 5), so
+every task step that long is logged and counted here, and a second connection sends ApiVersions
+round trips throughout (their worst latency is reported). After the restarts the topics are
+deleted (DeleteTopics), with the same two measures.
 
 Then, for each kind of restart in turn, the broker is stopped (`unclean`: SIGKILL, so nothing is
 flushed and no checkpoint is newer than the last periodic one; `clean`: SIGTERM, a clean
@@ -54,13 +58,15 @@ from pybroker.protocol.frame import decode_response, encode_request  # noqa: E40
 from pybroker.protocol.messages import (  # noqa: E402
     ApiVersionsRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
     FetchRequest,
     ProduceRequest,
 )
 from pybroker.records.batch import build_batch  # noqa: E402
 
 LISTENING = re.compile(rb"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
-RECOVERY_LINES = re.compile(rb"[^\n]*(?:recover|loaded|Loaded)[^\n]*")
+RECOVERY_LINES = re.compile(rb"[^\n]*(?:recover|Recover|loaded|Loaded)[^\n]*")
+STALL = re.compile(rb"event loop stalled ([0-9.]+) ms in task (\S+)")
 WINDOW = 16
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -137,7 +143,9 @@ def fetch_last(w: Wire, topic: str, partition: int, offset: int) -> bytes | None
 class Node:
     """`python -m pybroker` on a dir; `start()` returns once it logs its listening line."""
 
-    def __init__(self, workdir: Path, overrides: dict[str, str], profile_dir: Path | None) -> None:
+    def __init__(self, workdir: Path, overrides: dict[str, str], profile_dir: Path | None,
+                 env: dict[str, str] | None = None) -> None:
+        self.env = env or {}
         self.workdir = workdir
         self.data = workdir / "data"
         self.overrides = overrides
@@ -157,8 +165,8 @@ class Node:
             self.profile_dir.mkdir(parents=True, exist_ok=True)
             cmd = ["py-spy", "record", "--native", "-r", "200", "-f", "speedscope", "-o",
                    str(self.profile_dir / f"{profile_name}.json"), "--"] + cmd
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                         os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, **self.env,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self.log_path, "ab") as out:
             out.write(f"\n=== start {self.starts + 1}\n".encode())
             mark = out.tell()
@@ -200,15 +208,47 @@ class Node:
     def stop(self, sig: int) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        if sig == signal.SIGKILL:
-            os.kill(self.broker_pid(), signal.SIGKILL)
-        else:
-            self.proc.send_signal(sig)
+        os.kill(self.broker_pid(), sig)  # the broker itself, also under py-spy
         try:
             self.proc.wait(600)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(30)
+
+
+def stalls_since(node: Node, mark: int) -> dict[str, object]:
+    """The loop stalls the node logged after byte `mark` of its output: count, longest, where."""
+    found = [(float(m.group(1)), m.group(2).decode()) for m in STALL.finditer(node.log_path.read_bytes(), mark)]
+    worst = max(found, default=(0.0, ""))
+    return {"stalls": len(found), "max_stall_ms": worst[0], "max_stall_task": worst[1]}
+
+
+class Prober:
+    """ApiVersions round trips on their own connection while something else runs: the longest
+    one is how long a client waited on the event loop."""
+
+    def __init__(self, port: int) -> None:
+        self.wire = Wire(port)
+        self.worst = 0.0
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            self.wire.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="probe",
+                                                                         client_software_version="1"))
+            self.worst = max(self.worst, time.perf_counter() - t)
+            self.count += 1
+            self._stop.wait(0.01)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join(60)
+        self.wire.close()
+        return {"probes": self.count, "max_api_versions_ms": round(self.worst * 1000, 1)}
 
 
 def early_client(port: int, topic: str, partition: int, offset: int, t0: float, out: dict[str, float],
@@ -297,10 +337,13 @@ def run_many(node: Node, args: argparse.Namespace) -> dict[str, object]:
         made += n
     w = Wire(node.port)
     before = node.resources()
+    mark = node.log_path.stat().st_size
+    probe = Prober(node.port)
     t = time.perf_counter()
     for name, n in topics.items():
         create_topics(w, {name: n})
     create_s = time.perf_counter() - t
+    create_loop = {**probe.stop(), **stalls_since(node, mark)}
     after_create = node.resources()
     batch = build_batch([(int(time.time() * 1000), None, b"v" * 100, [])])
     bodies = [ProduceRequest(acks=1, timeout_ms=60000, topic_data=[ProduceRequest.TopicProduceData(
@@ -314,15 +357,30 @@ def run_many(node: Node, args: argparse.Namespace) -> dict[str, object]:
     print(f"many: {args.partitions} partitions created in {create_s:.1f} s "
           f"({create_s / args.partitions * 1000:.2f} ms each), one record each produced in {produce_s:.1f} s; "
           f"RSS {before['rss_mb']:.0f} -> {after_create['rss_mb']:.0f} MB, fds {before['fds']} -> "
-          f"{after_create['fds']}", flush=True)
+          f"{after_create['fds']}; loop while creating: {create_loop}", flush=True)
     results = {"case": "many", "partitions": args.partitions, "create_s": round(create_s, 2),
                "create_ms_per_partition": round(create_s / args.partitions * 1000, 3),
+               "create_loop": create_loop,
                "produce_s": round(produce_s, 2), "before_create": before, "after_create": after_create,
                "restarts": []}
     for label, sig in (("unclean", signal.SIGKILL), ("clean", signal.SIGTERM)):
         r = restart(node, sig, last_topic, last_n - 1, 0, label)
         print(json.dumps(r), flush=True)
         results["restarts"].append(r)  # type: ignore[attr-defined]
+    w = Wire(node.port)
+    mark = node.log_path.stat().st_size
+    probe = Prober(node.port)
+    t = time.perf_counter()
+    r = w.request(ApiKey.DELETE_TOPICS, 6, DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=name) for name in topics], timeout_ms=600000))
+    delete_s = time.perf_counter() - t
+    bad = [(x.name, x.error_code) for x in r.responses if x.error_code]  # type: ignore[attr-defined]
+    if bad:
+        raise RuntimeError(f"DeleteTopics failed: {bad}")
+    results["delete_s"] = round(delete_s, 2)
+    results["delete_loop"] = {**probe.stop(), **stalls_since(node, mark)}
+    w.close()
+    print(f"deleted in {delete_s:.1f} s; loop while deleting: {results['delete_loop']}", flush=True)
     return results
 
 
@@ -338,13 +396,16 @@ def main() -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy the restarts into DIR")
     ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
+    ap.add_argument("--trace-stalls-ms", type=float, default=5.0,
+                    help="PYBROKER_TRACE_STALLS_MS for the node (0: off)")
     args = ap.parse_args()
     overrides = dict(kv.split("=", 1) for kv in args.override)
     if args.threads is not None:
         overrides["num.recovery.threads.per.data.dir"] = str(args.threads)
     workdir = Path(tempfile.mkdtemp(prefix="pybroker-recovery-")) if args.keep is None else args.keep
     workdir.mkdir(parents=True, exist_ok=True)
-    node = Node(workdir, overrides, args.profile)
+    env = {"PYBROKER_TRACE_STALLS_MS": str(args.trace_stalls_ms)} if args.trace_stalls_ms else {}
+    node = Node(workdir, overrides, args.profile, env)
     try:
         node.start()
         results = run_big(node, args) if args.case == "big" else run_many(node, args)

@@ -152,9 +152,10 @@ class LeaderEpochFileCache:
             self.on_dirty()
 
     # -- persistence -----------------------------------------------------------------------
-    def flush(self) -> bool:
-        """Write the checkpoint if it is behind (tmp file, fsync, rename, fsync of the dir);
-        True if it wrote. A dir renamed away meanwhile (the log was deleted) writes nothing."""
+    def flush(self, *, sync_dir: bool = True) -> bool:
+        """Write the checkpoint if it is behind (tmp file, fsync, rename, fsync of the dir unless
+        the caller does it); True if it wrote. A dir renamed away meanwhile (the log was deleted)
+        writes nothing."""
         if self._checkpoint is None or not self._dirty:
             return False
         with self._write_lock:
@@ -164,7 +165,7 @@ class LeaderEpochFileCache:
                 self._dirty = False
                 entries = self.entries()
             try:
-                self._checkpoint.write(entries, sync=self._sync)
+                self._checkpoint.write(entries, sync=self._sync, sync_dir=sync_dir)
             except FileNotFoundError:
                 if self._checkpoint.path.parent.is_dir():
                     self._dirty = True

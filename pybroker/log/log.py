@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,11 +110,11 @@ def parse_log_dir_name(name: str) -> tuple[str, int] | None:
     return match["topic"], int(match["partition"])
 
 
-def write_partition_metadata(dir: Path, topic_id: bytes, *, sync: bool = True) -> None:
+def write_partition_metadata(dir: Path, topic_id: bytes, *, sync: bool = True, sync_dir: bool = True) -> None:
     from pybroker.log.checkpoint import atomic_write
 
     atomic_write(dir / PARTITION_METADATA_FILE,
-                 f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode("ascii"), sync=sync)
+                 f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode("ascii"), sync=sync, sync_dir=sync_dir)
 
 
 def read_partition_metadata(dir: Path) -> bytes | None:
@@ -148,9 +149,14 @@ class UnifiedLog:
         # fall behind memory: the log manager's background flusher then writes them
         self.on_metadata_dirty: Callable[[UnifiedLog], None] | None = None
         self._topic_id_dirty = False
+        self._metadata_lock = threading.Lock()  # one writer of the small checkpoints at a time
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic_id = self._init_topic_id(topic_id)
-        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, on_dirty=self._note_metadata_dirty)
+        # through a weak reference: a log must not be part of a reference cycle, so that a deleted
+        # one is freed at once even when the node froze its heap (gc.freeze)
+        this = weakref.ref(self)
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            self.dir, on_dirty=lambda: (plog := this()) is not None and plog._note_metadata_dirty())
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
         self.txn_index = TransactionIndex(self.dir)
         self.segments: list[LogSegment] = []
@@ -192,21 +198,30 @@ class UnifiedLog:
         """Whether partition.metadata or leader-epoch-checkpoint are behind memory."""
         return self._topic_id_dirty or self.leader_epoch_cache.dirty
 
-    def flush_partition_metadata(self) -> None:
-        """Write partition.metadata if it is behind (tmp file, fsync, rename, fsync of the dir).
-        Blocking: a worker thread. A dir renamed away meanwhile (deleted) writes nothing."""
+    def flush_partition_metadata(self, *, sync_dir: bool = True) -> bool:
+        """Write partition.metadata if it is behind (tmp file, fsync, rename, fsync of the dir
+        unless the caller does it); True if it wrote. Blocking: a worker thread. A dir renamed
+        away meanwhile (deleted) writes nothing."""
         if not self._topic_id_dirty or self.topic_id is None:
-            return
+            return False
+        with self._metadata_lock:
+            return self._write_partition_metadata(sync_dir)
+
+    def _write_partition_metadata(self, sync_dir: bool) -> bool:
+        if not self._topic_id_dirty or self.topic_id is None:
+            return False
         self._topic_id_dirty = False
         try:
-            write_partition_metadata(self.dir, self.topic_id)
+            write_partition_metadata(self.dir, self.topic_id, sync_dir=sync_dir)
         except FileNotFoundError:
             if self.dir.is_dir():
                 self._topic_id_dirty = True
                 raise
+            return False
         except BaseException:
             self._topic_id_dirty = True
             raise
+        return True
 
     def mark_metadata_dirty(self) -> None:
         """Both small checkpoints may not be durable (a copied log dir): rewrite them soon."""
@@ -215,9 +230,20 @@ class UnifiedLog:
         self._note_metadata_dirty()
 
     def flush_metadata(self) -> None:
-        """Write partition.metadata and leader-epoch-checkpoint if they are behind. Blocking."""
-        self.flush_partition_metadata()
-        self.leader_epoch_cache.flush()
+        """Write partition.metadata and leader-epoch-checkpoint if they are behind, each to a
+        fsynced temporary file renamed into place, then fsync the dir once for both. Blocking."""
+        from pybroker.log.checkpoint import fsync_dir
+
+        if not self.metadata_dirty:
+            return
+        with self._metadata_lock:  # the background flusher and the creating thread may both call
+            wrote = self._write_partition_metadata(False)
+            wrote = self.leader_epoch_cache.flush(sync_dir=False) or wrote
+            if wrote:
+                try:
+                    fsync_dir(self.dir)
+                except FileNotFoundError:
+                    pass  # deleted meanwhile
 
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,

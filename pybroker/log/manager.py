@@ -70,6 +70,7 @@ logger = logging.getLogger("pybroker.log")
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PROGRESS_INTERVAL_S = 5.0  # a progress line this often while logs load
 PARALLEL_MIN_BYTES = 1 << 20  # a log this large is recovered by the recovery threads
+CREATE_THREADS = 8  # new partitions made at once by create_logs (their time is fsync waits)
 
 
 def _log_bytes(dir: Path, names: list[str]) -> int:
@@ -295,10 +296,12 @@ class LogManager:
         return self.logs.get((topic, partition))
 
     def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None,
-                          config: LogConfig | None = None, *, now_ms: int = 0) -> UnifiedLog:
+                          config: LogConfig | None = None, *, now_ms: int = 0, flush: bool = True) -> UnifiedLog:
         """The log of the partition, created if there is none. An existing log found without a
         topic id gets it (written by the next metadata flush, as Kafka's assignTopicId); a new
-        log is made on disk here (blocking: see create_logs)."""
+        log is made on disk here (blocking: see create_logs), its partition.metadata written
+        before it is returned (Kafka writes it before the first append) unless `flush` is False
+        (the caller then calls `flush_metadata()` itself, before handing the log out)."""
         tp = (topic, partition)
         plog = self.logs.get(tp)
         if plog is not None:
@@ -312,9 +315,8 @@ class LogManager:
             plog = UnifiedLog(log_dir / log_dir_name(topic, partition), config or self._topic_config(topic),
                               topic=topic, partition=partition, topic_id=topic_id, now_ms=now_ms,
                               producer_id_expiration_ms=self.producer_id_expiration_ms)
-            # Kafka flushes partition.metadata before the log's first append: here before the
-            # log is handed out, so before any append
-            plog.flush_partition_metadata()
+            if flush:
+                plog.flush_metadata()
         finally:
             with self._lock:
                 self._dir_counts[log_dir] -= 1
@@ -324,22 +326,35 @@ class LogManager:
     def create_logs(self, specs: list[tuple[str, int, bytes | None, LogConfig, int | None]], now_ms: int
                     ) -> list[UnifiedLog | Exception]:
         """get_or_create_log for many partitions, (topic, partition, topic id, config, leader epoch)
-        each; a leader epoch (None when this node does not lead) starts at the log end offset
-        (its leader-epoch-checkpoint is written by the background metadata flush). A partition
-        that cannot be made (a disk error, a stale directory of another topic id) gets its
-        exception in the result instead of a log; the others are made. Blocking (a directory, a
-        .log file and partition.metadata per partition): meant for a worker thread."""
-        logs: list[UnifiedLog | Exception] = []
-        for topic, partition, topic_id, config, leader_epoch in specs:
+        each; a leader epoch (None when this node does not lead) starts at the log end offset and
+        its leader-epoch-checkpoint is written before the log is returned, as Kafka's makeLeader
+        does. A partition that cannot be made (a disk error, a stale directory of another topic
+        id) gets its exception in the result instead of a log; the others are made.
+
+        Blocking: meant for a worker thread. A new partition is a directory, a .log file and two
+        small fsynced checkpoints, nearly all of it waiting on the disk, so CREATE_THREADS make
+        them at once (their fsyncs then share the file system's journal commits)."""
+        def create(spec: tuple[str, int, bytes | None, LogConfig, int | None]) -> UnifiedLog | Exception:
+            topic, partition, topic_id, config, leader_epoch = spec
             try:
-                plog = self.get_or_create_log(topic, partition, topic_id, config, now_ms=now_ms)
+                plog = self.get_or_create_log(topic, partition, topic_id, config, now_ms=now_ms, flush=False)
                 if leader_epoch is not None:
                     plog.maybe_assign_epoch_start_offset(leader_epoch, plog.log_end_offset)
+                plog.flush_metadata()  # both small checkpoints, one fsync of the dir
             except (OSError, LogError) as exc:
-                logs.append(exc)
-            else:
-                logs.append(plog)
-        return logs
+                return exc
+            return plog
+
+        # one creation per partition, however often it is named: two threads must never make
+        # the same partition (they would pick two log dirs)
+        unique = list({(spec[0], spec[1]): spec for spec in specs}.values())
+        if len(unique) < 2:
+            made = [create(spec) for spec in unique]
+        else:
+            with ThreadPoolExecutor(min(CREATE_THREADS, len(unique)), thread_name_prefix="log-create") as pool:
+                made = list(pool.map(create, unique))
+        by_tp = {(spec[0], spec[1]): result for spec, result in zip(unique, made, strict=True)}
+        return [by_tp[(spec[0], spec[1])] for spec in specs]
 
     # -- small checkpoints -----------------------------------------------------------------
     def _note_metadata_dirty(self, plog: UnifiedLog) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import trio
@@ -43,6 +43,7 @@ log = logging.getLogger("pybroker.replica")
 TopicPartition = tuple[str, int]
 _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
 _PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
+_PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
 
@@ -91,6 +92,25 @@ def _touches_everything(record: Any) -> bool:
     return kind in _GLOBAL_RECORDS
 
 
+def _drain(steps: Generator[None, None, Any]) -> Any:
+    """Run a stepwise pass (a generator that pauses between chunks) to its end; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def _drain_async(steps: Generator[None, None, Any]) -> Any:
+    """`_drain`, yielding to the event loop at each pause."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+        await trio.lowlevel.checkpoint()
+
+
 def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None) -> LogConfig:
     """The storage LogConfig of a topic: broker-derived defaults, then the topic's overrides."""
     merged = {k: format_value(v) for k, v in defaults.items()}
@@ -113,6 +133,9 @@ class ReplicaManager:
         self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
         self._compacted: dict[TopicPartition, Partition] = {}  # cleanup.policy has compact
         self._metadata_dirty = trio.Event()  # a log's small checkpoints fell behind memory
+        # called after each batch of new partitions is published: a node that owns its process
+        # freezes them into the collector's permanent generation (server/broker.py)
+        self.after_create: Callable[[], None] | None = None
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self._hw_checkpoint: dict[TopicPartition, int] = {}
@@ -133,7 +156,7 @@ class ReplicaManager:
         """Bring the hosted partitions in step with the whole image, creating logs on this thread
         (start-up, before serving: the logs found on disk are already open)."""
         configs: dict[str, LogConfig] = {}
-        todo, doomed = self._plan(None)
+        todo, doomed = _drain(self._plan(None))
         self._remove_logs(doomed)
         for tp, t, reg in todo:
             config = configs.get(t.name)
@@ -150,7 +173,7 @@ class ReplicaManager:
         here. The controller awaits this before answering, so a CreateTopics answer still means
         the partitions serve.
         """
-        todo, doomed = self._plan(records)
+        todo, doomed = await _drain_async(self._plan(records))
         if doomed:  # renamed away before a log of the same name may be created again
             await trio.to_thread.run_sync(self._remove_logs, doomed)
         now = self.clock.wall_ms()
@@ -165,7 +188,9 @@ class ReplicaManager:
                 specs.append((t.name, tp[1], t.topic_id, config,
                               reg.leader_epoch if reg.leader == self.node_id else None))
             logs = await trio.to_thread.run_sync(self.log_manager.create_logs, specs, now)
-            for (tp, t, _reg), plog in zip(chunk, logs, strict=True):
+            for j, ((tp, t, _reg), plog) in enumerate(zip(chunk, logs, strict=True)):
+                if j and j % _PUBLISH_CHUNK == 0:
+                    await trio.lowlevel.checkpoint()
                 if isinstance(plog, Exception):
                     # Kafka takes the log dir offline; this partition stays offline on this node
                     log.error("cannot create the log of %s-%d: %s", tp[0], tp[1], plog)
@@ -174,12 +199,16 @@ class ReplicaManager:
                 if current is None or tp[1] not in current.partitions:
                     continue  # gone while its files were made: a later change removes them
                 self._publish(tp, t, current.partitions[tp[1]], plog, configs[t.name])
+            if self.after_create is not None:
+                self.after_create()
 
-    def _plan(self, records: list[Any] | None
-              ) -> tuple[list[tuple[TopicPartition, Any, Any]], list[tuple[Any, Any]]]:
+    def _plan(self, records: list[Any] | None) -> Generator[
+            None, None, tuple[list[tuple[TopicPartition, Any, Any]], list[tuple[Any, Any]]]]:
         """Apply leadership/config changes and deletions for the topics `records` touch (all topics
         when None); return the partitions this node must now create, as (tp, topic, registration),
-        and the logs of the partitions it dropped, for `_remove_logs` (a worker thread)."""
+        and the logs of the partitions it dropped, for `_remove_logs` (a worker thread). A
+        generator that pauses every `_PASS_CHUNK` partitions, so the event loop can serve others
+        while thousands change (`_drain_async`); each partition changes whole."""
         if records is None or any(_touches_everything(r) for r in records):
             topics = list(self.image.topics_by_name.values())
             scope = None
@@ -194,15 +223,21 @@ class ReplicaManager:
                     names.add(r.resource_name)
             if not ids and not names:
                 return [], []
-            topics = [t for t in (self.image.topics_by_id.get(i) for i in ids) if t is not None]
-            topics += [t for t in (self.image.topics_by_name.get(n) for n in names) if t is not None]
+            found = [self.image.topics_by_id.get(i) for i in ids]
+            found += [self.image.topics_by_name.get(n) for n in names]
+            # once each: a new topic's records name it by id and, with its configs, by name
+            topics = list({t.topic_id: t for t in found if t is not None}.values())
             scope = ids | {t.topic_id for t in topics}
         todo: list[tuple[TopicPartition, Any, Any]] = []
         detached: list[tuple[Any, Any]] = []
         wanted: set[TopicPartition] = set()
+        visited = 0
         for t in topics:
             config = None
             for pid, reg in t.partitions.items():
+                visited += 1
+                if visited % _PASS_CHUNK == 0:
+                    yield
                 if self.node_id not in reg.replicas:
                     continue
                 tp = (t.name, pid)
@@ -228,6 +263,9 @@ class ReplicaManager:
                 if name is not None:
                     candidates += [(name, pid) for pid in self._by_topic.get(name, {})]
         for tp in candidates:
+            visited += 1
+            if visited % _PASS_CHUNK == 0:
+                yield
             p = self.partitions.get(tp)
             if p is not None and tp not in wanted and (scope is None or p.topic_id in scope):
                 self._delete_partition(tp, detached)
