@@ -7,7 +7,8 @@ unclean (SIGKILL) restart, and what thousands of partitions cost.
 
 `big`: one partition receives `--mb` MB of `--record-kb` KB records, `--batch-records` per batch
 (1: 100 k batches of 10 KB for 1 GB, the worst case for per-batch work; 100: ~1 MB batches, what
-librdkafka sends at its default batch.size).
+librdkafka sends at its default batch.size); `--idempotent` gives every batch a producer id and
+sequence (the Java client's default), so recovery also replays the producer state from each.
 `many`: `--partitions` partitions in topics of `--per-topic`, one 100-byte record each ("nearly
 empty"). Reported: CreateTopics time, broker RSS and open descriptors once they are created, and
 the event loop's health meanwhile: the node runs with PYBROKER_TRACE_STALLS_MS (default 5), so
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -101,12 +103,14 @@ class Wire:
         self.sock.sendall(encode_request(api_key, version, self.correlation, "bench", body))
         return decode_response(api_key, version, self._read_frame())[1]
 
-    def pipeline(self, api_key: int, version: int, bodies: list[object], check) -> None:
+    def pipeline(self, api_key: int, version: int, bodies: Iterable[object], count: int, check) -> None:
+        """Send `count` requests from `bodies` with WINDOW in flight; `check` each answer."""
+        it = iter(bodies)
         sent = done = 0
-        while done < len(bodies):
-            while sent < len(bodies) and sent - done < WINDOW:
+        while done < count:
+            while sent < count and sent - done < WINDOW:
                 self.correlation += 1
-                self.sock.sendall(encode_request(api_key, version, self.correlation, "bench", bodies[sent]))
+                self.sock.sendall(encode_request(api_key, version, self.correlation, "bench", next(it)))
                 sent += 1
             check(decode_response(api_key, version, self._read_frame())[1])
             done += 1
@@ -309,17 +313,30 @@ def run_big(node: Node, args: argparse.Namespace) -> dict[str, object]:
     now = int(time.time() * 1000)
     batch = build_batch([(now, None, value, [])] * args.batch_records)
     n_batches = max(1, args.mb * 1024 * 1024 // len(batch))
-    body = ProduceRequest(acks=1, timeout_ms=60000, topic_data=[ProduceRequest.TopicProduceData(
-        name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+
+    def body(records: bytes) -> ProduceRequest:
+        return ProduceRequest(acks=1, timeout_ms=60000, topic_data=[ProduceRequest.TopicProduceData(
+            name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=records)])])
+
+    def idempotent() -> Iterator[ProduceRequest]:
+        # an idempotent producer (the Java client's default): every batch carries the producer id
+        # and the next sequence, so recovery replays the producer state from every batch
+        for i in range(n_batches):
+            yield body(build_batch([(now, None, value, [])] * args.batch_records, producer_id=1000,
+                                   producer_epoch=0, base_sequence=(i * args.batch_records) % 2**31))
+
+    same = body(batch)
+    bodies: Iterable[ProduceRequest] = idempotent() if args.idempotent else (same for _ in range(n_batches))
     t = time.perf_counter()
-    w.pipeline(ApiKey.PRODUCE, 9, [body] * n_batches, check_produce)
+    w.pipeline(ApiKey.PRODUCE, 9, bodies, n_batches, check_produce)
     produce_s = time.perf_counter() - t
     w.close()
     last = n_batches * args.batch_records - 1
     size = n_batches * len(batch)
     print(f"big: {size / 1e6:.0f} MB in {n_batches} batches of {args.batch_records} x {args.record_kb} KB "
-          f"produced in {produce_s:.1f} s", flush=True)
+          f"{'(idempotent) ' if args.idempotent else ''}produced in {produce_s:.1f} s", flush=True)
     results = {"case": "big", "bytes": size, "batches": n_batches, "records": last + 1,
+               "idempotent": args.idempotent,
                "produce_s": round(produce_s, 2), "restarts": []}
     for label, sig in (("unclean", signal.SIGKILL), ("clean", signal.SIGTERM)):
         r = restart(node, sig, topic, 0, last, label)
@@ -350,7 +367,7 @@ def run_many(node: Node, args: argparse.Namespace) -> dict[str, object]:
         name=name, partition_data=[ProduceRequest.PartitionProduceData(index=p, records=batch)
                                    for p in range(n)])]) for name, n in topics.items()]
     t = time.perf_counter()
-    w.pipeline(ApiKey.PRODUCE, 9, bodies, check_produce)
+    w.pipeline(ApiKey.PRODUCE, 9, bodies, len(bodies), check_produce)
     produce_s = time.perf_counter() - t
     w.close()
     last_topic, last_n = list(topics.items())[-1]
@@ -390,6 +407,7 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=1024)
     ap.add_argument("--record-kb", type=int, default=10)
     ap.add_argument("--batch-records", type=int, default=1)
+    ap.add_argument("--idempotent", action="store_true", help="big: batches carry a producer id and sequence")
     ap.add_argument("--partitions", type=int, default=10000)
     ap.add_argument("--per-topic", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=None, help="num.recovery.threads.per.data.dir")

@@ -155,8 +155,13 @@ class UnifiedLog:
         # through a weak reference: a log must not be part of a reference cycle, so that a deleted
         # one is freed at once even when the node froze its heap (gc.freeze)
         this = weakref.ref(self)
-        self.leader_epoch_cache = LeaderEpochFileCache(
-            self.dir, on_dirty=lambda: (plog := this()) is not None and plog._note_metadata_dirty())
+
+        def on_dirty() -> None:
+            plog = this()
+            if plog is not None:
+                plog._note_metadata_dirty()
+
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, on_dirty=on_dirty)
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
         self.txn_index = TransactionIndex(self.dir)
         self.segments: list[LogSegment] = []

@@ -322,6 +322,10 @@ class ReplicaManager:
             if isinstance(result, OSError):  # the log is forgotten; its files stay for an operator
                 log.error("cannot delete the log of %s-%d: %s", plog.topic, plog.partition, result)
         self.log_manager.purge_deleted()
+        # these are the logs' last references: free them here, one at a time, rather than all at
+        # once on the event loop when the caller's frame goes (10,000 logs took ~50 ms there)
+        while detached:
+            detached.pop()
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
