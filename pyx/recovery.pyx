@@ -82,7 +82,7 @@ cdef struct Scan:
 
 cdef void scan(const uint8_t *base, Py_ssize_t end, int64_t base_offset, Py_ssize_t interval,
                int32_t latest_epoch, Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries,
-               Scan *s, Growable *oi, Growable *ti, Growable *ep) noexcept nogil:
+               bint final_time_entry, Scan *s, Growable *oi, Growable *ti, Growable *ep) noexcept nogil:
     cdef const uint8_t *p
     cdef Py_ssize_t remaining, size
     cdef int32_t batch_length, last_delta, epoch
@@ -164,7 +164,7 @@ cdef void scan(const uint8_t *base, Py_ssize_t end, int64_t base_offset, Py_ssiz
             store_be64(ep.data + ep.size + 4, <uint64_t>batch_base)
             ep.size += 12
             latest_epoch = epoch
-    if s.max_ts > time_last_ts:
+    if final_time_entry and s.max_ts > time_last_ts:
         if grow(ti, 12) < 0:
             s.error = E_NOMEM
             return
@@ -174,7 +174,7 @@ cdef void scan(const uint8_t *base, Py_ssize_t end, int64_t base_offset, Py_ssiz
 
 
 def recover_segment(buf, int64_t base_offset, Py_ssize_t index_interval_bytes, int32_t latest_epoch,
-                    Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries):
+                    Py_ssize_t max_offset_entries, Py_ssize_t max_time_entries, bint final_time_entry=True):
     """Kafka's LogSegment.recover walk over `buf` (one .log file's bytes); see the pure twin."""
     cdef Py_buffer view
     cdef Scan s
@@ -187,7 +187,7 @@ def recover_segment(buf, int64_t base_offset, Py_ssize_t index_interval_bytes, i
     try:
         with nogil:
             scan(<const uint8_t *>view.buf, view.len, base_offset, index_interval_bytes, latest_epoch,
-                 max_offset_entries, max_time_entries, &s, &oi, &ti, &ep)
+                 max_offset_entries, max_time_entries, final_time_entry, &s, &oi, &ti, &ep)
         if s.error == E_NOMEM:
             raise MemoryError()
         if s.error == E_OFFSET_FULL:

@@ -9,8 +9,9 @@ rebuilds from the valid prefix, exactly as the append path would have written it
   added before a batch whenever more than `index_interval_bytes` were written since the
   previous entry (or the segment start), the batch at that position being the one indexed;
 - the time index: at the same points, (max timestamp so far: i64, its offset - base: u32) when
-  the max timestamp grew since the last time entry; and at the end the final max timestamp
-  (Kafka appends it on close, even into a full index);
+  the max timestamp grew since the last time entry; and at the end, if `final_time_entry`, the
+  final max timestamp (Kafka appends it on close, even into a full index; the log leaves it out
+  for the active segment, which appends it itself when it rolls or closes);
 - the leader epochs: (epoch, base offset) of each batch whose partitionLeaderEpoch is >= 0 and
   above the latest epoch so far (starting from `latest_epoch`, -1 for none), in log order.
 
@@ -56,7 +57,7 @@ _U32 = struct.Struct(">I")
 
 
 def recover_segment(buf, base_offset: int, index_interval_bytes: int, latest_epoch: int,
-                    max_offset_entries: int, max_time_entries: int) -> tuple:
+                    max_offset_entries: int, max_time_entries: int, final_time_entry: bool = True) -> tuple:
     view = _view(buf)
     end = len(view)
     offset_index = bytearray()
@@ -116,7 +117,7 @@ def recover_segment(buf, base_offset: int, index_interval_bytes: int, latest_epo
         if epoch >= 0 and epoch > latest_epoch:
             epochs.append((epoch, batch_base))
             latest_epoch = epoch
-    if max_ts > time_last_ts:
+    if final_time_entry and max_ts > time_last_ts:
         time_index += _TIME_ENTRY.pack(max_ts, max_ts_offset - base_offset)
     return (valid, next_offset, bytes(offset_index), bytes(time_index), max_ts, max_ts_offset,
             last_index_entry, epochs, producer_count, error)

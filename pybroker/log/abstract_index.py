@@ -149,10 +149,12 @@ class AbstractIndex:
         self._truncate_to_entries(0)
         self.resize(self.max_index_size)
 
-    def rebuild(self, data: bytes) -> None:
+    def rebuild(self, data: bytes, *, keep_preallocated: bool = False) -> None:
         """Replace the whole index with `data` (whole entries, as recovery computed them) and
         trim the file to it: one write instead of an append per entry. No file is made for an
-        index that has none and gets no entries."""
+        index that has none and gets no entries. `keep_preallocated` (the active segment, whose
+        index grows back for appends anyway): a file still at its preallocated size keeps it,
+        what follows the entries being past `entries` (see the module docstring)."""
         if len(data) % self.ENTRY_SIZE:
             raise ValueError(f"{len(data)} bytes are not whole {self.ENTRY_SIZE}-byte entries")
         with self._lock:
@@ -162,18 +164,22 @@ class AbstractIndex:
                 try:
                     # an unchanged file (a segment recovered again) is left alone: rewriting it
                     # cost a block reallocation per file, most of a small partition's recovery
-                    if self._disk_length != len(data) or os.pread(fd, len(data), 0) != data:
+                    keep = keep_preallocated and self._disk_length == self._round_down(self.max_index_size)
+                    length = self._disk_length if keep else len(data)
+                    if self._disk_length != length or os.pread(fd, len(data), 0) != data:
                         view = memoryview(data)
                         written = 0
                         while written < len(data):
                             written += os.pwrite(fd, view[written:], written)
-                        if self._disk_length != len(data):
-                            os.ftruncate(fd, len(data))  # drops the preallocated (maybe stale) tail
+                        if self._disk_length != length:
+                            os.ftruncate(fd, length)  # drops the preallocated (maybe stale) tail
                         self._dirty = True
                 finally:
                     os.close(fd)
-                self._disk_length = len(data)
-            self._length = len(data)
+                self._disk_length = length
+                self._length = length
+            else:
+                self._length = 0
             self._entries = len(data) // self.ENTRY_SIZE
 
     def _truncate_to_entries(self, n: int) -> None:

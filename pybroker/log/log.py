@@ -380,7 +380,8 @@ class UnifiedLog:
         self.recovered_segments = len(self.segments) - i
         while i < len(self.segments):
             segment = self.segments[i]
-            truncated = segment.recover(leader_epoch_cache=self.leader_epoch_cache)
+            truncated = segment.recover(leader_epoch_cache=self.leader_epoch_cache,
+                                        active=i == len(self.segments) - 1)
             self.recovered_bytes += segment.size + truncated
             if truncated > 0:
                 logger.warning("%s: found an invalid batch (%s) in segment %d at byte %d; %d bytes truncated",

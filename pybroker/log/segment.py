@@ -349,7 +349,7 @@ class LogSegment:
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
 
-    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
+    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None, *, active: bool = False) -> int:
         """Rebuild the indexes from the .log file and cut it at the first bad batch (Kafka's
         LogSegment.recover).
 
@@ -357,8 +357,12 @@ class LogSegment:
         CRC and offsets and computes both indexes as the append path would have written them;
         each index file is then rewritten in one go. leader_epoch_cache, when given, is fed
         the epoch of every valid batch that starts a newer epoch, in order (the producer state
-        is rebuilt afterwards by the log, from its snapshot). Returns the number of bytes
-        truncated; `recovery_error` says why the walk stopped early (None when it did not).
+        is rebuilt afterwards by the log, from its snapshot). `active`: the log's last segment,
+        whose preallocated index files keep their size (they grow back for appends anyway) and
+        whose final max-timestamp entry stays in memory until it rolls or closes, as for any
+        active segment (so a small partition's recovery writes no file at all).
+        Returns the number of bytes truncated; `recovery_error` says why the walk stopped early
+        (None when it did not).
         """
         latest = leader_epoch_cache.latest_epoch() if leader_epoch_cache is not None else None
         with self._file_view(0, self._size) as buf:
@@ -366,7 +370,8 @@ class LogSegment:
                 (valid, _next_offset, offset_entries, time_entries, max_ts, max_ts_offset, last_index_entry,
                  epochs, producer_batches, error) = recovery.recover_segment(
                     buf, self.base_offset, self.index_interval_bytes, -1 if latest is None else latest,
-                    self.offset_index.preallocated_entries, self.time_index.preallocated_entries)
+                    self.offset_index.preallocated_entries, self.time_index.preallocated_entries,
+                    not active)
             except ValueError as exc:  # more entries than the index can hold: never written so
                 raise IndexOffsetError(f"cannot recover {self.log_path}: {exc}") from None
         if leader_epoch_cache is not None:
@@ -378,8 +383,8 @@ class LogSegment:
             os.ftruncate(self._fd, valid)
             self._size = valid
         self.recovery_error = error if truncated else None
-        self.offset_index.rebuild(offset_entries)
-        self.time_index.rebuild(time_entries)
+        self.offset_index.rebuild(offset_entries, keep_preallocated=active)
+        self.time_index.rebuild(time_entries, keep_preallocated=active)
         self._max_ts_and_offset = (max_ts, max_ts_offset)
         self._bytes_since_last_index_entry = valid - last_index_entry
         self.producer_free = producer_batches == 0

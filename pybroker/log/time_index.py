@@ -99,8 +99,8 @@ class TimeIndex(AbstractIndex):
         super().reset()
         self._last_entry = (NO_TIMESTAMP, self.base_offset)
 
-    def rebuild(self, data: bytes) -> None:
-        super().rebuild(data)
+    def rebuild(self, data: bytes, *, keep_preallocated: bool = False) -> None:
+        super().rebuild(data, keep_preallocated=keep_preallocated)
         self._last_entry = None
 
     def sanity_check(self) -> None:

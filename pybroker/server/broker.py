@@ -3,7 +3,8 @@
 Start-up, in order: bind the listeners (port 0 picks a free port), load and recover the
 log dirs and the __cluster_metadata log in worker threads, replay the metadata into the
 image, register this node with its bound endpoints, create the partition logs it hosts,
-then log "listening on ..." and serve. Requests that arrive before that wait.
+then log "listening on ..." and serve. Meanwhile ApiVersions is answered at once and every other
+request waits (docs/ARCHITECTURE.md, "Start-up, recovery and thousands of partitions").
 
 Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting, wake every waiting
 fetch/produce/join/sync so it answers now, let each connection finish the request in hand, then

@@ -37,8 +37,8 @@ def make_log(base_offset, specs):
 
 @settings(max_examples=200, deadline=None)
 @given(base=st.integers(0, 2**40), specs=st.lists(batch_spec, max_size=25), interval=st.integers(0, 600),
-       latest=st.integers(-1, 4), max_entries=st.integers(0, 30), data=st.data())
-def test_recover_segment_twins_agree(twins, base, specs, interval, latest, max_entries, data):
+       latest=st.integers(-1, 4), max_entries=st.integers(0, 30), final=st.booleans(), data=st.data())
+def test_recover_segment_twins_agree(twins, base, specs, interval, latest, max_entries, final, data):
     native, pure = twins
     buf = bytearray(make_log(base, specs))
     mutation = data.draw(st.sampled_from(["none", "none", "flip", "truncate", "extend", "offsets"]))
@@ -53,7 +53,7 @@ def test_recover_segment_twins_agree(twins, base, specs, interval, latest, max_e
         # an offset that goes back, or out of the segment's 32-bit range (outside the CRC)
         struct.pack_into(">q", buf, 0, data.draw(st.sampled_from([base - 1, base + 2**31, -5])))
     got = assert_same(native.recover_segment, pure.recover_segment, bytes(buf), base, interval, latest,
-                      max_entries, max_entries)
+                      max_entries, max_entries, final)
     if got[0] == "ok" and mutation == "none":
         valid, next_offset, *_rest, producers, error = got[1]
         assert error is None and valid == len(buf)
@@ -112,3 +112,6 @@ def test_epochs_and_final_time_entry(twins):
     for twin in (native, pure):
         result = twin.recover_segment(log, 0, 10_000, -1, 100, 100)
         assert result[2] == b"" and result[3] == struct.pack(">qI", 9, 1) and result[7] == []
+        # an active segment's final entry is left out (it stays in memory until the segment rolls)
+        result = twin.recover_segment(log, 0, 10_000, -1, 100, 100, False)
+        assert result[3] == b"" and (result[4], result[5]) == (9, 1)
