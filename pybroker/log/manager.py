@@ -169,7 +169,7 @@ class LogManager:
                 logger.info("No logs found to be loaded in %s", log_dir)
             elif clean:
                 logger.info("Skipping recovery of %d logs from %s since clean shutdown file was found",
-                         len(to_load), log_dir)
+                            len(to_load), log_dir)
             else:
                 logger.info("Recovering %d logs from %s since no clean shutdown file was found", len(to_load), log_dir)
                 unclean.append(str(log_dir))
@@ -193,7 +193,7 @@ class LogManager:
             self._resolve_future_dir(child, tp, now_ms)
         self.purge_deleted()
         logger.info("Loaded %d logs in %dms%s", total, (time.monotonic() - started) * 1000,
-                 f" (unclean log dirs = [{', '.join(unclean)}])" if unclean else "")
+                    f" (unclean log dirs = [{', '.join(unclean)}])" if unclean else "")
 
     def _load_dir(self, log_dir: Path, to_load: list[tuple[Path, TopicPartition]],
                   open_log: Callable[[Path, TopicPartition, list[str]], UnifiedLog], clean: bool) -> list[UnifiedLog]:
@@ -364,10 +364,13 @@ class LogManager:
         if first and self.on_metadata_dirty is not None:
             self.on_metadata_dirty()
 
+    def has_dirty_metadata(self) -> bool:
+        return bool(self._dirty_metadata)
+
     def flush_dirty_metadata(self) -> int:
         """Write the partition.metadata and leader-epoch-checkpoint files that are behind memory;
         returns how many logs were flushed. Blocking: a worker thread. A log that fails (a disk
-        error) is logged and retried on the next call."""
+        error) is logged and kept for the next call (no wake-up: the caller retries later)."""
         with self._lock:
             dirty, self._dirty_metadata = list(self._dirty_metadata.values()), {}
         for plog in dirty:
@@ -375,7 +378,8 @@ class LogManager:
                 plog.flush_metadata()
             except OSError as exc:
                 logger.error("cannot write the checkpoints of %s: %s", plog, exc)
-                self._note_metadata_dirty(plog)
+                with self._lock:
+                    self._dirty_metadata.setdefault(id(plog), plog)
         return len(dirty)
 
     def _next_log_dir(self) -> Path:

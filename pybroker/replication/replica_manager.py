@@ -44,6 +44,7 @@ TopicPartition = tuple[str, int]
 _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
 _PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
 _PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
+_METADATA_RETRY_S = 10.0  # small checkpoints that failed to write are tried again this often
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
 
@@ -626,10 +627,12 @@ class ReplicaManager:
         self.log_manager.on_metadata_dirty = wake
         self._metadata_dirty.set()  # whatever loading left behind
         while True:
-            await self._metadata_dirty.wait()
+            with trio.move_on_after(_METADATA_RETRY_S):  # logs that failed to write are retried
+                await self._metadata_dirty.wait()
             self._metadata_dirty = trio.Event()
+            if not self.log_manager.has_dirty_metadata():
+                continue
             try:
                 await trio.to_thread.run_sync(self.log_manager.flush_dirty_metadata)
             except Exception:
                 log.exception("writing the logs' small checkpoints failed")
-                await trio.sleep(1)
