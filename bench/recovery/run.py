@@ -24,7 +24,9 @@ moment the new process is spawned:
 - `listening`: the broker's "listening on" line (recovery done, serving);
 - `served`: a client that connected as soon as the port was bound (so during recovery) and sent
   ApiVersions then Fetch for the last record of the last partition got that record back;
-- `api_versions`: when that client's ApiVersions was answered.
+- `api_versions`: when that client's ApiVersions was answered;
+- `stop_s` (not from the spawn): how long the previous process took to exit, for SIGTERM the
+  clean shutdown (flush, producer snapshots, checkpoints).
 
 The broker's own "recovered ..." log lines (per log dir) are copied into the results. `--profile
 DIR` runs the restarted broker under `py-spy record` (speedscope files in DIR). Results are printed
@@ -284,7 +286,9 @@ def early_client(port: int, topic: str, partition: int, offset: int, t0: float, 
 
 
 def restart(node: Node, sig: int, topic: str, partition: int, offset: int, label: str) -> dict[str, object]:
+    t = time.perf_counter()
     node.stop(sig)
+    stop_s = time.perf_counter() - t  # SIGTERM: the clean shutdown (flush, snapshots, checkpoints)
     t0, mark = node.spawn(profile_name=label)
     timings: dict[str, float] = {}
     stop = threading.Event()
@@ -295,7 +299,7 @@ def restart(node: Node, sig: int, topic: str, partition: int, offset: int, label
     client.join(600)
     stop.set()
     text = node.log_path.read_bytes()[mark:]
-    result: dict[str, object] = {"restart": label, "listening_s": round(listening, 3),
+    result: dict[str, object] = {"restart": label, "stop_s": round(stop_s, 3), "listening_s": round(listening, 3),
                                  **{f"{k}_s": round(v, 3) for k, v in timings.items() if isinstance(v, float)},
                                  **node.resources(),
                                  "log": [m.group(0).decode(errors="replace").strip()

@@ -70,7 +70,7 @@ logger = logging.getLogger("pybroker.log")
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PROGRESS_INTERVAL_S = 5.0  # a progress line this often while logs load
 PARALLEL_MIN_BYTES = 1 << 20  # a log this large is recovered by the recovery threads
-CREATE_THREADS = 8  # new partitions made at once by create_logs (their time is fsync waits)
+IO_THREADS = 8  # logs created (create_logs) or closed (shutdown) at once: their time is fsync waits
 
 
 def _log_bytes(dir: Path, names: list[str]) -> int:
@@ -332,7 +332,7 @@ class LogManager:
         id) gets its exception in the result instead of a log; the others are made.
 
         Blocking: meant for a worker thread. A new partition is a directory, a .log file and two
-        small fsynced checkpoints, nearly all of it waiting on the disk, so CREATE_THREADS make
+        small fsynced checkpoints, nearly all of it waiting on the disk, so IO_THREADS make
         them at once (their fsyncs then share the file system's journal commits)."""
         def create(spec: tuple[str, int, bytes | None, LogConfig, int | None]) -> UnifiedLog | Exception:
             topic, partition, topic_id, config, leader_epoch = spec
@@ -351,7 +351,7 @@ class LogManager:
         if len(unique) < 2:
             made = [create(spec) for spec in unique]
         else:
-            with ThreadPoolExecutor(min(CREATE_THREADS, len(unique)), thread_name_prefix="log-create") as pool:
+            with ThreadPoolExecutor(min(IO_THREADS, len(unique)), thread_name_prefix="log-create") as pool:
                 made = list(pool.map(create, unique))
         by_tp = {(spec[0], spec[1]): result for spec, result in zip(unique, made, strict=True)}
         return [by_tp[(spec[0], spec[1])] for spec in specs]
@@ -513,11 +513,23 @@ class LogManager:
                     {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
 
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
-        """Flush and close every log, write checkpoints, then the clean-shutdown marker. Blocking."""
-        for log in list(self.logs.values()):
-            log.flush(now_ms=now_ms)
-        for log in list(self.logs.values()):
-            log.close()
+        """Flush and close every log, write checkpoints, then the clean-shutdown marker. Blocking.
+
+        Logs are flushed and closed IO_THREADS at a time (Kafka uses its recovery threads): it is
+        nearly all fsync waits, ~3 per log, which then share journal commits (10,000 logs took
+        8.5 s one at a time)."""
+        def flush_and_close(plog: UnifiedLog) -> None:
+            plog.flush(now_ms=now_ms)
+            plog.close()
+
+        logs = list(self.logs.values())
+        if len(logs) > 1:
+            with ThreadPoolExecutor(min(IO_THREADS, len(logs)), thread_name_prefix="log-shutdown") as pool:
+                for _ in pool.map(flush_and_close, logs):  # raises the first failure
+                    pass
+        else:
+            for plog in logs:
+                flush_and_close(plog)
         self.checkpoint(high_watermarks)
         self.purge_deleted()
         for log_dir in self.log_dirs:
