@@ -49,6 +49,7 @@ extensions = [
     ext("zerocopy", ["pyx/zerocopy.pyx"]),
     ext("timingwheel", ["pyx/timingwheel.pyx"]),
     ext("arrow_records", ["pyx/arrow_records.pyx"]),
+    ext("recovery", ["pyx/recovery.pyx", "csrc/crc32c.c"]),
 ]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives, annotate=ANNOTATE))

@@ -152,6 +152,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
+    # logs loaded (recovered) at once per log dir at start-up; Kafka 4.0's default
+    ConfigDef("num.recovery.threads.per.data.dir", "int", 2, at_least(1)),
     ConfigDef("metadata.log.dir", "string", None),
     ConfigDef("num.partitions", "int", 1, at_least(1)),
     ConfigDef("default.replication.factor", "int", 1, at_least(1)),

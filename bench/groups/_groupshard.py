@@ -19,12 +19,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pybroker.metadata.image import PartitionRegistration, TopicImage
-
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.timer import PurgatoryTimer
+from pybroker.metadata.image import PartitionRegistration, TopicImage
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     ConsumerGroupHeartbeatRequest,

@@ -16,10 +16,10 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from pybroker.metadata.image import MetadataImage
 
 from pybroker.config import BrokerConfig
 from pybroker.log.manager import LogManager
+from pybroker.metadata.image import MetadataImage
 from pybroker.protocol.messages import ProduceRequest
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch

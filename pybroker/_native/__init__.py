@@ -4,7 +4,7 @@ Each hot path exists twice with the same API: a compiled module `pybroker._nativ
 (built from pyx/<name>.pyx, plus csrc/ for plain C) and a pure-Python reference
 `pybroker._pure.<name>`. Everything else imports the chosen one from here:
 
-    from pybroker._native import crc32c, records, index, zerocopy, timingwheel, arrow_records
+    from pybroker._native import crc32c, records, index, zerocopy, timingwheel, arrow_records, recovery
 
 `PYBROKER_NO_EXTENSIONS=1` forces the pure twins. Without it, a missing compiled module
 falls back to the twin with a warning (an editable checkout that was never built), and
@@ -19,7 +19,7 @@ import os
 import warnings
 from types import ModuleType
 
-NAMES = ("crc32c", "records", "index", "zerocopy", "timingwheel", "arrow_records")
+NAMES = ("crc32c", "records", "index", "zerocopy", "timingwheel", "arrow_records", "recovery")
 NO_EXTENSIONS = os.environ.get("PYBROKER_NO_EXTENSIONS", "") not in ("", "0")
 
 
@@ -55,7 +55,7 @@ index = _loaded["index"][0]
 zerocopy = _loaded["zerocopy"][0]
 timingwheel = _loaded["timingwheel"][0]
 arrow_records = _loaded["arrow_records"][0]
+recovery = _loaded["recovery"][0]
 
 __all__ = ["HAVE_EXTENSIONS", "NO_EXTENSIONS", "arrow_records", "crc32c", "index", "native", "pure",
-           "records",
-           "timingwheel", "zerocopy"]
+           "records", "recovery", "timingwheel", "zerocopy"]

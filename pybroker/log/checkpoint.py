@@ -50,8 +50,9 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
-    """Write `data` to "<path>.tmp", fsync, rename over `path`, fsync the directory."""
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True, sync_dir: bool = True) -> None:
+    """Write `data` to "<path>.tmp", fsync, rename over `path`, fsync the directory (sync_dir
+    False: the caller fsyncs it, once for several files)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -64,15 +65,15 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if sync:
+    if sync and sync_dir:
         fsync_dir(path.parent)
 
 
 def write_checkpoint(path: str | os.PathLike[str], lines: Iterable[str], *,
-                     version: int = CURRENT_VERSION, sync: bool = True) -> None:
+                     version: int = CURRENT_VERSION, sync: bool = True, sync_dir: bool = True) -> None:
     entries = list(lines)
     text = f"{version}\n{len(entries)}\n" + "".join(line + "\n" for line in entries)
-    atomic_write(path, text.encode("utf-8"), sync=sync)
+    atomic_write(path, text.encode("utf-8"), sync=sync, sync_dir=sync_dir)
 
 
 def read_checkpoint(path: str | os.PathLike[str], parse: Callable[[list[str]], T], *,
@@ -138,8 +139,9 @@ class LeaderEpochCheckpointFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def write(self, entries: Iterable[tuple[int, int]], *, sync: bool = True) -> None:
-        write_checkpoint(self.path, [f"{epoch} {start}" for epoch, start in entries], sync=sync)
+    def write(self, entries: Iterable[tuple[int, int]], *, sync: bool = True, sync_dir: bool = True) -> None:
+        write_checkpoint(self.path, [f"{epoch} {start}" for epoch, start in entries], sync=sync,
+                         sync_dir=sync_dir)
 
     def read(self) -> list[tuple[int, int]]:
         def parse(fields: list[str]) -> tuple[int, int]:

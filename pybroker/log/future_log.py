@@ -30,8 +30,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from pybroker.log.checkpoint import fsync_dir
-from pybroker.log.log import PARTITION_METADATA_FILE, UnifiedLog, log_dir_name, parse_log_dir_name
+from pybroker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, fsync_dir
+from pybroker.log.log import UnifiedLog, log_dir_name, parse_log_dir_name, write_partition_metadata
 from pybroker.log.producer_state import SNAPSHOT_FILE_SUFFIX
 from pybroker.log.segment import (
     INDEX_FILE_SUFFIX,
@@ -42,7 +42,6 @@ from pybroker.log.segment import (
 from pybroker.log.txn_index import TXN_INDEX_FILE
 
 FUTURE_DIR_SUFFIX = "-future"
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _COPY_CHUNK = 1 << 20
 
 
@@ -131,8 +130,11 @@ class FutureLogCopy:
                 continue
             size = segment.size
             try:
-                for src, dst in zip(_segment_files(segment.dir, segment.base_offset),
-                                    _segment_files(self.dir, segment.base_offset), strict=True):
+                pairs = zip(_segment_files(segment.dir, segment.base_offset),
+                            _segment_files(self.dir, segment.base_offset), strict=True)
+                for i, (src, dst) in enumerate(pairs):
+                    if i and not src.exists() and segment.log_path.exists():
+                        continue  # an index made on its first entry: this segment has none
                     _copy_file(src, dst, sync=sync)
             except FileNotFoundError:
                 # renamed away by the cleaner or retention meanwhile: the next pass sees the change
@@ -176,10 +178,15 @@ class FutureLogCopy:
         for path in self.dir.iterdir():
             if path.name.endswith(SNAPSHOT_FILE_SUFFIX):
                 path.unlink()
-        small = [LEADER_EPOCH_CHECKPOINT, TXN_INDEX_FILE, PARTITION_METADATA_FILE]
         for path in log.dir.iterdir():
-            if path.name in small or path.name.endswith(SNAPSHOT_FILE_SUFFIX):
+            if path.name == TXN_INDEX_FILE or path.name.endswith(SNAPSHOT_FILE_SUFFIX):
                 _copy_file(path, self.dir / path.name, sync=False)
+        # the two small checkpoints may be behind memory (their writes are deferred): write the
+        # live state rather than copy the files
+        LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT).write(log.leader_epoch_cache.entries(),
+                                                                           sync=False)
+        if log.topic_id is not None:
+            write_partition_metadata(self.dir, log.topic_id, sync=False)
         return min([active.base_offset, *unsynced])
 
     def discard(self) -> None:

@@ -30,10 +30,13 @@ list) and fsyncs outside it; each segment's own lock orders its fsync against it
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import shutil
 import threading
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from pybroker._native import records
@@ -69,7 +72,6 @@ from pybroker.log.txn_index import AbortedTxn, TransactionIndex
 from pybroker.records.batch import (
     CONTROL_FLAG,
     H_ATTRIBUTES,
-    H_BASE_OFFSET,
     H_BASE_SEQUENCE,
     H_BATCH_LENGTH,
     H_LAST_OFFSET_DELTA,
@@ -81,6 +83,8 @@ from pybroker.records.batch import (
     TRANSACTIONAL_FLAG,
 )
 from pybroker.records.end_txn_marker import read_end_txn_marker
+
+logger = logging.getLogger("pybroker.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 
@@ -106,11 +110,11 @@ def parse_log_dir_name(name: str) -> tuple[str, int] | None:
     return match["topic"], int(match["partition"])
 
 
-def write_partition_metadata(dir: Path, topic_id: bytes) -> None:
+def write_partition_metadata(dir: Path, topic_id: bytes, *, sync: bool = True, sync_dir: bool = True) -> None:
     from pybroker.log.checkpoint import atomic_write
 
     atomic_write(dir / PARTITION_METADATA_FILE,
-                 f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode("ascii"))
+                 f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode("ascii"), sync=sync, sync_dir=sync_dir)
 
 
 def read_partition_metadata(dir: Path) -> bytes | None:
@@ -131,17 +135,33 @@ class UnifiedLog:
     def __init__(self, dir: str | os.PathLike[str], config: LogConfig, *, topic: str, partition: int,
                  log_start_offset: int = 0, recovery_point: int = 0, topic_id: bytes | None = None,
                  clean_shutdown: bool = False, now_ms: int = 0,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 names: list[str] | None = None) -> None:
         """Open (creating if needed) and load the partition dir; recovery runs here, so call this
-        from a worker thread for existing logs."""
+        from a worker thread for existing logs. `names`: a listing of the dir, when the caller
+        (the log manager, loading) has one."""
         self.dir = Path(dir)
         self.config = config
         self.topic = topic
         self.partition = partition
         self._lock = threading.Lock()
+        # called (on the changing thread) when partition.metadata or the leader epoch checkpoint
+        # fall behind memory: the log manager's background flusher then writes them
+        self.on_metadata_dirty: Callable[[UnifiedLog], None] | None = None
+        self._topic_id_dirty = False
+        self._metadata_lock = threading.Lock()  # one writer of the small checkpoints at a time
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic_id = self._init_topic_id(topic_id)
-        self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+        # through a weak reference: a log must not be part of a reference cycle, so that a deleted
+        # one is freed at once even when the node froze its heap (gc.freeze)
+        this = weakref.ref(self)
+
+        def on_dirty() -> None:
+            plog = this()
+            if plog is not None:
+                plog._note_metadata_dirty()
+
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, on_dirty=on_dirty)
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
         self.txn_index = TransactionIndex(self.dir)
         self.segments: list[LogSegment] = []
@@ -151,7 +171,9 @@ class UnifiedLog:
         self.log_end_offset = 0
         self.last_flush_ms = now_ms
         self.high_watermark = 0  # maintained by replication; the log only clamps it
-        self._load(clean_shutdown, now_ms)
+        self.recovered_segments = 0  # what loading had to recover (the log manager reports it)
+        self.recovered_bytes = 0
+        self._load(clean_shutdown, now_ms, names)
 
     # -- loading ---------------------------------------------------------------------------
     def _init_topic_id(self, topic_id: bytes | None) -> bytes | None:
@@ -161,49 +183,121 @@ class UnifiedLog:
                 f"{self.dir}: partition.metadata has topic id {uuid_to_str(stored)} but "
                 f"{uuid_to_str(topic_id)} was requested")
         if stored is None and topic_id is not None:
-            write_partition_metadata(self.dir, topic_id)
+            self._topic_id_dirty = True  # written by flush_metadata (Kafka's PartitionMetadataFile.record)
         return stored or topic_id
+
+    def assign_topic_id(self, topic_id: bytes) -> None:
+        """Give a log found without partition.metadata its topic id (Kafka's assignTopicId): it
+        is recorded at once and written by the next metadata flush."""
+        if self.topic_id is None:
+            self.topic_id = topic_id
+            self._topic_id_dirty = True
+            self._note_metadata_dirty()
+
+    def _note_metadata_dirty(self) -> None:
+        if self.on_metadata_dirty is not None:
+            self.on_metadata_dirty(self)
+
+    @property
+    def metadata_dirty(self) -> bool:
+        """Whether partition.metadata or leader-epoch-checkpoint are behind memory."""
+        return self._topic_id_dirty or self.leader_epoch_cache.dirty
+
+    def flush_partition_metadata(self, *, sync_dir: bool = True) -> bool:
+        """Write partition.metadata if it is behind (tmp file, fsync, rename, fsync of the dir
+        unless the caller does it); True if it wrote. Blocking: a worker thread. A dir renamed
+        away meanwhile (deleted) writes nothing."""
+        if not self._topic_id_dirty or self.topic_id is None:
+            return False
+        with self._metadata_lock:
+            return self._write_partition_metadata(sync_dir)
+
+    def _write_partition_metadata(self, sync_dir: bool) -> bool:
+        if not self._topic_id_dirty or self.topic_id is None:
+            return False
+        self._topic_id_dirty = False
+        try:
+            write_partition_metadata(self.dir, self.topic_id, sync_dir=sync_dir)
+        except FileNotFoundError:
+            if self.dir.is_dir():
+                self._topic_id_dirty = True
+                raise
+            return False
+        except BaseException:
+            self._topic_id_dirty = True
+            raise
+        return True
+
+    def mark_metadata_dirty(self) -> None:
+        """Both small checkpoints may not be durable (a copied log dir): rewrite them soon."""
+        self._topic_id_dirty = self.topic_id is not None
+        self.leader_epoch_cache.mark_dirty()
+        self._note_metadata_dirty()
+
+    def flush_metadata(self) -> None:
+        """Write partition.metadata and leader-epoch-checkpoint if they are behind, each to a
+        fsynced temporary file renamed into place, then fsync the dir once for both. Blocking."""
+        from pybroker.log.checkpoint import fsync_dir
+
+        if not self.metadata_dirty:
+            return
+        with self._metadata_lock:  # the background flusher and the creating thread may both call
+            wrote = self._write_partition_metadata(False)
+            wrote = self.leader_epoch_cache.flush(sync_dir=False) or wrote
+            if wrote:
+                try:
+                    fsync_dir(self.dir)
+                except FileNotFoundError:
+                    pass  # deleted meanwhile
 
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                           max_index_size=self.config.segment_index_bytes,
                           roll_jitter_ms=self.config.segment_jitter_ms, now_ms=now_ms)
 
-    def _load(self, clean_shutdown: bool, now_ms: int) -> None:
+    def _load(self, clean_shutdown: bool, now_ms: int, names: list[str] | None) -> None:
+        if names is None:
+            names = os.listdir(self.dir)
         # Leftovers of an interrupted write/rename (Kafka: .cleaned/.deleted) are removed; a
         # `.log.swap` is a finished cleaned segment whose swap was cut short: complete it.
         swaps = []
-        for path in list(self.dir.iterdir()):
-            if path.name.endswith((".tmp", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX)):
-                path.unlink(missing_ok=True)
-            elif path.name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX) and path.name.split(".")[0].isdigit():
-                swaps.append(int(path.name.split(".")[0]))
-        for base in sorted(swaps):
-            self._complete_swap(base, now_ms)
-        for path in list(self.dir.iterdir()):
-            if path.name.endswith(SWAP_FILE_SUFFIX):  # index .swap files without their .log
-                path.unlink(missing_ok=True)
-        bases = set()
-        for path in self.dir.iterdir():
-            if path.suffix == LOG_FILE_SUFFIX and path.stem.isdigit():
-                bases.add(int(path.stem))
-        for path in self.dir.iterdir():
+        for name in names:
+            if name.endswith((".tmp", DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX)):
+                (self.dir / name).unlink(missing_ok=True)
+            elif name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX) and name.split(".")[0].isdigit():
+                swaps.append(int(name.split(".")[0]))
+        if swaps:
+            for base in sorted(swaps):
+                self._complete_swap(base, now_ms)
+            for name in os.listdir(self.dir):
+                if name.endswith(SWAP_FILE_SUFFIX):  # index .swap files without their .log
+                    (self.dir / name).unlink(missing_ok=True)
+            names = os.listdir(self.dir)
+        present = set(names)
+        bases = sorted(int(name[:-len(LOG_FILE_SUFFIX)]) for name in names
+                       if name.endswith(LOG_FILE_SUFFIX) and name[:-len(LOG_FILE_SUFFIX)].isdigit())
+        known = {f"{base:020d}" for base in bases}
+        for name in names:
             # An index without its .log is an orphan from a deleted segment.
-            if path.suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX) and path.stem.isdigit() \
-                    and int(path.stem) not in bases:
-                path.unlink(missing_ok=True)
-        for base in sorted(bases):
-            needs_recovery = not (self.dir / f"{base:020d}{INDEX_FILE_SUFFIX}").exists()
-            segment = self._new_segment(base, now_ms)
-            if not needs_recovery:
-                try:
-                    segment.sanity_check()
-                except CorruptIndexError:
-                    needs_recovery = True
-            if needs_recovery:
-                segment.recover()
-            self.segments.append(segment)
+            stem, dot, suffix = name.partition(".")
+            if dot and "." + suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX) and stem.isdigit() \
+                    and stem not in known:
+                (self.dir / name).unlink(missing_ok=True)
+        for base in bases:
+            self.segments.append(self._new_segment(base, now_ms))
             self._bases.append(base)
+        # After an unclean shutdown every segment from the one holding the recovery point on is
+        # recovered below, so their indexes are not checked here (Kafka's LogSegment.sanityCheck
+        # skips them for the same reason); the others are trusted unless a check fails.
+        recover_from = len(self.segments) if clean_shutdown else self._recovery_start()
+        for segment in self.segments[:recover_from]:
+            if self._index_missing(segment, present):
+                segment.recover()
+                continue
+            try:
+                segment.sanity_check()
+            except CorruptIndexError:
+                segment.recover()
 
         if not self.segments:
             start = max(self.log_start_offset, 0)
@@ -213,7 +307,8 @@ class UnifiedLog:
             self._recover_segments(now_ms)
 
         active = self.segments[-1]
-        # The active segment's indexes were trimmed on close: grow them back for appends.
+        # The active segment's indexes were trimmed on close: grow them back for appends (the
+        # files grow when first written).
         active.resize_indexes(self.config.segment_index_bytes)
         self.log_end_offset = active.read_next_offset()
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
@@ -222,8 +317,24 @@ class UnifiedLog:
             self.recovery_point = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state(now_ms)
+        # the listing still holds: loading removed no snapshot file and made none
+        self._rebuild_producer_state(now_ms, names)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+
+    def _recovery_start(self) -> int:
+        """Index of the segment holding the recovery point: recovery starts there."""
+        return max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+
+    def _index_missing(self, segment: LogSegment, present: set[str]) -> bool:
+        """An index file that a segment of this size must have is absent (deleted by hand, or
+        never written by a crashed node): recover the segment. Index files are made on their
+        first entry, so a small segment has no .index, and one whose batches carry no timestamp
+        no .timeindex; recovering those by mistake only costs a short scan."""
+        if segment.size == 0:
+            return False
+        stem = f"{segment.base_offset:020d}"
+        return (stem + TIME_INDEX_FILE_SUFFIX not in present
+                or (stem + INDEX_FILE_SUFFIX not in present and segment.size > self.config.index_interval_bytes))
 
     def _complete_swap(self, base: int, now_ms: int) -> None:
         """Kafka's LogLoader swap handling: the old segments whose base offsets fall inside the
@@ -265,10 +376,16 @@ class UnifiedLog:
 
     def _recover_segments(self, now_ms: int) -> None:
         """Recover every segment from the one holding the recovery point on (unclean shutdown)."""
-        i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        i = self._recovery_start()
+        self.recovered_segments = len(self.segments) - i
         while i < len(self.segments):
             segment = self.segments[i]
-            truncated = segment.recover(leader_epoch_cache=self.leader_epoch_cache)
+            truncated = segment.recover(leader_epoch_cache=self.leader_epoch_cache,
+                                        active=i == len(self.segments) - 1)
+            self.recovered_bytes += segment.size + truncated
+            if truncated > 0:
+                logger.warning("%s: found an invalid batch (%s) in segment %d at byte %d; %d bytes truncated",
+                            self, segment.recovery_error, segment.base_offset, segment.size, truncated)
             if truncated > 0 and i < len(self.segments) - 1:
                 # Everything after a corrupt batch is unreachable: drop later segments.
                 for later in self.segments[i + 1:]:
@@ -278,19 +395,22 @@ class UnifiedLog:
             i += 1
         # An empty non-first trailing segment is fine (it is the active one).
 
-    def _rebuild_producer_state(self, now_ms: int) -> None:
+    def _rebuild_producer_state(self, now_ms: int, names: list[str] | None = None) -> None:
+        """Load the newest producer snapshot and replay the batches after it (`names`: a fresh
+        listing of the log dir, when the caller has one). Snapshots above the log end go."""
         psm = self.producer_state
-        start = psm.load(self.log_start_offset, self.log_end_offset, now_ms)
+        start = psm.load(self.log_start_offset, self.log_end_offset, now_ms, names)
         start = max(start, self.log_start_offset)
         if start < self.log_end_offset:
             i = max(bisect.bisect_right(self._bases, start) - 1, 0)
             for segment in self.segments[i:]:
+                if segment.producer_free:
+                    continue  # recovery saw no batch with a producer id here
                 found = segment.translate_offset(start) if segment.base_offset <= start else (0, 0, None)
                 if found is None:
                     continue
-                for position, header in segment.batch_headers(found[0]):
-                    if header[H_BASE_OFFSET] + header[H_LAST_OFFSET_DELTA] < start:
-                        continue
+                # only batches with a producer id change the state: a compiled walk finds them
+                for position, header in segment.producer_batches(found[0], start):
                     marker = None
                     if header[H_ATTRIBUTES] & CONTROL_FLAG and header[H_PRODUCER_ID] >= 0:
                         try:
@@ -302,8 +422,7 @@ class UnifiedLog:
                     if completed is not None:
                         # re-indexes an aborted transaction whose entry did not reach the disk
                         self._complete_txn(completed)
-        psm.update_map_end_offset(self.log_end_offset)
-        psm.delete_snapshots_after(self.log_end_offset)
+        psm.update_map_end_offset(self.log_end_offset)  # (load removed the snapshots above it)
 
     # -- basic queries ---------------------------------------------------------------------
     @property
@@ -516,6 +635,9 @@ class UnifiedLog:
 
         offset None flushes to the LEO read at call time. Moves the recovery point to `offset`.
         """
+        # the checkpoints first: an epoch entry for data below the recovery point is never
+        # rebuilt by recovery, so it must be on disk before the recovery point passes the data
+        self.flush_metadata()
         with self._lock:
             target = self.log_end_offset if offset is None else offset
             if target <= self.recovery_point:
@@ -722,7 +844,9 @@ class UnifiedLog:
         self.txn_index.truncate_to(0)
 
     def close(self) -> None:
-        """Clean close: snapshot producer state at the LEO, close segments (trims indexes)."""
+        """Clean close: write the checkpoints and a producer snapshot at the LEO, close segments
+        (trims indexes)."""
+        self.flush_metadata()
         self.producer_state.update_map_end_offset(self.log_end_offset)
         self.producer_state.take_snapshot(sync=True)
         with self._lock:

@@ -4,7 +4,7 @@ File format: `<20-digit base offset>.index`, 8-byte big-endian entries
 (relative_offset: u32, position: u32) where relative_offset = offset - base_offset; entries are
 strictly increasing in both fields. Preallocated to segment.index.bytes (rounded down to a
 multiple of 8) and trimmed on roll/close. No checksum: after an unclean shutdown recovery
-rebuilds it from the .log file.
+rebuilds it from the .log file (`rebuild()` with the entries the recovery scan computed).
 
 The segment appends an entry mapping the *last* offset of a batch to the batch's file position
 each time more than index.interval.bytes were written since the previous entry, so a lookup
@@ -63,8 +63,9 @@ class OffsetIndex(AbstractIndex):
                                    f"offset is {self.last_offset}")
         if not self.can_append_offset(offset):
             raise IndexOffsetError(f"offset {offset} does not fit index {self.path} (base {self.base_offset})")
-        _ENTRY.pack_into(self._mmap, self._entries * 8, offset - self.base_offset, position)
+        _ENTRY.pack_into(self._ensure_mapped(), self._entries * 8, offset - self.base_offset, position)
         self._entries += 1
+        self._dirty = True
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= `offset`."""

@@ -373,13 +373,19 @@ class ProducerStateManager:
         return len(expired)
 
     # -- snapshots -------------------------------------------------------------------------
-    def snapshot_offsets(self) -> list[int]:
+    def snapshot_offsets(self, names: list[str] | None = None) -> list[int]:
+        """Offsets of the snapshot files, ascending; `names` is a listing of the dir when the
+        caller has one (loading lists it once)."""
         out = []
-        if self.dir.is_dir():
-            for path in self.dir.iterdir():
-                offset = offset_from_snapshot_file(path)
-                if offset is not None:
-                    out.append(offset)
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        for name in names:
+            offset = offset_from_snapshot_file(Path(name)) if name.endswith(SNAPSHOT_FILE_SUFFIX) else None
+            if offset is not None:
+                out.append(offset)
         return sorted(out)
 
     def take_snapshot(self, *, sync: bool = False) -> Path | None:
@@ -391,16 +397,16 @@ class ProducerStateManager:
         self.last_snapshot_offset = self.map_end_offset
         return path
 
-    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> int:
+    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int, names: list[str] | None = None) -> int:
         """Load the newest valid snapshot at or below log_end_offset; returns its offset.
 
         Snapshots above the log end (from a log that was truncated or lost its tail) and corrupt
-        ones are deleted. With no usable snapshot the state starts empty at log_start_offset; the
+        ones are deleted. `names`: a listing of the dir, when the caller has one. With no usable snapshot the state starts empty at log_start_offset; the
         caller then replays batches from the returned offset to the log end.
         """
         self.producers.clear()
         self.ongoing_txns.clear()
-        for offset in reversed(self.snapshot_offsets()):
+        for offset in reversed(self.snapshot_offsets(names)):
             path = snapshot_file(self.dir, offset)
             if offset > log_end_offset:
                 path.unlink(missing_ok=True)

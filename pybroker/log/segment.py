@@ -15,9 +15,10 @@ msync of the indexes), which the partition log schedules off the event loop.
 Reads: `read()` finds the first batch whose last offset >= the target via the offset index and a
 forward scan of batch headers (61 bytes each, read in 64 KiB blocks), and returns file regions.
 
-Recovery: `recover()` re-walks the file with `records.scan_batches` (CRC checked), rebuilds both
-indexes exactly as the append path would have written them, truncates the first torn or corrupt
-batch and everything after it, and returns the number of bytes removed.
+Recovery: `recover()` re-walks the file with the compiled `recovery.recover_segment` (CRC
+checked, no GIL), rewrites both indexes exactly as the append path would have written them,
+truncates the first torn or corrupt batch and everything after it, and returns the number of
+bytes removed.
 
 Concurrency: append/truncate/roll are called only from the partition's append path (the event
 loop thread). Reads run on the same thread. `flush()` may run in a worker thread concurrently
@@ -26,6 +27,7 @@ with appends; `_lock` orders it against `close()`/`delete()` so an fsync never h
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -33,12 +35,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pybroker._native import records
+from pybroker._native import records, recovery
 from pybroker._native.errors import RecordError
 from pybroker.log.errors import IndexOffsetError
 from pybroker.log.fetch_data_info import FetchDataInfo, TimestampAndOffset
 from pybroker.log.offset_index import OffsetIndex
-from pybroker.log.time_index import NO_TIMESTAMP, TimeIndex
+from pybroker.log.time_index import TimeIndex
 from pybroker.protocol.chunks import FileRegion
 from pybroker.records.batch import (
     BATCH_HEADER_SIZE,
@@ -67,6 +69,8 @@ SWAP_FILE_SUFFIX = ".swap"
 DELETED_FILE_SUFFIX = ".deleted"
 
 _READ_BLOCK = 64 * 1024
+_MAP_AT_LEAST = 1024 * 1024  # recovery reads smaller .log ranges, maps larger ones
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _RECENT_BATCHES = 128
 _MIN_BATCH_SIZE = 49 + LOG_OVERHEAD
 
@@ -115,6 +119,10 @@ class LogSegment:
         self._max_ts_and_offset: tuple[int, int] | None = None  # None: not read from the time index yet
         self._rolling_based_timestamp: int | None = None
         self._closed = False
+        self.recovery_error: str | None = None  # why the last recover() cut the file
+        # True once recover() found no batch with a producer id: the producer state has
+        # nothing to replay in this segment (appends clear it)
+        self.producer_free = False
 
     # -- basic properties ------------------------------------------------------------------
     @property
@@ -167,6 +175,7 @@ class LogSegment:
         while written < n:
             written += os.pwrite(self._fd, view[written:], physical_position + written)
         self._size = physical_position + n
+        self.producer_free = False
         if n >= BATCH_HEADER_SIZE and int.from_bytes(view[8:12], "big") + LOG_OVERHEAD == n:
             recent = self._recent
             recent[int.from_bytes(view[0:8], "big")] = (physical_position, n)
@@ -340,60 +349,73 @@ class LogSegment:
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
 
-    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
-        """Rebuild the indexes from the .log file and cut it at the first bad batch.
+    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None, *, active: bool = False) -> int:
+        """Rebuild the indexes from the .log file and cut it at the first bad batch (Kafka's
+        LogSegment.recover).
 
-        leader_epoch_cache, when given, is fed every valid batch's epoch in order (the producer
-        state is rebuilt afterwards by the log, from its snapshot). Returns the number of bytes
-        truncated.
+        One compiled walk (`recovery.recover_segment`, without the GIL) checks every batch's
+        CRC and offsets and computes both indexes as the append path would have written them;
+        each index file is then rewritten in one go. leader_epoch_cache, when given, is fed
+        the epoch of every valid batch that starts a newer epoch, in order (the producer state
+        is rebuilt afterwards by the log, from its snapshot). `active`: the log's last segment,
+        whose preallocated index files keep their size (they grow back for appends anyway) and
+        whose final max-timestamp entry stays in memory until it rolls or closes, as for any
+        active segment (so a small partition's recovery writes no file at all).
+        Returns the number of bytes truncated; `recovery_error` says why the walk stopped early
+        (None when it did not).
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        max_ts: tuple[int, int] = (NO_TIMESTAMP, self.base_offset)
-        valid = 0
-        last_index_entry = 0
-        if self._size:
-            mm = mmap.mmap(self._fd, self._size, access=mmap.ACCESS_READ)
+        latest = leader_epoch_cache.latest_epoch() if leader_epoch_cache is not None else None
+        with self._file_view(0, self._size) as buf:
             try:
-                entries, _, _ = records.scan_batches(mm, 0, self._size, True)
-                next_offset = self.base_offset
-                for position, base_offset, last_offset_delta, batch_max_ts, batch_size in entries:
-                    last_offset = base_offset + last_offset_delta
-                    # Offsets must rise and fit the index; anything else is corruption too.
-                    if (base_offset < next_offset or last_offset_delta < 0
-                            or not self.can_convert_to_relative_offset(last_offset)):
-                        break
-                    try:
-                        header = records.read_batch_header(mm, position)
-                    except RecordError:
-                        break
-                    if batch_max_ts > max_ts[0]:
-                        max_ts = (batch_max_ts, last_offset)
-                    if valid - last_index_entry > self.index_interval_bytes:
-                        self.offset_index.append(last_offset, valid)
-                        self.time_index.maybe_append(*max_ts)
-                        last_index_entry = valid
-                    valid += batch_size
-                    next_offset = last_offset + 1
-                    epoch = header[H_LEADER_EPOCH]
-                    if leader_epoch_cache is not None and epoch >= 0:
-                        latest = leader_epoch_cache.latest_epoch()
-                        if latest is None or epoch > latest:
-                            leader_epoch_cache.assign(epoch, base_offset)
-                del entries
-            finally:
-                mm.close()
+                (valid, _next_offset, offset_entries, time_entries, max_ts, max_ts_offset, last_index_entry,
+                 epochs, producer_batches, error) = recovery.recover_segment(
+                    buf, self.base_offset, self.index_interval_bytes, -1 if latest is None else latest,
+                    self.offset_index.preallocated_entries, self.time_index.preallocated_entries,
+                    not active)
+            except ValueError as exc:  # more entries than the index can hold: never written so
+                raise IndexOffsetError(f"cannot recover {self.log_path}: {exc}") from None
+        if leader_epoch_cache is not None:
+            for epoch, start_offset in epochs:
+                leader_epoch_cache.assign(epoch, start_offset)
         truncated = self._size - valid
         self._recent.clear()
         if truncated:
             os.ftruncate(self._fd, valid)
             self._size = valid
-        self._max_ts_and_offset = max_ts
+        self.recovery_error = error if truncated else None
+        self.offset_index.rebuild(offset_entries, keep_preallocated=active)
+        self.time_index.rebuild(time_entries, keep_preallocated=active)
+        self._max_ts_and_offset = (max_ts, max_ts_offset)
         self._bytes_since_last_index_entry = valid - last_index_entry
-        self.offset_index.trim_to_valid_size()
-        self.time_index.maybe_append(*max_ts, skip_full_check=True)
-        self.time_index.trim_to_valid_size()
+        self.producer_free = producer_batches == 0
         return truncated
+
+    @contextlib.contextmanager
+    def _file_view(self, start: int, end: int) -> Iterator[bytes | mmap.mmap]:
+        """The bytes [start, end) of the .log file: read for a small range, mapped (populated at
+        once: one call instead of a page fault per 4 KiB) for a large one."""
+        if end - start <= _MAP_AT_LEAST or start:
+            yield os.pread(self._fd, end - start, start) if end > start else b""
+            return
+        mm = mmap.mmap(self._fd, end, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ)
+        try:
+            yield mm
+        finally:
+            mm.close()
+
+    def producer_batches(self, position: int, start_offset: int) -> list[tuple[int, tuple]]:
+        """(position, header) of the batches from `position` that carry a producer id and end at or
+        after `start_offset` (what rebuilding the producer state replays); stops at a torn batch."""
+        if self.producer_free or position >= self._size:
+            return []
+        if self._size - position <= _MAP_AT_LEAST:
+            data = os.pread(self._fd, self._size - position, position)
+            return [(position + p, h) for p, h in recovery.producer_batches(data, 0, len(data), start_offset)]
+        mm = mmap.mmap(self._fd, self._size, access=mmap.ACCESS_READ)
+        try:
+            return recovery.producer_batches(mm, position, self._size, start_offset)
+        finally:
+            mm.close()
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Remove batches from the one containing `offset` on; returns bytes removed."""

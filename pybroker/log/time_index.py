@@ -33,7 +33,7 @@ class TimeIndex(AbstractIndex):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._last_entry = self._last_entry_from_file()
+        self._last_entry: tuple[int, int] | None = None  # read from the file when first asked
 
     def entry(self, n: int) -> tuple[int, int]:
         """(timestamp, absolute offset) of entry `n`."""
@@ -46,6 +46,8 @@ class TimeIndex(AbstractIndex):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        if self._last_entry is None:
+            self._last_entry = self._last_entry_from_file()
         return self._last_entry
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
@@ -60,7 +62,7 @@ class TimeIndex(AbstractIndex):
         """Append (timestamp, offset) if timestamp is larger than the last entry's."""
         if not skip_full_check and self.is_full():
             raise IndexOffsetError(f"attempt to append to a full time index {self.path}")
-        last_ts, last_offset = self._last_entry
+        last_ts, last_offset = self.last_entry
         if self._entries and offset < last_offset:
             raise IndexOffsetError(f"attempt to append offset {offset} to time index {self.path} "
                                    f"whose last offset is {last_offset}")
@@ -72,9 +74,10 @@ class TimeIndex(AbstractIndex):
                 # skip_full_check on a trimmed (full) index: grow by one entry, as Kafka's
                 # remapped file does when the final max timestamp is added on close.
                 self.resize(self._length + self.ENTRY_SIZE)
-            _ENTRY.pack_into(self._mmap, self._entries * 12, timestamp, offset - self.base_offset)
+            _ENTRY.pack_into(self._ensure_mapped(), self._entries * 12, timestamp, offset - self.base_offset)
             self._entries += 1
             self._last_entry = (timestamp, offset)
+            self._dirty = True
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= `offset`."""
@@ -96,6 +99,10 @@ class TimeIndex(AbstractIndex):
         super().reset()
         self._last_entry = (NO_TIMESTAMP, self.base_offset)
 
+    def rebuild(self, data: bytes, *, keep_preallocated: bool = False) -> None:
+        super().rebuild(data, keep_preallocated=keep_preallocated)
+        self._last_entry = None
+
     def sanity_check(self) -> None:
         if self._length % self.ENTRY_SIZE:
             raise CorruptIndexError(f"time index file {self.path} length {self._length} is not a "
@@ -103,7 +110,7 @@ class TimeIndex(AbstractIndex):
         if not self._entries:
             return
         first_ts, first_offset = self.entry(0)
-        last_ts, last_offset = self._last_entry
+        last_ts, last_offset = self.last_entry
         if last_ts < first_ts or last_offset < first_offset or (
                 self._entries > 1 and last_ts == first_ts):
             raise CorruptIndexError(f"time index file {self.path} has a bad last entry "

@@ -5,6 +5,12 @@ partition at once (`check_and_complete`), and acks=all produces wait in the prod
 purgatory until the high watermark passes their last offset. Flushing follows the log's
 flush policy and runs in a worker thread, at most one per partition at a time.
 
+Scale (thousands of partitions): no event-loop step walks every partition. Metadata changes
+touch the topics they name; partitions are also indexed by topic (the coordinators' view) and
+the compacted ones kept apart (the cleaner's view); the periodic passes (flush policy,
+checkpoints, retention, producer expiration) yield to the loop every `_PASS_CHUNK` partitions.
+Log directories are created and renamed away in worker threads, `_CREATE_CHUNK` at a time.
+
 Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's start_soon).
 """
 
@@ -13,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import trio
@@ -39,6 +45,9 @@ log = logging.getLogger("pybroker.replica")
 
 TopicPartition = tuple[str, int]
 _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
+_PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
+_PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
+_METADATA_RETRY_S = 10.0  # small checkpoints that failed to write are tried again this often
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
 
@@ -118,6 +127,25 @@ def _touches_everything(record: Any) -> bool:
     return kind in _GLOBAL_RECORDS
 
 
+def _drain(steps: Generator[None, None, Any]) -> Any:
+    """Run a stepwise pass (a generator that pauses between chunks) to its end; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def _drain_async(steps: Generator[None, None, Any]) -> Any:
+    """`_drain`, yielding to the event loop at each pause."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+        await trio.lowlevel.checkpoint()
+
+
 def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None) -> LogConfig:
     """The storage LogConfig of a topic: broker-derived defaults, then the topic's overrides."""
     merged = {k: format_value(v) for k, v in defaults.items()}
@@ -136,6 +164,13 @@ class ReplicaManager:
         self.spawn = spawn
         self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._by_topic: dict[str, dict[int, Partition]] = {}  # topic -> its partitions here
+        self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
+        self._compacted: dict[TopicPartition, Partition] = {}  # cleanup.policy has compact
+        self._metadata_dirty = trio.Event()  # a log's small checkpoints fell behind memory
+        # called after each batch of new partitions is published: a node that owns its process
+        # freezes them into the collector's permanent generation (server/broker.py)
+        self.after_create: Callable[[], None] | None = None
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self._hw_checkpoint: dict[TopicPartition, int] = {}
@@ -156,7 +191,9 @@ class ReplicaManager:
         """Bring the hosted partitions in step with the whole image, creating logs on this thread
         (start-up, before serving: the logs found on disk are already open)."""
         configs: dict[str, LogConfig] = {}
-        for tp, t, reg in self._plan(None):
+        todo, doomed = _drain(self._plan(None))
+        self._remove_logs(doomed)
+        for tp, t, reg in todo:
             config = configs.get(t.name)
             if config is None:
                 config = configs[t.name] = self.log_config_for(t.name)
@@ -171,7 +208,9 @@ class ReplicaManager:
         here. The controller awaits this before answering, so a CreateTopics answer still means
         the partitions serve.
         """
-        todo = self._plan(records)
+        todo, doomed = await _drain_async(self._plan(records))
+        if doomed:  # renamed away before a log of the same name may be created again
+            await trio.to_thread.run_sync(self._remove_logs, doomed)
         now = self.clock.wall_ms()
         configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
         for i in range(0, len(todo), _CREATE_CHUNK):
@@ -184,7 +223,9 @@ class ReplicaManager:
                 specs.append((t.name, tp[1], t.topic_id, config,
                               reg.leader_epoch if reg.leader == self.node_id else None))
             logs = await trio.to_thread.run_sync(self.log_manager.create_logs, specs, now)
-            for (tp, t, _reg), plog in zip(chunk, logs, strict=True):
+            for j, ((tp, t, _reg), plog) in enumerate(zip(chunk, logs, strict=True)):
+                if j and j % _PUBLISH_CHUNK == 0:
+                    await trio.lowlevel.checkpoint()
                 if isinstance(plog, Exception):
                     # Kafka takes the log dir offline; this partition stays offline on this node
                     log.error("cannot create the log of %s-%d: %s", tp[0], tp[1], plog)
@@ -193,10 +234,16 @@ class ReplicaManager:
                 if current is None or tp[1] not in current.partitions:
                     continue  # gone while its files were made: a later change removes them
                 self._publish(tp, t, current.partitions[tp[1]], plog, configs[t.name])
+            if self.after_create is not None:
+                self.after_create()
 
-    def _plan(self, records: list[Any] | None) -> list[tuple[TopicPartition, Any, Any]]:
+    def _plan(self, records: list[Any] | None) -> Generator[
+            None, None, tuple[list[tuple[TopicPartition, Any, Any]], list[tuple[Any, Any]]]]:
         """Apply leadership/config changes and deletions for the topics `records` touch (all topics
-        when None); return the partitions this node must now create, as (tp, topic, registration)."""
+        when None); return the partitions this node must now create, as (tp, topic, registration),
+        and the logs of the partitions it dropped, for `_remove_logs` (a worker thread). A
+        generator that pauses every `_PASS_CHUNK` partitions, so the event loop can serve others
+        while thousands change (`_drain_async`); each partition changes whole."""
         if records is None or any(_touches_everything(r) for r in records):
             topics = list(self.image.topics_by_name.values())
             scope = None
@@ -210,15 +257,22 @@ class ReplicaManager:
                 elif type(r).__name__ == "ConfigRecord" and r.resource_type == RESOURCE_TOPIC:
                     names.add(r.resource_name)
             if not ids and not names:
-                return []
-            topics = [t for t in (self.image.topics_by_id.get(i) for i in ids) if t is not None]
-            topics += [t for t in (self.image.topics_by_name.get(n) for n in names) if t is not None]
+                return [], []
+            found = [self.image.topics_by_id.get(i) for i in ids]
+            found += [self.image.topics_by_name.get(n) for n in names]
+            # once each: a new topic's records name it by id and, with its configs, by name
+            topics = list({t.topic_id: t for t in found if t is not None}.values())
             scope = ids | {t.topic_id for t in topics}
         todo: list[tuple[TopicPartition, Any, Any]] = []
+        detached: list[tuple[Any, Any]] = []
         wanted: set[TopicPartition] = set()
+        visited = 0
         for t in topics:
             config = None
             for pid, reg in t.partitions.items():
+                visited += 1
+                if visited % _PASS_CHUNK == 0:
+                    yield
                 if self.node_id not in reg.replicas:
                     continue
                 tp = (t.name, pid)
@@ -226,7 +280,7 @@ class ReplicaManager:
                 p = self.partitions.get(tp)
                 if p is None or p.topic_id != t.topic_id:
                     if p is not None:  # same name, new topic id: the old log goes
-                        self._delete_partition(tp)
+                        self._delete_partition(tp, detached)
                     todo.append((tp, t, reg))
                 else:
                     p.leader_id, p.leader_epoch = reg.leader, reg.leader_epoch
@@ -234,11 +288,23 @@ class ReplicaManager:
                     if config is None:
                         config = self.log_config_for(t.name)
                     p.log.config = config
-        doomed = [tp for tp, p in self.partitions.items()
-                  if tp not in wanted and (scope is None or p.topic_id in scope)]
-        for tp in doomed:
-            self._delete_partition(tp)
-        return todo
+                    self._track_compacted(tp, p)
+        if scope is None:
+            candidates: list[TopicPartition] = list(self.partitions)
+        else:  # only partitions of the topic ids in scope can go (a removed topic has no name left)
+            candidates = []
+            for tid in scope:
+                name = self._topic_names.get(tid)
+                if name is not None:
+                    candidates += [(name, pid) for pid in self._by_topic.get(name, {})]
+        for tp in candidates:
+            visited += 1
+            if visited % _PASS_CHUNK == 0:
+                yield
+            p = self.partitions.get(tp)
+            if p is not None and tp not in wanted and (scope is None or p.topic_id in scope):
+                self._delete_partition(tp, detached)
+        return todo, detached
 
     def _publish(self, tp: TopicPartition, t: Any, reg: Any, plog: Any, config: LogConfig) -> None:
         plog.config = config  # a log found on disk at start-up was opened with defaults
@@ -251,29 +317,57 @@ class ReplicaManager:
         hw = self._hw_checkpoint.pop(tp, None)
         plog.high_watermark = min(hw, plog.log_end_offset) if hw is not None else 0
         self.partitions[tp] = p
+        self._by_topic.setdefault(t.name, {})[tp[1]] = p
+        self._topic_names[t.topic_id] = t.name
+        self._track_compacted(tp, p)
         if p.is_leader:
             plog.maybe_assign_epoch_start_offset(reg.leader_epoch, plog.log_end_offset)
         p.maybe_increment_high_watermark()
 
-    def _delete_partition(self, tp: TopicPartition) -> None:
+    def _track_compacted(self, tp: TopicPartition, p: Partition) -> None:
+        if p.log.config.compact:
+            self._compacted[tp] = p
+        else:
+            self._compacted.pop(tp, None)
+
+    def _delete_partition(self, tp: TopicPartition, detached: list[tuple[Any, Any]]) -> None:
+        """Unpublish the partition and forget its log (no disk work): the caller hands `detached`
+        to `_remove_logs` in a worker thread."""
         gone = self.partitions.pop(tp, None)
         if gone is not None:
             self.topic_stats.remove_partition(gone.stats)
+            by_topic = self._by_topic.get(tp[0])
+            if by_topic is not None:
+                by_topic.pop(tp[1], None)
+                if not by_topic:
+                    del self._by_topic[tp[0]]
+                    self._topic_names.pop(gone.topic_id, None)
+        self._compacted.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
-        try:
-            deleted = self.log_manager.delete_log(*tp)
-        except OSError as exc:  # the log is forgotten; its files stay for an operator
-            log.error("cannot delete the log of %s-%d: %s", tp[0], tp[1], exc)
+        found = self.log_manager.detach_log(*tp)
+        if found is not None:
+            detached.append(found)
+
+    def _remove_logs(self, detached: list[tuple[Any, Any]]) -> None:
+        """Rename detached logs' dirs away and remove their files (blocking: a worker thread,
+        or the start-up thread)."""
+        if not detached:
             return
-        if deleted is not None:
-            self.spawn(trio.to_thread.run_sync, self.log_manager.purge_deleted)
+        for (plog, _), result in zip(detached, self.log_manager.delete_logs(detached), strict=True):
+            if isinstance(result, OSError):  # the log is forgotten; its files stay for an operator
+                log.error("cannot delete the log of %s-%d: %s", plog.topic, plog.partition, result)
+        self.log_manager.purge_deleted()
+        # these are the logs' last references: free them here, one at a time, rather than all at
+        # once on the event loop when the caller's frame goes (10,000 logs took ~50 ms there)
+        while detached:
+            detached.pop()
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
     def leader_partitions(self, topic: str) -> dict[int, Partition]:
         """The partitions of `topic` this node leads (the coordinators' PartitionWriter view)."""
-        return {p.partition: p for (t, _), p in self.partitions.items() if t == topic and p.is_leader}
+        return {pid: p for pid, p in self._by_topic.get(topic, {}).items() if p.is_leader}
 
     # ------------------------------------------------------------------ reads (Kafka's readFromLog)
 
@@ -468,16 +562,22 @@ class ReplicaManager:
                 except OSError:
                     log.exception("removing deleted segments of %s failed", plog)
 
-    def enforce_retention(self, now_ms: int) -> int:
-        """One pass of Kafka's log retention over every hosted log; returns segments removed."""
+    async def enforce_retention(self, now_ms: int) -> int:
+        """One pass of Kafka's log retention over every hosted log, yielding to the loop every
+        `_PASS_CHUNK` partitions; returns segments removed."""
         removed = 0
-        for p in list(self.partitions.values()):
-            start = p.log.retention_start_offset(now_ms)
+        for i, p in enumerate(list(self.partitions.values())):
+            if i and i % _PASS_CHUNK == 0:
+                await trio.lowlevel.checkpoint()
+            plog = p.log
+            if len(plog.segments) < 2 or self.partitions.get((p.topic, p.partition)) is not p:
+                continue  # retention never removes the active segment; or deleted meanwhile
+            start = plog.retention_start_offset(now_ms)
             if start is None:
                 continue
-            doomed = p.log.delete_records_before(start)
+            doomed = plog.delete_records_before(start)
             removed += len(doomed)
-            self.schedule_segment_deletion(p.log, doomed)
+            self.schedule_segment_deletion(plog, doomed)
         return removed
 
     async def run_retention(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -486,21 +586,25 @@ class ReplicaManager:
         interval_s = self.config["log.retention.check.interval.ms"] / 1000
         while True:
             await trio.sleep(interval_s)
-            removed = self.enforce_retention(self.clock.wall_ms())
+            removed = await self.enforce_retention(self.clock.wall_ms())
             if removed:
                 log.info("retention removed %d segment(s)", removed)
 
     async def run_producer_expiration(self, *,
                                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Every producer.id.expiration.check.interval.ms, forget the producers idle for
-        producer.id.expiration.ms in every hosted log (Kafka's UnifiedLog.removeExpiredProducers)."""
+        producer.id.expiration.ms in every hosted log (Kafka's UnifiedLog.removeExpiredProducers),
+        yielding to the loop every `_PASS_CHUNK` partitions."""
         task_status.started()
         interval_s = self.config["producer.id.expiration.check.interval.ms"] / 1000
         while True:
             await trio.sleep(interval_s)
             now = self.clock.wall_ms()
-            for p in list(self.partitions.values()):
-                p.log.remove_expired_producers(now)
+            for i, p in enumerate(list(self.partitions.values())):
+                if i and i % _PASS_CHUNK == 0:
+                    await trio.lowlevel.checkpoint()
+                if p.log.producer_state.producers:
+                    p.log.remove_expired_producers(now)
 
     async def run_cleaner(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Kafka's LogCleaner: compact logs with cleanup.policy=compact (pybroker/log/cleaner.py),
@@ -514,7 +618,7 @@ class ReplicaManager:
         while True:
             # read every pass: log.cleaner.backoff.ms is a dynamic broker config
             backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
-            logs = [p.log for p in list(self.partitions.values()) if p.log.config.compact]
+            logs = [p.log for p in self._compacted.values()]  # not a walk of every partition
             try:
                 cleaned = await cleaner.clean_logs(logs, self.clock.wall_ms())
             except Exception:  # a cleaner bug must not take the broker down; Kafka marks the dir
@@ -530,9 +634,20 @@ class ReplicaManager:
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: p.log.high_watermark for tp, p in self.partitions.items()}
 
+    async def _high_watermarks_chunked(self) -> dict[TopicPartition, int]:
+        """high_watermarks(), yielding to the loop every `_PASS_CHUNK` partitions."""
+        out: dict[TopicPartition, int] = {}
+        for i, (tp, p) in enumerate(list(self.partitions.items())):
+            if i and i % _PASS_CHUNK == 0:
+                await trio.lowlevel.checkpoint()
+            out[tp] = p.log.high_watermark
+        return out
+
     async def run_checkpointer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write recovery-point / HW checkpoints every log.flush.offset.checkpoint.interval.ms,
-        and flush logs whose flush.ms elapsed (Kafka's log flusher)."""
+        and flush logs whose flush.ms elapsed (Kafka's log flusher). Also starts the flusher of
+        the logs' small checkpoints (`run_metadata_flusher`)."""
+        self.spawn(self.run_metadata_flusher)
         task_status.started()
         interval_s = max(0.1, self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
         flush_interval_ms = self.config["log.flush.scheduler.interval.ms"]
@@ -540,14 +655,41 @@ class ReplicaManager:
         last_checkpoint = trio.current_time()
         while True:
             await trio.sleep(max(0.05, tick))
-            for p in list(self.partitions.values()):
+            for i, p in enumerate(list(self.partitions.values())):
+                if i and i % _PASS_CHUNK == 0:
+                    await trio.lowlevel.checkpoint()
                 if not p.flushing and p.log.needs_flush(self.clock.wall_ms()):
                     p.flushing = True
                     self.spawn(self._flush, p)
             if trio.current_time() - last_checkpoint >= interval_s:
                 last_checkpoint = trio.current_time()
-                hws = self.high_watermarks()
+                hws = await self._high_watermarks_chunked()
                 try:
                     await trio.to_thread.run_sync(self.log_manager.checkpoint, hws)
                 except Exception:
                     log.exception("checkpoint failed")
+
+    async def run_metadata_flusher(self) -> None:
+        """Write the logs' partition.metadata and leader-epoch-checkpoint files that fell behind
+        memory, in a worker thread, as soon as one does (Kafka schedules such a flush at once);
+        the log manager wakes it from any thread through the trio token."""
+        token = trio.lowlevel.current_trio_token()
+
+        def wake() -> None:
+            try:
+                token.run_sync_soon(lambda: self._metadata_dirty.set())
+            except trio.RunFinishedError:
+                pass  # shut down: LogManager.shutdown closes (and so flushes) every log
+
+        self.log_manager.on_metadata_dirty = wake
+        self._metadata_dirty.set()  # whatever loading left behind
+        while True:
+            with trio.move_on_after(_METADATA_RETRY_S):  # logs that failed to write are retried
+                await self._metadata_dirty.wait()
+            self._metadata_dirty = trio.Event()
+            if not self.log_manager.has_dirty_metadata():
+                continue
+            try:
+                await trio.to_thread.run_sync(self.log_manager.flush_dirty_metadata)
+            except Exception:
+                log.exception("writing the logs' small checkpoints failed")

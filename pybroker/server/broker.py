@@ -3,7 +3,8 @@
 Start-up, in order: bind the listeners (port 0 picks a free port), load and recover the
 log dirs and the __cluster_metadata log in worker threads, replay the metadata into the
 image, register this node with its bound endpoints, create the partition logs it hosts,
-then log "listening on ..." and serve. Requests that arrive before that wait.
+then log "listening on ..." and serve. Meanwhile ApiVersions is answered at once and every other
+request waits (docs/ARCHITECTURE.md, "Start-up, recovery and thousands of partitions").
 
 Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting, wake every waiting
 fetch/produce/join/sync so it answers now, let each connection finish the request in hand, then
@@ -107,7 +108,8 @@ class Broker:
         default = log_config(cfg.topic_defaults())
         self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=cfg["cluster.id"],
                                       default_config=default,
-                                      producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+                                      producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
+                                      recovery_threads=cfg["num.recovery.threads.per.data.dir"])
         await trio.to_thread.run_sync(self.log_manager.load, self.clock.wall_ms())
         self.cluster_id = self.log_manager.cluster_id or ""
         from pathlib import Path
@@ -222,8 +224,21 @@ async def _freeze_startup_heap(broker: Broker) -> None:
     """Once serving, move every object allocated at start-up (config, metadata image, the
     protocol codecs, ...) into the collector's permanent generation: a full collection of that
     heap took ~20 ms on the event loop, which set the p99 of the latency benchmark. Only for a
-    node that owns its process (EmbeddedBroker shares its host's heap and is left alone)."""
+    node that owns its process (EmbeddedBroker shares its host's heap and is left alone).
+    The young generations are collected first, not the whole heap: with 10,000 partitions
+    loaded that full collection stalled the loop ~250 ms just as the clients waiting for the
+    node were answered (bench/recovery); what start-up left as cyclic garbage in the oldest
+    generation, if anything, stays frozen."""
     await broker.ready.wait()
+    gc.collect(1)
+    gc.freeze()
+    # partitions created later join it too, a batch at a time: a full collection of 10,000 new
+    # partitions' objects stalled the loop ~100 ms (bench/recovery), and this one scans only
+    # what came since the last freeze (logs hold no reference cycle, so deleted ones still go)
+    broker.replica_manager.after_create = _freeze_new_objects
+
+
+def _freeze_new_objects() -> None:
     gc.collect()
     gc.freeze()
 

@@ -141,9 +141,12 @@ class RequestDispatcher:
             raise CloseConnection(str(exc)) from None
         except ProtocolError as exc:
             raise CloseConnection(str(exc)) from None
-        if not self.broker.ready.is_set():
-            await self.broker.ready.wait()
         api_key = header.request_api_key
+        if not self.broker.ready.is_set() and api_key != ApiKey.API_VERSIONS:
+            # still starting (logs recovering): answered the moment the node serves. ApiVersions
+            # needs no state, so a client connecting meanwhile gets it at once instead of timing
+            # out its handshake (docs/ARCHITECTURE.md, "Start-up and recovery")
+            await self.broker.ready.wait()
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
                              header.client_id, len(frame))
         handler = HANDLERS[api_key]

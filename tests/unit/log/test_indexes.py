@@ -15,11 +15,66 @@ from pybroker.log.time_index import TimeIndex
 def test_preallocation_rounds_down_to_whole_entries(tmp_path):
     oi = OffsetIndex(tmp_path / "00000000000000000000.index", 0, 10 * 1024 * 1024)
     ti = TimeIndex(tmp_path / "00000000000000000000.timeindex", 0, 10 * 1024 * 1024)
-    assert oi.path.stat().st_size == 10485760 and oi.max_entries == 1310720
-    assert ti.path.stat().st_size == 10485756 and ti.max_entries == 873813
+    assert oi.max_entries == 1310720 and ti.max_entries == 873813
+    # no file until the first entry (Kafka's LazyIndex); then a sparse preallocated one
+    assert not oi.path.exists() and not ti.path.exists()
+    oi.append(5, 100)
+    ti.maybe_append(1000, 5)
+    assert oi.path.stat().st_size == 10485760 and ti.path.stat().st_size == 10485756
+    assert oi.path.stat().st_blocks * 512 < 1024 * 1024  # sparse: nothing zeroed
     oi.close(), ti.close()
-    # closing trims to the entries actually written (none)
-    assert oi.path.stat().st_size == 0 and ti.path.stat().st_size == 0
+    # closing trims to the entries actually written
+    assert oi.path.stat().st_size == 8 and ti.path.stat().st_size == 12
+
+
+def test_an_index_without_entries_makes_no_file(tmp_path):
+    oi = OffsetIndex(tmp_path / "a.index", 0, 800)
+    oi.trim_to_valid_size()
+    oi.resize(800)
+    assert oi.lookup(5) == (0, 0) and oi.entries == 0
+    oi.flush()
+    oi.close()
+    assert not oi.path.exists()
+    ti = TimeIndex(tmp_path / "a.timeindex", 0, 120)
+    ti.close()
+    assert not ti.path.exists()
+    # a trimmed (full) time index still takes the final max timestamp on close: the file then
+    # holds exactly that entry
+    ti = TimeIndex(tmp_path / "b.timeindex", 0, 120)
+    ti.trim_to_valid_size()
+    ti.maybe_append(77, 3, skip_full_check=True)
+    ti.close()
+    assert ti.path.read_bytes() == struct.pack(">qI", 77, 3)
+
+
+def test_rebuild_replaces_the_entries_and_drops_stale_ones(tmp_path):
+    path = tmp_path / "a.index"
+    oi = OffsetIndex(path, 0, 800)
+    for i in range(1, 20):
+        oi.append(i * 10, i * 100)
+    oi.close_handler()  # crash: preallocated with 19 entries, then zeros
+    crashed = OffsetIndex(path, 0, 800)
+    assert crashed.entries == 100
+    crashed.rebuild(struct.pack(">IIII", 10, 100, 20, 200))
+    assert path.stat().st_size == 16 and crashed.entries == 2
+    assert crashed.lookup(1000) == (20, 200)
+    crashed.resize(800)  # the active segment grows back; the stale tail is gone, not zeroed by hand
+    crashed.append(30, 300)
+    crashed.close()
+    assert path.read_bytes() == struct.pack(">IIIIII", 10, 100, 20, 200, 30, 300)
+    with pytest.raises(ValueError):
+        OffsetIndex(tmp_path / "c.index", 0, 80).rebuild(b"123")
+
+
+def test_flush_syncs_an_unmapped_index_under_its_current_name(tmp_path):
+    oi = OffsetIndex(tmp_path / "a.index", 0, 800)
+    oi.append(10, 100)
+    oi.trim_to_valid_size()  # unmapped now; its page is still dirty in the page cache
+    oi.rename(tmp_path / "a.index.deleted")
+    oi.flush()  # fsyncs a.index.deleted (no error for the old name)
+    assert (tmp_path / "a.index.deleted").read_bytes() == struct.pack(">II", 10, 100)
+    oi.delete()
+    oi.flush()  # deleted: nothing to do
 
 
 def test_entry_layout_is_big_endian_relative(tmp_path):

@@ -34,8 +34,35 @@ def test_below_first_epoch(tmp_path):
 
 
 def test_persisted_to_leader_epoch_checkpoint(cache, tmp_path):
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()  # changes wait for a flush
+    assert cache.dirty and cache.flush() and not cache.dirty
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 150\n5 400\n"
     assert LeaderEpochFileCache(tmp_path).entries() == [(0, 0), (2, 150), (5, 400)]
+    assert not cache.flush()  # nothing new
+
+
+def test_on_dirty_is_told_once_per_flush_and_not_for_no_ops(tmp_path):
+    told = []
+    c = LeaderEpochFileCache(tmp_path, on_dirty=lambda: told.append(1))
+    c.assign(0, 0)
+    c.assign(1, 10)
+    assert told == [1]
+    c.flush()
+    assert not c.assign(1, 20)  # same epoch, later offset: no change
+    c.truncate_from_start(0)    # the first epoch already starts there
+    c.truncate_from_end(11)     # nothing starts at or above 11
+    assert told == [1] and not c.dirty
+    c.truncate_from_end(10)
+    assert told == [1, 1] and c.dirty and c.entries() == [(0, 0)]
+
+
+def test_flush_into_a_deleted_dir_writes_nothing(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    c = LeaderEpochFileCache(d)
+    c.assign(3, 7)
+    d.rename(tmp_path / "t-0.abc-delete")
+    assert not c.flush() and not c.dirty
 
 
 def test_assign_is_idempotent_and_keeps_monotonicity(cache):
@@ -53,6 +80,7 @@ def test_truncate_from_end_and_start(cache, tmp_path):
     assert cache.entries() == [(0, 0), (2, 150)]
     cache.truncate_from_start(160)
     assert cache.entries() == [(2, 160)]
+    cache.flush()
     assert LeaderEpochFileCache(tmp_path).entries() == [(2, 160)]
 
 

@@ -38,9 +38,16 @@ def test_append_assigns_offsets_and_epoch(tmp_path):
     batches = [h for h, _ in iter_batches(regions_bytes(log.read(0, 10**6)), verify_crc=True)]
     assert [(h.base_offset, h.partition_leader_epoch) for h in batches] == [(0, 4), (3, 4)]
     assert log.leader_epoch_cache.entries() == [(4, 0)]
+    # both checkpoints are written by a metadata flush (the log manager's background flusher,
+    # or flush()/close()), never on the append path
+    assert not (tmp_path / "orders-0" / "leader-epoch-checkpoint").exists()
+    assert log.metadata_dirty
+    log.flush_metadata()
+    assert not log.metadata_dirty
     assert (tmp_path / "orders-0" / "partition.metadata").read_text() == \
         "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
     assert read_partition_metadata(tmp_path / "orders-0") == TOPIC_ID
+    assert (tmp_path / "orders-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n4 0\n"
     log.close()
 
 
@@ -87,7 +94,9 @@ def test_roll_by_size_and_time(tmp_path):
     assert names == [f"{s.base_offset:020d}.log" for s in log.segments]
     # inactive segments have trimmed indexes and a producer snapshot at their end offset
     for s in log.segments[:-1]:
-        assert os.path.getsize(s.offset_index.path) == s.offset_index.entries * 8
+        # an index file is made on its first entry: a one-batch segment has none
+        assert s.offset_index.entries == 0 and not s.offset_index.path.exists()
+        assert os.path.getsize(s.time_index.path) == s.time_index.entries * 12 == 12
     snapshots = sorted(p.name for p in (tmp_path / "orders-0").glob("*.snapshot"))
     assert snapshots == [f"{s.base_offset:020d}.snapshot" for s in log.segments[1:]]
     n = len(log.segments)

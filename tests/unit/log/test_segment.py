@@ -32,10 +32,16 @@ def fill(segment: LogSegment, batches: int, per_batch: int = 3, start: int = 0, 
 
 
 def test_file_names_are_20_digits(tmp_path):
-    seg = LogSegment(tmp_path, 1500)
+    seg = LogSegment(tmp_path, 1500, index_interval_bytes=0)
+    # the index files are made on their first entries (Kafka's LazyIndex)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00000000000000001500.log"]
+    put(seg, 1500, 2, 1000)
+    put(seg, 1502, 2, 1000)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "00000000000000001500.index", "00000000000000001500.log", "00000000000000001500.timeindex"]
+    assert os.path.getsize(tmp_path / "00000000000000001500.index") == 10 * 1024 * 1024  # preallocated
     seg.close()
+    assert os.path.getsize(tmp_path / "00000000000000001500.index") == 8
 
 
 def test_read_inside_a_batch_starts_at_the_containing_batch(tmp_path):
@@ -183,7 +189,7 @@ def test_roll_trims_indexes_and_keeps_the_max_timestamp(tmp_path):
     put(seg, 0, 3, 5000)
     put(seg, 3, 3, 4000)
     seg.on_become_inactive()
-    assert os.path.getsize(tmp_path / "00000000000000000000.index") == 0
+    assert not (tmp_path / "00000000000000000000.index").exists()  # no entry: never made
     assert (tmp_path / "00000000000000000000.timeindex").read_bytes() == \
         (5002).to_bytes(8, "big") + (2).to_bytes(4, "big")
     seg.close()
