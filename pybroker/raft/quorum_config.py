@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pybroker.config import ConfigError, parse_quorum_bootstrap_servers, parse_quorum_voters
 
@@ -48,6 +48,12 @@ MAX_FETCH_WAIT_MS = 500
 MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 MAX_FETCH_SIZE_BYTES = MAX_BATCH_SIZE_BYTES
 RETRY_BACKOFF_BASE_MS = 100
+
+
+class PropertySource(Protocol):
+    """Where settings come from: a properties mapping, or pybroker's BrokerConfig."""
+
+    def get(self, key: str, default: Any = ..., /) -> Any: ...
 
 
 class QuorumConfigError(ValueError):
@@ -88,7 +94,7 @@ class QuorumConfig:
                 raise QuorumConfigError(f"{name} must not be negative: {getattr(self, name)}")
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any]) -> QuorumConfig:
+    def from_properties(cls, props: PropertySource | Mapping[str, Any]) -> QuorumConfig:
         """Build from server.properties-style keys (strings or already-typed values)."""
         def integer(key: str) -> int:
             raw = props.get(key, DEFAULTS[key])

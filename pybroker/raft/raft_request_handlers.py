@@ -195,10 +195,14 @@ class RaftRequestHandlers(_Base):
             return
         replica_id = ru.fetch_replica_id(body)
         directory_id = ru.optional_directory(p.replica_directory_id)
+        hw_before = self.quorum.high_watermark
         response = self._try_complete_fetch_request(replica_id, directory_id, p.current_leader_epoch,
                                                     p.fetch_offset, p.last_fetched_epoch, now_ms)
         part = response.responses[0].partitions[0]
-        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 \
+        # this fetch moved the high watermark: its sender cannot know the new one yet (Kafka's
+        # Fetch v18 carries the follower's high watermark for this test; v17 does not)
+        hw_moved = self.quorum.high_watermark != hw_before
+        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 or hw_moved \
                 or part.diverging_epoch is not None or part.snapshot_id is not None:
             self._respond(request, response)
             return
@@ -228,7 +232,7 @@ class RaftRequestHandlers(_Base):
         if verdict_kind == ValidKind.VALID:
             records = self.log.read(fetch_offset, None, self.max_fetch_bytes)
             if state.update_replica_state(replica_id, directory_id, now_ms, fetch_offset):
-                self._on_update_leader_high_watermark(state)
+                self._on_update_leader_high_watermark(state, now_ms)
         elif replica_id >= 0:
             # not progress, but proof of life for check-quorum
             state.update_check_quorum_for_following_voter(replica_id, now_ms)
@@ -238,6 +242,11 @@ class RaftRequestHandlers(_Base):
             diverging=verdict_id if verdict_kind == ValidKind.DIVERGING else None,
             snapshot_id=verdict_id if verdict_kind == ValidKind.SNAPSHOT else None,
             endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
+
+    def _complete_all_parked_fetches(self, now_ms: int) -> None:
+        parked, self._parked = self._parked, []
+        for f in parked:
+            self._answer_parked(f, now_ms)
 
     def _complete_parked_fetches(self, now_ms: int) -> None:
         end = self.log.end_offset

@@ -21,6 +21,7 @@ from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.replication.replica_manager import READ_COMMITTED, LogRead
 from pybroker.security.authorizer import Op, Res
+from pybroker.server.leader_hints import LeaderHints
 from pybroker.server.quota import fetch_max_bytes, record_fetch
 
 if TYPE_CHECKING:
@@ -147,4 +148,17 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         if throttle_ms:
             return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[])
     rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as sent)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
+    node_endpoints = _leader_hints(broker, ctx, topics_out) if v >= 16 and any(d.error_code for d in entries) else []
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out,
+                         node_endpoints=node_endpoints)
+
+
+def _leader_hints(broker: Broker, ctx: RequestContext, topics_out: list[TResp]) -> list[FetchResponse.NodeEndpoint]:
+    """KIP-951 (server/leader_hints.py): CurrentLeader on partitions this node does not lead."""
+    hints = LeaderHints(broker.image, ctx.conn.listener_name, FetchResponse)
+    for t in topics_out:
+        name = t.topic or getattr(broker.image.topics_by_id.get(t.topic_id), "name", None)
+        for d in t.partitions:
+            if d.error_code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
+                d.current_leader = hints.current_leader(name, d.partition_index)
+    return hints.node_endpoints()
