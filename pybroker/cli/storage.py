@@ -156,6 +156,7 @@ def format_storage(cfg: BrokerConfig, cluster_id: str, *, ignore_formatted: bool
             write_bootstrap_records(d, records, now)
             if standalone or initial_controllers is not None:
                 listener = cfg.controller_listener_names[0] if cfg.controller_listener_names else "CONTROLLER"
+                voters: dict[int, tuple[str, int, bytes | None]]
                 if standalone:
                     eps = [e for e in cfg.advertised_controller_listeners if e.listener_name == listener] or \
                         cfg.controller_listeners
