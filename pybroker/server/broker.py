@@ -243,7 +243,9 @@ class Broker:
                 node_id=self.node_id, cluster_id=self.cluster_id, metadata_log_dir=cfg.metadata_log_dir,
                 quorum=quorum, listener_name=listener_name, local_listeners=local_listeners,
                 serde=MetadataRecordSerde(), directory_id=directory_id,
-                log_settings=metadata_log_settings(cfg))
+                log_settings=metadata_log_settings(cfg),
+                # Kafka checks for metadata log cleanup every 60 s (a constant); tests shorten it
+                log_cleaner_interval_ms=int(os.environ.get("PYBROKER_METADATA_CLEANER_INTERVAL_MS", "60000")))
         except (LogError, OSError, ValueError) as exc:
             raise StartupError(f"cannot open the metadata log in {cfg.metadata_log_dir}: {exc}") from None
         await nursery.start(self.raft.driver.run)
