@@ -265,8 +265,12 @@ class Broker:
             with trio.move_on_after(seconds):
                 assert self.raft is not None
                 epoch, leader_id = client.epoch, client.quorum.leader_id
-                await self.raft.driver.wait_for(lambda: client.epoch != epoch or client.quorum.leader_id != leader_id
-                                                or self.is_active_controller)
+                try:
+                    await self.raft.driver.wait_for(lambda: client.epoch != epoch
+                                                    or client.quorum.leader_id != leader_id
+                                                    or self.is_active_controller)
+                except RuntimeError:  # the driver stopped (shutting down): just wait out the backoff
+                    await trio.sleep_forever()
 
         async def local(api_key: int, version: int, body: Any) -> Any:
             return await controller_apis.handle(self, None, api_key, version, 0, f"node-{self.node_id}", body)
@@ -490,6 +494,7 @@ class Broker:
             if self.lifecycle is not None:
                 # the controller fences this broker now rather than after broker.session.timeout.ms
                 await self.lifecycle.shutdown(timeout_s=min(5.0, cfg["broker.session.timeout.ms"] / 1000))
+                self.lifecycle.close()
         if self.raft is not None:
             # a quorum leader hands over first (EndQuorumEpoch), so the others elect at once
             if not await self.raft.driver.shutdown(RAFT_SHUTDOWN_S):

@@ -74,6 +74,7 @@ class BrokerLifecycleManager:
         self.fatal: BaseException | None = None
         self._failed_attempts = 0
         self._wake = trio.Event()
+        self._scope = trio.CancelScope()
 
     # ------------------------------------------------------------------ the node's calls
 
@@ -94,8 +95,17 @@ class BrokerLifecycleManager:
 
     # ------------------------------------------------------------------ the task
 
+    def close(self) -> None:
+        """Stop the task, abandoning a request in flight (after `shutdown`)."""
+        self.state = SHUTTING_DOWN
+        self._scope.cancel()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        with self._scope:
+            await self._run()
+
+    async def _run(self) -> None:
         delay = 0.0
         while self.state != SHUTTING_DOWN:
             with trio.move_on_after(delay):

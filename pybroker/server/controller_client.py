@@ -72,7 +72,8 @@ class ControllerClient:
             raise KafkaError(Errors.REQUEST_TIMED_OUT, str(exc)) from None
         results = [TopicResult(t.name, t.error_code, t.error_message, t.topic_id, t.num_partitions,
                                t.replication_factor) for t in resp.topics]
-        created = [r.name for r in results if not r.error]
+        # TOPIC_ALREADY_EXISTS: another broker's creation won the race; it is committed too
+        created = [r.name for r in results if not r.error or r.error == Errors.TOPIC_ALREADY_EXISTS]
         if created and not validate_only:
             image = self.broker.image
             with trio.move_on_after(VISIBLE_WAIT_S):
