@@ -96,9 +96,15 @@ def _uuid(v: Any) -> bytes:
 
 def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, BrokerRegistration],
                          features: Mapping[str, int], heartbeats: BrokerHeartbeatManager, new_epoch: int,
-                         now_ms: int) -> tuple[list[Any], int]:
+                         now_ms: int, local_incarnation: tuple[int, bytes] | None = None) -> tuple[list[Any], int]:
     """The RegisterBrokerRecord for a BrokerRegistration request, and the broker epoch to answer;
-    KafkaError with Kafka's code and message when the registration is refused."""
+    KafkaError with Kafka's code and message when the registration is refused.
+
+    `local_incarnation` (node id, incarnation id) is the broker running in the controller's own
+    process: a registration from it replaces an older incarnation of that node id at once, since
+    the old one cannot still be running (the process that ran it is this one). Kafka makes it
+    wait out the old session (DUPLICATE_BROKER_REGISTRATION for up to broker.session.timeout.ms
+    after a crash); remote brokers still do."""
     if req.cluster_id != cluster_id:
         raise KafkaError(Errors.INCONSISTENT_CLUSTER_ID,
                          f"Expected cluster ID {cluster_id}, but got cluster ID {req.cluster_id}")
@@ -106,7 +112,8 @@ def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, Broker
     incarnation = _uuid(req.incarnation_id)
     existing = brokers.get(broker_id)
     same_incarnation = existing is not None and existing.incarnation_id == incarnation
-    if existing is not None and not same_incarnation and heartbeats.has_valid_session(broker_id, now_ms):
+    ours = local_incarnation is not None and local_incarnation == (broker_id, incarnation)
+    if existing is not None and not same_incarnation and not ours and heartbeats.has_valid_session(broker_id, now_ms):
         raise KafkaError(Errors.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id.")
     if getattr(req, "is_migrating_zk_broker", False):
         raise KafkaError(Errors.BROKER_ID_NOT_REGISTERED, "Controller does not support registering ZK brokers.")

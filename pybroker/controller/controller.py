@@ -152,6 +152,8 @@ class QuorumController:
         self.heartbeats: BrokerHeartbeatManager | None = None
         self._leader_events = trio.open_memory_channel[Any](100)
         self.activated = trio.Event()  # set on each activation (tests, start-up)
+        # (node id, incarnation id) of the broker in this process (cluster_control.registration_records)
+        self.local_incarnation: tuple[int, bytes] | None = None
 
     # ------------------------------------------------------------------ leadership
 
@@ -276,7 +278,8 @@ class QuorumController:
                 raise KafkaError(Errors.NOT_CONTROLLER, "not the Raft leader")
             try:
                 records, epoch = registration_records(req, self.cluster_id, self.image.brokers, self.image.features,
-                                                      self.heartbeats, new_epoch, self.now_ms())
+                                                      self.heartbeats, new_epoch, self.now_ms(),
+                                                      self.local_incarnation)
             except KafkaError as exc:
                 if exc.code == Errors.NOT_CONTROLLER:
                     raise

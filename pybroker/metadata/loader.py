@@ -141,7 +141,7 @@ class MetadataLoader:
                         pending = listener(payload)
                         if pending is not None:
                             await pending
-                elif kind == "publish":
+                elif kind == "publish" and self._full_publish_due:  # else a commit published it
                     await self._publish()
                 self._check_caught_up()
                 self._notify()

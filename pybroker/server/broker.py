@@ -379,6 +379,8 @@ class Broker:
             heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
             session_timeout_ms=cfg["broker.session.timeout.ms"])
         lifecycle = self.lifecycle
+        if self.quorum_controller is not None:
+            self.quorum_controller.local_incarnation = (self.node_id, lifecycle.incarnation_id)
         await nursery.start(lifecycle.run)
         await self._wait_lifecycle(lifecycle.caught_up, "to catch up with the metadata log")
         # nothing to recover beyond what the loader published: ready to be unfenced at once

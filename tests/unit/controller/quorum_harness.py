@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -61,7 +62,8 @@ async def one_voter_quorum(directory: Path, overrides: Mapping[str, Any] | None 
     and unfenced (default: broker 1)."""
     cfg = BrokerConfig({"log.dirs": str(directory), **(overrides or {})})
     manager = await RaftManager.open(node_id=1, cluster_id=CLUSTER_ID, metadata_log_dir=directory,
-                                     quorum=QuorumConfig(voters={1: ("127.0.0.1", 1)}), serde=MetadataRecordSerde())
+                                     quorum=replace(QuorumConfig.from_properties(cfg), voters={1: ("127.0.0.1", 1)}),
+                                     serde=MetadataRecordSerde())
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.driver.run)
