@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
