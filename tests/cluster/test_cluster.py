@@ -172,3 +172,23 @@ def test_a_produce_to_a_node_that_does_not_lead_gets_not_leader_with_the_current
     assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
     assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [
         (leader, "127.0.0.1", cluster.client_ports[leader - 1])]
+
+
+def test_a_transaction_over_partitions_of_other_nodes_fails_instead_of_losing_markers(cluster: Cluster):
+    """Until transaction markers reach other nodes (issue 9), such a transaction is refused
+    (INVALID_TXN_STATE) rather than committed with markers missing."""
+    from confluent_kafka import KafkaException, Producer
+
+    topic = new_topic("txn")
+    confluent_create(cluster.bootstrap, topic, 3, 1)
+    wait_until(lambda: (lambda ls: len({leader for leader, _, _ in ls.values()}) == 3 and ls)(
+        partition_leaders(cluster.bootstrap, topic)), what="three leaders")
+    producer = Producer({**adapters.confluent_common(cluster.bootstrap), "transactional.id": new_topic("tid"),
+                         "transaction.timeout.ms": 10000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in range(3):  # at least two of the partitions are led by nodes other than the coordinator's
+        producer.produce(topic, value=b"v", partition=p)
+    with pytest.raises(KafkaException) as exc:
+        producer.commit_transaction(30)
+    assert "INVALID_TXN_STATE" in str(exc.value) or exc.value.args[0].code() == Errors.INVALID_TXN_STATE.value
