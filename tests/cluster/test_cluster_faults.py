@@ -243,3 +243,30 @@ def test_a_node_far_behind_catches_up_from_a_metadata_snapshot(tmp_path: Path, m
         assert_logs_agree(c, quorum_settled(c))
     finally:
         c.close()
+
+
+def test_active_controller_count_is_one_on_the_quorum_leader_only_and_follows_it(tmp_path: Path):
+    from tests.metrics.scrape import metrics_url_from_log, wait_for
+
+    c = Cluster(tmp_path, overrides={"metrics.listener": "http://127.0.0.1:0"})
+    try:
+        c.start()
+        urls = {n: metrics_url_from_log(node.output_path) for n, node in c.nodes.items()}
+        metric = "kafka_controller_kafkacontroller_activecontrollercount"
+
+        def counts(nodes: list[int]) -> dict[int, float]:
+            from tests.metrics.scrape import scrape
+
+            return {n: scrape(urls[n]).value(metric) for n in nodes}
+
+        leader = c.active_controller()
+        assert wait_until(lambda: counts([1, 2, 3]) == {n: float(n == leader) for n in (1, 2, 3)}, 20,
+                          "one active controller")
+        c.kill(leader)
+        new = c.active_controller(exclude=leader, timeout=30)
+        survivors = [n for n in (1, 2, 3) if n != leader]
+        wait_until(lambda: counts(survivors) == {n: float(n == new) for n in survivors}, 20, "the new one")
+        wait_for(urls[new], lambda s: s.value("kafka_controller_kafkacontroller_fencedbrokercount") == 1, 30,
+                 "the killed broker fenced")
+    finally:
+        c.close()
