@@ -161,11 +161,18 @@ def test_a_produce_to_a_node_that_does_not_lead_gets_not_leader_with_the_current
         partition_leaders(cluster.bootstrap, topic)), what="a leader")
     other = next(n for n in (1, 2, 3) if n != leader)
     host, port = cluster.address(other).split(":")
-    with BrokerConnection(host, int(port)) as conn:
-        batch = build_batch([(0, None, b"x", ())])
-        resp = conn.send(ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
-            name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])]),
-            version=11)
+
+    def produce() -> object:
+        with BrokerConnection(host, int(port)) as conn:
+            batch = build_batch([(0, None, b"x", ())])
+            resp = conn.send(ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+                name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])]),
+                version=11)
+        # until `other` has applied the topic's records it does not know the partition at all
+        code = resp.responses[0].partition_responses[0].error_code
+        return resp if code != Errors.UNKNOWN_TOPIC_OR_PARTITION else None
+
+    resp = wait_until(produce, 20, f"node {other} to know the topic")
     part = resp.responses[0].partition_responses[0]
     assert part.error_code == Errors.NOT_LEADER_OR_FOLLOWER
     # KIP-951: where the leader is, so the client reroutes without a Metadata round trip
