@@ -148,6 +148,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         self._cleaner_interval_ms = log_cleaner_interval_ms
         self._cleaner_timer = Timer(0, log_cleaner_interval_ms)
         self._initialized = False
+        self._hw_sent: dict[int, int] = {}
         # a peer answered INCONSISTENT_CLUSTER_ID: this node's storage is another cluster's
         self.inconsistent_cluster_id_from: int | None = None
 
@@ -488,6 +489,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def _leaving_leader(self) -> None:
         """Abandon what only a leader holds: unappended records and parked fetches."""
         self._accumulator = None
+        self._hw_sent = {}
         self._fail_parked_fetches(ru.NOT_LEADER_OR_FOLLOWER)
 
     def _transition_to_prospective(self, now_ms: int) -> None:
@@ -518,6 +520,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def _on_become_leader(self, now_ms: int) -> None:
         end = self.log.end_offset
         state = self.quorum.transition_to_leader(end, now_ms)
+        self._hw_sent = {}
         log.info("node %s: leader of epoch %d from offset %d", self.node_id, state.epoch, end)
         # Written at once: the high watermark can only move once a record of this epoch commits.
         voters = sorted(self.voters.voter_ids())

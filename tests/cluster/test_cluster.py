@@ -121,34 +121,40 @@ def test_a_replication_factor_above_the_unfenced_brokers_is_refused(cluster: Clu
 def test_admin_requests_from_every_node_reach_the_active_controller(cluster: Cluster):
     from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
+    def seen(node_id: int, names: list[str], partitions: int) -> bool:
+        host, port = cluster.address(node_id).split(":")
+        with BrokerConnection(host, int(port)) as conn:
+            md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                                           allow_auto_topic_creation=False))
+        return all(t.error_code == 0 and len(t.partitions) == partitions for t in md.topics)
+
     created = []
     for node_id in (1, 2, 3):
         admin = adapters.kafka_python_admin(cluster.address(node_id))
         try:
             name = new_topic(f"from{node_id}")
             admin.create_topics([NewTopic(name, 1, 3)])
+            # kafka-python asks any node about the topic before altering it: every node follows
+            # the metadata log, a moment behind the controller
+            wait_until(lambda name=name: all(seen(n, [name], 1) for n in (1, 2, 3)), 20, f"{name} everywhere")
             admin.create_partitions({name: NewPartitions(3)})
-            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": "12345"})])
+            result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name,
+                                                         configs={"retention.ms": "12345"})])
+            assert result == {"topic": {name: "OK"}}, result
             created.append(name)
         finally:
             admin.close()
-    for node_id in (1, 2, 3):
-        # every node's image has every change (followed from the metadata log)
-        def seen(node_id: int = node_id) -> bool:
-            host, port = cluster.address(node_id).split(":")
-            with BrokerConnection(host, int(port)) as conn:
-                md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in created],
-                                               allow_auto_topic_creation=False))
-            return all(t.error_code == 0 and len(t.partitions) == 3 for t in md.topics)
-
-        wait_until(seen, 20, f"node {node_id} to see the new topics")
+    for node_id in (1, 2, 3):  # every node's image has every change (followed from the metadata log)
+        wait_until(lambda node_id=node_id: seen(node_id, created, 3), 20, f"node {node_id} to see the new topics")
     from confluent_kafka.admin import ConfigResource as CR
 
     admin = adapters.confluent_admin(cluster.address(1))
     for name in created:
-        res = admin.describe_configs([CR("topic", name)])
-        configs = list(res.values())[0].result(timeout=10)
-        assert configs["retention.ms"].value == "12345"
+        def retention(name: str = name) -> bool:
+            res = admin.describe_configs([CR("topic", name)])
+            return list(res.values())[0].result(timeout=10)["retention.ms"].value == "12345"
+
+        wait_until(retention, 20, f"node 1 to see {name}'s retention.ms")
     deleter = adapters.confluent_admin(cluster.address(2))
     for f in deleter.delete_topics(created, operation_timeout=20).values():
         f.result(timeout=30)

@@ -268,9 +268,12 @@ def test_parked_fetch_completes_on_append_or_after_max_wait() -> None:
     answered = ctx.responses.pop()
     assert answered.body.responses[0].partitions[0].records
     # node 2's next fetch proves a majority holds "late": the high watermark moves, so it is
-    # answered at once (its sender cannot know the new high watermark yet)
+    # answered at once (the leader has not told node 2 that high watermark yet)
     moved = ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end + 1, epoch, max_wait_ms=500))
     assert moved is not None and moved.responses[0].partitions[0].high_watermark == end + 1
+    # node 3 was not told either: answered at once too
+    told = ctx.request(ApiKey.FETCH, ctx.fetch_request(3, epoch, end + 1, epoch, max_wait_ms=500))
+    assert told is not None and told.responses[0].partitions[0].high_watermark == end + 1
     # nothing new: a fetch parks until its max wait
     assert ctx.request(ApiKey.FETCH, ctx.fetch_request(3, epoch, end + 1, epoch, max_wait_ms=500)) is None
     ctx.advance(499)
