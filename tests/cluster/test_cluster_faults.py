@@ -212,6 +212,7 @@ def test_repeated_controller_kills_lose_no_committed_metadata(fresh_cluster: Clu
     assert_logs_agree(c, quorum_settled(c))
 
 
+@pytest.mark.slow
 def test_a_node_far_behind_catches_up_from_a_metadata_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Small snapshot and retention settings: while node 3 is down the others snapshot their
     image and clean the log behind it, so the restarted node 3 is below the leader's log start
@@ -245,6 +246,7 @@ def test_a_node_far_behind_catches_up_from_a_metadata_snapshot(tmp_path: Path, m
         c.close()
 
 
+@pytest.mark.slow
 def test_active_controller_count_is_one_on_the_quorum_leader_only_and_follows_it(tmp_path: Path):
     from tests.metrics.scrape import metrics_url_from_log, wait_for
 
