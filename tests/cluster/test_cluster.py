@@ -12,6 +12,7 @@ from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
+    FetchRequest,
     MetadataRequest,
     ProduceRequest,
 )
@@ -91,6 +92,9 @@ def test_topics_spread_over_the_nodes_and_every_client_produces_and_consumes_on_
         assert sorted(replicas) == [1, 2, 3] and replicas[0] == leader
         # until replication exists (issue 9) the ISR is the leader alone: followers hold empty logs
         assert isr == [leader]
+    for node in cluster.nodes.values():  # every replica's log exists on its node
+        wait_until(lambda node=node: all((node.log_dir / f"{topic}-{p}").is_dir() for p in range(6)), 20,
+                   f"node {node.node_id}'s replica logs")
     recs = {p: [Rec(f"k{p}".encode(), f"v{p}-{i}".encode()) for i in range(5)] for p in range(6)}
     for p in range(6):
         client = p % 3
@@ -185,6 +189,26 @@ def test_a_produce_to_a_node_that_does_not_lead_gets_not_leader_with_the_current
     assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
     assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [
         (leader, "127.0.0.1", cluster.client_ports[leader - 1])]
+    # the same for a Fetch (v16+)
+    with BrokerConnection(host, int(port)) as conn:
+        fetched = conn.send(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                                         isolation_level=0, session_id=0, session_epoch=-1, topics=[
+                                             FetchRequest.FetchTopic(topic_id=topic_id(cluster, topic), partitions=[
+                                                 FetchRequest.FetchPartition(partition=0, current_leader_epoch=-1,
+                                                                             fetch_offset=0, log_start_offset=-1,
+                                                                             partition_max_bytes=1 << 20)])],
+                                         forgotten_topics_data=[], rack_id=""), version=16)
+    fp = fetched.responses[0].partitions[0]
+    assert fp.error_code == Errors.NOT_LEADER_OR_FOLLOWER and fp.current_leader.leader_id == leader
+    assert [n.node_id for n in fetched.node_endpoints] == [leader]
+
+
+def topic_id(cluster: Cluster, name: str) -> bytes:
+    host, port = cluster.address(1).split(":")
+    with BrokerConnection(host, int(port)) as conn:
+        md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
+                                       allow_auto_topic_creation=False), version=12)
+    return bytes(md.topics[0].topic_id)
 
 
 def test_a_transaction_over_partitions_of_other_nodes_fails_instead_of_losing_markers(cluster: Cluster):
