@@ -427,7 +427,7 @@ class Broker:
                                    ) from None
             if not broker_eps and self.controller_server is not None:
                 self.server = self.controller_server  # a controller-only node's only server
-            if self.metrics_address is not None and cfg.is_broker:
+            if self.metrics_address is not None and cfg.is_broker:  # the broker's meters (not on a controller-only node)
                 try:
                     self.metrics_url = await nursery.start(self._serve_metrics, *self.metrics_address)
                 except OSError as exc:
@@ -501,9 +501,7 @@ class Broker:
             # a quorum leader hands over first (EndQuorumEpoch), so the others elect at once
             if not await self.raft.driver.shutdown(RAFT_SHUTDOWN_S):
                 log.info("the metadata quorum had not elected another leader within %.0fs", RAFT_SHUTDOWN_S)
-        if self.controller_server is not None and self.controller_server is not self.server:
-            self.controller_server.begin_shutdown()
-        elif self.controller_server is not None:
+        if self.controller_server is not None:  # last: the quorum needed it until now
             self.controller_server.begin_shutdown()
         for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None)):
             if channel is not None:
