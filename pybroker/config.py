@@ -3,7 +3,16 @@
 Sources of values, highest first: `--override key=value`, the properties file, the
 defaults below. Defaults are Kafka 4.x's except where an embedded single node needs
 another (written next to the definition): node.id=1, process.roles=broker,controller,
-listeners on 127.0.0.1:9092, log.dirs=./pybroker-data, replication factors of 1.
+listeners on 127.0.0.1:9092, log.dirs=./pybroker-data.
+
+KRaft (`_derive_kraft`): `process.roles`, `controller.quorum.voters` /
+`controller.quorum.bootstrap.servers`, `controller.listener.names`, `inter.broker.listener.name`
+are checked with Kafka's KafkaConfig rules and messages. One deliberate relaxation: a node with
+neither quorum key set is a *standalone* node, a one-voter quorum of itself that needs no
+controller listener (plain `pybroker`, the embedded broker); it must have the controller role.
+A standalone node takes the internal-topic settings of Kafka's single-node quickstart
+config/server.properties (STANDALONE_DEFAULTS: replication factors 1, transaction min ISR 1)
+instead of Kafka's cluster defaults (3, 3, 2), which a one-broker cluster could never meet.
 
 Errors are `ConfigError` with a one-line message naming the key; the CLI turns them into
 exit code 2. Unknown keys are kept (Kafka passes them to plugins) and reported as warnings.
@@ -120,7 +129,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # node identity and roles (embedded defaults: a one-node combined cluster)
     ConfigDef("node.id", "int", 1, at_least(0)),
     ConfigDef("broker.id", "int", None),
-    ConfigDef("process.roles", "list", ["broker", "controller"], one_of("broker", "controller")),
+    ConfigDef("process.roles", "list", ["broker", "controller"]),  # checked in _derive_kraft (Kafka's words)
     ConfigDef("cluster.id", "string", None),
     # network
     ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
@@ -132,6 +141,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("controller.listener.names", "list", None),
     ConfigDef("controller.quorum.voters", "list", []),
     ConfigDef("controller.quorum.bootstrap.servers", "list", []),
+    # KRaft timings (Kafka's QuorumConfig; pybroker/raft/quorum_config.py reads them)
+    ConfigDef("controller.quorum.election.timeout.ms", "int", 1000, at_least(0)),
+    ConfigDef("controller.quorum.fetch.timeout.ms", "int", 2000, at_least(0)),
+    ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000, at_least(0)),
+    ConfigDef("controller.quorum.request.timeout.ms", "int", 2000, at_least(0)),
+    ConfigDef("controller.quorum.retry.backoff.ms", "int", 20, at_least(0)),
+    ConfigDef("controller.quorum.append.linger.ms", "int", 25, at_least(0)),
+    # broker membership (Kafka's BrokerLifecycleManager / BrokerHeartbeatManager)
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),
+    ConfigDef("broker.session.timeout.ms", "int", 9000, at_least(1)),
+    ConfigDef("broker.rack", "string", None),
     ConfigDef("socket.request.max.bytes", "int", 104857600, at_least(1)),
     ConfigDef("socket.send.buffer.bytes", "int", 102400),
     ConfigDef("socket.receive.buffer.bytes", "int", 102400),
@@ -208,7 +228,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.lag.time.max.ms", "long", 30000),
     # internal topics and coordinators
     ConfigDef("offsets.topic.num.partitions", "int", 50, at_least(1)),
-    ConfigDef("offsets.topic.replication.factor", "short", 1, at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", "short", 3, at_least(1)),
     ConfigDef("offsets.topic.segment.bytes", "int", 104857600, at_least(1)),
     ConfigDef("offsets.retention.minutes", "int", 10080, at_least(1)),
     ConfigDef("offsets.commit.timeout.ms", "int", 5000, at_least(1)),
@@ -216,8 +236,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("offsets.load.buffer.size", "int", 5242880, at_least(1)),
     ConfigDef("offset.metadata.max.bytes", "int", 4096),
     ConfigDef("transaction.state.log.num.partitions", "int", 50, at_least(1)),
-    ConfigDef("transaction.state.log.replication.factor", "short", 1, at_least(1)),
-    ConfigDef("transaction.state.log.min.isr", "int", 1, at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "short", 3, at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", "int", 2, at_least(1)),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, at_least(1)),
     ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, at_least(1)),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1)),
@@ -241,8 +261,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               one_of("bidirectional", "upgrade", "downgrade", "disabled", case_insensitive=True)),
     ConfigDef("metadata.log.segment.bytes", "int", 1073741824, at_least(12)),
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
+    ConfigDef("metadata.max.retention.ms", "long", 604800000),
+    ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, at_least(1)),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000, at_least(0)),
     ConfigDef("request.timeout.ms", "int", 30000),
 )
+
+# What a standalone node (no controller.quorum.voters, no controller.quorum.bootstrap.servers) uses
+# instead of Kafka's defaults for keys it does not set: Kafka's single-node quickstart
+# config/server.properties sets exactly these, since one broker cannot hold three replicas.
+STANDALONE_DEFAULTS: dict[str, Any] = {
+    "offsets.topic.replication.factor": 1,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+}
+BROKER_ROLE = "broker"
+CONTROLLER_ROLE = "controller"
 
 # The authorizers `authorizer.class.name` accepts: Kafka's KRaft StandardAuthorizer, and the ZooKeeper-era
 # AclAuthorizer name as an alias (older test rigs, e.g. trivup, still set it).
@@ -434,6 +468,57 @@ def parse_endpoints(name: str, items: list[str], protocol_map: Mapping[str, str]
     return eps
 
 
+
+# ---------------------------------------------------------------------------- the KRaft quorum
+
+def _parse_host_port(text: str, key: str) -> tuple[str, int]:
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigError(f"{key}: bad address {text!r} (expected [host]:port)")
+        port_s = rest[1:]
+    else:
+        host, sep, port_s = text.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: bad address {text!r} (expected host:port)")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ConfigError(f"{key}: bad port in {text!r}") from None
+    if not 0 <= port < 65536:
+        raise ConfigError(f"{key}: port out of range in {text!r}")
+    return host, port
+
+
+def parse_quorum_voters(value: str | list[str]) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters`: `1@host:port,2@[::1]:9093` -> {1: ("host", port), 2: ("::1", 9093)}."""
+    key = "controller.quorum.voters"
+    items = value if isinstance(value, list) else value.split(",")
+    voters: dict[int, tuple[str, int]] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        node, sep, address = item.partition("@")
+        if not sep:
+            raise ConfigError(f"{key}: {item!r} is not of the form id@host:port")
+        try:
+            node_id = int(node)
+        except ValueError:
+            raise ConfigError(f"{key}: bad node id in {item!r}") from None
+        if node_id < 0:
+            raise ConfigError(f"{key}: negative node id in {item!r}")
+        if node_id in voters:
+            raise ConfigError(f"{key}: node {node_id} is listed twice")
+        voters[node_id] = _parse_host_port(address, key)
+    return voters
+
+
+def parse_quorum_bootstrap_servers(value: str | list[str]) -> list[tuple[str, int]]:
+    """`controller.quorum.bootstrap.servers`: `host:port,...`."""
+    items = value if isinstance(value, list) else value.split(",")
+    return [_parse_host_port(i.strip(), "controller.quorum.bootstrap.servers") for i in items if i.strip()]
+
+
 # ---------------------------------------------------------------------------- broker config
 
 class BrokerConfig:
@@ -453,11 +538,15 @@ class BrokerConfig:
                 self.warnings.append(f"unknown configuration key '{name}' was supplied but isn't a known config")
                 continue
             self.values[name] = d.parse(raw)
+        # a standalone node: no quorum configured at all (see the module docstring)
+        self.standalone = not self.values.get("controller.quorum.voters") and \
+            not self.values.get("controller.quorum.bootstrap.servers")
         for name, d in BROKER_CONFIGS.items():
-            v = self.values.get(name, d.default)
+            v = self.values.get(name, self.default(name))
             if d.validator is not None:
                 d.validator(name, v)
         self._derive()
+        self._derive_kraft()
 
     def is_set(self, name: str) -> bool:
         return name in self.values
@@ -465,6 +554,13 @@ class BrokerConfig:
     def __getitem__(self, name: str) -> Any:
         if name in self.values:
             return self.values[name]
+        return self.default(name)
+
+    def default(self, name: str) -> Any:
+        """The value `name` has when nothing sets it: Kafka's default, or the quickstart's on a
+        standalone node (STANDALONE_DEFAULTS)."""
+        if self.standalone and name in STANDALONE_DEFAULTS:
+            return STANDALONE_DEFAULTS[name]
         return BROKER_CONFIGS[name].default
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -524,6 +620,95 @@ class BrokerConfig:
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             # Kafka only warns; a request can never carry such a batch, so say so.
             self.warnings.append("message.max.bytes is larger than socket.request.max.bytes")
+
+    def _derive_kraft(self) -> None:
+        """Roles, quorum and listener roles, checked as Kafka's KafkaConfig.validateValues does
+        (its messages, one line each)."""
+        roles: list[str] = self["process.roles"]
+        for role in roles:
+            if role not in (BROKER_ROLE, CONTROLLER_ROLE):
+                raise ConfigError(f"Unknown process role '{role}' (only 'broker' and 'controller' are allowed roles)")
+        if len(set(roles)) != len(roles):
+            raise ConfigError(f"Duplicate role names found in `process.roles`: {','.join(roles)}")
+        if not roles:
+            raise ConfigError("process.roles must contain 'broker', 'controller' or both")
+        self.process_roles: frozenset[str] = frozenset(roles)
+        self.is_broker = BROKER_ROLE in self.process_roles
+        self.is_controller = CONTROLLER_ROLE in self.process_roles
+        self.quorum_voters = parse_quorum_voters(self["controller.quorum.voters"])
+        self.quorum_bootstrap_servers = parse_quorum_bootstrap_servers(self["controller.quorum.bootstrap.servers"])
+        node = self.node_id
+        voter_ids = sorted(self.quorum_voters)
+        voters_text = "Set(" + ", ".join(map(str, voter_ids)) + ")"
+        names = [n.upper() for n in (self["controller.listener.names"] or [])]
+        self.controller_listener_names: list[str] = names
+        listener_names = {e.listener_name for e in self.listeners}
+        self.controller_listeners = [e for e in self.listeners if e.listener_name in names]
+        self.broker_listeners = [e for e in self.listeners if e.listener_name not in names]
+        if self.standalone:
+            if not self.is_controller:
+                raise ConfigError("If using process.roles, either controller.quorum.bootstrap.servers must contain "
+                                  "the set of bootstrap controllers or controller.quorum.voters must contain a "
+                                  "parseable set of controllers.")
+        if self.is_controller and voter_ids and node not in voter_ids:
+            raise ConfigError(f"If process.roles contains the 'controller' role, the node id {node} must be "
+                              f"included in the set of voters controller.quorum.voters={voters_text}")
+        if self.is_controller and not self.standalone:
+            if not self.controller_listeners:
+                raise ConfigError("controller.listener.names must contain at least one value appearing in the "
+                                  "'listeners' configuration when running the KRaft controller role")
+            if any(n not in listener_names for n in names):
+                raise ConfigError("controller.listener.names must only contain values appearing in the "
+                                  "'listeners' configuration when running the KRaft controller role")
+        elif self.is_controller and names and any(n not in listener_names for n in names):
+            raise ConfigError("controller.listener.names must only contain values appearing in the "
+                              "'listeners' configuration when running the KRaft controller role")
+        for n in names:
+            if n not in self.security_protocol_map:
+                raise ConfigError(f"Controller listener with name {n} defined in controller.listener.names not "
+                                  "found in listener.security.protocol.map")
+        if self.process_roles == {CONTROLLER_ROLE} and self.broker_listeners:
+            raise ConfigError("The listeners config must only contain KRaft controller listeners from "
+                              "controller.listener.names when process.roles=controller")
+        if self.process_roles == {BROKER_ROLE}:
+            if node in voter_ids:
+                raise ConfigError(f"If process.roles contains just the 'broker' role, the node id {node} must not "
+                                  f"be included in the set of voters controller.quorum.voters={voters_text}")
+            if not names:
+                raise ConfigError("controller.listener.names must contain at least one value when running KRaft "
+                                  "with just the broker role")
+            if self.controller_listeners:
+                raise ConfigError("controller.listener.names must not contain a value appearing in the "
+                                  "'listeners' configuration when running KRaft with just the broker role")
+        self.advertised_broker_listeners = [e for e in self.advertised_listeners if e.listener_name not in names]
+        self.advertised_controller_listeners = [e for e in self.advertised_listeners if e.listener_name in names]
+        if self["advertised.listeners"]:
+            # controller listeners may be advertised too (Kafka 4, KIP-853); the ones not advertised
+            # are advertised as bound
+            have = {e.listener_name for e in self.advertised_controller_listeners}
+            self.advertised_controller_listeners += [e for e in self.controller_listeners if e.listener_name not in have]
+        if self.is_broker:
+            adv_names = [e.listener_name for e in self.advertised_broker_listeners]
+            if not adv_names:
+                raise ConfigError("There must be at least one broker advertised listener. Perhaps all listeners "
+                                  "appear in controller.listener.names?")
+            ibl = (self["inter.broker.listener.name"] or "PLAINTEXT").upper()
+            if ibl in names:
+                raise ConfigError(f"controller.listener.names must not contain the inter-broker listener name {ibl}")
+            if ibl not in adv_names:
+                raise ConfigError("inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+                                  f"The valid options based on currently configured listeners are {','.join(adv_names)}")
+            if not set(adv_names) <= listener_names:
+                raise ConfigError("advertised.listeners listener names must be equal to or a subset of the ones "
+                                  f"defined in listeners. Found {','.join(adv_names)}. The valid options based on the "
+                                  f"current configuration are {','.join(sorted(listener_names))}")
+            self.inter_broker_listener_name: str = ibl
+        else:
+            self.inter_broker_listener_name = ""
+        for e in self.advertised_listeners:
+            if e.host == "0.0.0.0":
+                raise ConfigError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
+                                  "Use a routable IP address.")
 
     def broker_synonym_value(self, name: str) -> Any:
         """The broker-level value backing a topic config (derived names included)."""

@@ -3,6 +3,9 @@
     pybroker [--config server.properties] [--override key=value ...]
     pybroker topics|groups|configs|produce|consume|perf|dump-log|acls|quotas ...
                                       (the operator tools: pybroker/cli/admin.py)
+    pybroker storage random-uuid|format|info ...   (kafka-storage.sh: pybroker/cli/storage.py)
+    pybroker cluster --nodes 3 [--dir DIR] [--base-port P]
+                                      (a local cluster, one process per node: pybroker/cli/cluster.py)
 
 With no arguments it serves on 127.0.0.1:9092 with its data in ./pybroker-data,
 formatting the directory on first start. A bad value or unreadable file prints one line
@@ -31,13 +34,14 @@ class _ArgumentParser(argparse.ArgumentParser):
 # The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
 # does not import them.
 ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas")
+NODE_TOOLS = ("storage", "cluster")  # tools that work on nodes and their files, not through a broker
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="Operator tools (Kafka's bin/ scripts):\n"
-                        + "\n".join(f"  pybroker {t} --help" for t in ADMIN_TOOLS))
+                        + "\n".join(f"  pybroker {t} --help" for t in (*ADMIN_TOOLS, *NODE_TOOLS)))
     p.add_argument("--config", "-c", metavar="FILE", help="server.properties file (Kafka property names)")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")
@@ -62,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         from pybroker.cli.admin import main as admin_main
 
         return admin_main(words)
+    if words and words[0] == "storage":
+        from pybroker.cli.storage import main as storage_main
+
+        return storage_main(words[1:])
+    if words and words[0] == "cluster":
+        from pybroker.cli.cluster import main as cluster_main
+
+        return cluster_main(words[1:])
     args = parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

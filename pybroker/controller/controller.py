@@ -1,28 +1,46 @@
-"""The active controller of a one-voter quorum (Kafka's QuorumController, reduced).
+"""The active controller (Kafka's QuorumController, reduced), on the KRaft quorum.
 
-Every change is decided here, written as metadata records to __cluster_metadata, made
-durable, and only then replayed into the image that request handlers read: so a restart
-that replays the log rebuilds exactly what clients saw. Operations are serialised by one
-trio lock (Kafka's controller event queue): validation sees the image as of the previous
-committed change.
+Every node with the controller role runs one; it is *active* only on the Raft leader of
+__cluster_metadata, from the moment the leader-change event reaches it through the metadata
+loader (so it has seen every record committed before its epoch) until leadership goes. Every
+change is decided here against the committed image, appended as one batch of metadata records
+through the Raft driver, committed by the quorum, replayed into this node's image by the loader
+(as on every other node) and published to this node's components; only then does the operation
+answer. So a CreateTopics answer from the active controller means the partitions this node
+hosts already serve, and a restart that replays the log rebuilds exactly what clients saw.
+Operations are serialised by one trio lock (Kafka's controller event queue): validation sees
+the image as of the previous committed change. An operation on a node that is not (or stops
+being) the active controller fails with NOT_CONTROLLER (if leadership is lost after the append,
+the change may or may not have committed, as in Kafka).
+
+On first activation of a new cluster (no metadata.version in the image) the controller writes
+the bootstrap records: the feature levels (from `bootstrap.checkpoint` when
+`pybroker storage format` wrote one, else Kafka 4.2's defaults) and the cluster-level
+min.insync.replicas ConfigRecord ELR needs.
 
 Validation follows Kafka's ReplicationControlManager: topic names (INVALID_TOPIC_EXCEPTION),
-partition counts (INVALID_PARTITIONS), replication factors (INVALID_REPLICATION_FACTOR),
-manual assignments (INVALID_REPLICA_ASSIGNMENT), topic configs (INVALID_CONFIG).
+partition counts (INVALID_PARTITIONS), replication factors (INVALID_REPLICATION_FACTOR, above
+the unfenced broker count), manual assignments (INVALID_REPLICA_ASSIGNMENT), topic configs
+(INVALID_CONFIG). Placement is Kafka's StripedReplicaPlacer (controller/replica_placer.py).
 Topic config changes follow ConfigurationControlManager: a ConfigRecord per changed key
-(value None removes the override), validated as the whole resulting override set.
+(value None removes the override), validated as the whole resulting override set. Broker
+registration, heartbeats and fencing: controller/cluster_control.py.
+
+**Deliberate difference until issue 9 (replication):** a partition's ISR is written as its
+leader alone, not every replica: followers hold empty logs and do not fetch yet, so listing them
+in the ISR would claim copies that do not exist (min.insync.replicas above 1 then answers
+NOT_ENOUGH_REPLICAS, honestly).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -37,10 +55,17 @@ from pybroker.controller import acls as acl_control
 from pybroker.controller import broker_configs, client_quotas, group_configs, scram
 from pybroker.controller import features as feature_control
 from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
-from pybroker.controller.metadata_log import MetadataLog
+from pybroker.controller.cluster_control import (
+    BrokerHeartbeatManager,
+    fence_records,
+    heartbeat,
+    registration_records,
+)
+from pybroker.controller.replica_placer import StripedReplicaPlacer, UsableBroker
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.raft.errors import NotLeaderError
 
 log = logging.getLogger("pybroker.controller")
 
@@ -92,71 +117,207 @@ def validate_topic_name(name: str | None) -> str | None:
     return None
 
 
+class RaftWriter(Protocol):
+    """What the controller needs of the Raft layer (pybroker.raft.RaftDriver)."""
+
+    def append(self, records: list[Any]) -> int: ...
+
+    async def wait_for_commit(self, offset: int) -> None: ...
+
+
+class AppliedOffsets(Protocol):
+    """What the controller needs of the metadata loader (pybroker.metadata.loader)."""
+
+    async def wait_for_offset(self, offset: int) -> None: ...
+
+
 class QuorumController:
-    def __init__(self, config: BrokerConfig, image: MetadataImage, metadata_log: MetadataLog) -> None:
+    def __init__(self, config: BrokerConfig, image: MetadataImage, raft: RaftWriter, loader: AppliedOffsets, *,
+                 cluster_id: str, now_ms: Callable[[], int],
+                 next_append_offset: Callable[[], int | None] = lambda: None,
+                 bootstrap_records: Callable[[], list[Any] | None] = lambda: None,
+                 placer: StripedReplicaPlacer | None = None) -> None:
         self.config = config
         self.image = image
-        self.log = metadata_log
+        self.raft = raft
+        self.loader = loader
+        self.cluster_id = cluster_id
+        self.now_ms = now_ms
+        self._next_append_offset = next_append_offset
+        self._bootstrap_records = bootstrap_records
+        self.placer = placer or StripedReplicaPlacer()
         self._lock = trio.Lock()
-        # called in order after each commit; one may return an awaitable, awaited before the next
-        self.listeners: list[Callable[[list[Any]], Awaitable[None] | None]] = []
-        self.broker_epoch = -1
+        self.active = False
+        self.epoch = -1  # the Raft epoch this controller is (or is becoming) active in
+        self.heartbeats: BrokerHeartbeatManager | None = None
+        self._leader_events = trio.open_memory_channel[Any](100)
+        self.activated = trio.Event()  # set on each activation (tests, start-up)
+        # (node id, incarnation id) of the broker in this process (cluster_control.registration_records)
+        self.local_incarnation: tuple[int, bytes] | None = None
+
+    # ------------------------------------------------------------------ leadership
+
+    def handle_leader_change(self, leader: Any) -> None:
+        """A loader leader listener: never waits (activation commits, which needs the loader)."""
+        if not leader.is_leader(self.config.node_id):
+            self._deactivate()
+        try:
+            self._leader_events[0].send_nowait(leader)
+        except trio.WouldBlock:  # pragma: no cover - 100 leader changes pending
+            log.warning("controller leader-change queue full; dropping %s", leader)
+
+    def _deactivate(self) -> None:
+        if self.active:
+            log.info("node %d is no longer the active controller (epoch %d)", self.config.node_id, self.epoch)
+        self.active = False
+        self.heartbeats = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Activation on leader changes, and the active controller's session timer."""
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fence_stale_brokers)
+            async for leader in self._leader_events[1]:
+                if leader.is_leader(self.config.node_id):
+                    await self._activate(leader.epoch)
+                else:
+                    self._deactivate()
+
+    async def _activate(self, epoch: int) -> None:
+        async with self._lock:
+            self.epoch = epoch
+            now = self.now_ms()
+            heartbeats = BrokerHeartbeatManager(self.config["broker.session.timeout.ms"])
+            for b in self.image.brokers.values():
+                heartbeats.register(b.broker_id, b.fenced, now)  # a fresh session for every broker
+            records: list[Any] = []
+            if "metadata.version" not in self.image.features:
+                # a new cluster: the bootstrap feature levels (older data dirs keep theirs), then
+                # KIP-966's cluster-level min.insync.replicas when they enable ELR
+                boot = self._bootstrap_records()
+                records.extend(boot if boot else feature_control.bootstrap_records(METADATA_VERSION))
+                levels = {r.name: r.feature_level for r in records if type(r).__name__ == "FeatureLevelRecord"}
+                records.extend(broker_configs.activation_records(
+                    levels, broker_configs.static_min_insync_replicas(self.config)))
+            try:
+                if records:
+                    await self._append_and_wait(records)
+            except KafkaError as exc:
+                log.warning("activation in epoch %d failed: %s", epoch, exc.message)
+                return
+            if self.epoch != epoch:
+                return
+            self.heartbeats = heartbeats
+            self.active = True
+            log.info("node %d is the active controller (epoch %d)", self.config.node_id, epoch)
+            self.activated.set()
+            self.activated = trio.Event()
+
+    async def _fence_stale_brokers(self) -> None:
+        """Fence unfenced brokers whose heartbeats stopped for broker.session.timeout.ms
+        (Kafka's maybeFenceStaleBroker), checked every quarter of a session."""
+        interval = max(0.05, self.config["broker.session.timeout.ms"] / 4000)
+        while True:
+            await trio.sleep(interval)
+            hb = self.heartbeats
+            if not self.active or hb is None:
+                continue
+            stale = hb.stale_brokers(self.now_ms())
+            if not stale:
+                continue
+            async with self._lock:
+                hb = self.heartbeats
+                if not self.active or hb is None:
+                    continue
+                stale = hb.stale_brokers(self.now_ms())
+                records = fence_records(stale, self.image.brokers)
+                for b in stale:
+                    hb.touch(b, True, -1, self.now_ms())
+                try:
+                    await self._commit(records)
+                except KafkaError:
+                    pass
 
     # ------------------------------------------------------------------ commit path
 
-    async def _commit(self, records: list[Any]) -> None:
-        """Append atomically, make durable, replay into the image, tell listeners."""
+    async def _append_and_wait(self, records: list[Any]) -> int:
+        try:
+            offset = self.raft.append(records)
+            await self.raft.wait_for_commit(offset)
+        except NotLeaderError as exc:
+            self._deactivate()
+            raise KafkaError(Errors.NOT_CONTROLLER, f"The controller lost leadership: {exc}") from None
+        await self.loader.wait_for_offset(offset)
+        return offset
+
+    def _check_active(self) -> None:
+        if not self.active:
+            raise KafkaError(Errors.NOT_CONTROLLER, f"node {self.config.node_id} is not the active controller")
+
+    async def _commit(self, records: list[Any]) -> int:
+        """Append atomically (one batch), wait for the quorum to commit it and for this node's
+        loader to have applied and published it; returns the last record's offset (-1: nothing).
+        KafkaError(NOT_CONTROLLER) when this node is not (or stops being) the active controller."""
+        self._check_active()
         if not records:
-            return
+            return -1
         if len(records) > MAX_RECORDS_PER_USER_OP:
             raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
-        base = await self.log.append(records)
-        for i, r in enumerate(records):
-            self.image.replay(r, base + i)
-        for listener in self.listeners:
-            pending = listener(records)
-            if pending is not None:  # an async listener (the replica manager creating logs)
-                await pending
+        return await self._append_and_wait(records)
 
-    async def load_and_register(self, endpoints: Sequence[Any], cluster_id: str) -> None:
-        """Replay the log into the image, then (re-)register this node with its current endpoints."""
-        for offset, record in self.log.read_all():
-            self.image.replay(record, offset)
+    # ------------------------------------------------------------------ broker membership (KIP-631)
+
+    async def register_broker(self, req: Any) -> tuple[int, int, str | None]:
+        """BrokerRegistration: (error, broker epoch, message). The epoch is the offset the
+        RegisterBrokerRecord is written at, as Kafka's."""
         async with self._lock:
-            records: list[Any] = []
-            if "metadata.version" not in self.image.features:
-                # first start: Kafka 4.2's bootstrap feature levels (older data dirs keep theirs),
-                # then KIP-966's cluster-level min.insync.replicas when they enable ELR
-                records.extend(feature_control.bootstrap_records(METADATA_VERSION))
-                records.extend(broker_configs.activation_records(
-                    feature_control.BOOTSTRAP_FEATURES, broker_configs.static_min_insync_replicas(self.config)))
-            node_id = self.config.node_id
-            prev = self.image.brokers.get(node_id)
-            self.broker_epoch = (self.image.offset + 1) if prev is None else max(prev.epoch + 1, self.image.offset + 1)
-            records.append(m.RegisterBrokerRecord(
-                broker_id=node_id,
-                incarnation_id=uuid.uuid4().bytes,
-                broker_epoch=self.broker_epoch,
-                end_points=[m.RegisterBrokerRecord.BrokerEndpoint(
-                    name=ep.listener_name, host=ep.host, port=ep.port, security_protocol=0)
-                    for ep in endpoints],
-                features=[m.RegisterBrokerRecord.BrokerFeature(
-                    name=name, min_supported_version=lo, max_supported_version=hi)
-                    for name, (lo, hi) in sorted(feature_control.SUPPORTED_FEATURES.items())],
-                rack=None,
-                fenced=False,
-            ))
+            self._check_active()
+            assert self.heartbeats is not None
+            new_epoch = self._next_append_offset()
+            if new_epoch is None:
+                raise KafkaError(Errors.NOT_CONTROLLER, "not the Raft leader")
+            try:
+                records, epoch = registration_records(req, self.cluster_id, self.image.brokers, self.image.features,
+                                                      self.heartbeats, new_epoch, self.now_ms(),
+                                                      self.local_incarnation)
+            except KafkaError as exc:
+                if exc.code == Errors.NOT_CONTROLLER:
+                    raise
+                log.info("refused the registration of broker %d: %s", req.broker_id, exc.message)
+                return int(exc.code), -1, exc.message
             await self._commit(records)
+            return 0, epoch, None
+
+    async def broker_heartbeat(self, req: Any) -> tuple[int, bool, bool, bool]:
+        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down)."""
+        self._check_active()
+        hb = self.heartbeats
+        assert hb is not None
+        try:
+            outcome = heartbeat(req, self.image.brokers, hb, self.now_ms(), quiet=True)
+        except KafkaError as exc:
+            return int(exc.code), False, True, False
+        if outcome.records:
+            async with self._lock:
+                # decided again under the lock: another heartbeat may have changed the state
+                hb = self.heartbeats
+                self._check_active()
+                assert hb is not None
+                try:
+                    outcome = heartbeat(req, self.image.brokers, hb, self.now_ms())
+                except KafkaError as exc:
+                    return int(exc.code), False, True, False
+                await self._commit(outcome.records)
+        return 0, outcome.is_caught_up, outcome.is_fenced, outcome.should_shut_down
 
     # ------------------------------------------------------------------ topics
 
     def _live_brokers(self) -> list[int]:
-        return sorted(b for b, reg in self.image.brokers.items() if not reg.fenced)
+        return sorted(b for b, reg in self.image.brokers.items() if not reg.fenced and not reg.in_controlled_shutdown)
 
-    def _place(self, num_partitions: int, rf: int, start: int) -> list[list[int]]:
-        brokers = self._live_brokers()
-        n = len(brokers)
-        return [[brokers[(start + p + r) % n] for r in range(rf)] for p in range(num_partitions)]
+    def _place(self, num_partitions: int, rf: int) -> list[list[int]]:
+        usable = [UsableBroker(b, self.image.brokers[b].rack) for b in self._live_brokers()]
+        return self.placer.place(num_partitions, rf, usable)
 
     def _check_assignment(self, replicas: Sequence[int]) -> str | None:
         if not replicas:
@@ -218,7 +379,7 @@ class QuorumController:
                 res.error = Errors.INVALID_REPLICATION_FACTOR
                 res.message = (f"Unable to replicate the partition {rf_} time(s): The target replication "
                                f"factor of {rf_} cannot be reached because only {len(live)} broker(s) "
-                               "are registered.")
+                               "are registered and unfenced.")
                 return res
             res.num_partitions, res.replication_factor = np_, rf_
         try:
@@ -283,9 +444,9 @@ class QuorumController:
             recs.append(m.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name=res.name, name=k,
                                        value=format_value(validate_topic_configs({k: v})[k])))
         placement = ([list(assignments[p]) for p in range(res.num_partitions)] if assignments
-                     else self._place(res.num_partitions, res.replication_factor, _start_index(res.name)))
+                     else self._place(res.num_partitions, res.replication_factor))
         for p, replicas in enumerate(placement):
-            recs.append(m.PartitionRecord(partition_id=p, topic_id=tid, replicas=replicas, isr=list(replicas),
+            recs.append(m.PartitionRecord(partition_id=p, topic_id=tid, replicas=replicas, isr=initial_isr(replicas),
                                           removing_replicas=[], adding_replicas=[], leader=replicas[0],
                                           leader_epoch=0, partition_epoch=0))
         return recs
@@ -369,17 +530,18 @@ class QuorumController:
                     live = self._live_brokers()
                     if rf > len(live):
                         out.append((name, Errors.INVALID_REPLICATION_FACTOR,
-                                    f"Unable to replicate the partition {rf} time(s): only {len(live)} "
-                                    "broker(s) are registered."))
+                                    f"Unable to replicate the partition {rf} time(s): The target replication "
+                                    f"factor of {rf} cannot be reached because only {len(live)} broker(s) "
+                                    "are registered and unfenced."))
                         continue
-                    placement = self._place(add, rf, _start_index(name) + current)
+                    placement = self._place(add, rf)
                 out.append((name, 0, None))
                 if validate_only:
                     continue
                 tid = t.topic_id
                 for i, replicas in enumerate(placement):
                     records.append(m.PartitionRecord(
-                        partition_id=current + i, topic_id=tid, replicas=replicas, isr=list(replicas),
+                        partition_id=current + i, topic_id=tid, replicas=replicas, isr=initial_isr(replicas),
                         removing_replicas=[], adding_replicas=[], leader=replicas[0], leader_epoch=0,
                         partition_epoch=0))
             await self._commit(records)
@@ -539,11 +701,17 @@ class QuorumController:
 
     # ------------------------------------------------------------------ producer ids
 
-    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
-        """A block of producer ids for `broker_id`: (first id, block length)."""
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int = -1) -> tuple[int, int]:
+        """A block of producer ids for `broker_id` (Kafka's ProducerIdControlManager): (first id,
+        block length). STALE_BROKER_EPOCH when `broker_epoch` (>= 0) is not the broker's."""
         async with self._lock:
+            self._check_active()
+            reg = self.image.brokers.get(broker_id)
+            if broker_epoch >= 0 and (reg is None or reg.epoch != broker_epoch):
+                raise KafkaError(Errors.STALE_BROKER_EPOCH, f"Expected broker epoch "
+                                 f"{reg.epoch if reg else -1}, but got broker epoch {broker_epoch}")
             start = self.image.next_producer_id
-            await self._commit([m.ProducerIdsRecord(broker_id=broker_id, broker_epoch=self.broker_epoch,
+            await self._commit([m.ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch,
                                                     next_producer_id=start + PRODUCER_ID_BLOCK_SIZE)])
             return start, PRODUCER_ID_BLOCK_SIZE
 
@@ -594,6 +762,6 @@ class QuorumController:
             return results
 
 
-def _start_index(name: str) -> int:
-    # deterministic spread of partition leaders across brokers, like Kafka's random start index
-    return int.from_bytes(os.urandom(2), "big") if not name else sum(name.encode()) & 0xFFFF
+def initial_isr(replicas: Sequence[int]) -> list[int]:
+    """The ISR a new partition is written with: its leader alone until issue 9 (module docstring)."""
+    return [replicas[0]]

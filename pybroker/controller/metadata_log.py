@@ -6,12 +6,15 @@ truncates the whole batch). A record's key is null; its value is Kafka's metadat
 frame: unsigned varint frame version (1), unsigned varint api key, unsigned varint record
 version, then the record body (all metadata records are flexible).
 
-Deliberate difference from Kafka: no Raft control records (LeaderChange, snapshots) yet;
-with one voter an append is committed once it is fsynced. Pinned by
-tests/unit/controller/test_metadata_log.py.
+The node writes and replicates this log through the Raft layer (pybroker/raft: the leader's
+appends carry its epoch, a LeaderChange control batch opens every epoch, snapshots live beside
+the segments) with `MetadataRecordSerde` as the record serde. `MetadataLog` below is the plain
+single-writer form pybroker used before the quorum: it is kept to read a log directory (tools,
+tests: `read_all` skips control batches) and to write the epoch-0 logs of older data dirs in
+upgrade tests; a node never appends through it.
 
 Concurrency: `append` runs on the trio thread and fsyncs in a worker thread; `read_all`
-is called once at start-up before serving.
+blocks (call it from a worker thread on a live node's directory).
 """
 
 from __future__ import annotations
@@ -53,6 +56,16 @@ def decode_record(value: bytes | memoryview) -> Any:
     return cls.decode(memoryview(value)[pos:], version)
 
 
+class MetadataRecordSerde:
+    """The Raft client's record serde for __cluster_metadata (Kafka's MetadataRecordSerde)."""
+
+    def serialize(self, record: Any) -> bytes:
+        return encode_record(record)
+
+    def deserialize(self, data: bytes | memoryview) -> Any:
+        return decode_record(data)
+
+
 class MetadataLog:
     def __init__(self, metadata_log_dir: str | os.PathLike[str], *, clean_shutdown: bool = False,
                  segment_bytes: int = 1073741824, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -81,6 +94,9 @@ class MetadataLog:
 
             for _, batch in iter_batches(data, verify_crc=True):
                 header, recs = iter_batch_records(batch)
+                if header.is_control:  # LeaderChange and other Raft control records
+                    offset = header.base_offset + header.last_offset_delta + 1
+                    continue
                 for rec in recs:
                     if rec.offset >= offset and rec.value is not None:
                         yield rec.offset, decode_record(rec.value)

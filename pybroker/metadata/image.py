@@ -4,11 +4,16 @@ Kafka's MetadataImage, kept mutable: records are applied in commit order by `rep
 on the trio thread, between awaits, so handlers always see a consistent image. Replaying
 the whole log from the start gives the same image (this is how a restart rebuilds it).
 
-Record types handled: FeatureLevelRecord, RegisterBrokerRecord, TopicRecord,
+Record types handled: FeatureLevelRecord, RegisterBrokerRecord, UnregisterBrokerRecord,
+FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord,
 PartitionRecord, PartitionChangeRecord, ConfigRecord, RemoveTopicRecord,
 ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
 ClientQuotaRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord. Topic ids
 are 16-byte values (`bytes`).
+
+`snapshot_records()` is Kafka's MetadataImage.write: the records that rebuild this image from
+nothing, which a metadata snapshot holds; `reset()` empties the image in place before a
+snapshot is loaded (components keep their reference to the one image object).
 """
 
 from __future__ import annotations
@@ -68,6 +73,15 @@ class BrokerRegistration:
     endpoints: list[tuple[str, str, int]]  # (listener name, host, port)
     rack: str | None
     fenced: bool
+    incarnation_id: bytes = bytes(16)
+    in_controlled_shutdown: bool = False
+    # feature name -> (min, max) supported level; security protocol id per listener name
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)
+    security_protocols: dict[str, int] = field(default_factory=dict)
+    log_dirs: list[bytes] = field(default_factory=list)
+    # offset of the RegisterBrokerRecord (a snapshot's last offset when loaded from one): the
+    # broker is caught up once its metadata offset reaches it (Kafka's registerBrokerRecordOffsets)
+    register_offset: int = -1
 
 
 def _uuid_bytes(v: Any) -> bytes:
@@ -76,6 +90,10 @@ def _uuid_bytes(v: Any) -> bytes:
 
 class MetadataImage:
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the image (before a snapshot is loaded into it)."""
         self.features: dict[str, int] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.topics_by_name: dict[str, TopicImage] = {}
@@ -103,12 +121,12 @@ class MetadataImage:
     # ------------------------------------------------------------------ replay
 
     def replay(self, record: Any, offset: int = -1) -> None:
+        if offset >= 0:
+            self.offset = offset
         kind = type(record).__name__
         fn = getattr(self, "_replay_" + kind, None)
         if fn is not None:
             fn(record)
-        if offset >= 0:
-            self.offset = offset
 
     def _replay_FeatureLevelRecord(self, r: Any) -> None:
         # Kafka's FeatureControlManager.replay: level 0 removes a feature (metadata.version is
@@ -123,7 +141,31 @@ class MetadataImage:
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self.brokers[r.broker_id] = BrokerRegistration(
             r.broker_id, r.broker_epoch, [(e.name, e.host, e.port) for e in r.end_points],
-            r.rack, r.fenced)
+            r.rack, r.fenced, _uuid_bytes(r.incarnation_id), bool(r.in_controlled_shutdown),
+            {f.name: (f.min_supported_version, f.max_supported_version) for f in r.features},
+            {e.name: e.security_protocol for e in r.end_points},
+            [_uuid_bytes(d) for d in r.log_dirs], self.offset)
+
+    def _replay_UnregisterBrokerRecord(self, r: Any) -> None:
+        b = self.brokers.get(r.broker_id)
+        if b is not None and b.epoch == r.broker_epoch:
+            del self.brokers[r.broker_id]
+
+    def _replay_BrokerRegistrationChangeRecord(self, r: Any) -> None:
+        # Kafka's BrokerRegistrationFencingChange: -1 unfence, 0 no change, 1 fence
+        b = self.brokers.get(r.broker_id)
+        if b is None or b.epoch != r.broker_epoch:
+            return
+        if r.fenced == 1:
+            b.fenced = True
+        elif r.fenced == -1:
+            b.fenced = False
+        if getattr(r, "in_controlled_shutdown", 0) == 1:
+            b.in_controlled_shutdown = True
+        if b.fenced:  # a fenced broker leaves controlled shutdown (BrokerRegistration.cloneWith)
+            b.in_controlled_shutdown = False
+        if getattr(r, "log_dirs", None):
+            b.log_dirs = [_uuid_bytes(d) for d in r.log_dirs]
 
     def _replay_UnfenceBrokerRecord(self, r: Any) -> None:
         b = self.brokers.get(r.id)
@@ -208,3 +250,52 @@ class MetadataImage:
     def _replay_RemoveAccessControlEntryRecord(self, r: Any) -> None:
         replay_remove(self.acls, r)
         self.acls_version += 1
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot_records(self) -> list[Any]:
+        """Records that rebuild this image when replayed into an empty one (Kafka's
+        MetadataImage.write, in its order: features, cluster, topics, configs, quotas, producer
+        ids, ACLs, SCRAM). Broker registrations carry their current fencing state."""
+        from pybroker.protocol import messages as m
+
+        out: list[Any] = []
+        for name in sorted(self.features, key=lambda n: (n != "metadata.version", n)):
+            out.append(m.FeatureLevelRecord(name=name, feature_level=self.features[name]))
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            out.append(m.RegisterBrokerRecord(
+                broker_id=b.broker_id, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
+                end_points=[m.RegisterBrokerRecord.BrokerEndpoint(
+                    name=n, host=h, port=p, security_protocol=b.security_protocols.get(n, 0))
+                    for n, h, p in b.endpoints],
+                features=[m.RegisterBrokerRecord.BrokerFeature(name=f, min_supported_version=lo,
+                                                               max_supported_version=hi)
+                          for f, (lo, hi) in sorted(b.features.items())],
+                rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
+                log_dirs=list(b.log_dirs)))
+        for t in sorted(self.topics_by_name.values(), key=lambda t: t.name):
+            out.append(m.TopicRecord(name=t.name, topic_id=t.topic_id))
+            for pid in sorted(t.partitions):
+                p = t.partitions[pid]
+                out.append(m.PartitionRecord(
+                    partition_id=pid, topic_id=t.topic_id, replicas=list(p.replicas), isr=list(p.isr),
+                    removing_replicas=[], adding_replicas=[], leader=p.leader, leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch))
+        for (rtype, rname), values in sorted(self.configs.items()):
+            for key in sorted(values):
+                out.append(m.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=values[key]))
+        for entity, quotas in self.client_quotas.items():
+            for key in sorted(quotas):
+                out.append(m.ClientQuotaRecord(
+                    entity=[m.ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                    key=key, value=quotas[key], remove=False))
+        if self.next_producer_id:
+            out.append(m.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id))
+        for acl_id, acl in self.acls.items():
+            out.append(acl.to_record(acl_id))
+        for user in sorted(self.scram_credentials):
+            for mechanism, c in sorted(self.scram_credentials[user].items()):
+                out.append(m.UserScramCredentialRecord(name=user, mechanism=mechanism, salt=c.salt,
+                                                       stored_key=c.stored_key, server_key=c.server_key,
+                                                       iterations=c.iterations))
+        return out

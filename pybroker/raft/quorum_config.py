@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from pybroker.config import ConfigError, parse_quorum_bootstrap_servers, parse_quorum_voters
 
 QUORUM_VOTERS = "controller.quorum.voters"
 QUORUM_BOOTSTRAP_SERVERS = "controller.quorum.bootstrap.servers"
@@ -48,54 +50,29 @@ MAX_FETCH_SIZE_BYTES = MAX_BATCH_SIZE_BYTES
 RETRY_BACKOFF_BASE_MS = 100
 
 
+class PropertySource(Protocol):
+    """Where settings come from: a properties mapping, or pybroker's BrokerConfig."""
+
+    def get(self, key: str, default: Any = ..., /) -> Any: ...
+
+
 class QuorumConfigError(ValueError):
     pass
 
 
-def _parse_host_port(text: str, key: str) -> tuple[str, int]:
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise QuorumConfigError(f"{key}: bad address {text!r} (expected [host]:port)")
-        port_s = rest[1:]
-    else:
-        host, sep, port_s = text.rpartition(":")
-        if not sep or not host:
-            raise QuorumConfigError(f"{key}: bad address {text!r} (expected host:port)")
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise QuorumConfigError(f"{key}: bad port in {text!r}") from None
-    if not 0 <= port < 65536:
-        raise QuorumConfigError(f"{key}: port out of range in {text!r}")
-    return host, port
-
-
 def parse_voters(value: str | list[str]) -> dict[int, tuple[str, int]]:
-    """`1@host:port,2@[::1]:9093` -> {1: ("host", port), 2: ("::1", 9093)}."""
-    items = value if isinstance(value, list) else value.split(",")
-    voters: dict[int, tuple[str, int]] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        node, sep, address = item.partition("@")
-        if not sep:
-            raise QuorumConfigError(f"{QUORUM_VOTERS}: {item!r} is not of the form id@host:port")
-        try:
-            node_id = int(node)
-        except ValueError:
-            raise QuorumConfigError(f"{QUORUM_VOTERS}: bad node id in {item!r}") from None
-        if node_id < 0:
-            raise QuorumConfigError(f"{QUORUM_VOTERS}: negative node id in {item!r}")
-        if node_id in voters:
-            raise QuorumConfigError(f"{QUORUM_VOTERS}: node {node_id} is listed twice")
-        voters[node_id] = _parse_host_port(address, QUORUM_VOTERS)
-    return voters
+    """`1@host:port,2@[::1]:9093` -> {1: ("host", port), 2: ("::1", 9093)} (pybroker.config's parser)."""
+    try:
+        return parse_quorum_voters(value)
+    except ConfigError as exc:
+        raise QuorumConfigError(str(exc)) from None
 
 
 def parse_bootstrap_servers(value: str | list[str]) -> list[tuple[str, int]]:
-    items = value if isinstance(value, list) else value.split(",")
-    return [_parse_host_port(i.strip(), QUORUM_BOOTSTRAP_SERVERS) for i in items if i.strip()]
+    try:
+        return parse_quorum_bootstrap_servers(value)
+    except ConfigError as exc:
+        raise QuorumConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -117,7 +94,7 @@ class QuorumConfig:
                 raise QuorumConfigError(f"{name} must not be negative: {getattr(self, name)}")
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any]) -> QuorumConfig:
+    def from_properties(cls, props: PropertySource | Mapping[str, Any]) -> QuorumConfig:
         """Build from server.properties-style keys (strings or already-typed values)."""
         def integer(key: str) -> int:
             raw = props.get(key, DEFAULTS[key])

@@ -148,6 +148,9 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         self._cleaner_interval_ms = log_cleaner_interval_ms
         self._cleaner_timer = Timer(0, log_cleaner_interval_ms)
         self._initialized = False
+        self._hw_sent: dict[int, int] = {}
+        # a peer answered INCONSISTENT_CLUSTER_ID: this node's storage is another cluster's
+        self.inconsistent_cluster_id_from: int | None = None
 
     # -- start-up --------------------------------------------------------------------------
     def initialize(self, now_ms: int) -> None:
@@ -188,6 +191,21 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None:
         return self.log.latest_snapshot_id()
+
+    @property
+    def next_append_offset(self) -> int | None:
+        """The offset the next `append`ed record will get (the leader's broker epochs are
+        these); None when this node does not lead."""
+        if not self.quorum.is_leader or self._accumulator is None:
+            return None
+        return self._accumulator.next_offset
+
+    def leader_address(self) -> tuple[int | None, tuple[str, int] | None]:
+        """(the leader's id, its address on the controller listener) as far as this node knows."""
+        leader = self.quorum.leader_id
+        if leader is None:
+            return None, None
+        return leader, self._address(leader)
 
     # -- listeners -------------------------------------------------------------------------
     def register(self, listener: Listener) -> None:
@@ -471,6 +489,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def _leaving_leader(self) -> None:
         """Abandon what only a leader holds: unappended records and parked fetches."""
         self._accumulator = None
+        self._hw_sent = {}
         self._fail_parked_fetches(ru.NOT_LEADER_OR_FOLLOWER)
 
     def _transition_to_prospective(self, now_ms: int) -> None:
@@ -501,6 +520,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def _on_become_leader(self, now_ms: int) -> None:
         end = self.log.end_offset
         state = self.quorum.transition_to_leader(end, now_ms)
+        self._hw_sent = {}
         log.info("node %s: leader of epoch %d from offset %d", self.node_id, state.epoch, end)
         # Written at once: the high watermark can only move once a record of this epoch commits.
         voters = sorted(self.voters.voter_ids())
@@ -602,11 +622,14 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     # -- leader progress and local API -------------------------------------------------------
     def _update_leader_end_offset(self, state: LeaderState, now_ms: int) -> None:
         if state.update_local_state(min(self._durable_end, self.log.end_offset)):
-            self._on_update_leader_high_watermark(state)
+            self._on_update_leader_high_watermark(state, now_ms)
 
-    def _on_update_leader_high_watermark(self, state: LeaderState) -> None:
+    def _on_update_leader_high_watermark(self, state: LeaderState, now_ms: int) -> None:
         assert state.high_watermark is not None
         self.log.update_high_watermark(state.high_watermark)
+        # Kafka's fetchPurgatory.completeAll: the parked followers learn the new high watermark
+        # now, not when their fetch expires (up to 500 ms later)
+        self._complete_all_parked_fetches(now_ms)
 
     def append(self, records: list[Any], now_ms: int, epoch: int | None = None) -> int:
         """Queue records for one batch on the leader; returns the offset of the last one.

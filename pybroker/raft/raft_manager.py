@@ -33,14 +33,14 @@ from pybroker.raft.kafka_metadata_log import (
     METADATA_MAX_RETENTION_MS,
     KafkaMetadataLog,
 )
-from pybroker.raft.quorum_config import QuorumConfig
+from pybroker.raft.quorum_config import PropertySource, QuorumConfig
 from pybroker.raft.quorum_state_store import QUORUM_STATE_FILE, FileQuorumStateStore
 from pybroker.raft.raft_client import LOG_CLEANER_INTERVAL_MS, KafkaRaftClient
 from pybroker.raft.raft_driver import RaftDriver
 from pybroker.raft.voter_set import DEFAULT_CONTROLLER_LISTENER
 
 
-def metadata_log_settings(props: Mapping[str, Any]) -> dict[str, int]:
+def metadata_log_settings(props: PropertySource | Mapping[str, Any]) -> dict[str, int]:
     return {
         "segment_bytes": int(props.get(METADATA_LOG_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES)),
         "retention_bytes": int(props.get(METADATA_MAX_RETENTION_BYTES, DEFAULT_RETENTION_BYTES)),

@@ -48,6 +48,7 @@ class _ParkedFetch:
 
 
 class RaftRequestHandlers(_Base):
+    _hw_sent: dict[int, int]  # replica id -> the high watermark last sent to it (this leadership)
     def handle_request(self, request: InboundRequest, now_ms: int) -> None:
         """Answer (now, or for a parked Fetch later) through take_io()."""
         api_key = request.api_key
@@ -198,8 +199,13 @@ class RaftRequestHandlers(_Base):
         response = self._try_complete_fetch_request(replica_id, directory_id, p.current_leader_epoch,
                                                     p.fetch_offset, p.last_fetched_epoch, now_ms)
         part = response.responses[0].partitions[0]
-        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 \
+        # a high watermark this replica was not told yet is news: answer now (Kafka's Fetch v18
+        # carries the follower's high watermark for this test; v17 does not, so the leader
+        # remembers the last one it sent each replica)
+        news = part.high_watermark >= 0 and part.high_watermark > self._hw_sent.get(replica_id, -1)
+        if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 or news \
                 or part.diverging_epoch is not None or part.snapshot_id is not None:
+            self._hw_sent[replica_id] = max(self._hw_sent.get(replica_id, -1), part.high_watermark)
             self._respond(request, response)
             return
         self._parked.append(_ParkedFetch(request, replica_id, directory_id, p.fetch_offset,
@@ -228,7 +234,7 @@ class RaftRequestHandlers(_Base):
         if verdict_kind == ValidKind.VALID:
             records = self.log.read(fetch_offset, None, self.max_fetch_bytes)
             if state.update_replica_state(replica_id, directory_id, now_ms, fetch_offset):
-                self._on_update_leader_high_watermark(state)
+                self._on_update_leader_high_watermark(state, now_ms)
         elif replica_id >= 0:
             # not progress, but proof of life for check-quorum
             state.update_check_quorum_for_following_voter(replica_id, now_ms)
@@ -238,6 +244,11 @@ class RaftRequestHandlers(_Base):
             diverging=verdict_id if verdict_kind == ValidKind.DIVERGING else None,
             snapshot_id=verdict_id if verdict_kind == ValidKind.SNAPSHOT else None,
             endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
+
+    def _complete_all_parked_fetches(self, now_ms: int) -> None:
+        parked, self._parked = self._parked, []
+        for f in parked:
+            self._answer_parked(f, now_ms)
 
     def _complete_parked_fetches(self, now_ms: int) -> None:
         end = self.log.end_offset
@@ -249,9 +260,12 @@ class RaftRequestHandlers(_Base):
 
     def _answer_parked(self, parked: _ParkedFetch, now_ms: int) -> None:
         p = ru.fetch_partition(parked.request.body)
-        self._respond(parked.request, self._try_complete_fetch_request(
+        response = self._try_complete_fetch_request(
             parked.replica_id, parked.directory_id, p.current_leader_epoch, p.fetch_offset,
-            p.last_fetched_epoch, now_ms))
+            p.last_fetched_epoch, now_ms)
+        hw = response.responses[0].partitions[0].high_watermark
+        self._hw_sent[parked.replica_id] = max(self._hw_sent.get(parked.replica_id, -1), hw)
+        self._respond(parked.request, response)
 
     def _expire_parked_fetches(self, now_ms: int) -> int:
         if not self._parked:

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class RaftResponseHandlers(_Base):
+    inconsistent_cluster_id_from: int | None
     def handle_response(self, response: InboundResponse, now_ms: int) -> None:
         rm = self.request_manager
         if not rm.is_response_expected(response.source, response.correlation_id):
@@ -55,6 +56,8 @@ class RaftResponseHandlers(_Base):
         }.get(response.api_key)
         if handler is None:
             raise ValueError(f"unexpected response to api {response.api_key}")
+        if body.error_code == ru.INCONSISTENT_CLUSTER_ID:
+            self.inconsistent_cluster_id_from = response.source
         if body.error_code != ru.NONE:
             success = False  # connection failure, timeout, or a top-level refusal: back off
             if body.error_code not in (ru.BROKER_NOT_AVAILABLE, ru.REQUEST_TIMED_OUT):

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pybroker.raft.quorum_config import PropertySource
+
 MAX_BYTES_BETWEEN_SNAPSHOTS = "metadata.log.max.record.bytes.between.snapshots"
 MAX_SNAPSHOT_INTERVAL_MS = "metadata.log.max.snapshot.interval.ms"
 DEFAULT_MAX_BYTES_BETWEEN_SNAPSHOTS = 20 * 1024 * 1024
@@ -40,7 +42,7 @@ class SnapshotPolicy:
         self.in_progress = False
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any], now_ms: int = 0) -> SnapshotPolicy:
+    def from_properties(cls, props: PropertySource | Mapping[str, Any], now_ms: int = 0) -> SnapshotPolicy:
         return cls(max_bytes_between_snapshots=int(props.get(MAX_BYTES_BETWEEN_SNAPSHOTS,
                                                              DEFAULT_MAX_BYTES_BETWEEN_SNAPSHOTS)),
                    max_interval_ms=int(props.get(MAX_SNAPSHOT_INTERVAL_MS, DEFAULT_MAX_SNAPSHOT_INTERVAL_MS)),

@@ -200,13 +200,13 @@ class ReplicaManager:
             self._publish(tp, t, reg, self.log_manager.get_or_create_log(
                 t.name, tp[1], t.topic_id, config, now_ms=self.clock.wall_ms()), config)
 
-    async def apply_metadata_records(self, records: list[Any]) -> None:
+    async def apply_metadata_records(self, records: list[Any] | None) -> None:
         """A controller listener: apply what `records` changed (Kafka's ReplicaManager.applyDelta).
 
         Leadership and config changes apply at once; new partitions' directories and files are
         created in a worker thread (thousands of them take seconds of disk work), then published
         here. The controller awaits this before answering, so a CreateTopics answer still means
-        the partitions serve.
+        the partitions serve. `records` None: look at every topic (a loaded metadata snapshot).
         """
         todo, doomed = await _drain_async(self._plan(records))
         if doomed:  # renamed away before a log of the same name may be created again
@@ -379,6 +379,10 @@ class ReplicaManager:
         Kafka's getPartitionOrException + Partition.checkCurrentLeaderEpoch."""
         p = self.partitions.get((topic, partition)) if topic is not None else None
         if p is None:
+            # Kafka's getPartitionOrError: a partition of the cluster hosted elsewhere
+            t = self.image.topics_by_name.get(topic) if topic is not None else None
+            if t is not None and partition in t.partitions:
+                return Errors.NOT_LEADER_OR_FOLLOWER
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         if not p.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER

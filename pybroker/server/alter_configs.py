@@ -17,6 +17,10 @@ controller/broker_configs.py). GROUP resources (KIP-848 group configs) go to the
 like TOPIC ones (QuorumController.alter_group_configs, controller/group_configs.py).
 BROKER_LOGGER and other resource types are not supported (INVALID_REQUEST).
 
+Forwarding (Kafka 4): the broker that receives the request checks BROKER resources against
+its own node id and static config first; the rest goes to the active controller, here when it
+is this node, else in an Envelope holding only those resources (server/forwarding.py).
+
 Concurrency: trio thread; the controller serialises changes.
 """
 
@@ -36,6 +40,7 @@ from pybroker.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from pybroker.security.authorizer import Op
+from pybroker.server.forwarding import forward_body
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -141,13 +146,31 @@ async def _persist(broker: Broker, resources: list[Any], todo: list[int], increm
     return out
 
 
+async def _controller_step(broker: Broker, ctx: RequestContext, req: Any, resources: list[Any], todo: list[int],
+                           incremental: bool) -> dict[int, Outcome]:
+    """The resources left after the broker's checks: persisted by this node's active controller,
+    else forwarded to the active one (only those resources: Kafka's copyWithoutPreprocessed)."""
+    if ctx.forwarded or broker.handles_locally(ctx.api_key, req):
+        return await _persist(broker, resources, todo, incremental, req.validate_only)
+    rest = type(req)(resources=[resources[i] for i in todo], validate_only=req.validate_only)
+    answer = await forward_body(broker, ctx, rest)
+    return {i: (r.error_code, r.error_message) for i, r in zip(todo, answer.responses, strict=True)}
+
+
+def _received(broker: Broker, ctx: RequestContext, resources: list[Any], incremental: bool) -> dict[int, Outcome]:
+    """The broker's own checks (ConfigAdminManager.preprocess, then authorization); a forwarded
+    request was checked by the broker that received it, the controller authorizes again."""
+    outcomes = {} if ctx.forwarded else _preprocess(broker, resources, incremental=incremental)
+    outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
+    return outcomes
+
+
 async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
     resources = list(req.resources)
-    outcomes = _preprocess(broker, resources, incremental=False)
-    outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
+    outcomes = _received(broker, ctx, resources, incremental=False)
     todo = [i for i in range(len(resources)) if i not in outcomes]
     if todo:
-        outcomes.update(await _persist(broker, resources, todo, False, req.validate_only))
+        outcomes.update(await _controller_step(broker, ctx, req, resources, todo, False))
     return AlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=int(outcomes[i][0]), error_message=outcomes[i][1],
@@ -158,11 +181,10 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: AlterCo
 async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext,
                                            req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     resources = list(req.resources)
-    outcomes = _preprocess(broker, resources, incremental=True)
-    outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
+    outcomes = _received(broker, ctx, resources, incremental=True)
     todo = [i for i in range(len(resources)) if i not in outcomes]
     if todo:
-        outcomes.update(await _persist(broker, resources, todo, True, req.validate_only))
+        outcomes.update(await _controller_step(broker, ctx, req, resources, todo, True))
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=int(outcomes[i][0]), error_message=outcomes[i][1],

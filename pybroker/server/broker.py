@@ -1,14 +1,36 @@
-"""One pybroker node (combined broker + controller), from start-up to clean shutdown.
+"""One pybroker node (broker, controller or both), from start-up to clean shutdown.
 
-Start-up, in order: bind the listeners (port 0 picks a free port), load and recover the
-log dirs and the __cluster_metadata log in worker threads, replay the metadata into the
-image, register this node with its bound endpoints, create the partition logs it hosts,
-then log "listening on ..." and serve. Meanwhile ApiVersions is answered at once and every other
-request waits (docs/ARCHITECTURE.md, "Start-up, recovery and thousands of partitions").
+Every node runs the KRaft quorum's client on `__cluster_metadata` (pybroker/raft): a voter when
+its node id is one of `controller.quorum.voters` (or it is standalone: no quorum configured, a
+one-voter quorum of itself), else an observer. Its metadata image is replayed only from
+committed records, by the metadata loader (pybroker/metadata/loader.py), which then runs the
+publishers in order: dynamic broker configs, the replica manager (creates and deletes the
+partition logs this node hosts), the coordinators, the quotas.
 
-Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting, wake every waiting
-fetch/produce/join/sync so it answers now, let each connection finish the request in hand, then
-flush every log, write the checkpoints and the clean-shutdown marker.
+While it starts, ApiVersions is answered at once and every other request waits until the node
+is ready (docs/ARCHITECTURE.md, "Start-up, recovery and thousands of partitions").
+
+Start-up, in order:
+ 1. bind the listeners (port 0 picks a free port): broker listeners, and the controller
+    listeners (served at once: the quorum's Raft RPCs need them before anything else);
+ 2. check and load the log dirs (formatted by `pybroker storage format`; a standalone node or a
+    configured `cluster.id` formats them on first start), in worker threads;
+ 3. open the Raft client (log, quorum-state, snapshots) and the loader; a controller-role node
+    starts its QuorumController, active only while this node leads the quorum;
+ 4. wait until the loader has caught up with the high watermark (a quorum leader is known);
+ 5. install the publishers and publish the whole image once (hosted partitions' logs exist
+    before anything serves);
+ 6. broker role: register with the active controller and heartbeat (BrokerLifecycleManager);
+    once the controller says this broker caught up with its registration, ask to be unfenced
+    and wait until the image shows it unfenced;
+ 7. start the background tasks, log "listening on ..." for each broker listener, serve.
+Requests on broker listeners that arrive before that wait.
+
+Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting on broker listeners, wake
+every waiting fetch/produce/join/sync so it answers now, let each connection finish the request
+in hand; tell the controller this broker is going (it fences it at once); a leader of the
+quorum hands leadership over (EndQuorumEpoch); then flush every log, write the checkpoints and
+the clean-shutdown marker. Controller listeners close last.
 """
 
 from __future__ import annotations
@@ -19,33 +41,54 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import trio
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, Endpoint, parse_metrics_listener
+from pybroker.controller import features as feature_control
+from pybroker.controller.bootstrap_metadata import read_bootstrap_records, read_bootstrap_voters
 from pybroker.controller.controller import QuorumController
-from pybroker.controller.metadata_log import MetadataLog
+from pybroker.controller.metadata_log import MetadataRecordSerde
 from pybroker.coordinators.group.coordinator import GroupCoordinator
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
-from pybroker.log.errors import LogError
+from pybroker.log.errors import LogError, MetaPropertiesError
 from pybroker.log.manager import LogManager
+from pybroker.log.meta_properties import ensure_log_dirs, read_meta_properties, uuid_from_str
 from pybroker.metadata.image import MetadataImage
+from pybroker.metadata.loader import Delta, MetadataLoader
 from pybroker.metrics.request_metrics import RequestMetrics
 from pybroker.net.server import SocketServer
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.timer import SystemTimer
+from pybroker.raft.kafka_metadata_log import METADATA_DIR
+from pybroker.raft.quorum_config import QuorumConfig
+from pybroker.raft.raft_manager import RaftManager, metadata_log_settings
+from pybroker.raft.snapshot_policy import SnapshotPolicy
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
+from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
+from pybroker.server.broker_lifecycle_manager import BrokerLifecycleManager
 from pybroker.server.cluster import ProducerIdManager
-from pybroker.server.dispatch import RequestDispatcher, api_names
+from pybroker.server.controller_channel import ControllerChannel
+from pybroker.server.controller_client import ControllerClient
+from pybroker.server.dispatch import ControllerDispatcher, RequestDispatcher, api_names
 from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
+from pybroker.server.quorum import valid_request
 from pybroker.server.quota import QuotaManagers
+from pybroker.server.snapshot_generator import SnapshotGenerator
 
 log = logging.getLogger("pybroker")
 
 SHUTDOWN_GRACE_S = 30.0
+RAFT_SHUTDOWN_S = 5.0
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
 class StartupError(Exception):
@@ -61,18 +104,26 @@ class Broker:
         self.image = MetadataImage()
         self.ready = trio.Event()
         self.stopped = trio.Event()
+        self.raft_ready = trio.Event()  # the controller listener may hand requests to the Raft client
         self._shutdown = trio.Event()
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
-        self.controller: QuorumController
+        self.controller_bound: list[Endpoint] = []
+        self.raft: RaftManager | None = None
+        self.loader: MetadataLoader
+        self.quorum_controller: QuorumController | None = None  # controller role only
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.controller_server: SocketServer | None = None
+        self.forwarding_channel: ControllerChannel
+        self.membership_channel: ControllerChannel
+        self.controller_client = ControllerClient(self, lambda: float(config["request.timeout.ms"]) / 1000)
         self.replica_manager: ReplicaManager
         self.log_manager: LogManager
-        self.metadata_log: MetadataLog
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
         self.txn_coordinator: TransactionCoordinator
         self.server: SocketServer
-        self.dynamic_config: DynamicBrokerConfig  # KIP-226 layers over `config`
+        self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
         # authorizer.class.name: None (no authorizer) costs handlers one `is None` test
@@ -84,6 +135,9 @@ class Broker:
         self.metrics_url: str | None = None  # http://host:port/metrics once bound
         # incremental fetch sessions (KIP-227), Kafka's FetchManager
         self.fetch_manager = FetchManager(FetchSessionCache.create(config["max.incremental.fetch.session.cache.slots"]))
+        self._metadata_dir_id: str | None = None
+        self._log_dir_ids: list[bytes] = []
+        self.controller_advertised: list[Endpoint] = []
 
     @property
     def stopping(self) -> bool:
@@ -92,47 +146,295 @@ class Broker:
     def request_shutdown(self) -> None:
         self._shutdown.set()
 
+    @property
+    def is_active_controller(self) -> bool:
+        return self.quorum_controller is not None and self.quorum_controller.active
+
+    @property
+    def controller(self) -> QuorumController:
+        """This node's controller while it is the active one (handlers of controller APIs);
+        KafkaError(NOT_CONTROLLER) otherwise."""
+        controller = self.quorum_controller
+        if controller is None or not controller.active:
+            raise KafkaError(Errors.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+        return controller
+
+    def handles_locally(self, api_key: int, body: Any = None) -> bool:
+        """Whether a request Kafka forwards to the controller is answered here: this node's
+        controller is the active one (DescribeQuorum: this node leads the quorum)."""
+        if api_key == ApiKey.DESCRIBE_QUORUM:
+            return (body is not None and not valid_request(body)) or \
+                (self.raft is not None and self.raft.client.is_leader)
+        return self.is_active_controller
+
+    # ------------------------------------------------------------------ endpoints
+
+    def _advertised_for(self, bound: list[Endpoint], advertised_cfg: list[Endpoint]) -> list[Endpoint]:
+        by_name = {e.listener_name: e for e in bound}
+        out = []
+        for e in bound:
+            adv = next((a for a in advertised_cfg if a.listener_name == e.listener_name), None) \
+                if self.config["advertised.listeners"] else None
+            if adv is not None:
+                port = adv.port or by_name[e.listener_name].port
+                out.append(Endpoint(e.listener_name, adv.host or socket.getfqdn(), port, e.security_protocol))
+            else:
+                out.append(Endpoint(e.listener_name, e.host or socket.getfqdn(), e.port, e.security_protocol))
+        return out
+
     def _advertised(self) -> list[Endpoint]:
-        by_name = {e.listener_name: e for e in self.bound}
-        if self.config["advertised.listeners"]:
-            out = []
-            for e in self.config.advertised_listeners:
-                port = e.port or by_name.get(e.listener_name, e).port
-                out.append(Endpoint(e.listener_name, e.host or socket.getfqdn(), port, e.security_protocol))
-            return out
-        return [Endpoint(e.listener_name, e.host or socket.getfqdn(), e.port, e.security_protocol)
-                for e in self.bound]
+        return self._advertised_for(self.bound, self.config.advertised_broker_listeners)
+
+    # ------------------------------------------------------------------ storage
+
+    def _check_storage(self) -> tuple[str, dict[Path, Any]]:
+        """meta.properties of every log dir and the metadata dir (blocking): the cluster id.
+        Unformatted dirs are formatted only on a standalone node or with `cluster.id` set."""
+        cfg = self.config
+        dirs = list(dict.fromkeys([*cfg.log_dirs, cfg.metadata_log_dir]))
+        found = {}
+        for d in dirs:
+            meta = read_meta_properties(d) if Path(d).exists() else None
+            if meta is not None:
+                found[d] = meta
+        if not found and not cfg.standalone and not cfg["cluster.id"]:
+            raise StartupError(f"no formatted log directory in {', '.join(dirs)}: run `pybroker storage format "
+                               "-t <cluster id> -c <config file>` on every node with one cluster id "
+                               "(`pybroker storage random-uuid` makes one)")
+        try:
+            return ensure_log_dirs(dirs, self.node_id, cfg["cluster.id"])
+        except MetaPropertiesError as exc:
+            raise StartupError(str(exc)) from None
 
     async def _load_storage(self) -> None:
         cfg = self.config
+        self.cluster_id, metas = await trio.to_thread.run_sync(self._check_storage)
+        self._metadata_dir_id = metas[Path(cfg.metadata_log_dir)].directory_id
+        self._log_dir_ids = [uuid_from_str(metas[Path(d)].directory_id) for d in cfg.log_dirs
+                             if metas[Path(d)].directory_id]
         default = log_config(cfg.topic_defaults())
-        self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=cfg["cluster.id"],
+        self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=self.cluster_id,
                                       default_config=default,
                                       producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
                                       recovery_threads=cfg["num.recovery.threads.per.data.dir"])
         await trio.to_thread.run_sync(self.log_manager.load, self.clock.wall_ms())
-        self.cluster_id = self.log_manager.cluster_id or ""
-        from pathlib import Path
 
-        meta_dir = Path(cfg.metadata_log_dir)
-        clean = self.log_manager.had_clean_shutdown.get(meta_dir, False)
-        self.metadata_log = await trio.to_thread.run_sync(
-            lambda: MetadataLog(meta_dir, clean_shutdown=clean,
-                                segment_bytes=cfg["metadata.log.segment.bytes"], clock=self.clock))
+    # ------------------------------------------------------------------ the quorum
+
+    def _quorum(self) -> tuple[QuorumConfig, str, dict[str, tuple[str, int]]]:
+        """(quorum settings, the controller listener name, this node's controller endpoints)."""
+        cfg = self.config
+        base = QuorumConfig.from_properties(cfg)
+        if cfg.standalone:
+            # a one-voter quorum of itself, reachable (for DescribeQuorum's sake) at its first listener
+            ep = (self.advertised or self.controller_advertised)[0]
+            address = (ep.host, ep.port)
+            return replace(base, voters={self.node_id: address}), ep.listener_name, {ep.listener_name: address}
+        name = cfg.controller_listener_names[0]
+        local = {e.listener_name: (e.host, e.port) for e in self.controller_advertised}
+        voters = dict(cfg.quorum_voters)
+        if not voters:
+            voters = read_bootstrap_voters(Path(cfg.metadata_log_dir) / METADATA_DIR, name)
+            if not voters and cfg.is_controller:
+                raise StartupError("controller.quorum.voters is not set and the metadata log holds no voter set: "
+                                   "format this controller with `pybroker storage format --standalone` or "
+                                   "`--initial-controllers`")
+        return replace(base, voters=voters), name, local
+
+    async def _open_raft(self, nursery: trio.Nursery) -> None:
+        cfg = self.config
+        quorum, listener_name, local_listeners = self._quorum()
+        directory_id = uuid_from_str(self._metadata_dir_id) if self._metadata_dir_id else None
+        try:
+            self.raft = await RaftManager.open(
+                node_id=self.node_id, cluster_id=self.cluster_id, metadata_log_dir=cfg.metadata_log_dir,
+                quorum=quorum, listener_name=listener_name, local_listeners=local_listeners,
+                serde=MetadataRecordSerde(), directory_id=directory_id,
+                log_settings=metadata_log_settings(cfg),
+                # Kafka checks for metadata log cleanup every 60 s (a constant); tests shorten it
+                log_cleaner_interval_ms=int(os.environ.get("PYBROKER_METADATA_CLEANER_INTERVAL_MS", "60000")))
+        except (LogError, OSError, ValueError) as exc:
+            raise StartupError(f"cannot open the metadata log in {cfg.metadata_log_dir}: {exc}") from None
+        await nursery.start(self.raft.driver.run)
+        self.raft_ready.set()
+        client = self.raft.client
+        self.loader = MetadataLoader(self.image, lambda: client.high_watermark)
+        await nursery.start(self.loader.run)
+        self.raft.driver.register(self.loader)
+
+        def leader() -> tuple[int | None, tuple[str, int] | None]:
+            leader_id, address = client.leader_address()
+            if leader_id == self.node_id:
+                return leader_id, None  # this node's own controller is (about to be) active
+            return leader_id, address
+
+        async def wait_for_change(seconds: float) -> None:
+            with trio.move_on_after(seconds):
+                assert self.raft is not None
+                epoch, leader_id = client.epoch, client.quorum.leader_id
+                try:
+                    await self.raft.driver.wait_for(lambda: client.epoch != epoch
+                                                    or client.quorum.leader_id != leader_id
+                                                    or self.is_active_controller)
+                except RuntimeError:  # the driver stopped (shutting down): just wait out the backoff
+                    await trio.sleep_forever()
+
+        async def local(api_key: int, version: int, body: Any) -> Any:
+            return await controller_apis.handle(self, None, api_key, version, 0, f"node-{self.node_id}", body)
+
+        def channel(name: str) -> ControllerChannel:
+            return ControllerChannel(name=name, client_id=f"{name}-{self.node_id}",
+                                     local_handler=local if cfg.is_controller else None,
+                                     local_active=lambda: self.is_active_controller, leader=leader,
+                                     wait_for_change=wait_for_change,
+                                     retry_backoff_ms=max(100, cfg["controller.quorum.retry.backoff.ms"]),
+                                     attempt_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
+
+        self.forwarding_channel = channel("forwarding")
+        self.membership_channel = channel("heartbeat")
+        if cfg.is_controller:
+            self.quorum_controller = controller = QuorumController(
+                cfg, self.image, self.raft.driver, self.loader, cluster_id=self.cluster_id,
+                now_ms=self.clock.wall_ms, next_append_offset=lambda: client.next_append_offset,
+                bootstrap_records=lambda: read_bootstrap_records(Path(cfg.metadata_log_dir)),
+                placer=None)
+            self.loader.leader_listeners.append(controller.handle_leader_change)
+            await nursery.start(controller.run)
+
+    async def _wait_caught_up(self) -> None:
+        """Until the loader reached a known high watermark once (a leader was found)."""
+        assert self.raft is not None
+        client = self.raft.client
+        waited = 0
+        while not self.loader.caught_up.is_set():
+            with trio.move_on_after(5):
+                await self.loader.caught_up.wait()
+            if self.loader.caught_up.is_set():
+                break
+            self._check_cluster_id()
+            waited += 5
+            log.info("waiting for the metadata quorum (%ds; leader %s, epoch %d, high watermark %s)", waited,
+                     client.quorum.leader_id, client.epoch, client.high_watermark)
+
+    def _check_cluster_id(self) -> None:
+        assert self.raft is not None
+        peer = self.raft.client.inconsistent_cluster_id_from
+        if peer is not None:
+            raise StartupError(f"this node's storage belongs to cluster {self.cluster_id}, but node {peer} of "
+                               "the controller quorum answered INCONSISTENT_CLUSTER_ID (meta.properties of "
+                               "another cluster: reformat with the quorum's cluster id)")
+
+    # ------------------------------------------------------------------ publishers
+
+    def _install_publishers(self, nursery: trio.Nursery, timer: SystemTimer) -> None:
+        cfg = self.config
+        loader = self.loader
+        # dynamic broker configs first: every later reader (topic defaults included) sees them,
+        # and as the first publisher a change reaches `config` before the replica manager
+        if self.dynamic_config.reload(self.image.configs):
+            self.dynamic_config.apply_runtime(self)
+
+        def dynamic(delta: Delta) -> None:
+            if delta.records is None:
+                if self.dynamic_config.reload(self.image.configs):
+                    self.dynamic_config.apply_runtime(self)
+            else:
+                self.dynamic_config.on_metadata(self, self.image.configs, delta.records)
+
+        loader.add_publisher("dynamic broker configs", dynamic)
+        self.authorizer = StandardAuthorizer.from_config(cfg, self.image)
+        if cfg.is_broker:
+            self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
+                                                  self.clock)
+            self.replica_manager.load_high_watermarks()
+            loader.add_publisher("replica manager", lambda d: self.replica_manager.apply_metadata_records(d.records))
+            self.producer_ids = ProducerIdManager(self.controller_client, self.node_id)
+            # the group coordinator loads the __consumer_offsets partitions it leads in worker
+            # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
+            self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
+                                                      nursery.start_soon)
+            loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
+            self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
+                                                          self.image, self.producer_ids, self.group_coordinator,
+                                                          nursery.start_soon)
+            loader.add_publisher("transaction coordinator", lambda _d: self.txn_coordinator.on_metadata())
+
+            def quotas(delta: Delta) -> None:
+                if delta.records is None:
+                    self.quotas.apply_image(self.image.client_quotas)
+                else:
+                    self.quotas.on_metadata(self.image, delta.records)
+
+            loader.add_publisher("client quotas", quotas)
+        assert self.raft is not None
+        self.snapshots = SnapshotGenerator(self.raft.driver, self.image,
+                                           SnapshotPolicy.from_properties(cfg, self.clock.wall_ms()),
+                                           self.clock.wall_ms, nursery.start_soon)
+        loader.add_publisher("snapshot generator", self.snapshots.publish)
+
+    # ------------------------------------------------------------------ broker membership
+
+    async def _join_cluster(self, nursery: trio.Nursery) -> None:
+        """Register with the active controller and wait until unfenced (broker role)."""
+        cfg = self.config
+        listeners = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
+                     for e in self.advertised]
+        self.lifecycle = BrokerLifecycleManager(
+            node_id=self.node_id, cluster_id=self.cluster_id, channel=self.membership_channel, listeners=listeners,
+            features=dict(feature_control.SUPPORTED_FEATURES), rack=cfg["broker.rack"],
+            log_dir_ids=self._log_dir_ids, metadata_offset=lambda: self.loader.applied_offset,
+            heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
+            session_timeout_ms=cfg["broker.session.timeout.ms"])
+        lifecycle = self.lifecycle
+        if self.quorum_controller is not None:
+            self.quorum_controller.local_incarnation = (self.node_id, lifecycle.incarnation_id)
+        await nursery.start(lifecycle.run)
+        await self._wait_lifecycle(lifecycle.caught_up, "to catch up with the metadata log")
+        # nothing to recover beyond what the loader published: ready to be unfenced at once
+        lifecycle.set_ready_to_unfence()
+        await self._wait_lifecycle(lifecycle.unfenced, "to be unfenced")
+        me = self.node_id
+        await self.loader.wait_for(lambda: me in self.image.brokers and not self.image.brokers[me].fenced)
+
+    async def _wait_lifecycle(self, event: trio.Event, what: str) -> None:
+        assert self.lifecycle is not None
+        waited = 0
+        while not event.is_set():
+            with trio.move_on_after(5):
+                await event.wait()
+            if self.lifecycle.fatal is not None:
+                raise StartupError(str(self.lifecycle.fatal))
+            if not event.is_set():
+                self._check_cluster_id()
+                waited += 5
+                log.info("waiting %ds for the active controller %s", waited, what)
+        if self.lifecycle.fatal is not None:
+            raise StartupError(str(self.lifecycle.fatal))
+
+    # ------------------------------------------------------------------ the node
 
     async def run(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         timer = SystemTimer()
         async with trio.open_nursery() as nursery:
-            self.server = SocketServer(cfg.listeners, RequestDispatcher(self), cfg["socket.request.max.bytes"],
-                                       cfg["max.connections"],
-                                       time.perf_counter if self.request_metrics is not None else None)
+            timing = time.perf_counter if self.request_metrics is not None else None
+            broker_eps = cfg.broker_listeners if cfg.is_broker else []
+            controller_eps = cfg.controller_listeners if cfg.is_controller else []
             try:
-                self.bound = await nursery.start(self.server.serve, nursery)
+                if broker_eps:
+                    self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
+                                               cfg["max.connections"], timing)
+                    self.bound = await nursery.start(self.server.serve, nursery)
+                if controller_eps:
+                    self.controller_server = SocketServer(controller_eps, ControllerDispatcher(self),
+                                                          cfg["socket.request.max.bytes"], cfg["max.connections"])
+                    self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
                                    ) from None
-            if self.metrics_address is not None:
+            if not broker_eps and self.controller_server is not None:
+                self.server = self.controller_server  # a controller-only node's only server
+            if self.metrics_address is not None and cfg.is_broker:  # the broker's meters (not on a controller-only node)
                 try:
                     self.metrics_url = await nursery.start(self._serve_metrics, *self.metrics_address)
                 except OSError as exc:
@@ -143,46 +445,28 @@ class Broker:
             except (LogError, OSError, ValueError) as exc:
                 raise StartupError(f"cannot load log dirs {', '.join(cfg.log_dirs)}: {exc}") from None
             self.advertised = self._advertised()
-            self.image = MetadataImage()
-            self.controller = QuorumController(cfg, self.image, self.metadata_log)
-            self.authorizer = StandardAuthorizer.from_config(cfg, self.image)
-            await self.controller.load_and_register(self.advertised, self.cluster_id)
-            # dynamic broker configs first: every later reader (topic defaults included) sees them,
-            # and as the first listener a change reaches `config` before the replica manager
-            self.dynamic_config = DynamicBrokerConfig(cfg)
-            if self.dynamic_config.reload(self.image.configs):
-                self.dynamic_config.apply_runtime(self)
-            self.controller.listeners.insert(
-                0, lambda records: self.dynamic_config.on_metadata(self, self.image.configs, records))
-            self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
-                                                  self.clock)
-            self.replica_manager.load_high_watermarks()
-            self.replica_manager.apply_metadata()
-            self.controller.listeners.append(self.replica_manager.apply_metadata_records)
-            self.producer_ids = ProducerIdManager(self.controller, self.node_id)
-            # the group coordinator loads the __consumer_offsets partitions it leads in worker
-            # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
-            self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller, self.image,
-                                                      nursery.start_soon)
-            self.controller.listeners.append(lambda _records: self.group_coordinator.on_metadata())
-            self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller, self.image,
-                                                          self.producer_ids, self.group_coordinator,
-                                                          nursery.start_soon)
-            self.controller.listeners.append(lambda _records: self.txn_coordinator.on_metadata())
-            self.quotas.apply_image(self.image.client_quotas)
-            self.controller.listeners.append(lambda records: self.quotas.on_metadata(self.image, records))
+            self.controller_advertised = self._advertised_for(self.controller_bound,
+                                                              cfg.advertised_controller_listeners)
+            await self._open_raft(nursery)
+            await self._wait_caught_up()
+            self._install_publishers(nursery, timer)
+            self.loader.start_publishing()
+            await self.loader.wait_for_offset(self.image.offset)  # the first, full publish
             await nursery.start(timer.run)
-            self.group_coordinator.on_metadata()
-            self.txn_coordinator.on_metadata()
-            await nursery.start(self.replica_manager.run_checkpointer)
-            await nursery.start(self.replica_manager.run_retention)
-            await nursery.start(self.replica_manager.run_producer_expiration)
-            await nursery.start(self.replica_manager.run_cleaner)
-            for ep in self.bound:
-                log.info("listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)", ep, self.node_id,
-                         self.cluster_id, ",".join(cfg.log_dirs))
+            if cfg.is_broker:
+                await self._join_cluster(nursery)
+                await nursery.start(self.replica_manager.run_checkpointer)
+                await nursery.start(self.replica_manager.run_retention)
+                await nursery.start(self.replica_manager.run_producer_expiration)
+                await nursery.start(self.replica_manager.run_cleaner)
+            for ep in self.bound if cfg.is_broker else self.controller_bound:
+                log.info("listening on %s (node.id=%d, cluster.id=%s, roles=%s, log.dirs=%s)", ep, self.node_id,
+                         self.cluster_id, ",".join(sorted(cfg.process_roles)), ",".join(cfg.log_dirs))
+            if cfg.is_broker:
+                for ep in self.controller_bound:
+                    log.info("controller listener on %s", ep)
             self.ready.set()
-            task_status.started(self.bound)
+            task_status.started(self.bound or self.controller_bound)
             await self._shutdown.wait()
             await self._stop(timer)
             nursery.cancel_scope.cancel()
@@ -203,20 +487,37 @@ class Broker:
 
     async def _stop(self, timer: SystemTimer) -> None:
         log.info("shutting down")
-        self.server.begin_shutdown()
-        # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
-        self.group_coordinator.shutdown()
-        self.txn_coordinator.shutdown()
-        rm = self.replica_manager
-        for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
-            for ops in list(purgatory._watchers.values()):
-                for op in ops:
-                    op.force_complete()
-        if not await self.server.wait_idle(SHUTDOWN_GRACE_S):
-            log.warning("connections still busy after %.0fs; closing them", SHUTDOWN_GRACE_S)
-        hws = rm.high_watermarks()
-        await trio.to_thread.run_sync(lambda: self.metadata_log.close())
-        await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws)
+        cfg = self.config
+        if cfg.is_broker:
+            self.server.begin_shutdown()
+            # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
+            self.group_coordinator.shutdown()
+            self.txn_coordinator.shutdown()
+            rm = self.replica_manager
+            for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
+                for ops in list(purgatory._watchers.values()):
+                    for op in ops:
+                        op.force_complete()
+            if not await self.server.wait_idle(SHUTDOWN_GRACE_S):
+                log.warning("connections still busy after %.0fs; closing them", SHUTDOWN_GRACE_S)
+            if self.lifecycle is not None:
+                # the controller fences this broker now rather than after broker.session.timeout.ms
+                await self.lifecycle.shutdown(timeout_s=min(5.0, cfg["broker.session.timeout.ms"] / 1000))
+                self.lifecycle.close()
+        if self.raft is not None:
+            # a quorum leader hands over first (EndQuorumEpoch), so the others elect at once
+            if not await self.raft.driver.shutdown(RAFT_SHUTDOWN_S):
+                log.info("the metadata quorum had not elected another leader within %.0fs", RAFT_SHUTDOWN_S)
+        if self.controller_server is not None:  # last: the quorum needed it until now
+            self.controller_server.begin_shutdown()
+        for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None)):
+            if channel is not None:
+                await channel.aclose()
+        if self.raft is not None:
+            await self.raft.close()
+        if cfg.is_broker:
+            hws = self.replica_manager.high_watermarks()
+            await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws)
         log.info("shut down cleanly")
 
 
@@ -235,7 +536,8 @@ async def _freeze_startup_heap(broker: Broker) -> None:
     # partitions created later join it too, a batch at a time: a full collection of 10,000 new
     # partitions' objects stalled the loop ~100 ms (bench/recovery), and this one scans only
     # what came since the last freeze (logs hold no reference cycle, so deleted ones still go)
-    broker.replica_manager.after_create = _freeze_new_objects
+    if broker.config.is_broker:  # a controller-only node hosts no partitions
+        broker.replica_manager.after_create = _freeze_new_objects
 
 
 def _freeze_new_objects() -> None:
@@ -250,6 +552,9 @@ async def _serve_until_signal(config: BrokerConfig) -> None:
             async def watch_signals() -> None:
                 async for signum in signals:
                     log.info("received %s", signal.Signals(signum).name)
+                    if not broker.ready.is_set():
+                        # still starting (waiting for the quorum, say): nothing to hand over
+                        raise StartupError(f"stopped by {signal.Signals(signum).name} before serving")
                     broker.request_shutdown()
                     return
 

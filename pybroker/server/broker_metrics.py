@@ -201,7 +201,7 @@ def _log_flush(broker: Broker) -> list[Family]:
 
 def _controller(broker: Broker) -> list[Family]:
     image = broker.image
-    active = "controller" in broker.config["process.roles"]
+    active = broker.is_active_controller  # the Raft leader's controller, once activated
     partitions = offline = imbalanced = 0
     if active:
         for t in image.topics_by_name.values():
@@ -212,7 +212,7 @@ def _controller(broker: Broker) -> list[Family]:
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return [
         gauge("kafka_controller_kafkacontroller_activecontrollercount",
-              "1 on the active controller (a single node is its own one-voter quorum)", int(active)),
+              "1 on the active controller (the leader of the KRaft quorum), 0 elsewhere", int(active)),
         gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
               "partitions without a leader (active controller only)", offline),
         gauge("kafka_controller_kafkacontroller_preferredreplicaimbalancecount",

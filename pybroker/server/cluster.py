@@ -1,7 +1,13 @@
 """DescribeCluster (60) and InitProducerId (22).
 
-Producer ids come in blocks of 1000 from the controller (a ProducerIdsRecord in
-__cluster_metadata, Kafka's ProducerIdManager), so ids are never reused across restarts.
+DescribeCluster reports the unfenced brokers on the request's listener and, as the controller
+id, a random one of them (Kafka's KRaft brokers do: admin clients send controller requests to
+a broker, which forwards them).
+
+Producer ids come in blocks of 1000 from the active controller (a ProducerIdsRecord in
+__cluster_metadata; AllocateProducerIds when the controller is another node: Kafka's
+RPCProducerIdManager), so ids are never reused across restarts or nodes. While no block can be
+had, InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka's does.
 A transactional id goes to the transaction coordinator (pybroker/server/txn.py).
 """
 
@@ -10,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -18,7 +24,7 @@ from pybroker.protocol.messages import (
     InitProducerIdResponse,
 )
 from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
-from pybroker.server.metadata import broker_list
+from pybroker.server.metadata import broker_list, controller_id
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -39,7 +45,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: DescribeCl
         else AUTHORIZED_OPERATIONS_OMITTED
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
-        controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=ops)
+        controller_id=controller_id(broker), brokers=brokers, cluster_authorized_operations=ops)
 
 
 class ProducerIdManager:
@@ -77,5 +83,9 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Init
         from pybroker.server.txn import init_transactional_producer
 
         return await init_transactional_producer(broker, ctx, req)
-    pid = await broker.producer_ids.generate()
+    try:
+        pid = await broker.producer_ids.generate()
+    except KafkaError:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                                      producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

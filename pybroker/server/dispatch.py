@@ -5,6 +5,13 @@ returns None sends nothing (acks=0 produce). Protocol faults follow Kafka: an un
 key, an unsupported version (other than ApiVersions) or an undecodable request closes the
 connection; an ApiVersions request at a version we do not speak gets the v0 error body.
 A bug in a handler is logged and closes that one connection; the broker keeps serving.
+
+Admin requests go to the active controller: a request for an API Kafka forwards
+(forwarding.FORWARDED_APIS) is handled here when this node's own controller is the active one
+(DescribeQuorum: when this node leads the Raft quorum), else wrapped in an Envelope and
+forwarded (server/forwarding.py). `ControllerDispatcher` serves controller listeners
+(server/controller_apis.py); until the Raft layer is up its requests wait, while requests on
+broker listeners wait until the node is unfenced and serving (`broker.ready`).
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ from pybroker.server import (
     cluster,
     configs,
     consumer_group,
+    controller_apis,
     delete_records,
     describe_topic_partitions,
     features,
     fetch,
     find_coordinator,
+    forwarding,
     groups,
     list_offsets,
     log_dirs,
@@ -150,6 +159,8 @@ class RequestDispatcher:
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
                              header.client_id, len(frame))
         handler = HANDLERS[api_key]
+        if api_key in forwarding.FORWARDED_APIS and not self.broker.handles_locally(api_key, body):
+            return await self._forward(conn, header, body, frame)
         if self.request_metrics is not None:  # RequestsPerSec now; the connection times the rest
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         traced = request_log.isEnabledFor(logging.DEBUG)
@@ -184,3 +195,57 @@ class RequestDispatcher:
         except Exception as exc:
             log.exception("cannot encode %s v%d response", ApiKey(api_key).name, ctx.api_version)
             raise CloseConnection(f"internal error: {exc!r}") from exc
+
+    async def _forward(self, conn: Connection, header: Any, body: Any,
+                       frame: bytearray | memoryview) -> Sequence[Chunk] | None:
+        api_key = header.request_api_key
+        ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
+                             header.client_id, len(frame))
+        if self.request_metrics is not None:
+            conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
+        if request_log.isEnabledFor(logging.DEBUG):
+            request_log.debug("forwarding %s v%d corr=%d client=%s peer=%s to the active controller",
+                              ApiKey(api_key).name, ctx.api_version, header.correlation_id, header.client_id,
+                              conn.peer)
+        return await forwarding.forward(self.broker, ctx, bytes(frame), body)
+
+
+class ControllerDispatcher:
+    """Requests on a controller listener (Kafka's ControllerApis): Raft, broker membership,
+    envelopes and admin requests; anything else closes the connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def __call__(self, conn: Connection, frame: bytearray | memoryview) -> Sequence[Chunk] | None:
+        try:
+            header, body = decode_request(frame, controller_apis.CONTROLLER_SUPPORTED)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:
+                lo, hi = controller_apis.CONTROLLER_SUPPORTED[ApiKey.API_VERSIONS]
+                return encode_api_versions_unsupported(exc.correlation_id, lo, hi)
+            raise CloseConnection(str(exc)) from None
+        except ProtocolError as exc:  # unknown or not-enabled keys included
+            raise CloseConnection(str(exc)) from None
+        if not self.broker.raft_ready.is_set():
+            await self.broker.raft_ready.wait()
+        api_key = header.request_api_key
+        traced = request_log.isEnabledFor(logging.DEBUG) and api_key not in controller_apis.RAFT_APIS
+        if traced:
+            request_log.debug("controller request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
+                              header.request_api_version, header.correlation_id, header.client_id, conn.peer, body)
+        try:
+            response = await controller_apis.handle(self.broker, conn, api_key, header.request_api_version,
+                                                    header.correlation_id, header.client_id, body)
+        except (CloseConnection, ConnectionClosed):
+            raise
+        except KafkaError as exc:
+            raise CloseConnection(f"{ApiKey(api_key).name} v{header.request_api_version}: {exc}") from None
+        except Exception as exc:
+            log.exception("error handling %s v%d from %s on the controller listener", ApiKey(api_key).name,
+                          header.request_api_version, conn.peer)
+            raise CloseConnection(f"internal error: {exc!r}") from exc
+        if traced:
+            request_log.debug("controller response %s corr=%d: %.500r", ApiKey(api_key).name, header.correlation_id,
+                              response)
+        return encode_response(api_key, header.request_api_version, header.correlation_id, response)

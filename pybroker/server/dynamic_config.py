@@ -175,8 +175,8 @@ class DynamicBrokerConfig:
                 self.static_props[k] = raw
         # ConfigDef.defaultValues as strings, null defaults left out
         self.default_props: dict[str, str] = {}
-        for name, d in BROKER_CONFIGS.items():
-            raw = format_value(d.default)
+        for name in BROKER_CONFIGS:
+            raw = format_value(config.default(name))
             if raw is not None:
                 self.default_props[name] = raw
         self.dynamic_default: dict[str, str] = {}  # currentDynamicDefaultConfigs

@@ -20,13 +20,17 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.messages import (
     AlterClientQuotasResponse,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsResponse,
     CreateAclsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
     DeleteTopicsResponse,
+    DescribeQuorumResponse,
+    ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsResponse,
     MetadataResponse,
     UpdateFeaturesResponse,
 )
@@ -108,7 +112,21 @@ def _update_features(req: Any, version: int, code: int, message: str | None) -> 
     return UpdateFeaturesResponse(throttle_time_ms=0, error_code=code, error_message=message, results=[])
 
 
+def _top_level(cls: Any, **fields: Any) -> ErrorResponse:
+    """Responses whose error is one top-level code (and message, where they have one)."""
+    def build(req: Any, version: int, code: int, message: str | None) -> Any:
+        extra: dict[str, Any] = {"error_message": message} if "error_message" in cls.__slots__ else {}
+        if "throttle_time_ms" in cls.__slots__:
+            extra["throttle_time_ms"] = 0
+        return cls(error_code=code, **extra, **fields)
+    return build
+
+
 ERROR_RESPONSES: dict[int, ErrorResponse] = {
+    ApiKey.DESCRIBE_QUORUM: _top_level(DescribeQuorumResponse, topics=[]),
+    ApiKey.ELECT_LEADERS: _top_level(ElectLeadersResponse, replica_election_results=[]),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _top_level(AlterPartitionReassignmentsResponse, responses=[]),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _top_level(ListPartitionReassignmentsResponse, topics=[]),
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.DELETE_TOPICS: _delete_topics,

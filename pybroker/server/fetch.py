@@ -28,6 +28,7 @@ from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.replication.replica_manager import READ_COMMITTED, LogRead
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.fetch_session import ZERO_ID, CachedPartition, Update
+from pybroker.server.leader_hints import LeaderHints
 from pybroker.server.quota import fetch_max_bytes, record_fetch
 
 if TYPE_CHECKING:
@@ -169,8 +170,11 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as read)
     # an incremental session drops the partitions with nothing new before any is encoded
     error, session_id, kept = context.update_and_generate_response_data(updates)
+    topics_out = _by_topic(kept, by_id, isolation == READ_COMMITTED)
+    node_endpoints = (_leader_hints(broker, ctx, topics_out)
+                      if v >= 16 and any(cast(LogRead, r).error_code for _, r, _ in kept) else [])
     return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id,
-                         responses=_by_topic(kept, by_id, isolation == READ_COMMITTED))
+                         responses=topics_out, node_endpoints=node_endpoints)
 
 
 def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[TResp]:
@@ -200,3 +204,14 @@ def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[
                                               for pid, first in r.aborted]
         parts.append(d)
     return out
+
+
+def _leader_hints(broker: Broker, ctx: RequestContext, topics_out: list[TResp]) -> list[FetchResponse.NodeEndpoint]:
+    """KIP-951 (server/leader_hints.py): CurrentLeader on partitions this node does not lead."""
+    hints = LeaderHints(broker.image, ctx.conn.listener_name, FetchResponse)
+    for t in topics_out:
+        name = t.topic or getattr(broker.image.topics_by_id.get(t.topic_id), "name", None)
+        for d in t.partitions:
+            if d.error_code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
+                d.current_leader = hints.current_leader(name, d.partition_index)
+    return hints.node_endpoints()

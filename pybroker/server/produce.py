@@ -35,6 +35,7 @@ from pybroker.records.batch import (
 )
 from pybroker.records.compression import ZSTD
 from pybroker.security.authorizer import Op, Res
+from pybroker.server.leader_hints import LeaderHints
 from pybroker.server.quota import record_produce
 
 PartResp = ProduceResponse.PartitionProduceResponse
@@ -76,11 +77,14 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
     """Validate and append one partition's data; fills `resp`; returns the Partition on success."""
     rm = broker.replica_manager
     partition = rm.get_partition(topic, index)
-    if partition is None:
-        _fail(resp, Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        return None
-    if not partition.is_leader:
-        _fail(resp, Errors.NOT_LEADER_OR_FOLLOWER)
+    if partition is None or not partition.is_leader:
+        # a partition of the cluster that this node does not lead: NOT_LEADER_OR_FOLLOWER
+        # (the caller adds where the leader is, KIP-951); one the cluster does not have: unknown
+        code = rm.leader_partition(topic, index)
+        if code == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            _fail(resp, code, "This server does not host this topic-partition.")
+        else:
+            _fail(resp, Errors.NOT_LEADER_OR_FOLLOWER)
         return None
     if version < 3:
         _fail(resp, Errors.UNSUPPORTED_VERSION, "Produce v0-2 (message formats v0/v1) are not supported")
@@ -192,7 +196,18 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
             await ctx.conn.park(op)
     # KIP-13 byte-rate quota, recorded when answering as Kafka does (one bool test without quotas)
     throttle_ms = record_produce(broker.quotas.produce, ctx) if broker.quotas.produce.enabled else 0
-    return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms)
+    node_endpoints = _leader_hints(broker, ctx, topics_out) if any_error and version >= 10 else []
+    return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms, node_endpoints=node_endpoints)
+
+
+def _leader_hints(broker: Any, ctx: Any, topics_out: list[TopicResp]) -> list[Any]:
+    """KIP-951: CurrentLeader on NOT_LEADER_OR_FOLLOWER partitions, their leaders' endpoints."""
+    hints = LeaderHints(broker.image, ctx.conn.listener_name, ProduceResponse)
+    for t in topics_out:
+        for p in t.partition_responses:
+            if p.error_code == Errors.NOT_LEADER_OR_FOLLOWER:
+                p.current_leader = hints.current_leader(t.name, p.index)
+    return hints.node_endpoints()
 
 
 __all__ = ["DelayedProduce", "handle_produce"]

@@ -88,6 +88,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
         self.starts = 0
+        self._launch_offset = 0
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -124,6 +125,12 @@ class BrokerProcess:
 
     def start(self) -> None:
         """Start the node and block until it logs its listening line (or fail with the tail)."""
+        self.launch()
+        self.await_listening()
+
+    def launch(self) -> None:
+        """Start the process without waiting (a cluster's nodes start together: none serves
+        before a quorum of them runs); `await_listening` then waits for it."""
         if self.is_running():
             raise RuntimeError(f"broker pid {self.pid} is already running")
         cmd = self.command()
@@ -149,7 +156,13 @@ class BrokerProcess:
             )
         self.returncode = None
         self.starts += 1
-        deadline = time.monotonic() + self.start_timeout
+        self._launch_offset = offset
+
+    def await_listening(self, timeout: float | None = None) -> None:
+        """Block until the launched node logs its listening line (or fail with the tail)."""
+        assert self.proc is not None
+        offset = self._launch_offset
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
         while True:
             match = LISTENING_RE.search(self._read_output(offset))
             if match:

@@ -114,3 +114,72 @@ def test_cli_bad_input_exits_2_with_one_line(args):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("pybroker:")
+
+
+# ---------------------------------------------------------------------------- KRaft roles and quorum
+
+CLUSTER = ["controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9095",
+           "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+           "controller.listener.names=CONTROLLER"]
+
+
+def test_a_node_without_a_quorum_is_a_standalone_one_voter_with_the_quickstart_defaults():
+    cfg = build_config()
+    assert cfg.standalone and cfg.is_broker and cfg.is_controller
+    # Kafka's config/server.properties sets these for its single-node quickstart
+    assert (cfg["offsets.topic.replication.factor"], cfg["transaction.state.log.replication.factor"],
+            cfg["transaction.state.log.min.isr"]) == (1, 1, 1)
+    assert cfg.source("offsets.topic.replication.factor") == "DEFAULT_CONFIG"
+
+
+def test_a_cluster_node_has_kafkas_defaults_and_its_listener_roles():
+    cfg = build_config(overrides=CLUSTER)
+    assert not cfg.standalone
+    assert (cfg["offsets.topic.replication.factor"], cfg["transaction.state.log.replication.factor"],
+            cfg["transaction.state.log.min.isr"]) == (3, 3, 2)
+    assert cfg.quorum_voters == {1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9095)}
+    assert [str(e) for e in cfg.controller_listeners] == ["CONTROLLER://127.0.0.1:9093"]
+    assert [str(e) for e in cfg.broker_listeners] == ["PLAINTEXT://127.0.0.1:9092"]
+    assert cfg.inter_broker_listener_name == "PLAINTEXT"
+    assert (cfg["controller.quorum.election.timeout.ms"], cfg["controller.quorum.fetch.timeout.ms"],
+            cfg["broker.heartbeat.interval.ms"], cfg["broker.session.timeout.ms"],
+            cfg["metadata.log.max.record.bytes.between.snapshots"]) == (1000, 2000, 2000, 9000, 20971520)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["process.roles=broker,zookeeper"], "Unknown process role 'zookeeper' (only 'broker' and 'controller' are "
+                                         "allowed roles)"),
+    (["process.roles=broker,broker"], "Duplicate role names found in `process.roles`"),
+    (["process.roles=broker"], "If using process.roles, either controller.quorum.bootstrap.servers must contain"),
+    (["controller.quorum.voters=2@127.0.0.1:9093", "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+      "controller.listener.names=CONTROLLER"],
+     "If process.roles contains the 'controller' role, the node id 1 must be included in the set of voters "
+     "controller.quorum.voters=Set(2)"),
+    (["controller.quorum.voters=1@127.0.0.1:9093"],
+     "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when "
+     "running the KRaft controller role"),
+    (CLUSTER + ["process.roles=broker"], "If process.roles contains just the 'broker' role, the node id 1 must not "
+                                         "be included in the set of voters"),
+    (["process.roles=broker", "node.id=5", "controller.quorum.voters=1@127.0.0.1:9093"],
+     "controller.listener.names must contain at least one value when running KRaft with just the broker role"),
+    (CLUSTER + ["process.roles=controller"], "The listeners config must only contain KRaft controller listeners"),
+    (CLUSTER + ["inter.broker.listener.name=CONTROLLER"], "must not contain the inter-broker listener name"),
+    (["controller.quorum.voters=1@127.0.0.1:9093", "listeners=CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+      "listener.security.protocol.map=CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT", "controller.listener.names=CONTROLLER"],
+     "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid options based "
+     "on currently configured listeners are CLIENT"),
+    (["controller.quorum.voters=1@host"], "controller.quorum.voters: bad address"),
+    (CLUSTER + ["advertised.listeners=PLAINTEXT://0.0.0.0:9092"], "cannot use the nonroutable meta-address 0.0.0.0"),
+])
+def test_inconsistent_kraft_settings_get_kafkas_message_on_one_line(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        build_config(overrides=overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_refuses_a_controller_role_without_a_controller_listener_with_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "pybroker", "--override", "controller.quorum.voters=1@127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith("pybroker: controller.listener.names must contain at least one value")

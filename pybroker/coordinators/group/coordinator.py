@@ -5,8 +5,9 @@ Partition of a group: Utils.abs(group_id.hashCode()) % offsets.topic.num.partiti
 Kafka, so a group lands on the same partition number here and in Kafka.
 
 __consumer_offsets is created on first use (FindCoordinator or any group API) through the
-controller: offsets.topic.num.partitions partitions, replication factor
-min(offsets.topic.replication.factor, live brokers), cleanup.policy=compact,
+active controller: offsets.topic.num.partitions partitions, replication factor
+offsets.topic.replication.factor (Kafka's: while fewer brokers are unfenced, creation fails and
+the group APIs answer COORDINATOR_NOT_AVAILABLE), cleanup.policy=compact,
 segment.bytes=offsets.topic.segment.bytes. Creation is serialised by a lock.
 
 Errors: KafkaError(code) from the runtime (NOT_COORDINATOR,
@@ -68,12 +69,15 @@ class GroupCoordinator:
         async with self._create_lock:
             if self.image.topic(GROUP_METADATA_TOPIC_NAME) is not None:
                 return True
-            live = sum(1 for b in self.image.brokers.values() if not b.fenced)
-            rf = max(1, min(self.broker_config["offsets.topic.replication.factor"], live))
+            rf = self.broker_config["offsets.topic.replication.factor"]
             configs = {"cleanup.policy": "compact",
                        "segment.bytes": str(self.broker_config["offsets.topic.segment.bytes"])}
-            results = await self.controller.create_topics(
-                [(GROUP_METADATA_TOPIC_NAME, self.config.offsets_topic_num_partitions, rf, {}, configs)])
+            try:
+                results = await self.controller.create_topics(
+                    [(GROUP_METADATA_TOPIC_NAME, self.config.offsets_topic_num_partitions, rf, {}, configs)])
+            except KafkaError as exc:
+                log.warning("cannot create %s: %s", GROUP_METADATA_TOPIC_NAME, exc)
+                return False
             if results[0].error and self.image.topic(GROUP_METADATA_TOPIC_NAME) is None:
                 log.warning("cannot create %s: %s", GROUP_METADATA_TOPIC_NAME, results[0].message)
                 return False

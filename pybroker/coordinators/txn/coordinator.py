@@ -89,13 +89,16 @@ class TransactionCoordinator:
         async with self._create_lock:
             if self.image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
                 return True
-            live = sum(1 for b in self.image.brokers.values() if not b.fenced)
-            rf = max(1, min(self.config["transaction.state.log.replication.factor"], live))
+            rf = self.config["transaction.state.log.replication.factor"]
             configs = {"cleanup.policy": "compact",
                        "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
                        "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"]))}
             n = self.config["transaction.state.log.num.partitions"]
-            results = await self.controller.create_topics([(TRANSACTION_STATE_TOPIC_NAME, n, rf, {}, configs)])
+            try:
+                results = await self.controller.create_topics([(TRANSACTION_STATE_TOPIC_NAME, n, rf, {}, configs)])
+            except KafkaError as exc:
+                log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC_NAME, exc)
+                return False
             if results[0].error and self.image.topic(TRANSACTION_STATE_TOPIC_NAME) is None:
                 log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC_NAME, results[0].message)
                 return False

@@ -259,11 +259,22 @@ def test_parked_fetch_completes_on_append_or_after_max_wait() -> None:
     ctx.become_leader()
     epoch = ctx.client.epoch
     end = ctx.log.end_offset
-    assert ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end, epoch, max_wait_ms=500)) is None
+    first = ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end, epoch, max_wait_ms=500))
+    if first is not None:  # it committed the LeaderChange batch: answered at once with the new HW
+        assert first.responses[0].partitions[0].high_watermark == end
+        assert ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end, epoch, max_wait_ms=500)) is None
     ctx.client.append([b"late"], ctx.now)
     ctx.advance(ctx.config.append_linger_ms)
     answered = ctx.responses.pop()
     assert answered.body.responses[0].partitions[0].records
+    # node 2's next fetch proves a majority holds "late": the high watermark moves, so it is
+    # answered at once (the leader has not told node 2 that high watermark yet)
+    moved = ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end + 1, epoch, max_wait_ms=500))
+    assert moved is not None and moved.responses[0].partitions[0].high_watermark == end + 1
+    # node 3 was not told either: answered at once too
+    told = ctx.request(ApiKey.FETCH, ctx.fetch_request(3, epoch, end + 1, epoch, max_wait_ms=500))
+    assert told is not None and told.responses[0].partitions[0].high_watermark == end + 1
+    # nothing new: a fetch parks until its max wait
     assert ctx.request(ApiKey.FETCH, ctx.fetch_request(3, epoch, end + 1, epoch, max_wait_ms=500)) is None
     ctx.advance(499)
     assert not ctx.responses
@@ -407,3 +418,22 @@ def test_describe_quorum_on_a_non_leader_says_not_leader() -> None:
     r = ctx.request(ApiKey.DESCRIBE_QUORUM, ru.describe_quorum_request())
     p = r.topics[0].partitions[0]
     assert p.error_code == ru.NOT_LEADER_OR_FOLLOWER and p.leader_id == 1 and p.leader_epoch == 3
+
+
+def test_a_moving_high_watermark_answers_every_parked_fetch() -> None:
+    """Kafka's fetchPurgatory.completeAll on a high-watermark change: followers learn of a
+    commit at once, not when their parked fetch expires."""
+    ctx = Ctx(1, (1, 2, 3, 4, 5))
+    ctx.become_leader()
+    epoch = ctx.client.epoch
+    for voter in (2, 3):  # commit the LeaderChange batch first
+        ctx.request(ApiKey.FETCH, ctx.fetch_request(voter, epoch, ctx.log.end_offset, epoch, max_wait_ms=0))
+    end = ctx.log.end_offset
+    ctx.client.append([b"x"], ctx.now)
+    ctx.advance(ctx.config.append_linger_ms)
+    # node 3 has "x" (leader + 3 of 5: not a majority): its fetch parks
+    assert ctx.request(ApiKey.FETCH, ctx.fetch_request(3, epoch, end + 1, epoch, max_wait_ms=500)) is None
+    moved = ctx.request(ApiKey.FETCH, ctx.fetch_request(2, epoch, end + 1, epoch, max_wait_ms=500))
+    assert moved is not None and moved.responses[0].partitions[0].high_watermark == end + 1
+    parked = ctx.responses.pop()
+    assert parked.body.responses[0].partitions[0].high_watermark == end + 1

@@ -1,0 +1,263 @@
+"""`pybroker cluster`: a local KRaft cluster for development, one process per node.
+
+    pybroker cluster [--nodes 3] [--dir ./pybroker-cluster] [--base-port 9092]
+                     [--controller-base-port BASE+100] [--override key=value ...]
+
+Node i (1..N) is a combined broker and controller (`process.roles=broker,controller`): its client
+listener is PLAINTEXT://127.0.0.1:BASE+i-1, its controller listener CONTROLLER://127.0.0.1:
+CONTROLLER_BASE+i-1, every node is a voter (`controller.quorum.voters`), and its files are
+`DIR/node-i/` (server.properties, data/, node.log). On first use the directory gets a cluster id
+(`DIR/cluster.id`) and every node is formatted with it (`pybroker storage format`); later runs
+reuse the data, so they must keep the node count. The command prints the bootstrap servers once
+every node serves, then waits; Ctrl-C or SIGTERM stops every node it started (SIGTERM to each PID,
+a clean shutdown; SIGKILL after 30 s), as does its own death (each node dies with it).
+
+Errors (ports in use, a directory of another shape): one line on stderr, exit code 2; a node that
+fails to start: its log's last lines, every node stopped, exit code 1.
+Concurrency: one blocking supervisor process; nodes are independent processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pybroker.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, ArgumentParser, CliError
+from pybroker.cli.storage import format_storage
+from pybroker.config import ConfigError, build_config, parse_overrides
+from pybroker.log.meta_properties import random_uuid_str, read_meta_properties
+
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+LISTENING = "listening on PLAINTEXT://"
+
+if sys.platform.startswith("linux"):
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def _die_with_parent() -> None:
+        _prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: a node outliving its supervisor stops
+else:  # pragma: no cover
+    _die_with_parent = None  # type: ignore[assignment]
+
+
+def node_properties(node_id: int, nodes: int, base_port: int, controller_base_port: int, data_dir: Path,
+                    extra: dict[str, str]) -> dict[str, str]:
+    voters = ",".join(f"{i}@127.0.0.1:{controller_base_port + i - 1}" for i in range(1, nodes + 1))
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{base_port + node_id - 1},"
+                     f"CONTROLLER://127.0.0.1:{controller_base_port + node_id - 1}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{base_port + node_id - 1}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        # a development cluster: internal topics on every node, acks=all needs two copies
+        "offsets.topic.replication.factor": str(min(3, nodes)),
+        "transaction.state.log.replication.factor": str(min(3, nodes)),
+        "transaction.state.log.min.isr": str(min(2, nodes)),
+    }
+    props.update(extra)
+    return props
+
+
+def _write_properties(path: Path, props: dict[str, str]) -> None:
+    lines = ["# written by `pybroker cluster` at every start"] + [f"{k}={v}" for k, v in props.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="latin-1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: int,
+            overrides: dict[str, str], out: TextIO) -> tuple[str, list[Path]]:
+    """Write every node's server.properties and format what is not formatted yet; returns the
+    cluster id and the nodes' property files."""
+    if nodes < 1:
+        raise CliError("--nodes must be at least 1")
+    for port in [base_port + i for i in range(nodes)] + [controller_base_port + i for i in range(nodes)]:
+        if not 0 < port < 65536:
+            raise CliError(f"port {port} is out of range (--base-port / --controller-base-port)")
+    clients = {base_port + i for i in range(nodes)}
+    if clients & {controller_base_port + i for i in range(nodes)}:
+        raise CliError("client and controller ports overlap: choose another --controller-base-port")
+    directory.mkdir(parents=True, exist_ok=True)
+    shape_file = directory / "cluster.json"
+    if shape_file.exists():
+        shape = json.loads(shape_file.read_text())
+        if shape.get("nodes") != nodes:
+            raise CliError(f"{directory} holds a {shape.get('nodes')}-node cluster; use --nodes {shape.get('nodes')} "
+                           "or another --dir")
+    else:
+        shape_file.write_text(json.dumps({"nodes": nodes}) + "\n")
+    id_file = directory / "cluster.id"
+    if id_file.exists():
+        cluster_id = id_file.read_text().strip()
+    else:
+        cluster_id = random_uuid_str()
+        id_file.write_text(cluster_id + "\n")
+    files = []
+    for node_id in range(1, nodes + 1):
+        node_dir = directory / f"node-{node_id}"
+        node_dir.mkdir(exist_ok=True)
+        data = node_dir / "data"
+        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides)
+        path = node_dir / "server.properties"
+        _write_properties(path, props)
+        files.append(path)
+        try:
+            cfg = build_config(str(path))
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+        meta = read_meta_properties(data) if data.exists() else None
+        if meta is None:
+            format_storage(cfg, cluster_id, out=open(os.devnull, "w"))
+        elif meta.cluster_id != cluster_id:
+            raise CliError(f"{data} belongs to cluster {meta.cluster_id}, not {cluster_id} ({id_file})")
+    busy = [p for p in sorted(clients | {controller_base_port + i for i in range(nodes)}) if not _port_free(p)]
+    if busy:
+        raise CliError(f"port(s) {', '.join(map(str, busy))} in use: choose another --base-port / "
+                       "--controller-base-port")
+    return cluster_id, files
+
+
+class Node:
+    def __init__(self, node_id: int, properties: Path) -> None:
+        self.node_id = node_id
+        self.properties = properties
+        self.log_path = properties.parent / "node.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._offset = 0
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n=== pybroker cluster: starting node {self.node_id}\n".encode())
+            self._offset = out.tell()
+            self.proc = subprocess.Popen([sys.executable, "-m", "pybroker", "--config", str(self.properties)],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+
+    def listening(self) -> bool:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset)
+                return LISTENING.encode() in f.read()
+        except FileNotFoundError:
+            return False
+
+    def tail(self, lines: int = 20) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _stop_all(nodes: list[Node], out: TextIO) -> None:
+    for n in nodes:
+        n.stop(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for n in nodes:
+        if n.proc is None:
+            continue
+        try:
+            n.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            n.stop(signal.SIGKILL)
+            n.proc.wait(timeout=10)
+    out.write("pybroker cluster: every node stopped\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="pybroker cluster", description="Run a local KRaft cluster, one process per node.")
+    p.add_argument("--nodes", type=int, default=3, help="number of nodes, each broker and controller (default 3)")
+    p.add_argument("--dir", default="./pybroker-cluster", help="the cluster's directory (default ./pybroker-cluster)")
+    p.add_argument("--base-port", type=int, default=9092,
+                   help="client port of node 1; node i listens on BASE+i-1 (default 9092)")
+    p.add_argument("--controller-base-port", type=int, default=None,
+                   help="controller port of node 1 (default BASE+100)")
+    p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
+                   help="a property for every node (repeatable)")
+    return p
+
+
+def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    controller_base = args.controller_base_port if args.controller_base_port is not None else args.base_port + 100
+    try:
+        overrides = parse_overrides(args.override)
+        cluster_id, files = prepare(Path(args.dir), args.nodes, args.base_port, controller_base, overrides, out)
+    except (CliError, ConfigError) as exc:
+        err.write(f"pybroker: {exc}\n")
+        return EXIT_BAD_INPUT
+    nodes = [Node(i + 1, f) for i, f in enumerate(files)]
+    stop_requested: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop_requested.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for n in nodes:
+            n.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all(n.listening() for n in nodes):
+            dead = [n for n in nodes if n.proc is not None and n.proc.poll() is not None]
+            if dead or stop_requested or time.monotonic() > deadline:
+                for n in dead:
+                    err.write(f"pybroker: node {n.node_id} exited with code {n.proc.returncode if n.proc else '?'}; "
+                              f"the end of {n.log_path}:\n{n.tail()}\n")
+                if not dead and not stop_requested:
+                    err.write(f"pybroker: the nodes did not all serve within {START_TIMEOUT_S:.0f}s "
+                              f"(logs: {args.dir}/node-*/node.log)\n")
+                _stop_all(nodes, out)
+                return EXIT_OK if stop_requested and not dead else EXIT_FAILURE
+            time.sleep(0.1)
+        bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.nodes))
+        out.write(f"pybroker cluster: {args.nodes} node(s), cluster id {cluster_id}, files in {args.dir}\n")
+        out.write(f"bootstrap servers: {bootstrap}\n")
+        out.flush()
+        while not stop_requested:
+            for n in nodes:
+                if n.proc is not None and n.proc.poll() is not None and not getattr(n, "reported", False):
+                    n.reported = True  # type: ignore[attr-defined]
+                    err.write(f"pybroker: node {n.node_id} exited with code {n.proc.returncode} (see {n.log_path})\n")
+            if all(n.proc is not None and n.proc.poll() is not None for n in nodes):
+                return EXIT_FAILURE
+            time.sleep(0.2)
+        _stop_all(nodes, out)
+        return EXIT_OK
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for n in nodes:  # nothing this command started outlives it
+            n.stop(signal.SIGKILL)

@@ -1,0 +1,103 @@
+"""`pybroker cluster --nodes 3`: one process per node, formatted on first use, the bootstrap
+servers printed, every node stopped (by PID) on SIGTERM; a second run reuses the data."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pybroker.cli.cluster import main
+from tests.clients import adapters
+from tests.clients.helpers import Rec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_bases(nodes: int) -> tuple[int, int]:
+    rnd = random.Random()
+    for _ in range(200):
+        base = rnd.randrange(20000, 40000)
+        if all(_free(base + i) for i in range(nodes)) and all(_free(base + 100 + i) for i in range(nodes)):
+            return base, base + 100
+    raise AssertionError("no free ports")
+
+
+def start(directory: Path, base: int) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.Popen([sys.executable, "-m", "pybroker", "cluster", "--nodes", "3", "--dir", str(directory),
+                             "--base-port", str(base), "--override", "broker.session.timeout.ms=4000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("bootstrap servers: "):
+            return proc, line.split(": ", 1)[1].strip()
+    proc.kill()
+    raise AssertionError(f"no bootstrap line: {''.join(lines)} {proc.stderr.read() if proc.stderr else ''}")
+
+
+def stop(proc: subprocess.Popen[str]) -> int:
+    os.kill(proc.pid, signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
+def test_a_local_cluster_in_one_command(tmp_path: Path):
+    base, _ = free_bases(3)
+    directory = tmp_path / "cluster"
+    proc, bootstrap = start(directory, base)
+    try:
+        assert bootstrap == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+        admin = adapters.confluent_admin(bootstrap)
+        # the last node to be unfenced reaches the others' images a moment after it serves
+        deadline = time.monotonic() + 20
+        while sorted(admin.list_topics(timeout=10).brokers) != [1, 2, 3]:
+            assert time.monotonic() < deadline, "three brokers in Metadata"
+            time.sleep(0.1)
+        adapters.confluent_produce(bootstrap, "kept", [Rec(b"k", b"before restart")], partition=0)
+        assert stop(proc) == 0
+        # every node stopped cleanly, and nothing listens any more
+        for i in (1, 2, 3):
+            log = (directory / f"node-{i}" / "node.log").read_text()
+            assert "shut down cleanly" in log
+            try:
+                socket.create_connection(("127.0.0.1", base + i - 1), timeout=2).close()
+                raise AssertionError(f"node {i}'s port {base + i - 1} still accepts connections")
+            except ConnectionRefusedError:
+                pass
+        # the second run finds the formatted data: same cluster id, the record still there
+        cluster_id = (directory / "cluster.id").read_text().strip()
+        proc, bootstrap = start(directory, base)
+        assert (directory / "cluster.id").read_text().strip() == cluster_id
+        got = adapters.confluent_consume(bootstrap, "kept", count=1, deadline_s=30)
+        assert [r.value for r in got] == [b"before restart"]
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+
+
+def test_the_node_count_of_an_existing_directory_is_kept(tmp_path: Path, capsys):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "cluster.json").write_text('{"nodes": 3}\n')
+    assert main(["--nodes", "2", "--dir", str(tmp_path / "c"), "--base-port", "29000"]) == 2
+    assert "holds a 3-node cluster; use --nodes 3" in capsys.readouterr().err

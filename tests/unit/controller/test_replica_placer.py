@@ -1,0 +1,64 @@
+"""StripedReplicaPlacer: Kafka's striping over racks, then brokers (controller/replica_placer.py)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybroker.controller.replica_placer import StripedReplicaPlacer, UsableBroker
+from pybroker.protocol.errors import Errors, KafkaError
+
+
+def test_without_racks_leaders_and_replicas_are_spread_evenly():
+    placer = StripedReplicaPlacer(random.Random(7))
+    brokers = [UsableBroker(b, None) for b in (1, 2, 3)]
+    placement = placer.place(6, 3, brokers)
+    assert all(sorted(r) == [1, 2, 3] for r in placement)
+    assert Counter(r[0] for r in placement) == {1: 2, 2: 2, 3: 2}  # leaders striped
+
+
+def test_with_racks_every_replica_of_a_partition_is_on_another_rack():
+    placer = StripedReplicaPlacer(random.Random(3))
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    placement = placer.place(12, 3, [UsableBroker(b, r) for b, r in racks.items()])
+    for replicas in placement:
+        assert len(set(replicas)) == 3 and len({racks[b] for b in replicas}) == 3
+    assert Counter(b for r in placement for b in r) == {b: 6 for b in racks}
+
+
+def test_more_replicas_than_racks_reuse_racks_but_never_a_broker():
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    placement = StripedReplicaPlacer(random.Random(1)).place(8, 3, [UsableBroker(b, r) for b, r in racks.items()])
+    for replicas in placement:
+        assert len(set(replicas)) == 3 and {racks[b] for b in replicas} == {"a", "b"}
+
+
+@pytest.mark.parametrize("rf,brokers,message", [
+    (0, 3, "Invalid replication factor 0: the replication factor must be positive."),
+    (4, 3, "The target replication factor of 4 cannot be reached because only 3 broker(s) are registered"),
+    (1, 0, "All brokers are currently fenced."),
+])
+def test_impossible_placements_are_invalid_replication_factor(rf, brokers, message):
+    with pytest.raises(KafkaError) as exc:
+        StripedReplicaPlacer().place(1, rf, [UsableBroker(b, None) for b in range(brokers)])
+    assert exc.value.code == Errors.INVALID_REPLICATION_FACTOR and message in (exc.value.message or "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 9), rf_frac=st.floats(0.01, 1.0), parts=st.integers(1, 40),
+       racks=st.integers(0, 4))
+def test_any_placement_is_valid(seed, n, rf_frac, parts, racks):
+    rf = max(1, int(n * rf_frac))
+    brokers = [UsableBroker(b, None if not racks else f"r{b % racks}") for b in range(100, 100 + n)]
+    placement = StripedReplicaPlacer(random.Random(seed)).place(parts, rf, brokers)
+    assert len(placement) == parts
+    for replicas in placement:
+        assert len(replicas) == rf == len(set(replicas))
+        assert set(replicas) <= {b.broker_id for b in brokers}
+        if racks:  # as many racks as possible
+            distinct = {b % racks for b in replicas}
+            assert len(distinct) == min(rf, len({b.rack for b in brokers}))
