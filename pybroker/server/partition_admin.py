@@ -2,17 +2,20 @@
 v0: the KRaft controller's partition-admin answers (Kafka's ReplicationControlManager behind
 QuorumController; a broker forwards these requests to it unchanged).
 
-On one node every partition has one replica, this node, which leads it, so:
-
-- ElectLeaders: a partition whose leader is its first replica (PREFERRED) or that has a
-  leader at all (UNCLEAN) answers ELECTION_NOT_NEEDED (84, "Leader election not needed for
-  topic partition."); an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION ("No such
-  topic as T" / "No such partition as T-P"). A null topic list means every partition of
-  every topic, internal ones included, and Kafka then leaves out the partitions whose
-  election was not needed: each topic appears with an empty partition list. An empty list
-  answers an empty response at once. An election type other than 0/1 fails the whole
-  request with INVALID_REQUEST ("Unknown election type N"), at the top level (v1+) and on
-  every requested partition (ElectLeadersRequest.getErrorResponse).
+- ElectLeaders: the active controller elects (controller/replication_control.py) and commits
+  the PartitionChangeRecords before answering. Per partition, as Kafka: a partition led by its
+  first replica (PREFERRED) or with any leader (UNCLEAN) answers ELECTION_NOT_NEEDED (84,
+  "Leader election not needed for topic partition."); an election that finds nobody answers
+  PREFERRED_LEADER_NOT_AVAILABLE (PREFERRED: the preferred replica is not in the ISR or cannot
+  lead, and no other can either) or ELIGIBLE_LEADERS_NOT_AVAILABLE (UNCLEAN: no live replica);
+  an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION ("No such topic as T" / "No such
+  partition as T-P"). A null topic list means every partition of every topic, internal ones
+  included, and Kafka then leaves out the partitions whose election was not needed: each topic
+  appears with an empty partition list. An empty list answers an empty response at once. An
+  election type other than 0/1 fails the whole request with INVALID_REQUEST ("Unknown election
+  type N"), at the top level (v1+) and on every requested partition
+  (ElectLeadersRequest.getErrorResponse). A node that is not the active controller answers
+  NOT_CONTROLLER (the forwarding broker retries at the new one).
 - AlterPartitionReassignments: UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the
   cluster lacks; null replicas (cancel) NO_REASSIGNMENT_IN_PROGRESS, since none ever runs;
   a target replica list is validated as Kafka's validateManualPartitionAssignment (empty
@@ -23,14 +26,13 @@ On one node every partition has one replica, this node, which leads it, so:
 - ListPartitionReassignments: nothing is ever reassigning, so the answer is always an empty
   list; Kafka silently leaves out unknown topics and partitions rather than erroring.
 
-**Difference:** pybroker's controller cannot move leadership or replicas, so an election
-that *is* needed (a partition without its preferred leader, or without any leader) answers
-PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE — Kafka's answers when no
-eligible replica can take over — and a valid target replica set other than the current one
-(only possible with several registered brokers) answers INVALID_REPLICA_ASSIGNMENT. Neither
-happens on a single live node. timeout_ms is never waited on: nothing is asynchronous.
+**Difference:** pybroker's controller cannot move replicas yet, so a valid target replica set
+other than the current one (only possible with several registered brokers) answers
+INVALID_REPLICA_ASSIGNMENT. timeout_ms is never waited on: an election commits before the
+answer.
 
-Concurrency: reads the metadata image on the trio thread; writes nothing.
+Concurrency: trio thread; reassignments read the metadata image, elections go through the
+controller's lock.
 """
 
 from __future__ import annotations
@@ -52,8 +54,6 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
-NO_LEADER = -1
-ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 NO_REASSIGNMENT_IN_PROGRESS_MESSAGE = "No partition reassignment is in progress."
 
 ElectionResult = ElectLeadersResponse.ReplicaElectionResult
@@ -64,30 +64,11 @@ PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionRes
 # ------------------------------------------------------------------------------ ElectLeaders
 
 
-def _elect(image: Any, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
-    """(error, message) of one partition's election (ReplicationControlManager.electLeader)."""
-    t = image.topic(topic)
-    if t is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
-    reg = t.partitions.get(partition)
-    if reg is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{partition}"
-    preferred = reg.replicas[0] if reg.replicas else NO_LEADER
-    if (election_type == PREFERRED and reg.leader == preferred) or \
-            (election_type == UNCLEAN and reg.leader != NO_LEADER):
-        return Errors.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE
-    # an election is needed but this controller cannot change leadership (see module doc)
-    if election_type == PREFERRED:
-        return Errors.PREFERRED_LEADER_NOT_AVAILABLE, "The preferred leader was not available."
-    return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Eligible topic partition leaders are not available."
-
-
-def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
+async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
     requested = req.topic_partitions
     if requested is not None and not requested:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[])
     election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
-    message: str | None
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         return ElectLeadersResponse(throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, replica_election_results=[
@@ -95,25 +76,13 @@ def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersR
                 PartitionResult(partition_id=p, error_code=Errors.INVALID_REQUEST, error_message=message)
                 for p in t.partitions])
             for t in requested or []])
-    image = broker.image
-    results = []
-    if requested is None:
-        for name in sorted(image.topics_by_name):
-            partitions = []
-            for p in sorted(image.topics_by_name[name].partitions):
-                code, message = _elect(image, name, p, election_type)
-                # electing for every partition lists only the partitions that needed it
-                if code != Errors.ELECTION_NOT_NEEDED:
-                    partitions.append(PartitionResult(partition_id=p, error_code=code, error_message=message))
-            results.append(ElectionResult(topic=name, partition_result=partitions))
-    else:
-        for t in requested:
-            partitions = []
-            for p in t.partitions:
-                code, message = _elect(image, t.topic, p, election_type)
-                partitions.append(PartitionResult(partition_id=p, error_code=code, error_message=message))
-            results.append(ElectionResult(topic=t.topic, partition_result=partitions))
-    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)
+    wanted = None if requested is None else [(t.topic, list(t.partitions)) for t in requested]
+    results = await broker.controller.elect_leaders(election_type, wanted)
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[
+        ElectionResult(topic=name, partition_result=[
+            PartitionResult(partition_id=pid, error_code=code, error_message=message)
+            for pid, code, message in partitions])
+        for name, partitions in results])
 
 
 # ------------------------------------------------------------------ partition reassignments

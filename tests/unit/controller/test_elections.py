@@ -1,0 +1,218 @@
+"""Leadership on the active controller (controller/replication_control.py) on a real one-voter
+quorum with registered brokers: fencing (want_fence and session timeout) elects new leaders in
+the fence's own batch, unfencing brings leaderless partitions back, controlled shutdown moves
+leaderships before it is granted, ElectLeaders (PREFERRED, UNCLEAN) and the leader imbalance
+check.
+
+The ISR of a new partition is its leader alone until followers replicate (controller.py's
+initial_isr); these tests widen it with a PartitionChangeRecord, as an AlterPartition would."""
+
+from __future__ import annotations
+
+import trio
+
+from pybroker.metadata.image import RECOVERING
+from pybroker.protocol import messages as m
+from pybroker.protocol.errors import Errors
+
+from .quorum_harness import WAIT_S, Quorum, one_voter_quorum
+
+BROKERS = {1: None, 2: None, 3: None}
+
+
+async def create(q: Quorum, name: str, replicas: list[int], configs: dict | None = None) -> None:
+    [res] = await q.controller.create_topics([(name, -1, -1, {0: replicas}, configs or {})])
+    assert res.error == 0, res.message
+
+
+def part(q: Quorum, name: str):
+    return q.image.topics_by_name[name].partitions[0]
+
+
+async def set_isr(q: Quorum, name: str, isr: list[int]) -> None:
+    """What the leader's AlterPartition would commit (the `repl` branch's handler)."""
+    t = q.image.topics_by_name[name]
+    async with q.controller._lock:
+        await q.controller._commit([m.PartitionChangeRecord(partition_id=0, topic_id=t.topic_id, isr=isr)])
+
+
+async def keep_alive(q: Quorum, epochs: dict[int, int], stop: trio.Event) -> None:
+    while not stop.is_set():
+        for b, e in epochs.items():
+            await q.heartbeat(b, e)
+        with trio.move_on_after(0.05):
+            await stop.wait()
+
+
+def test_fencing_a_leader_elects_the_next_isr_member_in_the_same_batch(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [2, 1, 3])
+            await set_isr(q, "t", [2, 1, 3])
+            p = part(q, "t")
+            assert (p.leader, p.leader_epoch) == (2, 0)
+            seen = []
+            q.loader.add_publisher("probe", lambda d: seen.append(
+                (q.image.brokers[2].fenced, part(q, "t").leader)))
+            assert await q.heartbeat(2, epochs[2], want_fence=True) == (0, True, True, False)
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.leader_epoch) == (1, [1, 3], 1)
+            # no published state ever showed broker 2 fenced while still leading
+            assert (True, 2) not in seen and (True, 1) in seen
+
+    trio.run(main)
+
+
+def test_a_session_timeout_moves_leadership_and_the_returning_broker_rejoins_only_as_follower(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, {"broker.session.timeout.ms": "600"}, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [1, 2, 3])
+            await set_isr(q, "t", [1, 2, 3])
+            stop = trio.Event()
+            async with trio.open_nursery() as n:
+                n.start_soon(keep_alive, q, {2: epochs[2], 3: epochs[3]}, stop)
+                with trio.fail_after(WAIT_S):
+                    await q.loader.wait_for(lambda: q.image.brokers[1].fenced)
+                p = part(q, "t")
+                assert (p.leader, p.isr, p.leader_epoch) == (2, [2, 3], 1)
+                # broker 1 heartbeats again: unfenced, but the partition has a leader already
+                await q.heartbeat(1, epochs[1])
+                assert not q.image.brokers[1].fenced
+                assert part(q, "t").leader == 2
+                stop.set()
+
+    trio.run(main)
+
+
+def test_below_min_isr_the_fenced_replicas_go_to_the_elr_and_come_back_as_leaders(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [1, 2, 3], {"min.insync.replicas": "2"})
+            await set_isr(q, "t", [1, 2, 3])
+            for b in (1, 2, 3):
+                await q.heartbeat(b, epochs[b], want_fence=True)
+            p = part(q, "t")
+            assert (p.leader, p.isr, sorted(p.elr), p.last_known_elr) == (-1, [], [2, 3], [3])
+            assert q.controller.replication.offline_partitions() == 1
+            # broker 1 left the ISR while it still met min.insync.replicas: not eligible
+            await q.heartbeat(1, epochs[1])
+            assert part(q, "t").leader == -1
+            await q.heartbeat(2, epochs[2])  # an ELR member is unfenced: elected at once
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.elr) == (2, [2], [3])
+
+    trio.run(main)
+
+
+def test_unclean_election_by_topic_config_when_the_only_isr_member_is_fenced(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "clean", [1, 2, 3])
+            await create(q, "dirty", [1, 2, 3], {"unclean.leader.election.enable": "true"})
+            await q.heartbeat(1, epochs[1], want_fence=True)
+            assert part(q, "clean").leader == -1
+            p = part(q, "dirty")
+            assert (p.leader, p.isr, p.leader_recovery_state, p.leader_epoch) == (2, [2], RECOVERING, 1)
+            assert q.controller.replication.unclean_elections == 1
+
+    trio.run(main)
+
+
+def test_controlled_shutdown_moves_leaderships_before_it_is_granted(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [3, 1, 2])
+            await set_isr(q, "t", [3, 1, 2])
+            await create(q, "solo", [3, 1])  # ISR [3] alone: goes offline rather than unclean
+            # first answer: not yet (it leads partitions); the controller moves them now
+            assert await q.heartbeat(3, epochs[3], want_shut_down=True) == (0, True, False, False)
+            b3 = q.image.brokers[3]
+            assert b3.in_controlled_shutdown and not b3.fenced
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.leader_epoch) == (1, [1, 2], 1)
+            assert part(q, "solo").leader == -1
+            assert not q.controller.replication.has_leaderships(3)
+            # a broker in controlled shutdown is not a placement target
+            [res] = await q.controller.create_topics([("new", 1, 3, {}, {})])
+            assert res.error == Errors.INVALID_REPLICATION_FACTOR
+            # granted once the active brokers have seen the moves
+            for b in (1, 2):
+                await q.heartbeat(b, epochs[b])
+            assert await q.heartbeat(3, epochs[3], want_shut_down=True) == (0, True, True, True)
+            assert q.image.brokers[3].fenced and not q.image.brokers[3].in_controlled_shutdown
+
+    trio.run(main)
+
+
+def test_a_broker_that_leads_nothing_shuts_down_at_once(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2)}
+            await create(q, "t", [1, 2])
+            assert await q.heartbeat(2, epochs[2], want_shut_down=True) == (0, True, True, True)
+            assert q.image.brokers[2].fenced
+
+    trio.run(main)
+
+
+def test_elect_leaders_preferred_and_unclean_with_kafkas_errors(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [1, 2, 3])
+            await set_isr(q, "t", [1, 2, 3])
+            await create(q, "u", [1, 2])
+            PREF, UNCL = 0, 1
+            r = await q.controller.elect_leaders(PREF, [("t", [0, 7]), ("nope", [0])])
+            assert r == [("t", [(0, Errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."),
+                                (7, Errors.UNKNOWN_TOPIC_OR_PARTITION, "No such partition as t-7")]),
+                         ("nope", [(0, Errors.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as nope")])]
+            await q.heartbeat(1, epochs[1], want_fence=True)
+            assert part(q, "t").leader == 2 and part(q, "u").leader == -1
+            # the preferred replica is fenced (and out of the ISR): not available
+            r = await q.controller.elect_leaders(PREF, [("t", [0])])
+            assert r[0][1][0][1] == Errors.PREFERRED_LEADER_NOT_AVAILABLE
+            await q.heartbeat(1, epochs[1])
+            await set_isr(q, "t", [2, 3, 1])  # caught up again
+            assert part(q, "t").leader == 2
+            assert await q.controller.elect_leaders(PREF, [("t", [0])]) == [("t", [(0, 0, None)])]
+            p = part(q, "t")
+            assert (p.leader, p.leader_epoch) == (1, 2)
+            # "u" lost its only ISR member when broker 1 was fenced; 1 went to the ELR, so it
+            # was elected again, cleanly, when it was unfenced
+            assert part(q, "u").leader == 1
+            await q.heartbeat(1, epochs[1], want_fence=True)
+            await q.heartbeat(2, epochs[2], want_fence=True)
+            r = await q.controller.elect_leaders(UNCL, [("u", [0])])
+            assert r[0][1][0][1] == Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            await q.heartbeat(2, epochs[2])  # a replica outside ISR and ELR comes back
+            assert part(q, "u").leader == -1
+            assert await q.controller.elect_leaders(UNCL, [("u", [0])]) == [("u", [(0, 0, None)])]
+            p = part(q, "u")
+            assert (p.leader, p.isr, p.leader_recovery_state) == (2, [2], RECOVERING)
+            # every partition (null list): only those whose election was needed are listed
+            assert await q.controller.elect_leaders(UNCL, None) == [("t", []), ("u", [])]
+
+    trio.run(main)
+
+
+def test_auto_leader_rebalance_puts_preferred_leaders_back(tmp_path):
+    async def main():
+        overrides = {"leader.imbalance.check.interval.seconds": "1"}
+        async with one_voter_quorum(tmp_path, overrides, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [1, 2, 3])
+            await set_isr(q, "t", [1, 2, 3])
+            await q.heartbeat(1, epochs[1], want_fence=True)
+            assert part(q, "t").leader == 2
+            await q.heartbeat(1, epochs[1])
+            await set_isr(q, "t", [2, 3, 1])
+            with trio.fail_after(WAIT_S):
+                await q.loader.wait_for(lambda: part(q, "t").leader == 1)
+
+    trio.run(main)
