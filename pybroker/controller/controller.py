@@ -247,7 +247,7 @@ class QuorumController:
                     records = fence_records([broker_id], self.image.brokers, self.replication)
                     hb.touch(broker_id, True, -1, self.now_ms())
                     try:
-                        await self._commit(records)
+                        await self._commit(records, user_op=False)
                     except KafkaError:
                         break
 
@@ -282,7 +282,7 @@ class QuorumController:
                 return False
             records = build()
             try:
-                await self._commit(records)
+                await self._commit(records, user_op=False)
             except KafkaError:
                 return False
             return len(records) >= replication_control.MAX_ELECTIONS_PER_IMBALANCE
@@ -303,14 +303,16 @@ class QuorumController:
         if not self.active:
             raise KafkaError(Errors.NOT_CONTROLLER, f"node {self.config.node_id} is not the active controller")
 
-    async def _commit(self, records: list[Any]) -> int:
+    async def _commit(self, records: list[Any], user_op: bool = True) -> int:
         """Append atomically (one batch), wait for the quorum to commit it and for this node's
         loader to have applied and published it; returns the last record's offset (-1: nothing).
-        KafkaError(NOT_CONTROLLER) when this node is not (or stops being) the active controller."""
+        KafkaError(NOT_CONTROLLER) when this node is not (or stops being) the active controller.
+        Only a user operation is bounded by MAX_RECORDS_PER_USER_OP: a broker's fencing or
+        controlled shutdown changes every partition it hosts, as many as there are."""
         self._check_active()
         if not records:
             return -1
-        if len(records) > MAX_RECORDS_PER_USER_OP:
+        if user_op and len(records) > MAX_RECORDS_PER_USER_OP:
             raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
         return await self._append_and_wait(records)
 
@@ -361,7 +363,7 @@ class QuorumController:
                 outcome = heartbeat(req, self.image.brokers, hb, self.now_ms(), transitions=self.replication)
             except KafkaError as exc:
                 return int(exc.code), False, True, False
-            offset = await self._commit(outcome.records)
+            offset = await self._commit(outcome.records, user_op=False)
             if outcome.state == CONTROLLED_SHUTDOWN:
                 # granted once every active broker has applied this far (lowest_active_offset)
                 hb.maybe_update_controlled_shutdown_offset(req.broker_id, offset if offset >= 0 else self.image.offset)
