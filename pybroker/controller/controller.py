@@ -24,7 +24,8 @@ the unfenced broker count), manual assignments (INVALID_REPLICA_ASSIGNMENT), top
 (INVALID_CONFIG). Placement is Kafka's StripedReplicaPlacer (controller/replica_placer.py).
 Topic config changes follow ConfigurationControlManager: a ConfigRecord per changed key
 (value None removes the override), validated as the whole resulting override set. Broker
-registration, heartbeats and fencing: controller/cluster_control.py.
+registration, heartbeats and fencing: controller/cluster_control.py; the elections they cause,
+ElectLeaders and the periodic leader checks: controller/replication_control.py.
 
 **Deliberate difference until issue 9 (replication):** a partition's ISR is written as its
 leader alone, not every replica: followers hold empty logs and do not fetch yet, so listing them
