@@ -380,6 +380,25 @@ class QuorumController:
             await self._commit(records)
             return results
 
+    async def alter_partition_reassignments(
+            self, requested: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]]
+    ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
+        """AlterPartitionReassignments: per topic, (partition, error, message); every change
+        commits as one batch (Kafka's ControllerResult.atomicOf)."""
+        async with self._lock:
+            self._check_active()
+            records: list[Any] = []
+            out = [(name, [(pid, *self.replication.alter_partition_reassignment(name, pid, target, records))
+                           for pid, target in partitions])
+                   for name, partitions in requested]
+            await self._commit(records)
+            return out
+
+    def list_partition_reassignments(self, requested: Sequence[tuple[str, Sequence[int]]] | None
+                                     ) -> list[tuple[str, list[tuple[int, list[int], list[int], list[int]]]]]:
+        self._check_active()
+        return self.replication.list_partition_reassignments(requested)
+
     # ------------------------------------------------------------------ topics
 
     def _live_brokers(self) -> list[int]:

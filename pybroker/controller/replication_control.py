@@ -15,6 +15,14 @@ every ISR and elect new leaders commit together, and every node applies both at 
 - Controlled shutdown: marked in_controlled_shutdown, then as for fencing, but it stays
   registered and unfenced (it keeps serving as a follower) until it leads nothing and every
   active broker has seen the change (cluster_control.py).
+- Reassignment (AlterPartitionReassignments, Kafka's PartitionReassignmentReplicas): a target
+  replica list adds the new replicas to the partition's replicas (adding_replicas) and marks the
+  ones to drop (removing_replicas); the new replicas fetch and, once the ISR holds every target
+  replica, the PartitionChangeRecord that grows the ISR (AlterPartition) also completes the
+  reassignment: the removing replicas leave replicas and ISR, and a leader among them steps
+  down (partition_change.py rule 1). A target equal to the current order of the same replicas
+  completes at once. Cancelling (null replicas) reverts to the original replicas; a revert
+  that would leave no ISR member needs unclean elections allowed.
 - Topic configs and the broker's: min.insync.replicas (the ELR threshold) and
   unclean.leader.election.enable (UNCLEAN elections) come from the topic's override, else from
   this node's broker config, whose values already layer the cluster-wide dynamic ones.
@@ -47,6 +55,9 @@ MAX_ELECTIONS_PER_IMBALANCE = 1000  # ReplicationControlManager.MAX_ELECTIONS_PE
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types (Kafka's ElectionType)
 
 Located = tuple[TopicImage, int, PartitionRegistration]
+#: a partition's ongoing reassignment: (partition, replicas, adding, removing)
+Ongoing = tuple[int, list[int], list[int], list[int]]
+NO_REASSIGNMENT_IN_PROGRESS_MESSAGE = "No partition reassignment is in progress."
 
 
 class ReplicationControl:
@@ -218,3 +229,80 @@ class ReplicationControl:
                 if code == 0:
                     log.error("Triggering unclean leader election for offline partition %s-%d.", t.name, pid)
         return records
+
+    # ------------------------------------------------------------------ reassignment
+
+    def validate_manual_assignment(self, replicas: Sequence[int]) -> str | None:
+        """Kafka's validateManualPartitionAssignment: why `replicas` is invalid, or None."""
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        previous = None
+        for broker_id in sorted(replicas):
+            if broker_id not in self.image.brokers:
+                return (f"The manual partition assignment includes broker {broker_id}, but no such broker "
+                        "is registered.")
+            if broker_id == previous:
+                return f"The manual partition assignment includes the broker {previous} more than once."
+            previous = broker_id
+        return None
+
+    def alter_partition_reassignment(self, topic: str, partition: int, target: Sequence[int] | None,
+                                     records: list[Any]) -> tuple[int, str | None]:
+        """(error, message) of one partition's reassignment (start, change or cancel); its
+        record, if any, is appended to `records`."""
+        t = self.image.topics_by_name.get(topic)
+        if t is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
+        reg = t.partitions.get(partition)
+        if reg is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
+        unclean = self.unclean_enabled(topic)
+        b = self._builder(t, partition, reg, self.is_active, Election.UNCLEAN if unclean else Election.ONLINE)
+        if target is None:
+            if not reg.is_reassigning:
+                return Errors.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT_IN_PROGRESS_MESSAGE
+            # PartitionReassignmentRevert: the original replicas, the ISR without the adding ones
+            original = [r for r in reg.replicas if r not in reg.adding_replicas]
+            isr = [r for r in reg.isr if r not in reg.adding_replicas]
+            if not isr:
+                if not unclean:
+                    return Errors.INVALID_REPLICA_ASSIGNMENT, (
+                        f"Unable to revert partition assignment for {topic}:{partition} because it would "
+                        "require an unclean leader election.")
+                isr = [original[0]]
+            b.set_target_isr(isr).set_target_replicas(original).set_target_removing([]).set_target_adding([])
+        else:
+            reason = self.validate_manual_assignment(target)
+            if reason is not None:
+                return Errors.INVALID_REPLICA_ASSIGNMENT, reason
+            b.set_election(Election.ONLINE)
+            current = list(reg.replicas)
+            removing = sorted(set(current) - set(target))
+            adding = sorted(set(target) - set(current))
+            replicas = [*target, *removing]
+            if replicas != current:
+                b.set_target_replicas(replicas)
+            if removing:
+                b.set_target_removing(removing)
+            if adding:
+                b.set_target_adding(adding)
+        self._built(b, records)
+        return 0, None
+
+    def list_partition_reassignments(self, requested: Sequence[tuple[str, Sequence[int]]] | None
+                                     ) -> list[tuple[str, list[Ongoing]]]:
+        """ListPartitionReassignments: the reassigning partitions, per topic (every topic when
+        `requested` is None); unknown topics and partitions are left out silently."""
+        wanted: list[tuple[TopicImage, Sequence[int]]] = []
+        if requested is None:
+            wanted = [(t, sorted(t.partitions)) for _, t in sorted(self.image.topics_by_name.items())]
+        else:
+            wanted = [(t, pids) for name, pids in requested
+                      if (t := self.image.topics_by_name.get(name)) is not None]
+        out: list[tuple[str, list[Ongoing]]] = []
+        for t, pids in wanted:
+            ongoing = [(pid, list(reg.replicas), list(reg.adding_replicas), list(reg.removing_replicas))
+                       for pid in pids if (reg := t.partitions.get(pid)) is not None and reg.is_reassigning]
+            if ongoing:
+                out.append((t.name, ongoing))
+        return out

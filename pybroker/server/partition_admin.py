@@ -16,28 +16,25 @@ QuorumController; a broker forwards these requests to it unchanged).
   type N"), at the top level (v1+) and on every requested partition
   (ElectLeadersRequest.getErrorResponse). A node that is not the active controller answers
   NOT_CONTROLLER (the forwarding broker retries at the new one).
-- AlterPartitionReassignments: UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the
-  cluster lacks; null replicas (cancel) NO_REASSIGNMENT_IN_PROGRESS, since none ever runs;
-  a target replica list is validated as Kafka's validateManualPartitionAssignment (empty
-  list, a broker that is not registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT
-  with Kafka's messages); a valid target equal to the current replicas is a no-op success.
-  An empty topic list answers at once (top-level error message "" there, null otherwise,
-  as Kafka's response defaults make it).
-- ListPartitionReassignments: nothing is ever reassigning, so the answer is always an empty
-  list; Kafka silently leaves out unknown topics and partitions rather than erroring.
+- AlterPartitionReassignments: the active controller starts, changes or cancels each
+  partition's reassignment (controller/replication_control.py), one batch for the whole
+  request. UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the cluster lacks; null replicas
+  (cancel) on a partition not reassigning NO_REASSIGNMENT_IN_PROGRESS; a target replica list is
+  validated as Kafka's validateManualPartitionAssignment (empty list, a broker that is not
+  registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT with Kafka's messages). An
+  empty topic list answers at once (top-level error message "" there, null otherwise, as
+  Kafka's response defaults make it). timeout_ms is never waited on: the change commits before
+  the answer; the new replicas catch up afterwards.
+- ListPartitionReassignments: the partitions with adding or removing replicas, every topic's
+  for a null list; Kafka silently leaves out unknown topics and partitions rather than erroring.
 
-**Difference:** pybroker's controller cannot move replicas yet, so a valid target replica set
-other than the current one (only possible with several registered brokers) answers
-INVALID_REPLICA_ASSIGNMENT. timeout_ms is never waited on: an election commits before the
-answer.
-
-Concurrency: trio thread; reassignments read the metadata image, elections go through the
-controller's lock.
+Concurrency: trio thread; elections and reassignments go through the controller's lock, the
+listing reads the committed image.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
@@ -54,12 +51,13 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
-NO_REASSIGNMENT_IN_PROGRESS_MESSAGE = "No partition reassignment is in progress."
 
 ElectionResult = ElectLeadersResponse.ReplicaElectionResult
 PartitionResult = ElectLeadersResponse.PartitionResult
 TopicResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+OngoingPartition = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
 
 # ------------------------------------------------------------------------------ ElectLeaders
 
@@ -88,58 +86,27 @@ async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLe
 # ------------------------------------------------------------------ partition reassignments
 
 
-def _validate_target(image: Any, replicas: list[int]) -> str | None:
-    """Kafka's validateManualPartitionAssignment: the reason a target is invalid, or None."""
-    if not replicas:
-        return "The manual partition assignment includes an empty replica list."
-    previous = None
-    for broker_id in sorted(replicas):
-        if broker_id not in image.brokers:
-            return (f"The manual partition assignment includes broker {broker_id}, but no such broker "
-                    "is registered.")
-        if broker_id == previous:
-            return f"The manual partition assignment includes the broker {previous} more than once."
-        previous = broker_id
-    return None
-
-
-def _reassign(image: Any, topic: str, partition: int, replicas: list[int] | None) -> tuple[int, str | None]:
-    t = image.topic(topic)
-    if t is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
-    reg = t.partitions.get(partition)
-    if reg is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
-    if replicas is None:
-        # a partition is reassigning only while it has adding/removing replicas: never here
-        return Errors.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT_IN_PROGRESS_MESSAGE
-    reason = _validate_target(image, replicas)
-    if reason is not None:
-        return Errors.INVALID_REPLICA_ASSIGNMENT, reason
-    if sorted(replicas) != sorted(reg.replicas):
-        return Errors.INVALID_REPLICA_ASSIGNMENT, "Moving replicas between brokers is not supported by this node."
-    return 0, None
-
-
-def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
-                                         req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
+                                               req: AlterPartitionReassignmentsRequest
+                                               ) -> AlterPartitionReassignmentsResponse:
     if not req.topics:
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message="", responses=[])
-    image = broker.image
-    responses = []
-    for t in req.topics:
-        partitions = []
-        for p in t.partitions:
-            code, message = _reassign(image, t.name, p.partition_index, p.replicas)
-            partitions.append(PartitionResponse(partition_index=p.partition_index, error_code=code,
-                                                error_message=message))
-        responses.append(TopicResponse(name=t.name, partitions=partitions))
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
-                                               responses=responses)
+    results = await broker.controller.alter_partition_reassignments(
+        [(t.name, [(p.partition_index, None if p.replicas is None else list(p.replicas)) for p in t.partitions])
+         for t in req.topics])
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, responses=[
+        TopicResponse(name=name, partitions=[
+            PartitionResponse(partition_index=pid, error_code=code, error_message=message)
+            for pid, code, message in partitions])
+        for name, partitions in results])
 
 
 def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                         req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
-    # Kafka lists only partitions with adding/removing replicas and skips unknown ones
-    # silently, whether the topics are named or null (all): on this node the list is empty.
-    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    # Kafka lists only partitions with adding/removing replicas and skips unknown ones silently
+    requested = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
+    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[
+        Ongoing(name=name, partitions=[
+            OngoingPartition(partition_index=pid, replicas=replicas, adding_replicas=adding, removing_replicas=removing)
+            for pid, replicas, adding, removing in partitions])
+        for name, partitions in broker.controller.list_partition_reassignments(requested)])

@@ -216,3 +216,73 @@ def test_auto_leader_rebalance_puts_preferred_leaders_back(tmp_path):
                 await q.loader.wait_for(lambda: part(q, "t").leader == 1)
 
     trio.run(main)
+
+
+async def grow_isr(q: Quorum, name: str, isr: list[int]) -> None:
+    """An ISR expansion built as an AlterPartition handler builds it (PartitionChangeBuilder),
+    which is where a reassignment completes."""
+    from pybroker.controller.partition_change import PartitionChangeBuilder
+
+    t = q.image.topics_by_name[name]
+    rc = q.controller.replication
+    async with q.controller._lock:
+        record = PartitionChangeBuilder(t.partitions[0], t.topic_id, 0, rc.is_active, rc.min_isr(name),
+                                        elr_enabled=rc.elr_enabled()).set_target_isr(isr).build()
+        await q.controller._commit([record])
+
+
+def test_a_reassignment_adds_replicas_then_completes_when_they_join_the_isr(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            for b in (1, 2, 3, 4):
+                await q.register(b)
+            await create(q, "t", [1, 2, 3])
+            await set_isr(q, "t", [1, 2, 3])
+            c = q.controller
+            assert await c.alter_partition_reassignments([("t", [(0, [2, 3, 4])])]) == [("t", [(0, 0, None)])]
+            p = part(q, "t")
+            assert (p.replicas, p.adding_replicas, p.removing_replicas, p.leader) == ([2, 3, 4, 1], [4], [1], 1)
+            assert c.list_partition_reassignments(None) == [("t", [(0, [2, 3, 4, 1], [4], [1])])]
+            assert c.list_partition_reassignments([("t", [0, 9]), ("nope", [0])]) == \
+                [("t", [(0, [2, 3, 4, 1], [4], [1])])]
+            await grow_isr(q, "t", [1, 2, 3, 4])  # broker 4 caught up
+            p = part(q, "t")
+            # done: broker 1 left replicas and ISR, and its leadership went to the next in line
+            assert (p.replicas, p.isr, p.adding_replicas, p.removing_replicas) == ([2, 3, 4], [2, 3, 4], [], [])
+            assert (p.leader, p.leader_epoch) == (2, 1)
+            assert c.list_partition_reassignments(None) == []
+
+    trio.run(main)
+
+
+def test_a_reassignment_is_cancelled_back_to_the_original_replicas_and_kafkas_errors(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            for b in (1, 2, 3):
+                await q.register(b)
+            await create(q, "t", [1, 2])
+            c = q.controller
+            await c.alter_partition_reassignments([("t", [(0, [1, 3])])])
+            p = part(q, "t")
+            assert (p.replicas, p.adding_replicas, p.removing_replicas) == ([1, 3, 2], [3], [2])
+            assert await c.alter_partition_reassignments([("t", [(0, None)])]) == [("t", [(0, 0, None)])]
+            p = part(q, "t")
+            assert (p.replicas, p.isr, p.adding_replicas, p.removing_replicas, p.leader) == ([1, 2], [1], [], [], 1)
+            got = await c.alter_partition_reassignments([
+                ("t", [(0, None), (5, [1]), (0, [1, 1]), (0, [9]), (0, [])]), ("nope", [(0, [1])])])
+            assert got == [("t", [
+                (0, Errors.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."),
+                (5, Errors.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition t:5."),
+                (0, Errors.INVALID_REPLICA_ASSIGNMENT,
+                 "The manual partition assignment includes the broker 1 more than once."),
+                (0, Errors.INVALID_REPLICA_ASSIGNMENT,
+                 "The manual partition assignment includes broker 9, but no such broker is registered."),
+                (0, Errors.INVALID_REPLICA_ASSIGNMENT,
+                 "The manual partition assignment includes an empty replica list.")]),
+                ("nope", [(0, Errors.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named nope.")])]
+            # a new order of the same replicas completes at once
+            await c.alter_partition_reassignments([("t", [(0, [2, 1])])])
+            p = part(q, "t")
+            assert (p.replicas, p.adding_replicas, p.removing_replicas, p.leader) == ([2, 1], [], [], 1)
+
+    trio.run(main)
