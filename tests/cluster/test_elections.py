@@ -13,6 +13,7 @@ its leader alone, so both kinds appear here; with replication the clean path doe
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 import uuid
@@ -167,10 +168,37 @@ def _brokers(address: str) -> list[int]:
     return [b.node_id for b in md.brokers]
 
 
+def cli(c: Cluster, *args: str) -> tuple[int, str, str]:
+    from pybroker.cli.admin import main
+
+    out, err = io.StringIO(), io.StringIO()
+    rc = main([*args, "--bootstrap-server", c.bootstrap], out, err)
+    return rc, out.getvalue(), err.getvalue()
+
+
 def test_sigterm_moves_leaderships_before_the_broker_exits_and_producers_see_no_error(fresh_cluster: Cluster):
     c = fresh_cluster
     victim = next(n for n in (1, 2, 3) if n != c.active_controller())
     others = [n for n in (1, 2, 3) if n != victim]
+
+    # `pybroker topics reassign`: a third replica joins; it completes once that replica is in
+    # the ISR, else (no follower fetching yet) it is listed as ongoing and can be cancelled
+    moved = new_topic("move")
+    create(c, moved, others)
+    target = [others[1], others[0], victim]
+    assert cli(c, "topics", "reassign", "--topic", moved, "--partition", "0", "--replicas",
+               ",".join(map(str, target)))[0] == 0
+    rc, out, _ = cli(c, "topics", "reassignments", "--topic", moved)
+    rows = [line.split() for line in out.splitlines()[1:]]
+    if rows:
+        assert rows == [[moved, "0", ",".join(map(str, target)), str(victim)]]
+        assert cli(c, "topics", "reassign", "--topic", moved, "--partition", "0", "--cancel")[0] == 0
+        # Kafka's revert keeps the target's order of the original replicas
+        wait_until(lambda: metadata(c.address(others[0]), moved)[2] == target[:2] or None, 20, "the revert")
+        assert cli(c, "topics", "reassignments")[1].splitlines()[1:] == []
+    else:
+        assert metadata(c.address(others[0]), moved)[2] == target
+
     topic = new_topic("cs")
     create(c, topic, [victim, *others], **{"unclean.leader.election.enable": "true"})
     before = metadata(c.address(others[0]), topic)
