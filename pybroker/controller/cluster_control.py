@@ -124,9 +124,12 @@ def _uuid(v: Any) -> bytes:
 
 def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, BrokerRegistration],
                          features: Mapping[str, int], heartbeats: BrokerHeartbeatManager, new_epoch: int,
-                         now_ms: int, local_incarnation: tuple[int, bytes] | None = None) -> tuple[list[Any], int]:
+                         now_ms: int, local_incarnation: tuple[int, bytes] | None = None,
+                         transitions: Transitions | None = None) -> tuple[list[Any], int]:
     """The RegisterBrokerRecord for a BrokerRegistration request, and the broker epoch to answer;
-    KafkaError with Kafka's code and message when the registration is refused.
+    KafkaError with Kafka's code and message when the registration is refused. A new incarnation
+    first takes the previous one out of every ISR (and, after a crash, every ELR) with
+    `transitions`: a clean restart is one whose previous_broker_epoch is the registered epoch.
 
     `local_incarnation` (node id, incarnation id) is the broker running in the controller's own
     process: a registration from it replaces an older incarnation of that node id at once, since
@@ -183,11 +186,17 @@ def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, Broker
         record.in_controlled_shutdown = existing.in_controlled_shutdown
         record.broker_epoch = existing.epoch
     else:
+        clean = existing is not None and getattr(req, "previous_broker_epoch", -1) == existing.epoch
         log.info("Registering broker %d, incarnation %s, broker epoch %d%s.", broker_id, incarnation.hex(),
-                 new_epoch, "" if existing is None else f" (previous epoch {existing.epoch})")
+                 new_epoch, "" if existing is None else
+                 f" (previous epoch {existing.epoch}, {'clean' if clean else 'unclean'} shutdown)")
         record.fenced = True
         record.broker_epoch = new_epoch
         heartbeats.remove(broker_id)
+        if transitions is not None and existing is not None:
+            shutdown = transitions.handle_broker_shutdown(broker_id, clean)
+            heartbeats.register(broker_id, record.fenced, now_ms)
+            return [*shutdown, record], record.broker_epoch
     heartbeats.register(broker_id, record.fenced, now_ms)
     return [record], record.broker_epoch
 
@@ -215,6 +224,8 @@ class Transitions(Protocol):
     def handle_broker_unfenced(self, broker_id: int) -> list[Any]: ...
 
     def handle_broker_in_controlled_shutdown(self, broker_id: int) -> list[Any]: ...
+
+    def handle_broker_shutdown(self, broker_id: int, clean: bool) -> list[Any]: ...
 
 
 def next_state(req: Any, fenced: bool, caught_up: bool, heartbeats: BrokerHeartbeatManager,

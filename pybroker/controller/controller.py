@@ -331,13 +331,13 @@ class QuorumController:
             try:
                 records, epoch = registration_records(req, self.cluster_id, self.image.brokers, self.image.features,
                                                       self.heartbeats, new_epoch, self.now_ms(),
-                                                      self.local_incarnation)
+                                                      self.local_incarnation, self.replication)
             except KafkaError as exc:
                 if exc.code == Errors.NOT_CONTROLLER:
                     raise
                 log.info("refused the registration of broker %d: %s", req.broker_id, exc.message)
                 return int(exc.code), -1, exc.message
-            await self._commit(records)
+            await self._commit(records, user_op=False)
             return 0, epoch, None
 
     async def broker_heartbeat(self, req: Any) -> tuple[int, bool, bool, bool]:

@@ -117,18 +117,21 @@ class ReplicationControl:
     # ------------------------------------------------------------------ broker state changes
 
     def leader_and_isr_updates(self, context: str, remove: int, add: int,
-                               partitions: Iterable[Located]) -> list[Any]:
+                               partitions: Iterable[Located], unclean: int = NO_LEADER) -> list[Any]:
         """Kafka's generateLeaderAndIsrUpdates: `remove` (or -1) leaves each partition's ISR and
-        may not lead; `add` (or -1) may lead although the image may still show it fenced."""
+        may not lead; `add` (or -1) may lead although the image may still show it fenced;
+        `unclean` (or -1), a broker that crashed, leaves ISR and ELR and may not lead."""
 
         def accept(r: int) -> bool:
-            return r != remove and (r == add or self.is_active(r))
+            return r != remove and r != unclean and (r == add or self.is_active(r))
 
         records: list[Any] = []
         for t, pid, reg in partitions:
             b = self._builder(t, pid, reg, accept,
                               Election.UNCLEAN if self.unclean_enabled(t.name) else Election.ONLINE)
-            b.set_target_isr([r for r in reg.isr if r != remove])
+            if unclean != NO_LEADER:
+                b.set_unclean_shutdown_replicas([unclean])
+            b.set_target_isr([r for r in reg.isr if r != remove and r != unclean])
             self._built(b, records)
         if records:
             log.info("%s: changing %d partition(s)", context, len(records))
@@ -143,6 +146,21 @@ class ReplicationControl:
         records = self.leader_and_isr_updates("handleBrokerFenced", broker_id, NO_LEADER,
                                               self._with_in_isr(broker_id))
         records.append(m.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch, fenced=FENCE))
+        return records
+
+    def handle_broker_shutdown(self, broker_id: int, clean: bool) -> list[Any]:
+        """A new incarnation registers: the previous one is gone. After a clean shutdown (the
+        registration names the broker epoch it shut down with) it leaves every ISR as if fenced;
+        after a crash, with ELR on, it also leaves every ELR and may not lead, since its log may
+        miss what it had acknowledged (Kafka's handleBrokerShutdown, KIP-966)."""
+        if clean or not self.elr_enabled():
+            return self.leader_and_isr_updates("handleBrokerFenced", broker_id, NO_LEADER,
+                                               self._with_in_isr(broker_id))
+        records = self.leader_and_isr_updates("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER,
+                                              self._with_in_isr(broker_id), unclean=broker_id)
+        in_elr = [x for x in self._partitions() if broker_id in x[2].elr and broker_id not in x[2].isr]
+        records += self.leader_and_isr_updates("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, in_elr,
+                                               unclean=broker_id)
         return records
 
     def handle_broker_unfenced(self, broker_id: int) -> list[Any]:

@@ -392,7 +392,8 @@ class Broker:
             features=dict(feature_control.SUPPORTED_FEATURES), rack=cfg["broker.rack"],
             log_dir_ids=self._log_dir_ids, metadata_offset=lambda: self.loader.applied_offset,
             heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            session_timeout_ms=cfg["broker.session.timeout.ms"])
+            session_timeout_ms=cfg["broker.session.timeout.ms"],
+            previous_broker_epoch=self.log_manager.previous_broker_epoch)
         lifecycle = self.lifecycle
         if self.quorum_controller is not None:
             self.quorum_controller.local_incarnation = (self.node_id, lifecycle.incarnation_id)
@@ -527,7 +528,8 @@ class Broker:
             await self.raft.close()
         if cfg.is_broker:
             hws = self.replica_manager.high_watermarks()
-            await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws)
+            epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+            await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws, epoch)
         log.info("shut down cleanly")
 
 

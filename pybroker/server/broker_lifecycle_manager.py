@@ -17,7 +17,9 @@ States, as Kafka's BrokerState:
                   controller has answered for broker.session.timeout.ms (the controller, if
                   any, then fences this broker anyway)
 
-Every heartbeat carries the offset of the last metadata record this node applied. A refused
+A registration offers the broker epoch the node last shut down cleanly with (read from the
+log dirs' clean-shutdown markers; -1 after a crash), so the controller knows whether the
+previous incarnation's replicas can still be trusted (KIP-966). Every heartbeat carries the offset of the last metadata record this node applied. A refused
 heartbeat (STALE_BROKER_EPOCH: the registration is gone or newer) registers again; a failed
 request backs off exponentially (100 ms doubling to 1 s, Kafka's resend backoff).
 INCONSISTENT_CLUSTER_ID is fatal: this node's storage belongs to another cluster.
@@ -56,7 +58,7 @@ class BrokerLifecycleManager:
     def __init__(self, *, node_id: int, cluster_id: str, channel: ControllerChannel,
                  listeners: list[tuple[str, str, int, int]], features: dict[str, tuple[int, int]],
                  rack: str | None, log_dir_ids: list[bytes], metadata_offset: Callable[[], int],
-                 heartbeat_interval_ms: int, session_timeout_ms: int) -> None:
+                 heartbeat_interval_ms: int, session_timeout_ms: int, previous_broker_epoch: int = -1) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.channel = channel
@@ -71,6 +73,8 @@ class BrokerLifecycleManager:
         self.session_timeout_s = session_timeout_ms / 1000
         self._last_answer = 0.0  # trio time of the controller's last answer to a heartbeat
         self.incarnation_id = uuid.uuid4().bytes
+        # the epoch this node shut down cleanly with (the log dirs' clean-shutdown markers), else -1
+        self.previous_broker_epoch = previous_broker_epoch
         self.state = STARTING
         self.broker_epoch = -1
         self.registered = False
@@ -154,7 +158,7 @@ class BrokerLifecycleManager:
             features=[BrokerRegistrationRequest.Feature(name=name, min_supported_version=lo, max_supported_version=hi)
                       for name, (lo, hi) in sorted(self.features.items())],
             rack=self.rack, is_migrating_zk_broker=False, log_dirs=self.log_dir_ids,
-            previous_broker_epoch=self.broker_epoch)
+            previous_broker_epoch=self.previous_broker_epoch)
         try:
             resp: Any = await self.channel.send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, req,
                                                 self.request_timeout_s)

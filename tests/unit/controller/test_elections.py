@@ -286,3 +286,35 @@ def test_a_reassignment_is_cancelled_back_to_the_original_replicas_and_kafkas_er
             assert (p.replicas, p.adding_replicas, p.removing_replicas, p.leader) == ([2, 1], [], [], 1)
 
     trio.run(main)
+
+
+def test_a_restart_after_a_crash_leaves_the_elr_and_a_clean_one_keeps_it(tmp_path):
+    async def main():
+        async with one_voter_quorum(tmp_path, brokers={}) as q:
+            epochs = {b: await q.register(b) for b in (1, 2, 3)}
+            await create(q, "t", [1, 2, 3], {"min.insync.replicas": "2"})
+            await set_isr(q, "t", [1, 2, 3])
+            await q.heartbeat(2, epochs[2], want_fence=True)
+            await q.heartbeat(3, epochs[3], want_fence=True)
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.elr) == (1, [1], [3])
+            # broker 3 comes back from a clean shutdown: it names the epoch it stopped with
+            epochs[3] = await q.register(3, previous_broker_epoch=epochs[3], fenced=True)
+            assert part(q, "t").elr == [3]
+            # then from a crash: its log may lack what it acknowledged, so it leaves the ELR
+            epochs[3] = await q.register(3, fenced=True)
+            assert part(q, "t").elr == []
+            # the leader is fenced: the last ISR member joins the ELR
+            await q.heartbeat(1, epochs[1], want_fence=True)
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [1], [1])
+            # and restarts after a crash: out of the ELR too; nobody is eligible until it is
+            # back, when the last known leader is elected (KIP-966's balanced recovery)
+            epochs[1] = await q.register(1, fenced=True)
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [], [1])
+            await q.heartbeat(1, epochs[1])
+            p = part(q, "t")
+            assert (p.leader, p.isr, p.leader_recovery_state) == (1, [1], RECOVERING)
+
+    trio.run(main)
