@@ -96,8 +96,18 @@ def test_sigkill_of_a_leader_elects_new_leaders_that_every_client_follows(fresh_
         else:  # the only ISR member died and unclean elections are off: offline
             assert leader == -1
 
-    # ElectLeaders through both admin clients
+    # the clients' own metadata names the new leaders (aiokafka's: below, after it produced)
     admin = adapters.confluent_admin(c.bootstrap)
+    for t in (clean, dirty):
+        assert admin.list_topics(t, timeout=10).topics[t].partitions[0].leader == new[t][0]
+    kadmin = adapters.kafka_python_admin(c.bootstrap)
+    try:
+        described = {d["name"]: d["partitions"][0]["leader_id"] for d in kadmin.describe_topics([clean, dirty])}
+        assert described == {clean: new[clean][0], dirty: new[dirty][0]}
+    finally:
+        kadmin.close()
+
+    # ElectLeaders through both admin clients
     tp_clean, tp_dirty = TopicPartition(clean, 0), TopicPartition(dirty, 0)
     got = admin.elect_leaders(ElectionType.PREFERRED, [tp_dirty]).result(20)
     # the preferred replica is the dead victim
