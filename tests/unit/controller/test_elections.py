@@ -4,8 +4,8 @@ the fence's own batch, unfencing brings leaderless partitions back, controlled s
 leaderships before it is granted, ElectLeaders (PREFERRED, UNCLEAN) and the leader imbalance
 check.
 
-The ISR of a new partition is its leader alone until followers replicate (controller.py's
-initial_isr); these tests widen it with a PartitionChangeRecord, as an AlterPartition would."""
+Each test sets the ISRs it needs with PartitionChangeRecords, as AlterPartition would: a new
+partition starts with its leader alone in the ISR here (`create`)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ BROKERS = {1: None, 2: None, 3: None}
 
 
 async def create(q: Quorum, name: str, replicas: list[int], configs: dict | None = None) -> None:
+    """A one-partition topic whose ISR is its leader alone, whatever the controller writes for
+    a new partition (initial_isr): the tests widen it where they mean to."""
     [res] = await q.controller.create_topics([(name, -1, -1, {0: replicas}, configs or {})])
     assert res.error == 0, res.message
+    if part(q, name).isr != replicas[:1]:
+        await set_isr(q, name, replicas[:1])
 
 
 def part(q: Quorum, name: str):
