@@ -265,6 +265,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, at_least(1)),
     ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000, at_least(0)),
     ConfigDef("request.timeout.ms", "int", 30000),
+    # leadership on the active controller (controller/replication_control.py) and controlled
+    # shutdown (server/broker.py); Kafka's KRaft controller reads the imbalance percentage not at all
+    ConfigDef("auto.leader.rebalance.enable", "boolean", True),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, at_least(1)),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10),
+    ConfigDef("controlled.shutdown.enable", "boolean", True),
 )
 
 # What a standalone node (no controller.quorum.voters, no controller.quorum.bootstrap.servers) uses

@@ -5,12 +5,18 @@
     pybroker topics create --topic T [--partitions N] [--replication-factor R]
                            [--config KEY=VALUE ...] [--if-not-exists]
     pybroker topics delete --topic T [--if-exists]
+    pybroker topics reassign --topic T --partition P (--replicas B1,B2,... | --cancel)
+    pybroker topics reassignments [--topic T ...]
 
 `describe` prints two tables: one row per topic (TOPIC TOPIC-ID PARTITION-COUNT
 REPLICATION-FACTOR CONFIGS, the configs being the topic's own overrides, as kafka-topics
 shows them), then one row per partition (TOPIC PARTITION LEADER REPLICAS ISR). Topic ids
 print as Kafka prints a Uuid: url-safe base64 without padding. Partitions and replication
 factor default to the broker's num.partitions / default.replication.factor, as in Kafka.
+`reassign` starts (or changes, or with --cancel reverts) one partition's reassignment, as
+kafka-reassign-partitions.sh --execute / --cancel do through AlterPartitionReassignments; the
+new replicas catch up and the controller completes it once they are in the ISR.
+`reassignments` lists the ongoing ones (TOPIC PARTITION REPLICAS ADDING REMOVING).
 Concurrency: a one-shot command.
 """
 
@@ -21,7 +27,7 @@ import base64
 from typing import TextIO
 
 from pybroker.cli.common import EXIT_OK, CliError, print_table
-from pybroker.client.admin import AdminClient
+from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.protocol.errors import Errors, KafkaError
 
 
@@ -40,8 +46,17 @@ def _config_pair(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def _broker_ids(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --replicas '{text}' (expected broker ids like 1,2,3)") from None
+    return ids
+
+
 def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,describe,create,delete}")
+    actions = parser.add_subparsers(dest="action", required=True,
+                                    metavar="{list,describe,create,delete,reassign,reassignments}")
 
     p = actions.add_parser("list", parents=[common], help="list topic names")
     p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
@@ -68,6 +83,19 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     p.add_argument("--topic", required=True, metavar="T")
     p.add_argument("--if-exists", action="store_true", help="succeed quietly if the topic does not exist")
     p.set_defaults(handler=run_delete)
+
+    p = actions.add_parser("reassign", parents=[common], help="move a partition's replicas (or cancel a move)")
+    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--partition", required=True, type=int, metavar="P")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--replicas", type=_broker_ids, metavar="B1,B2,...",
+                        help="the target replicas, the preferred leader first")
+    target.add_argument("--cancel", action="store_true", help="revert an ongoing reassignment")
+    p.set_defaults(handler=run_reassign)
+
+    p = actions.add_parser("reassignments", parents=[common], help="list ongoing partition reassignments")
+    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic (repeatable; default all)")
+    p.set_defaults(handler=run_reassignments)
 
     for name, action in actions.choices.items():
         action.prog = f"pybroker topics {name}"
@@ -132,4 +160,36 @@ def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: T
     if result:
         raise KafkaError(result, f"cannot delete topic '{args.topic}'" + (f": {message}" if message else ""))
     out.write(f"Deleted topic {args.topic}.\n")
+    return EXIT_OK
+
+
+def run_reassign(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    tp = TopicPartition(args.topic, args.partition)
+    target = None if args.cancel else args.replicas
+    result, message = admin.alter_partition_reassignments({tp: target})[tp]
+    if result:
+        what = "cancel the reassignment of" if args.cancel else "reassign"
+        raise KafkaError(result, f"cannot {what} {tp}" + (f": {message}" if message else ""))
+    if args.cancel:
+        out.write(f"Cancelled the reassignment of {tp}.\n")
+    else:
+        out.write(f"Started the reassignment of {tp} to replicas {_ids(args.replicas)}.\n")
+    return EXIT_OK
+
+
+def run_reassignments(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    wanted = list(dict.fromkeys(args.topic))
+    topics = None
+    if wanted:
+        described = admin.describe_topics(wanted)
+        topics = {}
+        for name in wanted:
+            t = described.get(name)
+            if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                raise CliError(f"topic '{name}' does not exist")
+            topics[name] = [p.partition for p in t.partitions]
+    ongoing = admin.list_partition_reassignments(topics)
+    rows = [[tp.topic, tp.partition, _ids(replicas), _ids(adding), _ids(removing)]
+            for tp, (replicas, adding, removing) in sorted(ongoing.items())]
+    print_table(out, ["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"], rows)
     return EXIT_OK

@@ -39,6 +39,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
+    AlterPartitionReassignmentsRequest,
     AlterUserScramCredentialsRequest,
     ConsumerProtocolAssignment,
     CreateAclsRequest,
@@ -55,6 +56,7 @@ from pybroker.protocol.messages import (
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
+    ListPartitionReassignmentsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
@@ -425,6 +427,39 @@ class AdminClient:
     def delete_topic(self, name: str) -> None:
         err, msg = self.delete_topics([name])[name]
         _check(err, f"cannot delete topic '{name}'", msg)
+
+    def alter_partition_reassignments(self, targets: Mapping[TopicPartition, list[int] | None], *,
+                                      timeout_ms: int = 60000) -> dict[TopicPartition, tuple[Errors, str | None]]:
+        """{partition: target replicas, or None to cancel} -> {partition: (error, message)}
+        (AlterPartitionReassignments, answered by the active controller)."""
+        by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+        for tp, replicas in targets.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, replicas))
+
+        def call() -> dict[TopicPartition, tuple[Errors, str | None]]:
+            R = AlterPartitionReassignmentsRequest
+            req = R(timeout_ms=timeout_ms, topics=[R.ReassignableTopic(name=t, partitions=[
+                R.ReassignablePartition(partition_index=p, replicas=r) for p, r in ps]) for t, ps in by_topic.items()])
+            resp = self._any().send(req)
+            _check(resp.error_code, "cannot alter partition reassignments", resp.error_message)
+            return {TopicPartition(t.name, p.partition_index): (Errors.for_code(p.error_code), p.error_message)
+                    for t in resp.responses for p in t.partitions}
+        return self._run(call)
+
+    def list_partition_reassignments(self, topics: Mapping[str, list[int]] | None = None
+                                     ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """Ongoing reassignments: {partition: (replicas, adding, removing)}; every topic's when
+        `topics` is None, else of the named partitions."""
+        def call() -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+            R = ListPartitionReassignmentsRequest
+            req = R(timeout_ms=30000, topics=None if topics is None else [
+                R.ListPartitionReassignmentsTopics(name=t, partition_indexes=list(ps)) for t, ps in topics.items()])
+            resp = self._any().send(req)
+            _check(resp.error_code, "cannot list partition reassignments", resp.error_message)
+            return {TopicPartition(t.name, p.partition_index):
+                    (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                    for t in resp.topics for p in t.partitions}
+        return self._run(call)
 
     def describe_topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, ConfigEntry]]:
         """Topic -> {config name: entry} for every config the broker reports (DescribeConfigs)."""

@@ -10,7 +10,14 @@ with its metadata offset:
     FENCED    --heartbeat, !want_fence, offset >= its RegisterBrokerRecord-->  UNFENCED
     UNFENCED  --no heartbeat for broker.session.timeout.ms (active controller's timer)-->  FENCED
     UNFENCED  --heartbeat with want_fence-->  FENCED
-    any       --want_shut_down-->  SHUTDOWN_NOW (controlled shutdown moving leaders: issue 9)
+    UNFENCED  --want_shut_down, leads partitions-->  CONTROLLED_SHUTDOWN (leaderships moved away)
+    UNFENCED  --want_shut_down, leads nothing-->  SHUTDOWN_NOW (fenced)
+    CONTROLLED_SHUTDOWN  --leads nothing, every active broker's metadata offset has reached
+                          the controlled-shutdown records-->  SHUTDOWN_NOW (fenced)
+    FENCED    --want_shut_down-->  SHUTDOWN_NOW
+
+Every transition's records (the broker's and the partitions' it changes:
+controller/replication_control.py) are one batch.
 
 Registration rules (ClusterControlManager.registerBroker): the cluster id must match
 (INCONSISTENT_CLUSTER_ID); another incarnation with a live session owns the id
@@ -28,9 +35,9 @@ Concurrency: the controller's, under its lock; time is passed in (`now_ms`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pybroker.metadata.image import BrokerRegistration
 from pybroker.protocol import messages as m
@@ -50,6 +57,8 @@ class _HeartbeatState:
     last_contact_ms: int
     metadata_offset: int = -1
     fenced: bool = True
+    # the offset the controlled-shutdown records committed at; -1: not shutting down
+    controlled_shutdown_offset: int = -1
 
 
 class BrokerHeartbeatManager:
@@ -74,6 +83,25 @@ class BrokerHeartbeatManager:
         state.last_contact_ms = now_ms
         state.metadata_offset = metadata_offset
         state.fenced = fenced
+        if fenced:  # a fenced broker leaves controlled shutdown
+            state.controlled_shutdown_offset = -1
+
+    def shutting_down(self, broker_id: int) -> bool:
+        state = self.brokers.get(broker_id)
+        return state is not None and not state.fenced and state.controlled_shutdown_offset >= 0
+
+    def maybe_update_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:
+        """Kafka's: set once, when the broker enters controlled shutdown."""
+        state = self.brokers.get(broker_id)
+        if state is not None and not state.fenced and state.controlled_shutdown_offset < 0:
+            state.controlled_shutdown_offset = offset
+
+    def lowest_active_offset(self) -> int:
+        """The smallest metadata offset among unfenced brokers not shutting down (Kafka's
+        lowestActiveOffset); a very large number when there is none."""
+        offsets = [b.metadata_offset for b in self.brokers.values()
+                   if not b.fenced and b.controlled_shutdown_offset < 0]
+        return min(offsets) if offsets else 1 << 62
 
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         state = self.brokers.get(broker_id)
@@ -96,9 +124,12 @@ def _uuid(v: Any) -> bytes:
 
 def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, BrokerRegistration],
                          features: Mapping[str, int], heartbeats: BrokerHeartbeatManager, new_epoch: int,
-                         now_ms: int, local_incarnation: tuple[int, bytes] | None = None) -> tuple[list[Any], int]:
+                         now_ms: int, local_incarnation: tuple[int, bytes] | None = None,
+                         transitions: Transitions | None = None) -> tuple[list[Any], int]:
     """The RegisterBrokerRecord for a BrokerRegistration request, and the broker epoch to answer;
-    KafkaError with Kafka's code and message when the registration is refused.
+    KafkaError with Kafka's code and message when the registration is refused. A new incarnation
+    first takes the previous one out of every ISR (and, after a crash, every ELR) with
+    `transitions`: a clean restart is one whose previous_broker_epoch is the registered epoch.
 
     `local_incarnation` (node id, incarnation id) is the broker running in the controller's own
     process: a registration from it replaces an older incarnation of that node id at once, since
@@ -155,13 +186,22 @@ def registration_records(req: Any, cluster_id: str, brokers: Mapping[int, Broker
         record.in_controlled_shutdown = existing.in_controlled_shutdown
         record.broker_epoch = existing.epoch
     else:
+        clean = existing is not None and getattr(req, "previous_broker_epoch", -1) == existing.epoch
         log.info("Registering broker %d, incarnation %s, broker epoch %d%s.", broker_id, incarnation.hex(),
-                 new_epoch, "" if existing is None else f" (previous epoch {existing.epoch})")
+                 new_epoch, "" if existing is None else
+                 f" (previous epoch {existing.epoch}, {'clean' if clean else 'unclean'} shutdown)")
         record.fenced = True
         record.broker_epoch = new_epoch
         heartbeats.remove(broker_id)
+        if transitions is not None and existing is not None:
+            shutdown = transitions.handle_broker_shutdown(broker_id, clean)
+            heartbeats.register(broker_id, record.fenced, now_ms)
+            return [*shutdown, record], record.broker_epoch
     heartbeats.register(broker_id, record.fenced, now_ms)
     return [record], record.broker_epoch
+
+
+FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW = "FENCED", "UNFENCED", "CONTROLLED_SHUTDOWN", "SHUTDOWN_NOW"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +210,73 @@ class HeartbeatOutcome:
     is_caught_up: bool
     is_fenced: bool
     should_shut_down: bool
+    state: str = UNFENCED  # the broker's next state (Kafka's BrokerControlState)
+    previous: str = UNFENCED
+
+
+class Transitions(Protocol):
+    """The records of a broker's state change (controller/replication_control.py)."""
+
+    def has_leaderships(self, broker_id: int) -> bool: ...
+
+    def handle_broker_fenced(self, broker_id: int) -> list[Any]: ...
+
+    def handle_broker_unfenced(self, broker_id: int) -> list[Any]: ...
+
+    def handle_broker_in_controlled_shutdown(self, broker_id: int) -> list[Any]: ...
+
+    def handle_broker_shutdown(self, broker_id: int, clean: bool) -> list[Any]: ...
+
+
+def next_state(req: Any, fenced: bool, caught_up: bool, heartbeats: BrokerHeartbeatManager,
+               has_leaderships: Callable[[], bool], quiet: bool) -> tuple[str, str]:
+    """(current, next) state: Kafka's BrokerHeartbeatManager.calculateNextBrokerState."""
+    broker_id = req.broker_id
+    if fenced:
+        if req.want_shut_down:
+            return FENCED, SHUTDOWN_NOW
+        if not req.want_fence and caught_up:
+            if not quiet:
+                log.info("The request from broker %d to unfence has been granted because it has caught up with "
+                         "the offset of its register broker record.", broker_id)
+            return FENCED, UNFENCED
+        return FENCED, FENCED
+    if heartbeats.shutting_down(broker_id):
+        if has_leaderships():
+            return CONTROLLED_SHUTDOWN, CONTROLLED_SHUTDOWN
+        state = heartbeats.brokers[broker_id]
+        lowest = heartbeats.lowest_active_offset()
+        if state.controlled_shutdown_offset <= lowest:
+            if not quiet:
+                log.info("The request from broker %d to shut down has been granted since the lowest active offset "
+                         "%d is now greater than the broker's controlled shutdown offset %d.", broker_id, lowest,
+                         state.controlled_shutdown_offset)
+            return CONTROLLED_SHUTDOWN, SHUTDOWN_NOW
+        return CONTROLLED_SHUTDOWN, CONTROLLED_SHUTDOWN
+    if req.want_fence:
+        if req.want_shut_down:
+            return UNFENCED, SHUTDOWN_NOW
+        if not quiet:
+            log.info("Unfenced broker %d has requested and been granted fencing", broker_id)
+        return UNFENCED, FENCED
+    if req.want_shut_down:
+        if has_leaderships():
+            if not quiet:
+                log.info("Unfenced broker %d has requested and been granted a controlled shutdown.", broker_id)
+            return UNFENCED, CONTROLLED_SHUTDOWN
+        if not quiet:
+            log.info("Unfenced broker %d has requested and been granted an immediate shutdown.", broker_id)
+        return UNFENCED, SHUTDOWN_NOW
+    return UNFENCED, UNFENCED
 
 
 def heartbeat(req: Any, brokers: Mapping[int, BrokerRegistration], heartbeats: BrokerHeartbeatManager,
-              now_ms: int, quiet: bool = False) -> HeartbeatOutcome:
-    """Kafka's QuorumController.processBrokerHeartbeat + calculateNextBrokerState: the records
-    the heartbeat causes and its answer. STALE_BROKER_EPOCH for an unknown broker or epoch."""
+              now_ms: int, quiet: bool = False, transitions: Transitions | None = None,
+              dry_run: bool = False) -> HeartbeatOutcome:
+    """Kafka's QuorumController.processBrokerHeartbeat: the records the heartbeat causes and its
+    answer. STALE_BROKER_EPOCH for an unknown broker or epoch. Without `transitions` only the
+    broker's own records are written (no partition moves). `dry_run`: the states only, with no
+    records built and the heartbeat state left alone (a check before taking the lock)."""
     reg = brokers.get(req.broker_id)
     if reg is None:
         raise KafkaError(Errors.STALE_BROKER_EPOCH, f"No broker registration found for broker {req.broker_id}")
@@ -183,44 +284,39 @@ def heartbeat(req: Any, brokers: Mapping[int, BrokerRegistration], heartbeats: B
         raise KafkaError(Errors.STALE_BROKER_EPOCH,
                          f"Expected broker epoch {reg.epoch}, but got broker epoch {req.broker_epoch}")
     caught_up = req.current_metadata_offset >= reg.register_offset
-    fenced = reg.fenced
+    broker_id = req.broker_id
+    current, nxt = next_state(req, reg.fenced, caught_up, heartbeats,
+                              lambda: transitions is not None and transitions.has_leaderships(broker_id), quiet)
     records: list[Any] = []
-    shut_down = False
-    if fenced:
-        if req.want_shut_down:
-            shut_down = True
-        elif not req.want_fence and caught_up:
-            if not quiet:
-                log.info("The request from broker %d to unfence has been granted because it has caught up with "
-                         "the offset of its register broker record %d.", req.broker_id, reg.register_offset)
-            fenced = False
-            records.append(m.BrokerRegistrationChangeRecord(broker_id=req.broker_id, broker_epoch=reg.epoch,
-                                                            fenced=UNFENCE))
-    elif req.want_fence:
-        fenced = True
-        shut_down = bool(req.want_shut_down)
-        records.append(m.BrokerRegistrationChangeRecord(broker_id=req.broker_id, broker_epoch=reg.epoch,
-                                                        fenced=FENCE))
-    elif req.want_shut_down:
-        # Kafka's immediate shutdown (handleBrokerShutdown): fenced at once. Moving leaderships
-        # away first (a controlled shutdown) is issue 9's.
-        if not quiet:
-            log.info("Unfenced broker %d has requested and been granted an immediate shutdown.", req.broker_id)
-        fenced = True
-        shut_down = True
-        records.append(m.BrokerRegistrationChangeRecord(broker_id=req.broker_id, broker_epoch=reg.epoch,
-                                                        fenced=FENCE))
-    heartbeats.touch(req.broker_id, fenced, req.current_metadata_offset, now_ms)
-    return HeartbeatOutcome(records, caught_up, fenced, shut_down)
+    fenced = nxt in (FENCED, SHUTDOWN_NOW)
+    if dry_run:
+        return HeartbeatOutcome(records, caught_up, fenced, nxt == SHUTDOWN_NOW, nxt, current)
+    if current != nxt:
+        if nxt in (FENCED, SHUTDOWN_NOW):
+            if not reg.fenced:
+                records = transitions.handle_broker_fenced(broker_id) if transitions is not None else [
+                    m.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch, fenced=FENCE)]
+        elif nxt == UNFENCED:
+            records = transitions.handle_broker_unfenced(broker_id) if transitions is not None else [
+                m.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch, fenced=UNFENCE)]
+        elif nxt == CONTROLLED_SHUTDOWN and transitions is not None:
+            records = transitions.handle_broker_in_controlled_shutdown(broker_id)
+    heartbeats.touch(broker_id, fenced, req.current_metadata_offset, now_ms)
+    return HeartbeatOutcome(records, caught_up, fenced, nxt == SHUTDOWN_NOW, nxt, current)
 
 
-def fence_records(stale: Sequence[int], brokers: Mapping[int, BrokerRegistration]) -> list[Any]:
-    """BrokerRegistrationChangeRecords fencing the brokers whose sessions expired (the partition
-    leader moves Kafka adds here are issue 9's)."""
-    out = []
+def fence_records(stale: Sequence[int], brokers: Mapping[int, BrokerRegistration],
+                  transitions: Transitions | None = None) -> list[Any]:
+    """The records fencing the brokers whose sessions expired: each out of every ISR, new
+    leaders for what it led (with `transitions`), then its BrokerRegistrationChangeRecord."""
+    out: list[Any] = []
     for broker_id in stale:
         reg = brokers.get(broker_id)
         if reg is not None and not reg.fenced:
             log.info("Fencing broker %d because its session has timed out.", broker_id)
-            out.append(m.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch, fenced=FENCE))
+            if transitions is not None:
+                out += transitions.handle_broker_fenced(broker_id)
+            else:
+                out.append(m.BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch,
+                                                            fenced=FENCE))
     return out

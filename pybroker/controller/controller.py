@@ -24,7 +24,8 @@ the unfenced broker count), manual assignments (INVALID_REPLICA_ASSIGNMENT), top
 (INVALID_CONFIG). Placement is Kafka's StripedReplicaPlacer (controller/replica_placer.py).
 Topic config changes follow ConfigurationControlManager: a ConfigRecord per changed key
 (value None removes the override), validated as the whole resulting override set. Broker
-registration, heartbeats and fencing: controller/cluster_control.py.
+registration, heartbeats and fencing: controller/cluster_control.py; the elections they cause,
+ElectLeaders and the periodic leader checks: controller/replication_control.py.
 
 **Deliberate difference until issue 9 (replication):** a partition's ISR is written as its
 leader alone, not every replica: followers hold empty logs and do not fetch yet, so listing them
@@ -52,16 +53,24 @@ from pybroker.config import (
     validate_topic_configs,
 )
 from pybroker.controller import acls as acl_control
-from pybroker.controller import broker_configs, client_quotas, group_configs, scram
+from pybroker.controller import (
+    broker_configs,
+    client_quotas,
+    group_configs,
+    replication_control,
+    scram,
+)
 from pybroker.controller import features as feature_control
 from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
 from pybroker.controller.cluster_control import (
+    CONTROLLED_SHUTDOWN,
     BrokerHeartbeatManager,
     fence_records,
     heartbeat,
     registration_records,
 )
 from pybroker.controller.replica_placer import StripedReplicaPlacer, UsableBroker
+from pybroker.controller.replication_control import ReplicationControl
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors, KafkaError
@@ -77,6 +86,7 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 MAX_RECORDS_PER_USER_OP = 10000
 # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: checked on the request, before anything is built.
 MAX_PARTITIONS_PER_BATCH = 10000
+UNCLEAN_CHECK_INTERVAL_S = 300.0  # QuorumController's uncleanLeaderElectionCheckIntervalMs (5 minutes)
 EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -146,6 +156,7 @@ class QuorumController:
         self._next_append_offset = next_append_offset
         self._bootstrap_records = bootstrap_records
         self.placer = placer or StripedReplicaPlacer()
+        self.replication = ReplicationControl(config, image)  # elections (controller/replication_control.py)
         self._lock = trio.Lock()
         self.active = False
         self.epoch = -1  # the Raft epoch this controller is (or is becoming) active in
@@ -177,6 +188,7 @@ class QuorumController:
         task_status.started()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._fence_stale_brokers)
+            nursery.start_soon(self._leader_checks)
             async for leader in self._leader_events[1]:
                 if leader.is_leader(self.config.node_id):
                     await self._activate(leader.epoch)
@@ -190,6 +202,8 @@ class QuorumController:
             heartbeats = BrokerHeartbeatManager(self.config["broker.session.timeout.ms"])
             for b in self.image.brokers.values():
                 heartbeats.register(b.broker_id, b.fenced, now)  # a fresh session for every broker
+                if b.in_controlled_shutdown and not b.fenced:  # still shutting down: carry on
+                    heartbeats.maybe_update_controlled_shutdown_offset(b.broker_id, self.image.offset)
             records: list[Any] = []
             if "metadata.version" not in self.image.features:
                 # a new cluster: the bootstrap feature levels (older data dirs keep theirs), then
@@ -215,7 +229,8 @@ class QuorumController:
 
     async def _fence_stale_brokers(self) -> None:
         """Fence unfenced brokers whose heartbeats stopped for broker.session.timeout.ms
-        (Kafka's maybeFenceStaleBroker), checked every quarter of a session."""
+        (Kafka's maybeFenceStaleBroker), checked every quarter of a session. One broker per
+        batch, as Kafka's one-broker events: each batch's elections see the previous one's."""
         interval = max(0.05, self.config["broker.session.timeout.ms"] / 4000)
         while True:
             await trio.sleep(interval)
@@ -229,14 +244,49 @@ class QuorumController:
                 hb = self.heartbeats
                 if not self.active or hb is None:
                     continue
-                stale = hb.stale_brokers(self.now_ms())
-                records = fence_records(stale, self.image.brokers)
-                for b in stale:
-                    hb.touch(b, True, -1, self.now_ms())
-                try:
-                    await self._commit(records)
-                except KafkaError:
-                    pass
+                for broker_id in hb.stale_brokers(self.now_ms()):
+                    records = fence_records([broker_id], self.image.brokers, self.replication)
+                    hb.touch(broker_id, True, -1, self.now_ms())
+                    try:
+                        await self._commit(records, user_op=False)
+                    except KafkaError:
+                        break
+
+    async def _leader_checks(self) -> None:
+        """The active controller's periodic elections: preferred leaders back in place every
+        leader.imbalance.check.interval.seconds when auto.leader.rebalance.enable (Kafka's
+        maybeBalancePartitionLeaders), and unclean elections for leaderless partitions of topics
+        that allow them every 5 minutes (maybeElectUncleanLeaders). A batch that hit the
+        per-check limit runs again at once."""
+        next_balance = next_unclean = 0.0
+        while True:
+            now = trio.current_time()
+            balance_s = float(self.config["leader.imbalance.check.interval.seconds"])
+            if not self.active:
+                next_balance, next_unclean = now + balance_s, now + UNCLEAN_CHECK_INTERVAL_S
+                await trio.sleep(min(balance_s, 1.0))
+                continue
+            if now >= next_balance:
+                more = False
+                if self.config["auto.leader.rebalance.enable"]:
+                    more = await self._periodic(self.replication.maybe_balance_partition_leaders)
+                next_balance = now if more else now + balance_s
+            if now >= next_unclean:
+                more = await self._periodic(self.replication.maybe_elect_unclean_leaders)
+                next_unclean = now if more else now + UNCLEAN_CHECK_INTERVAL_S
+            await trio.sleep_until(max(trio.current_time() + 0.01, min(next_balance, next_unclean)))
+
+    async def _periodic(self, build: Callable[[], list[Any]]) -> bool:
+        """Commit what `build` decides; True when it hit the per-check election limit."""
+        async with self._lock:
+            if not self.active:
+                return False
+            records = build()
+            try:
+                await self._commit(records, user_op=False)
+            except KafkaError:
+                return False
+            return len(records) >= replication_control.MAX_ELECTIONS_PER_IMBALANCE
 
     # ------------------------------------------------------------------ commit path
 
@@ -254,14 +304,16 @@ class QuorumController:
         if not self.active:
             raise KafkaError(Errors.NOT_CONTROLLER, f"node {self.config.node_id} is not the active controller")
 
-    async def _commit(self, records: list[Any]) -> int:
+    async def _commit(self, records: list[Any], user_op: bool = True) -> int:
         """Append atomically (one batch), wait for the quorum to commit it and for this node's
         loader to have applied and published it; returns the last record's offset (-1: nothing).
-        KafkaError(NOT_CONTROLLER) when this node is not (or stops being) the active controller."""
+        KafkaError(NOT_CONTROLLER) when this node is not (or stops being) the active controller.
+        Only a user operation is bounded by MAX_RECORDS_PER_USER_OP: a broker's fencing or
+        controlled shutdown changes every partition it hosts, as many as there are."""
         self._check_active()
         if not records:
             return -1
-        if len(records) > MAX_RECORDS_PER_USER_OP:
+        if user_op and len(records) > MAX_RECORDS_PER_USER_OP:
             raise KafkaError(Errors.POLICY_VIOLATION, EXCESSIVE_BATCH)
         return await self._append_and_wait(records)
 
@@ -279,36 +331,73 @@ class QuorumController:
             try:
                 records, epoch = registration_records(req, self.cluster_id, self.image.brokers, self.image.features,
                                                       self.heartbeats, new_epoch, self.now_ms(),
-                                                      self.local_incarnation)
+                                                      self.local_incarnation, self.replication)
             except KafkaError as exc:
                 if exc.code == Errors.NOT_CONTROLLER:
                     raise
                 log.info("refused the registration of broker %d: %s", req.broker_id, exc.message)
                 return int(exc.code), -1, exc.message
-            await self._commit(records)
+            await self._commit(records, user_op=False)
             return 0, epoch, None
 
     async def broker_heartbeat(self, req: Any) -> tuple[int, bool, bool, bool]:
-        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down)."""
+        """BrokerHeartbeat: (error, is_caught_up, is_fenced, should_shut_down). A heartbeat that
+        changes nothing answers without the lock; a state change (fencing, unfencing, controlled
+        shutdown) commits its records (the partitions' moves with the broker's) first."""
         self._check_active()
         hb = self.heartbeats
         assert hb is not None
         try:
-            outcome = heartbeat(req, self.image.brokers, hb, self.now_ms(), quiet=True)
+            probe = heartbeat(req, self.image.brokers, hb, self.now_ms(), quiet=True,
+                              transitions=self.replication, dry_run=True)
         except KafkaError as exc:
             return int(exc.code), False, True, False
-        if outcome.records:
-            async with self._lock:
-                # decided again under the lock: another heartbeat may have changed the state
-                hb = self.heartbeats
-                self._check_active()
-                assert hb is not None
-                try:
-                    outcome = heartbeat(req, self.image.brokers, hb, self.now_ms())
-                except KafkaError as exc:
-                    return int(exc.code), False, True, False
-                await self._commit(outcome.records)
+        if probe.state == probe.previous and probe.state != CONTROLLED_SHUTDOWN:
+            hb.touch(req.broker_id, probe.is_fenced, req.current_metadata_offset, self.now_ms())
+            return 0, probe.is_caught_up, probe.is_fenced, probe.should_shut_down
+        async with self._lock:
+            # decided again under the lock: another heartbeat may have changed the state
+            hb = self.heartbeats
+            self._check_active()
+            assert hb is not None
+            try:
+                outcome = heartbeat(req, self.image.brokers, hb, self.now_ms(), transitions=self.replication)
+            except KafkaError as exc:
+                return int(exc.code), False, True, False
+            offset = await self._commit(outcome.records, user_op=False)
+            if outcome.state == CONTROLLED_SHUTDOWN:
+                # granted once every active broker has applied this far (lowest_active_offset)
+                hb.maybe_update_controlled_shutdown_offset(req.broker_id, offset if offset >= 0 else self.image.offset)
         return 0, outcome.is_caught_up, outcome.is_fenced, outcome.should_shut_down
+
+    async def elect_leaders(self, election_type: int, requested: Sequence[tuple[str, Sequence[int]]] | None
+                            ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1): per topic, (partition, error, message); the
+        elections commit as one batch before the answer (controller/replication_control.py)."""
+        async with self._lock:
+            self._check_active()
+            records, results = self.replication.elect_leaders(election_type, requested)
+            await self._commit(records)
+            return results
+
+    async def alter_partition_reassignments(
+            self, requested: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]]
+    ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
+        """AlterPartitionReassignments: per topic, (partition, error, message); every change
+        commits as one batch (Kafka's ControllerResult.atomicOf)."""
+        async with self._lock:
+            self._check_active()
+            records: list[Any] = []
+            out = [(name, [(pid, *self.replication.alter_partition_reassignment(name, pid, target, records))
+                           for pid, target in partitions])
+                   for name, partitions in requested]
+            await self._commit(records)
+            return out
+
+    def list_partition_reassignments(self, requested: Sequence[tuple[str, Sequence[int]]] | None
+                                     ) -> list[tuple[str, list[tuple[int, list[int], list[int], list[int]]]]]:
+        self._check_active()
+        return self.replication.list_partition_reassignments(requested)
 
     # ------------------------------------------------------------------ topics
 

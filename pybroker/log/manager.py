@@ -2,7 +2,10 @@
 
 Each log dir root holds `meta.properties`, `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint`, `replication-offset-checkpoint` (high watermarks, supplied by the
-server) and, between a clean shutdown and the next start, the `.kafka_cleanshutdown` marker.
+server) and, between a clean shutdown and the next start, the `.kafka_cleanshutdown` marker,
+holding Kafka's CleanShutdownFileHandler JSON `{"version":0,"brokerEpoch":N}`: the broker epoch
+the node shut down with, which its next BrokerRegistration offers as previous_broker_epoch so
+the controller can tell a clean restart from a crash (KIP-966).
 Partition dirs are `<topic>-<partition>`; a deleted partition is first renamed to
 `<topic>-<partition>.<32 hex>-delete` and removed later (Kafka's layout), so a crash mid-delete
 leaves a dir that the next `load()` finishes removing.
@@ -73,6 +76,18 @@ PARALLEL_MIN_BYTES = 1 << 20  # a log this large is recovered by the recovery th
 IO_THREADS = 8  # logs created (create_logs) or closed (shutdown) at once: their time is fsync waits
 
 
+def read_clean_shutdown_epoch(marker: Path) -> int | None:
+    """The broker epoch in a clean-shutdown marker; None when it holds none (an empty marker
+    from an older pybroker, or unreadable: Kafka's CleanShutdownFileHandler.read)."""
+    import json
+
+    try:
+        content = json.loads(marker.read_bytes())
+        return int(content["brokerEpoch"]) if content.get("version") == 0 else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def _log_bytes(dir: Path, names: list[str]) -> int:
     """Bytes of the segments (.log files) in a partition dir."""
     total = 0
@@ -119,6 +134,9 @@ class LogManager:
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # the broker epoch every dir's clean-shutdown marker names, else -1 (Kafka's
+        # readBrokerEpochFromCleanShutdownFiles): set by load()
+        self.previous_broker_epoch = -1
         # partitions with a move in progress -> the FutureLogCopy being built (event loop only)
         self.future_logs: dict[TopicPartition, FutureLogCopy] = {}
         self.recovery_threads = max(1, recovery_threads)
@@ -134,11 +152,13 @@ class LogManager:
         self.cluster_id, self.meta = ensure_log_dirs(self.log_dirs, self.node_id, self.cluster_id)
         futures: list[tuple[Path, TopicPartition]] = []
         unclean: list[str] = []
+        epochs: list[int | None] = []
         total = 0
         for log_dir in self.log_dirs:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             self.had_clean_shutdown[log_dir] = clean
+            epochs.append(read_clean_shutdown_epoch(marker) if clean else None)
             recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
             start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
             to_load: list[tuple[Path, TopicPartition]] = []
@@ -192,6 +212,10 @@ class LogManager:
         for child, tp in futures:
             self._resolve_future_dir(child, tp, now_ms)
         self.purge_deleted()
+        # one epoch named by every dir's marker, else none to offer (readBrokerEpochFromCleanShutdownFiles)
+        found = set(epochs)
+        only = next(iter(found)) if len(found) == 1 else None
+        self.previous_broker_epoch = only if only is not None else -1
         logger.info("Loaded %d logs in %dms%s", total, (time.monotonic() - started) * 1000,
                     f" (unclean log dirs = [{', '.join(unclean)}])" if unclean else "")
 
@@ -512,7 +536,8 @@ class LogManager:
                 OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
                     {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
 
-    def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
+    def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None,
+                 broker_epoch: int = -1) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown marker. Blocking.
 
         Logs are flushed and closed IO_THREADS at a time (Kafka uses its recovery threads): it is
@@ -532,9 +557,11 @@ class LogManager:
                 flush_and_close(plog)
         self.checkpoint(high_watermarks)
         self.purge_deleted()
+        content = f'{{"version":0,"brokerEpoch":{broker_epoch}}}'.encode()
         for log_dir in self.log_dirs:
             fd = os.open(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                os.write(fd, content)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -49,14 +49,68 @@ class ScramCredential:
     iterations: int
 
 
+# PartitionRecord / PartitionChangeRecord leader_recovery_state (Kafka's LeaderRecoveryState, KIP-704):
+# RECOVERING after an unclean election until the leader reports RECOVERED (AlterPartition);
+# NO_CHANGE only in a PartitionChangeRecord
+RECOVERED, RECOVERING, RECOVERY_NO_CHANGE = 0, 1, -1
+NO_LEADER, NO_LEADER_CHANGE = -1, -2
+
+
 @dataclass
 class PartitionRegistration:
+    """Kafka's PartitionRegistration. `elr` (KIP-966): replicas that left the ISR when it fell
+    below min.insync.replicas and still hold every committed record; `last_known_elr`: the
+    last leader (or the last ELR members) of a partition that lost them all."""
+
     partition_id: int
     replicas: list[int]
     isr: list[int]
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+    adding_replicas: list[int] = field(default_factory=list)
+    leader_recovery_state: int = RECOVERED
+
+    @property
+    def preferred_replica(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    @property
+    def has_preferred_leader(self) -> bool:
+        return self.leader == self.preferred_replica
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.removing_replicas or self.adding_replicas)
+
+    def merge(self, r: Any) -> None:
+        """Apply a PartitionChangeRecord (Kafka's PartitionRegistration.merge): a leader field
+        other than -2 bumps the leader epoch, every record bumps the partition epoch."""
+        if r.isr is not None:
+            self.isr = list(r.isr)
+        if r.replicas is not None:
+            self.replicas = list(r.replicas)
+        if r.removing_replicas is not None:
+            self.removing_replicas = list(r.removing_replicas)
+        if r.adding_replicas is not None:
+            self.adding_replicas = list(r.adding_replicas)
+        if r.eligible_leader_replicas is not None:
+            self.elr = list(r.eligible_leader_replicas)
+        if r.last_known_elr is not None:
+            self.last_known_elr = list(r.last_known_elr)
+        if r.leader_recovery_state != RECOVERY_NO_CHANGE:
+            self.leader_recovery_state = r.leader_recovery_state
+        if r.leader != NO_LEADER_CHANGE:
+            self.leader = r.leader
+            self.leader_epoch += 1
+        self.partition_epoch += 1
 
 
 @dataclass
@@ -188,21 +242,15 @@ class MetadataImage:
         if t is None:
             return
         t.partitions[r.partition_id] = PartitionRegistration(
-            r.partition_id, list(r.replicas), list(r.isr), r.leader, r.leader_epoch, r.partition_epoch)
+            r.partition_id, list(r.replicas), list(r.isr), r.leader, r.leader_epoch, r.partition_epoch,
+            list(r.eligible_leader_replicas or ()), list(r.last_known_elr or ()), list(r.removing_replicas),
+            list(r.adding_replicas), r.leader_recovery_state)
 
     def _replay_PartitionChangeRecord(self, r: Any) -> None:
         t = self.topics_by_id.get(_uuid_bytes(r.topic_id))
         if t is None or r.partition_id not in t.partitions:
             return
-        p = t.partitions[r.partition_id]
-        if r.isr is not None:
-            p.isr = list(r.isr)
-        if r.replicas is not None:
-            p.replicas = list(r.replicas)
-        if r.leader != -2:  # -2: no change
-            p.leader = r.leader
-            p.leader_epoch += 1
-        p.partition_epoch += 1
+        t.partitions[r.partition_id].merge(r)
 
     def _replay_ConfigRecord(self, r: Any) -> None:
         key = (r.resource_type, r.resource_name)
@@ -279,8 +327,10 @@ class MetadataImage:
                 p = t.partitions[pid]
                 out.append(m.PartitionRecord(
                     partition_id=pid, topic_id=t.topic_id, replicas=list(p.replicas), isr=list(p.isr),
-                    removing_replicas=[], adding_replicas=[], leader=p.leader, leader_epoch=p.leader_epoch,
-                    partition_epoch=p.partition_epoch))
+                    removing_replicas=list(p.removing_replicas), adding_replicas=list(p.adding_replicas),
+                    leader=p.leader, leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch, eligible_leader_replicas=list(p.elr) or None,
+                    last_known_elr=list(p.last_known_elr) or None))
         for (rtype, rname), values in sorted(self.configs.items()):
             for key in sorted(values):
                 out.append(m.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=values[key]))

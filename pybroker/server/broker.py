@@ -26,11 +26,16 @@ Start-up, in order:
  7. start the background tasks, log "listening on ..." for each broker listener, serve.
 Requests on broker listeners that arrive before that wait.
 
-Shutdown (SIGTERM/SIGINT or `request_shutdown()`): stop accepting on broker listeners, wake
-every waiting fetch/produce/join/sync so it answers now, let each connection finish the request
-in hand; tell the controller this broker is going (it fences it at once); a leader of the
-quorum hands leadership over (EndQuorumEpoch); then flush every log, write the checkpoints and
-the clean-shutdown marker. Controller listeners close last.
+Shutdown (SIGTERM/SIGINT or `request_shutdown()`): with controlled.shutdown.enable (the
+default) a controlled shutdown first, while still serving: the broker heartbeats want_shut_down
+and the controller moves its leaderships away (clients are told NOT_LEADER_OR_FOLLOWER, with the
+new leader, and retry there) until it leads nothing and is fenced, for at most
+CONTROLLED_SHUTDOWN_TIMEOUT_S. Then stop accepting on broker listeners, wake every waiting
+fetch/produce/join/sync so it answers now, let each connection finish the request in hand; a
+leader of the quorum hands leadership over (EndQuorumEpoch); then flush every log, write the
+checkpoints and the clean-shutdown marker. Controller listeners close last. Without controlled
+shutdown the node just stops heartbeating, and the controller fences it after
+broker.session.timeout.ms, as Kafka's.
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ from pybroker.server.snapshot_generator import SnapshotGenerator
 log = logging.getLogger("pybroker")
 
 SHUTDOWN_GRACE_S = 30.0
+# Kafka bounds the whole shutdown by 5 minutes; the controller answers a controlled shutdown in
+# a few heartbeats, and the lifecycle manager gives up sooner when no controller answers at all
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 60.0
 RAFT_SHUTDOWN_S = 5.0
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
@@ -384,7 +392,8 @@ class Broker:
             features=dict(feature_control.SUPPORTED_FEATURES), rack=cfg["broker.rack"],
             log_dir_ids=self._log_dir_ids, metadata_offset=lambda: self.loader.applied_offset,
             heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            session_timeout_ms=cfg["broker.session.timeout.ms"])
+            session_timeout_ms=cfg["broker.session.timeout.ms"],
+            previous_broker_epoch=self.log_manager.previous_broker_epoch)
         lifecycle = self.lifecycle
         if self.quorum_controller is not None:
             self.quorum_controller.local_incarnation = (self.node_id, lifecycle.incarnation_id)
@@ -489,6 +498,10 @@ class Broker:
         log.info("shutting down")
         cfg = self.config
         if cfg.is_broker:
+            if self.lifecycle is not None and cfg["controlled.shutdown.enable"]:
+                # Kafka's BrokerServer.shutdown: leaderships move away while this node still serves
+                if not await self.lifecycle.shutdown(timeout_s=CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                    log.error("Timed out waiting for the controller to approve controlled shutdown")
             self.server.begin_shutdown()
             # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
             self.group_coordinator.shutdown()
@@ -501,8 +514,6 @@ class Broker:
             if not await self.server.wait_idle(SHUTDOWN_GRACE_S):
                 log.warning("connections still busy after %.0fs; closing them", SHUTDOWN_GRACE_S)
             if self.lifecycle is not None:
-                # the controller fences this broker now rather than after broker.session.timeout.ms
-                await self.lifecycle.shutdown(timeout_s=min(5.0, cfg["broker.session.timeout.ms"] / 1000))
                 self.lifecycle.close()
         if self.raft is not None:
             # a quorum leader hands over first (EndQuorumEpoch), so the others elect at once
@@ -517,7 +528,8 @@ class Broker:
             await self.raft.close()
         if cfg.is_broker:
             hws = self.replica_manager.high_watermarks()
-            await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws)
+            epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+            await trio.to_thread.run_sync(self.log_manager.shutdown, self.clock.wall_ms(), hws, epoch)
         log.info("shut down cleanly")
 
 

@@ -10,9 +10,16 @@ States, as Kafka's BrokerState:
                   (`set_ready_to_unfence`) the next heartbeat asks to be unfenced (want_fence off)
     RUNNING       the controller unfenced it; heartbeats every broker.heartbeat.interval.ms
     PENDING_CONTROLLED_SHUTDOWN / SHUTTING_DOWN   `shutdown()`: heartbeats with want_shut_down
-                  until the controller agrees (it fences the broker at once), or the timeout
+                  (every 50 ms) until the controller answers should_shut_down: it first moves
+                  the broker's leaderships away and takes it out of every ISR (a controlled
+                  shutdown), and fences it once it leads nothing and the other brokers have
+                  seen that. Bounded by the caller's timeout, and given up sooner when no
+                  controller has answered for broker.session.timeout.ms (the controller, if
+                  any, then fences this broker anyway)
 
-Every heartbeat carries the offset of the last metadata record this node applied. A refused
+A registration offers the broker epoch the node last shut down cleanly with (read from the
+log dirs' clean-shutdown markers; -1 after a crash), so the controller knows whether the
+previous incarnation's replicas can still be trusted (KIP-966). Every heartbeat carries the offset of the last metadata record this node applied. A refused
 heartbeat (STALE_BROKER_EPOCH: the registration is gone or newer) registers again; a failed
 request backs off exponentially (100 ms doubling to 1 s, Kafka's resend backoff).
 INCONSISTENT_CLUSTER_ID is fatal: this node's storage belongs to another cluster.
@@ -51,7 +58,7 @@ class BrokerLifecycleManager:
     def __init__(self, *, node_id: int, cluster_id: str, channel: ControllerChannel,
                  listeners: list[tuple[str, str, int, int]], features: dict[str, tuple[int, int]],
                  rack: str | None, log_dir_ids: list[bytes], metadata_offset: Callable[[], int],
-                 heartbeat_interval_ms: int, session_timeout_ms: int) -> None:
+                 heartbeat_interval_ms: int, session_timeout_ms: int, previous_broker_epoch: int = -1) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.channel = channel
@@ -63,7 +70,11 @@ class BrokerLifecycleManager:
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         # one request may take at most half a session: the controller fences after a whole one
         self.request_timeout_s = max(0.1, session_timeout_ms / 2000)
+        self.session_timeout_s = session_timeout_ms / 1000
+        self._last_answer = 0.0  # trio time of the controller's last answer to a heartbeat
         self.incarnation_id = uuid.uuid4().bytes
+        # the epoch this node shut down cleanly with (the log dirs' clean-shutdown markers), else -1
+        self.previous_broker_epoch = previous_broker_epoch
         self.state = STARTING
         self.broker_epoch = -1
         self.registered = False
@@ -82,16 +93,25 @@ class BrokerLifecycleManager:
         self.ready_to_unfence = True
         self._wake.set()
 
-    async def shutdown(self, timeout_s: float) -> None:
-        """Tell the controller this broker is going (want_shut_down) and wait for its consent."""
+    async def shutdown(self, timeout_s: float) -> bool:
+        """Tell the controller this broker is going (want_shut_down) and wait for its consent:
+        True once granted, False after `timeout_s` or when no controller answered for a whole
+        session."""
         if self.state in (STARTING,) or not self.registered:
             self.state = SHUTTING_DOWN
-            return
+            return False
         self.state = PENDING_CONTROLLED_SHUTDOWN
         self._wake.set()
-        with trio.move_on_after(timeout_s):
-            await self.shut_down_granted.wait()
+        start = trio.current_time()
+        deadline = start + timeout_s
+        while not self.shut_down_granted.is_set():
+            with trio.move_on_after(0.1):
+                await self.shut_down_granted.wait()
+            now = trio.current_time()
+            if now >= deadline or now - max(start, self._last_answer) > self.session_timeout_s:
+                break
         self.state = SHUTTING_DOWN
+        return self.shut_down_granted.is_set()
 
     # ------------------------------------------------------------------ the task
 
@@ -138,7 +158,7 @@ class BrokerLifecycleManager:
             features=[BrokerRegistrationRequest.Feature(name=name, min_supported_version=lo, max_supported_version=hi)
                       for name, (lo, hi) in sorted(self.features.items())],
             rack=self.rack, is_migrating_zk_broker=False, log_dirs=self.log_dir_ids,
-            previous_broker_epoch=self.broker_epoch)
+            previous_broker_epoch=self.previous_broker_epoch)
         try:
             resp: Any = await self.channel.send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, req,
                                                 self.request_timeout_s)
@@ -179,6 +199,7 @@ class BrokerLifecycleManager:
                         Errors(resp.error_code).name)
             return self._after_failure()
         self._failed_attempts = 0
+        self._last_answer = trio.current_time()
         if self.state == STARTING:
             if resp.is_caught_up:
                 log.info("The broker has caught up. Transitioning from STARTING to RECOVERY.")

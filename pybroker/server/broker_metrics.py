@@ -226,8 +226,8 @@ def _controller(broker: Broker) -> list[Family]:
         gauge("kafka_controller_kafkacontroller_fencedbrokercount", "registered brokers fenced",
               fenced if active else 0),
         counter("kafka_controller_controllerstats_uncleanleaderelections_total",
-                "unclean leader elections (UncleanLeaderElectionsPerSec Count); "
-                "stays 0 until leader election lands: one replica is always a clean leader", 0),
+                "unclean leader elections this node's controller made (UncleanLeaderElectionsPerSec Count)",
+                broker.quorum_controller.replication.unclean_elections if broker.quorum_controller else 0),
     ]
 
 

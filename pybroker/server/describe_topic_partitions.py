@@ -18,8 +18,7 @@ Kafka's DescribeTopicPartitionsRequestHandler + KRaftMetadataCache.describeTopic
   (DescribeTopicPartitionsRequest.getErrorResponse).
 - Partitions carry leader (-1 unless the leader is registered with this listener),
   leader epoch, replicas and ISR unfiltered, offline replicas (unregistered, fenced or
-  without this listener), and ELR / last-known ELR (always empty here: pybroker does not
-  track ELR, KIP-966's eligible leader replicas, since a single node has none).
+  without this listener), and the ELR / last known ELR (KIP-966) from the image.
 - No authorizer: topic_authorized_operations is every topic operation, on every topic
   entry including errors (Kafka sets it on the whole response).
 
@@ -74,7 +73,8 @@ def _partition(broker: Broker, reg: Any, listener: str) -> Any:
     leader = reg.leader if _on_listener(broker, reg.leader, listener) is not None else NO_LEADER
     return _Partition(error_code=0, partition_index=reg.partition_id, leader_id=leader,
                       leader_epoch=reg.leader_epoch, replica_nodes=list(reg.replicas), isr_nodes=list(reg.isr),
-                      eligible_leader_replicas=[], last_known_elr=[], offline_replicas=offline)
+                      eligible_leader_replicas=list(reg.elr), last_known_elr=list(reg.last_known_elr),
+                      offline_replicas=offline)
 
 
 def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext, req: DescribeTopicPartitionsRequest

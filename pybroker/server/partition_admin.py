@@ -2,40 +2,39 @@
 v0: the KRaft controller's partition-admin answers (Kafka's ReplicationControlManager behind
 QuorumController; a broker forwards these requests to it unchanged).
 
-On one node every partition has one replica, this node, which leads it, so:
+- ElectLeaders: the active controller elects (controller/replication_control.py) and commits
+  the PartitionChangeRecords before answering. Per partition, as Kafka: a partition led by its
+  first replica (PREFERRED) or with any leader (UNCLEAN) answers ELECTION_NOT_NEEDED (84,
+  "Leader election not needed for topic partition."); an election that finds nobody answers
+  PREFERRED_LEADER_NOT_AVAILABLE (PREFERRED: the preferred replica is not in the ISR or cannot
+  lead, and no other can either) or ELIGIBLE_LEADERS_NOT_AVAILABLE (UNCLEAN: no live replica);
+  an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION ("No such topic as T" / "No such
+  partition as T-P"). A null topic list means every partition of every topic, internal ones
+  included, and Kafka then leaves out the partitions whose election was not needed: each topic
+  appears with an empty partition list. An empty list answers an empty response at once. An
+  election type other than 0/1 fails the whole request with INVALID_REQUEST ("Unknown election
+  type N"), at the top level (v1+) and on every requested partition
+  (ElectLeadersRequest.getErrorResponse). A node that is not the active controller answers
+  NOT_CONTROLLER (the forwarding broker retries at the new one).
+- AlterPartitionReassignments: the active controller starts, changes or cancels each
+  partition's reassignment (controller/replication_control.py), one batch for the whole
+  request. UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the cluster lacks; null replicas
+  (cancel) on a partition not reassigning NO_REASSIGNMENT_IN_PROGRESS; a target replica list is
+  validated as Kafka's validateManualPartitionAssignment (empty list, a broker that is not
+  registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT with Kafka's messages). An
+  empty topic list answers at once (top-level error message "" there, null otherwise, as
+  Kafka's response defaults make it). timeout_ms is never waited on: the change commits before
+  the answer; the new replicas catch up afterwards.
+- ListPartitionReassignments: the partitions with adding or removing replicas, every topic's
+  for a null list; Kafka silently leaves out unknown topics and partitions rather than erroring.
 
-- ElectLeaders: a partition whose leader is its first replica (PREFERRED) or that has a
-  leader at all (UNCLEAN) answers ELECTION_NOT_NEEDED (84, "Leader election not needed for
-  topic partition."); an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION ("No such
-  topic as T" / "No such partition as T-P"). A null topic list means every partition of
-  every topic, internal ones included, and Kafka then leaves out the partitions whose
-  election was not needed: each topic appears with an empty partition list. An empty list
-  answers an empty response at once. An election type other than 0/1 fails the whole
-  request with INVALID_REQUEST ("Unknown election type N"), at the top level (v1+) and on
-  every requested partition (ElectLeadersRequest.getErrorResponse).
-- AlterPartitionReassignments: UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the
-  cluster lacks; null replicas (cancel) NO_REASSIGNMENT_IN_PROGRESS, since none ever runs;
-  a target replica list is validated as Kafka's validateManualPartitionAssignment (empty
-  list, a broker that is not registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT
-  with Kafka's messages); a valid target equal to the current replicas is a no-op success.
-  An empty topic list answers at once (top-level error message "" there, null otherwise,
-  as Kafka's response defaults make it).
-- ListPartitionReassignments: nothing is ever reassigning, so the answer is always an empty
-  list; Kafka silently leaves out unknown topics and partitions rather than erroring.
-
-**Difference:** pybroker's controller cannot move leadership or replicas, so an election
-that *is* needed (a partition without its preferred leader, or without any leader) answers
-PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE — Kafka's answers when no
-eligible replica can take over — and a valid target replica set other than the current one
-(only possible with several registered brokers) answers INVALID_REPLICA_ASSIGNMENT. Neither
-happens on a single live node. timeout_ms is never waited on: nothing is asynchronous.
-
-Concurrency: reads the metadata image on the trio thread; writes nothing.
+Concurrency: trio thread; elections and reassignments go through the controller's lock, the
+listing reads the committed image.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
@@ -52,42 +51,22 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
-NO_LEADER = -1
-ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
-NO_REASSIGNMENT_IN_PROGRESS_MESSAGE = "No partition reassignment is in progress."
 
 ElectionResult = ElectLeadersResponse.ReplicaElectionResult
 PartitionResult = ElectLeadersResponse.PartitionResult
 TopicResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+OngoingPartition = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
 
 # ------------------------------------------------------------------------------ ElectLeaders
 
 
-def _elect(image: Any, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
-    """(error, message) of one partition's election (ReplicationControlManager.electLeader)."""
-    t = image.topic(topic)
-    if t is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
-    reg = t.partitions.get(partition)
-    if reg is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{partition}"
-    preferred = reg.replicas[0] if reg.replicas else NO_LEADER
-    if (election_type == PREFERRED and reg.leader == preferred) or \
-            (election_type == UNCLEAN and reg.leader != NO_LEADER):
-        return Errors.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE
-    # an election is needed but this controller cannot change leadership (see module doc)
-    if election_type == PREFERRED:
-        return Errors.PREFERRED_LEADER_NOT_AVAILABLE, "The preferred leader was not available."
-    return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Eligible topic partition leaders are not available."
-
-
-def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
+async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
     requested = req.topic_partitions
     if requested is not None and not requested:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[])
     election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
-    message: str | None
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         return ElectLeadersResponse(throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, replica_election_results=[
@@ -95,82 +74,39 @@ def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersR
                 PartitionResult(partition_id=p, error_code=Errors.INVALID_REQUEST, error_message=message)
                 for p in t.partitions])
             for t in requested or []])
-    image = broker.image
-    results = []
-    if requested is None:
-        for name in sorted(image.topics_by_name):
-            partitions = []
-            for p in sorted(image.topics_by_name[name].partitions):
-                code, message = _elect(image, name, p, election_type)
-                # electing for every partition lists only the partitions that needed it
-                if code != Errors.ELECTION_NOT_NEEDED:
-                    partitions.append(PartitionResult(partition_id=p, error_code=code, error_message=message))
-            results.append(ElectionResult(topic=name, partition_result=partitions))
-    else:
-        for t in requested:
-            partitions = []
-            for p in t.partitions:
-                code, message = _elect(image, t.topic, p, election_type)
-                partitions.append(PartitionResult(partition_id=p, error_code=code, error_message=message))
-            results.append(ElectionResult(topic=t.topic, partition_result=partitions))
-    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)
+    wanted = None if requested is None else [(t.topic, list(t.partitions)) for t in requested]
+    results = await broker.controller.elect_leaders(election_type, wanted)
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[
+        ElectionResult(topic=name, partition_result=[
+            PartitionResult(partition_id=pid, error_code=code, error_message=message)
+            for pid, code, message in partitions])
+        for name, partitions in results])
 
 
 # ------------------------------------------------------------------ partition reassignments
 
 
-def _validate_target(image: Any, replicas: list[int]) -> str | None:
-    """Kafka's validateManualPartitionAssignment: the reason a target is invalid, or None."""
-    if not replicas:
-        return "The manual partition assignment includes an empty replica list."
-    previous = None
-    for broker_id in sorted(replicas):
-        if broker_id not in image.brokers:
-            return (f"The manual partition assignment includes broker {broker_id}, but no such broker "
-                    "is registered.")
-        if broker_id == previous:
-            return f"The manual partition assignment includes the broker {previous} more than once."
-        previous = broker_id
-    return None
-
-
-def _reassign(image: Any, topic: str, partition: int, replicas: list[int] | None) -> tuple[int, str | None]:
-    t = image.topic(topic)
-    if t is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
-    reg = t.partitions.get(partition)
-    if reg is None:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
-    if replicas is None:
-        # a partition is reassigning only while it has adding/removing replicas: never here
-        return Errors.NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT_IN_PROGRESS_MESSAGE
-    reason = _validate_target(image, replicas)
-    if reason is not None:
-        return Errors.INVALID_REPLICA_ASSIGNMENT, reason
-    if sorted(replicas) != sorted(reg.replicas):
-        return Errors.INVALID_REPLICA_ASSIGNMENT, "Moving replicas between brokers is not supported by this node."
-    return 0, None
-
-
-def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
-                                         req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
+                                               req: AlterPartitionReassignmentsRequest
+                                               ) -> AlterPartitionReassignmentsResponse:
     if not req.topics:
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message="", responses=[])
-    image = broker.image
-    responses = []
-    for t in req.topics:
-        partitions = []
-        for p in t.partitions:
-            code, message = _reassign(image, t.name, p.partition_index, p.replicas)
-            partitions.append(PartitionResponse(partition_index=p.partition_index, error_code=code,
-                                                error_message=message))
-        responses.append(TopicResponse(name=t.name, partitions=partitions))
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
-                                               responses=responses)
+    results = await broker.controller.alter_partition_reassignments(
+        [(t.name, [(p.partition_index, None if p.replicas is None else list(p.replicas)) for p in t.partitions])
+         for t in req.topics])
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, responses=[
+        TopicResponse(name=name, partitions=[
+            PartitionResponse(partition_index=pid, error_code=code, error_message=message)
+            for pid, code, message in partitions])
+        for name, partitions in results])
 
 
 def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                         req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
-    # Kafka lists only partitions with adding/removing replicas and skips unknown ones
-    # silently, whether the topics are named or null (all): on this node the list is empty.
-    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    # Kafka lists only partitions with adding/removing replicas and skips unknown ones silently
+    requested = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
+    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[
+        Ongoing(name=name, partitions=[
+            OngoingPartition(partition_index=pid, replicas=replicas, adding_replicas=adding, removing_replicas=removing)
+            for pid, replicas, adding, removing in partitions])
+        for name, partitions in broker.controller.list_partition_reassignments(requested)])

@@ -33,15 +33,17 @@ class Quorum:
                  controller: QuorumController) -> None:
         self.manager, self.image, self.loader, self.controller = manager, image, loader, controller
 
-    async def register(self, broker_id: int, rack: str | None = None, fenced: bool = False) -> int:
-        """Register a broker (and unfence it unless `fenced`); its broker epoch."""
+    async def register(self, broker_id: int, rack: str | None = None, fenced: bool = False,
+                       previous_broker_epoch: int = -1) -> int:
+        """Register a broker (a new incarnation; unfenced unless `fenced`); its broker epoch.
+        `previous_broker_epoch`: the epoch a clean shutdown left (-1: none, a crash)."""
         req = m.BrokerRegistrationRequest(
             broker_id=broker_id, cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4().bytes,
             listeners=[m.BrokerRegistrationRequest.Listener(name="PLAINTEXT", host="127.0.0.1",
                                                             port=9000 + broker_id, security_protocol=0)],
             features=[m.BrokerRegistrationRequest.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(feature_control.SUPPORTED_FEATURES.items())],
-            rack=rack, log_dirs=[uuid.uuid4().bytes])
+            rack=rack, log_dirs=[uuid.uuid4().bytes], previous_broker_epoch=previous_broker_epoch)
         error, epoch, message = await self.controller.register_broker(req)
         assert error == 0, message
         if not fenced:

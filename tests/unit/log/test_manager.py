@@ -118,3 +118,27 @@ def test_node_id_mismatch(tmp_path):
     new_manager(tmp_path).load(now_ms=0)
     with pytest.raises(MetaPropertiesError):
         new_manager(tmp_path, node_id=2).load(now_ms=0)
+
+
+def test_the_clean_shutdown_marker_carries_the_broker_epoch_to_the_next_start(tmp_path):
+    """Kafka's CleanShutdownFileHandler: {"version":0,"brokerEpoch":N} in every dir; the next
+    load offers N only when every dir names it (readBrokerEpochFromCleanShutdownFiles)."""
+    mgr = new_manager(tmp_path, dirs=("d1", "d2"))
+    mgr.load(now_ms=0)
+    assert mgr.previous_broker_epoch == -1  # a first start
+    mgr.shutdown(now_ms=0, broker_epoch=42)
+    assert (tmp_path / "d1" / CLEAN_SHUTDOWN_FILE).read_bytes() == b'{"version":0,"brokerEpoch":42}'
+    mgr = new_manager(tmp_path, dirs=("d1", "d2"))
+    mgr.load(now_ms=0)
+    assert mgr.previous_broker_epoch == 42
+    mgr.shutdown(now_ms=0, broker_epoch=43)
+    (tmp_path / "d2" / CLEAN_SHUTDOWN_FILE).write_bytes(b"")  # one dir's marker names no epoch
+    mgr = new_manager(tmp_path, dirs=("d1", "d2"))
+    mgr.load(now_ms=0)
+    assert mgr.previous_broker_epoch == -1
+    mgr.shutdown(now_ms=0, broker_epoch=44)
+    (tmp_path / "d2" / CLEAN_SHUTDOWN_FILE).unlink()  # one dir shut down uncleanly
+    mgr = new_manager(tmp_path, dirs=("d1", "d2"))
+    mgr.load(now_ms=0)
+    assert mgr.previous_broker_epoch == -1
+    mgr.shutdown(now_ms=0)
