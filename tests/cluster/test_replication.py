@@ -16,6 +16,7 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import MetadataRequest
 from tests.clients import adapters
 from tests.clients.helpers import Rec
+from tests.metrics.scrape import metrics_url_from_log, scrape
 
 from .harness import Cluster, wait_until
 
@@ -80,7 +81,8 @@ def _isr(c: Cluster, node: int, topic: str, partition: int) -> list[int]:
 
 @pytest.fixture
 def lag_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Cluster:
-    c = Cluster(tmp_path, overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.wait.max.ms": "200"})
+    c = Cluster(tmp_path, overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.wait.max.ms": "200",
+                                     "metrics.listener": "http://127.0.0.1:0"})
     request.addfinalizer(c.close)
     c.start()
     return c
@@ -129,6 +131,16 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     wait_until(lambda: _isr(c, 2, relaxed, 0) == [1, 2], 10, "the shrunk ISR on node 2")
     # acks=1 does not ask for the ISR
     assert adapters.confluent_produce(c.address(1), strict, [Rec(b"d", b"4")], partition=0, acks=1) == [2]
+    # what an operator watches on the leader (Kafka's ReplicaManager metrics, Strimzi names)
+    url = metrics_url_from_log(c.nodes[1].output_path)
+    s = scrape(url)
+    rm = "kafka_server_replicamanager_"
+    assert s.value(rm + "underreplicatedpartitions") >= 2  # both topics (and any internal one led here)
+    assert s.value(rm + "underminisrpartitioncount") >= 1  # strict: ISR 2 < 3
+    assert s.value(rm + "isrshrinks_total") >= 2 and s.value(rm + "leadercount") >= 2
+    assert s.value(rm + "partitioncount") >= 2
+    assert s.value("kafka_cluster_partition_underminisr", topic=strict, partition="0") == 1
+    assert s.value("kafka_cluster_partition_underminisr", topic=relaxed, partition="0") == 0
 
     # follower 3 comes back: it catches up, rejoins both ISRs, and its logs equal the leader's
     c.nodes[3].start()
@@ -139,5 +151,8 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
         want = segment_bytes(c, 1, t, 0)
         for node in (2, 3):
             wait_until(lambda node=node, t=t, want=want: segment_bytes(c, node, t, 0) == want, 30, f"node {node}'s copy of {t}")
+    s = scrape(url)
+    assert s.value(rm + "isrexpands_total") >= 2
+    assert s.value("kafka_cluster_partition_underreplicated", topic=strict, partition="0") == 0
     got = adapters.confluent_consume(c.bootstrap, strict, partition=0, count=4)
     assert [r.value for r in got] == [b"1", b"2", b"4", b"5"]
