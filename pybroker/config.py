@@ -627,6 +627,13 @@ class BrokerConfig:
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             # Kafka only warns; a request can never carry such a batch, so say so.
             self.warnings.append("message.max.bytes is larger than socket.request.max.bytes")
+        # Kafka's KafkaConfig.validateValues, its words
+        if self["replica.fetch.wait.max.ms"] > self["replica.socket.timeout.ms"]:
+            raise ConfigError("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to "
+                              "prevent unnecessary socket timeouts")
+        if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
+            raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
+                              "replica.lag.time.max.ms to prevent frequent changes in ISR")
 
     def _derive_kraft(self) -> None:
         """Roles, quorum and listener roles, checked as Kafka's KafkaConfig.validateValues does
