@@ -13,7 +13,7 @@ import pytest
 
 from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.errors import Errors
-from pybroker.protocol.messages import MetadataRequest
+from pybroker.protocol.messages import DescribeTopicPartitionsRequest, MetadataRequest
 from tests.clients import adapters
 from tests.clients.helpers import Rec
 from tests.metrics.scrape import metrics_url_from_log, scrape
@@ -44,6 +44,18 @@ def metadata(c: Cluster, node_id: int, topic: str) -> dict[int, tuple[int, list[
     t = md.topics[0]
     assert t.error_code == 0, t
     return {p.partition_index: (p.leader_id, list(p.replica_nodes), list(p.isr_nodes)) for p in t.partitions}
+
+
+def described_isr(c: Cluster, node_id: int, topic: str) -> list[int]:
+    """Partition 0's ISR as node `node_id` answers DescribeTopicPartitions (KIP-966)."""
+    req = DescribeTopicPartitionsRequest(topics=[DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
+                                         response_partition_limit=10)
+    host, port = c.address(node_id).split(":")
+    with BrokerConnection(host, int(port)) as conn:
+        resp = conn.send(req)
+    (t,) = resp.topics
+    assert t.error_code == 0, t
+    return sorted(t.partitions[0].isr_nodes)
 
 
 def segment_bytes(c: Cluster, node_id: int, topic: str, partition: int) -> bytes:
@@ -129,6 +141,7 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     assert adapters.kafka_python_produce(c.address(1), relaxed, [Rec(b"b", b"2")], partition=0, acks=-1) == [1]
     assert _isr(c, 1, relaxed, 0) == [1, 2]
     wait_until(lambda: _isr(c, 2, relaxed, 0) == [1, 2], 10, "the shrunk ISR on node 2")
+    assert described_isr(c, 2, strict) == [1, 2]
     # acks=1 does not ask for the ISR
     assert adapters.confluent_produce(c.address(1), strict, [Rec(b"d", b"4")], partition=0, acks=1) == [2]
     # what an operator watches on the leader (Kafka's ReplicaManager metrics, Strimzi names)
@@ -146,6 +159,7 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     c.nodes[3].start()
     for t in (strict, relaxed):
         wait_until(lambda t=t: _isr(c, 1, t, 0) == [1, 2, 3], 60, f"the ISR of {t} to expand")
+    wait_until(lambda: described_isr(c, 2, strict) == [1, 2, 3], 10, "the expanded ISR on node 2")
     assert adapters.aiokafka_produce(c.address(1), strict, [Rec(b"e", b"5")], partition=0, acks=-1) == [3]
     for t in (strict, relaxed):
         want = segment_bytes(c, 1, t, 0)
