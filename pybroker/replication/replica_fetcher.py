@@ -259,6 +259,10 @@ class ReplicaFetcher:
                 log.debug("fetcher %d of leader %d at %s: %s", self.fetcher_id, self.leader_id, address, exc)
                 await self.conn.close()
                 await self._wait(backoff_s)
+            except Exception:  # a bug or a storage error must not take the node down: retry later
+                log.exception("fetcher %d of leader %d failed; retrying", self.fetcher_id, self.leader_id)
+                await self.conn.close()
+                await self._wait(backoff_s)
 
     # ------------------------------------------------------------------ truncation
 
