@@ -249,12 +249,15 @@ class ReplicaFetcher:
                 await self._wait(min(s.delayed_until for s in self.partitions.values()) - now)
                 continue
             try:
+                progressed = False
                 truncating = [s for s in ready if s.truncating]
                 if truncating:
-                    await self._truncate(address, truncating)
+                    progressed = await self._truncate(address, truncating)
                 fetching = [s for s in ready if not s.truncating and s.delayed_until <= trio.current_time()]
                 if fetching:
-                    await self._fetch(address, fetching)
+                    progressed = await self._fetch(address, fetching) or progressed
+                if not progressed:  # nothing could be asked (states moved on): never spin
+                    await self._wait(backoff_s)
             except _CONNECTION_ERRORS as exc:
                 log.debug("fetcher %d of leader %d at %s: %s", self.fetcher_id, self.leader_id, address, exc)
                 await self.conn.close()
@@ -266,8 +269,10 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ truncation
 
-    async def _truncate(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
+    async def _truncate(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+        """One truncation round; False when nothing was done."""
         ask: list[tuple[PartitionFetchState, int]] = []
+        done_locally = False
         for s in states:
             p = self._current(s)
             if p is None:
@@ -278,10 +283,11 @@ class ReplicaFetcher:
             latest = p.log.latest_epoch()
             if latest is None:  # no epoch history (an empty or pre-epoch log): keep what is committed
                 self._finish_truncation(s, p, p.log.high_watermark)
+                done_locally = True
                 continue
             ask.append((s, latest))
         if not ask:
-            return
+            return done_locally
         by_topic: dict[str, list[Any]] = {}
         for s, epoch in ask:
             by_topic.setdefault(s.topic, []).append(OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
@@ -321,6 +327,7 @@ class ReplicaFetcher:
                 self._truncate_log(p, target)  # then asks again with its then-latest epoch
         if restart_at:
             await self._restart_at_leader_start(address, restart_at)
+        return True
 
     def _truncate_log(self, p: Any, offset: int) -> None:
         if offset < p.log.log_end_offset:
@@ -361,7 +368,8 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ fetching
 
-    async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
+    async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+        """One Fetch round trip; False when no partition could be asked."""
         cfg = self.rm.config
         per_partition = cfg["replica.fetch.max.bytes"]
         topics: list[Any] = []
@@ -382,7 +390,7 @@ class ReplicaFetcher:
                 partition_max_bytes=per_partition))
             sent[(s.topic, s.partition)] = s
         if not topics:
-            return
+            return False
         req = FetchRequest(
             replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id,
                                                                    replica_epoch=self.manager.broker_epoch()),
@@ -393,7 +401,7 @@ class ReplicaFetcher:
         if resp.error_code:
             for s in sent.values():
                 self._delay(s)
-            return
+            return True
         names = {t.topic_id: t.topic for t in topics}
         for t in resp.responses:
             name = names.get(t.topic_id)
@@ -401,6 +409,7 @@ class ReplicaFetcher:
                 state = sent.get((name, d.partition_index)) if name is not None else None
                 if state is not None:
                     self._process(state, d)
+        return True
 
     def _process(self, s: PartitionFetchState, d: Any) -> None:
         p = self._current(s)
