@@ -180,7 +180,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             error, session_id = context.throttled_response()
             return FetchResponse(throttle_time_ms=throttle_ms, error_code=error, session_id=session_id,
                                  responses=[])
-    rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as read)
+    rm.topic_stats.record_fetch(reads, from_follower)  # metrics: Total/FailedFetchRequests, BytesOut
     # an incremental session drops the partitions with nothing new before any is encoded
     error, session_id, kept = context.update_and_generate_response_data(updates)
     topics_out = _by_topic(kept, by_id, isolation == READ_COMMITTED)
