@@ -5,10 +5,19 @@ partition at once (`check_and_complete`), and acks=all produces wait in the prod
 purgatory until the high watermark passes their last offset. Flushing follows the log's
 flush policy and runs in a worker thread, at most one per partition at a time.
 
+Replication (docs/ARCHITECTURE.md, "Partition replication"): each metadata change makes a
+hosted partition leader (makeLeader: the new epoch starts at the log end, followers' states
+reset) or follower (makeFollower: stop serving, hand it to the ReplicaFetcherManager, which
+truncates by leader epoch and then fetches). On the leader, follower fetches update the
+followers' states (`update_follower_fetch_state`), which moves the high watermark and proposes
+ISR expansions; `run_isr_expiration` proposes shrinks; proposals go to the controller through
+the AlterPartitionManager, and an accepted one changes the ISR at once.
+
 Scale (thousands of partitions): no event-loop step walks every partition. Metadata changes
 touch the topics they name; partitions are also indexed by topic (the coordinators' view) and
 the compacted ones kept apart (the cleaner's view); the periodic passes (flush policy,
-checkpoints, retention, producer expiration) yield to the loop every `_PASS_CHUNK` partitions.
+checkpoints, retention, producer expiration, ISR expiration) yield to the loop every
+`_PASS_CHUNK` partitions.
 Log directories are created and renamed away in worker threads, `_CREATE_CHUNK` at a time.
 
 Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's start_soon).
