@@ -22,7 +22,8 @@ Each partition is in one of two states (Kafka's Truncating / Fetching):
   offset with `replica.fetch.max.bytes` per partition, `replica.fetch.response.max.bytes`,
   `replica.fetch.min.bytes` and `replica.fetch.wait.max.ms`; every batch is appended with
   UnifiedLog.append_as_follower (CRC checked; producer state and transaction markers replayed),
-  and the follower's high watermark becomes min(its log end offset, the leader's).
+  and the follower's high watermark becomes min(its log end offset, the leader's); its log
+  start offset follows the leader's (DeleteRecords, retention) up to that high watermark.
 
 Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
@@ -451,5 +452,10 @@ class ReplicaFetcher:
         hw = min(plog.log_end_offset, d.high_watermark)
         if hw > plog.high_watermark:
             plog.high_watermark = hw
+        # the leader's log start moved (DeleteRecords, retention): ours follows, up to our HW
+        # (Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented))
+        start = min(d.log_start_offset, plog.high_watermark)
+        if start > plog.log_start_offset:
+            self.rm.schedule_segment_deletion(plog, plog.delete_records_before(start))
         if appended:
             self.rm.after_follower_append(p)

@@ -97,6 +97,14 @@ def test_a_follower_truncates_its_divergent_tail_then_fetches_the_leaders_log(tm
                     lambda: adapters.confluent_produce(leader.bootstrap_servers, TOPIC, more, partition=0))
                 assert offsets == list(range(5, 10))
                 await until(lambda: p.log.log_end_offset == 10 and p.log.high_watermark == 10)
+                # DeleteRecords on the leader: the follower's log start follows
+                with BrokerConnection("127.0.0.1", leader.port) as conn:
+                    dr = conn.send(m.DeleteRecordsRequest(timeout_ms=5000, topics=[
+                        m.DeleteRecordsRequest.DeleteRecordsTopic(name=TOPIC, partitions=[
+                            m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=3)])]))
+                assert dr.topics[0].partitions[0].error_code == 0
+                assert p.log.log_start_offset == 0
+                await until(lambda: p.log.log_start_offset == 3)
                 rm.fetcher_manager.shutdown()
                 nursery.cancel_scope.cancel()
             got = segment(tmp_path / "follower" / f"{TOPIC}-0")
