@@ -170,3 +170,40 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     assert s.value("kafka_cluster_partition_underreplicated", topic=strict, partition="0") == 0
     got = adapters.confluent_consume(c.bootstrap, strict, partition=0, count=4)
     assert [r.value for r in got] == [b"1", b"2", b"4", b"5"]
+
+
+@pytest.mark.slow
+def test_two_followers_down_refuse_acks_all_with_min_insync_two_and_rejoin(tmp_path: Path):
+    """Five nodes (five quorum voters), a topic on 1, 2, 3: stopping two followers keeps the
+    metadata quorum (3 of 5), so the leader's ISR can shrink to itself."""
+    c = Cluster(tmp_path, nodes=5, overrides={"replica.lag.time.max.ms": str(LAG_MS),
+                                              "replica.fetch.wait.max.ms": "200"})
+    try:
+        c.start()
+        from confluent_kafka.admin import NewTopic
+
+        topic = new_topic("two-down")
+        admin = adapters.confluent_admin(c.address(1))
+        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                      config={"min.insync.replicas": "2"})], operation_timeout=20)[topic].result(30)
+        wait_until(lambda: metadata(c, 1, topic)[0][0] == 1, 20, "node 1 to lead")
+        assert adapters.confluent_produce(c.bootstrap, topic, [Rec(b"k", b"1")], partition=0, acks=-1) == [0]
+        c.stop(2)
+        c.stop(3)
+        # the waiting acks=all produce ends NOT_ENOUGH_REPLICAS_AFTER_APPEND once the ISR is {1}
+        assert _fails_with(c, 1, topic, b"2") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
+        wait_until(lambda: _isr(c, 1, topic, 0) == [1], 30, "the ISR to shrink to the leader")
+        assert _fails_with(c, 1, topic, b"3") == Errors.NOT_ENOUGH_REPLICAS.value
+        assert described_isr(c, 4, topic) == [1]
+        c.nodes[2].start()
+        wait_until(lambda: _isr(c, 1, topic, 0) == [1, 2], 60, "node 2 to rejoin the ISR")
+        assert adapters.kafka_python_produce(c.address(1), topic, [Rec(b"k", b"4")], partition=0, acks=-1) == [2]
+        c.nodes[3].start()
+        wait_until(lambda: _isr(c, 1, topic, 0) == [1, 2, 3], 60, "node 3 to rejoin the ISR")
+        want = segment_bytes(c, 1, topic, 0)
+        for node in (2, 3):
+            wait_until(lambda node=node: segment_bytes(c, node, topic, 0) == want, 30, f"node {node} to catch up")
+        got = adapters.aiokafka_consume(c.bootstrap, topic, partition=0, count=3)
+        assert [r.value for r in got] == [b"1", b"2", b"4"]
+    finally:
+        c.close()
