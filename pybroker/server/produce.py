@@ -208,6 +208,8 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
             await ctx.conn.park(op)
     # KIP-13 byte-rate quota, recorded when answering as Kafka does (one bool test without quotas)
     throttle_ms = record_produce(broker.quotas.produce, ctx) if broker.quotas.produce.enabled else 0
+    if waits:  # a wait may have ended in NOT_LEADER_OR_FOLLOWER (the leadership moved meanwhile)
+        any_error = any_error or any(resp.error_code for _, _, resp in waits)
     node_endpoints = _leader_hints(broker, ctx, topics_out) if any_error and version >= 10 else []
     return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms, node_endpoints=node_endpoints)
 
