@@ -31,6 +31,7 @@ class ReplicaFetcherManager:
         self.rm = rm
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}  # partition -> its fetcher's key
+        self.closed = False  # shut down: no fetcher starts again (the logs are being closed)
 
     @property
     def backoff_s(self) -> float:
@@ -58,6 +59,8 @@ class ReplicaFetcherManager:
         """Follow `p` from its leader at its leader epoch, truncating first (makeFollower)."""
         tp = (p.topic, p.partition)
         self.remove_partition(tp)
+        if self.closed:
+            return
         key = (p.leader_id, self.fetcher_id(p.topic, p.partition))
         fetcher = self.fetchers.get(key)
         if fetcher is None:
@@ -84,6 +87,8 @@ class ReplicaFetcherManager:
         return fetcher.partitions.get(tp) if fetcher is not None else None
 
     def shutdown(self) -> None:
+        """Stop every fetcher for good (node shutdown, before the logs are flushed and closed)."""
+        self.closed = True
         for fetcher in self.fetchers.values():
             fetcher.cancel_scope.cancel()
         self.fetchers.clear()
