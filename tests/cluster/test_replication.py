@@ -102,7 +102,8 @@ def lag_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Cluster:
 
 def _fails_with(c: Cluster, node: int, topic: str, value: bytes) -> int:
     """Produce one record with acks=all and no retries through confluent-kafka; its error code."""
-    producer = adapters.confluent_producer(c.address(node), acks=-1, **{"message.timeout.ms": 20000, "retries": 0})
+    producer = adapters.confluent_producer(c.address(node), acks=-1, **{"message.timeout.ms": 30000, "retries": 0,
+                                                                         "request.timeout.ms": 25000})
     errors: list = []
     producer.produce(topic, key=b"k", value=value, partition=0, on_delivery=lambda err, msg: errors.append(err))
     producer.flush(30)
@@ -134,13 +135,14 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     # below min.insync.replicas=3: NOT_ENOUGH_REPLICAS_AFTER_APPEND
     c.stop(3)
     assert _fails_with(c, 1, strict, b"2") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
-    assert _isr(c, 1, strict, 0) == [1, 2]
+    # Metadata answers from node 1's image, which applies the committed change a moment later
+    wait_until(lambda: _isr(c, 1, strict, 0) == [1, 2], 10, "the shrunk ISR in node 1's Metadata")
     # the next one is refused before the append
     assert _fails_with(c, 1, strict, b"3") == Errors.NOT_ENOUGH_REPLICAS.value
     # two in sync satisfy min.insync.replicas=2: acks=all works once that ISR shrank too
     assert adapters.kafka_python_produce(c.address(1), relaxed, [Rec(b"b", b"2")], partition=0, acks=-1) == [1]
-    assert _isr(c, 1, relaxed, 0) == [1, 2]
-    wait_until(lambda: _isr(c, 2, relaxed, 0) == [1, 2], 10, "the shrunk ISR on node 2")
+    wait_until(lambda: _isr(c, 1, relaxed, 0) == [1, 2] and _isr(c, 2, relaxed, 0) == [1, 2], 10,
+               "the shrunk ISR on nodes 1 and 2")
     assert described_isr(c, 2, strict) == [1, 2]
     # acks=1 does not ask for the ISR
     assert adapters.confluent_produce(c.address(1), strict, [Rec(b"d", b"4")], partition=0, acks=1) == [2]
@@ -194,7 +196,7 @@ def test_two_followers_down_refuse_acks_all_with_min_insync_two_and_rejoin(tmp_p
         assert _fails_with(c, 1, topic, b"2") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
         wait_until(lambda: _isr(c, 1, topic, 0) == [1], 30, "the ISR to shrink to the leader")
         assert _fails_with(c, 1, topic, b"3") == Errors.NOT_ENOUGH_REPLICAS.value
-        assert described_isr(c, 4, topic) == [1]
+        wait_until(lambda: described_isr(c, 4, topic) == [1], 10, "node 4 to describe the ISR {1}")
         c.nodes[2].start()
         wait_until(lambda: _isr(c, 1, topic, 0) == [1, 2], 60, "node 2 to rejoin the ISR")
         assert adapters.kafka_python_produce(c.address(1), topic, [Rec(b"k", b"4")], partition=0, acks=-1) == [2]
