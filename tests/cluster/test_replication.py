@@ -209,3 +209,68 @@ def test_two_followers_down_refuse_acks_all_with_min_insync_two_and_rejoin(tmp_p
         assert [r.value for r in got] == [b"1", b"2", b"4"]
     finally:
         c.close()
+
+
+@pytest.mark.slow
+def test_followers_killed_under_acks_all_load_lose_nothing_and_end_byte_identical(tmp_path: Path):
+    """An idempotent confluent-kafka producer writes unique values with acks=all while each
+    follower in turn is SIGKILLed and restarted (recovery, makeFollower truncation, catch-up,
+    ISR shrink and expansion): every acknowledged value is read back once, in order, and the
+    followers' logs end byte for byte the leader's."""
+    import threading
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    c = Cluster(tmp_path, overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.wait.max.ms": "200"})
+    try:
+        c.start()
+        topic = new_topic("kill")
+        admin = adapters.confluent_admin(c.address(1))
+        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                      config={"min.insync.replicas": "2"})], operation_timeout=20)[topic].result(30)
+        wait_until(lambda: metadata(c, 1, topic)[0][0] == 1, 20, "node 1 to lead")
+        acked: list[bytes] = []
+        failed: list[object] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            producer = Producer({**adapters.confluent_common(c.address(1)), "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 2, "message.timeout.ms": 60000})
+
+            def report(err: object, msg: object) -> None:
+                if err is None:
+                    acked.append(msg.value())  # type: ignore[attr-defined]
+                else:
+                    failed.append(err)
+
+            i = 0
+            while not stop.is_set():
+                producer.produce(topic, value=b"%08d" % i, partition=0, on_delivery=report)
+                producer.poll(0)
+                i += 1
+                if i % 200 == 0:
+                    producer.flush(60)
+            producer.flush(60)
+
+        worker = threading.Thread(target=produce)
+        worker.start()
+        try:
+            for victim in (2, 3, 2):
+                count = len(acked)
+                wait_until(lambda count=count: len(acked) > count + 500, 60, "acknowledged writes")
+                c.kill(victim)
+                wait_until(lambda count=count: len(acked) > count + 1500, 60, "writes while a follower is down")
+                c.nodes[victim].start()
+                wait_until(lambda: _isr(c, 1, topic, 0) == [1, 2, 3], 60, f"node {victim} back in the ISR")
+        finally:
+            stop.set()
+            worker.join(120)
+        assert not failed, failed[:3]
+        got = adapters.confluent_consume(c.bootstrap, topic, partition=0, count=len(acked), deadline_s=60)
+        assert [r.value for r in got] == acked  # none lost, none twice, one order
+        want = segment_bytes(c, 1, topic, 0)
+        for node in (2, 3):
+            wait_until(lambda node=node: segment_bytes(c, node, topic, 0) == want, 30, f"node {node}'s copy")
+    finally:
+        c.close()
