@@ -459,3 +459,7 @@ class ReplicaFetcher:
             self.rm.schedule_segment_deletion(plog, plog.delete_records_before(start))
         if appended:
             self.rm.after_follower_append(p)
+            # to the back of the next request, so a partition whose first batch exceeds what is
+            # left of the response is first in a later one (Kafka's round-robin fetch order)
+            tp = (s.topic, s.partition)
+            self.partitions[tp] = self.partitions.pop(tp)
