@@ -226,6 +226,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("max.request.partition.size.limit", "int", 2000, at_least(1)),
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, at_least(0)),
     ConfigDef("replica.lag.time.max.ms", "long", 30000),
+    # partition replication (Kafka's ReplicationConfigs; pybroker/replication/replica_fetcher.py)
+    ConfigDef("num.replica.fetchers", "int", 1, at_least(1)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500, at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", "int", 1, at_least(1)),
+    ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, at_least(0)),
+    ConfigDef("replica.fetch.backoff.ms", "int", 1000, at_least(0)),
+    ConfigDef("replica.socket.timeout.ms", "int", 30000),
     # internal topics and coordinators
     ConfigDef("offsets.topic.num.partitions", "int", 50, at_least(1)),
     ConfigDef("offsets.topic.replication.factor", "short", 3, at_least(1)),
@@ -626,6 +633,13 @@ class BrokerConfig:
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             # Kafka only warns; a request can never carry such a batch, so say so.
             self.warnings.append("message.max.bytes is larger than socket.request.max.bytes")
+        # Kafka's KafkaConfig.validateValues, its words
+        if self["replica.fetch.wait.max.ms"] > self["replica.socket.timeout.ms"]:
+            raise ConfigError("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to "
+                              "prevent unnecessary socket timeouts")
+        if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
+            raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
+                              "replica.lag.time.max.ms to prevent frequent changes in ISR")
 
     def _derive_kraft(self) -> None:
         """Roles, quorum and listener roles, checked as Kafka's KafkaConfig.validateValues does

@@ -61,6 +61,7 @@ from pybroker.controller import (
     scram,
 )
 from pybroker.controller import features as feature_control
+from pybroker.controller.alter_partition import alter_partition as alter_partition_rules
 from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
 from pybroker.controller.cluster_control import (
     CONTROLLED_SHUTDOWN,
@@ -788,6 +789,17 @@ class QuorumController:
             await self._commit(records)
             return out
 
+    # ------------------------------------------------------------------ ISR changes (controller/alter_partition.py)
+
+    async def alter_partition(self, req: Any, version: int) -> Any:
+        """AlterPartition from a partition leader: validate against the image, append the ISR
+        changes in one batch, answer once committed (NOT_CONTROLLER if leadership is lost)."""
+        async with self._lock:
+            self._check_active()
+            records, response = alter_partition_rules(self.image, req, version)
+            await self._commit(records)
+            return response
+
     # ------------------------------------------------------------------ producer ids
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int = -1) -> tuple[int, int]:
@@ -852,5 +864,7 @@ class QuorumController:
 
 
 def initial_isr(replicas: Sequence[int]) -> list[int]:
-    """The ISR a new partition is written with: its leader alone until issue 9 (module docstring)."""
-    return [replicas[0]]
+    """The ISR a new partition is written with: all its replicas, as Kafka's (every log is empty,
+    so every replica is in sync; a replica that never fetches leaves it after
+    replica.lag.time.max.ms)."""
+    return list(replicas)

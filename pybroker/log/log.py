@@ -562,8 +562,10 @@ class UnifiedLog:
         appendAsFollower; also the KRaft leader's path, which assigns them itself).
 
         The batch must start at the LEO and its CRC must match. No producer checks: its producer
-        state is replayed as recovery does; control batches are taken as they are (KRaft's
-        LeaderChange and snapshot records; no transaction-index bookkeeping). Page cache only.
+        state is replayed as recovery does, so a follower that becomes leader keeps deduplicating;
+        a transaction marker (a control batch with a producer id) completes its transaction and
+        indexes an abort, as on the leader; other control batches (KRaft's LeaderChange and
+        snapshot records) are taken as they are. Page cache only.
         Raises CorruptRecordError / InvalidRecordError (bad batch), OffsetOutOfRangeError
         (not at the LEO), RecordBatchTooLargeError (18).
         """
@@ -587,7 +589,15 @@ class UnifiedLog:
             latest = self.leader_epoch_cache.latest_epoch()
             if latest is None or leader_epoch > latest:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        self.producer_state.replay_batch(header)
+        marker = None
+        if header[H_ATTRIBUTES] & CONTROL_FLAG and header[H_PRODUCER_ID] >= 0:
+            try:  # a transaction marker replicated from a partition leader
+                marker = read_end_txn_marker(view, header)
+            except ValueError:
+                pass  # replay_batch still ends the transaction
+        completed = self.producer_state.replay_batch(header, marker)
+        if completed is not None:  # the follower indexes aborted transactions as the leader did
+            self._complete_txn(completed)
         self.producer_state.update_map_end_offset(last_offset + 1)
         self.log_end_offset = last_offset + 1
         return LogAppendInfo(first_offset=first_offset, last_offset=last_offset, log_append_time=-1,

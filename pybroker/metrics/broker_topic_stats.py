@@ -131,8 +131,9 @@ class BrokerTopicStats:
         if error_code and error_code not in _EXPECTED_PRODUCE_ERRORS:
             s.failed_produce_requests += 1
 
-    def record_fetch(self, reads: Iterable[Any]) -> None:
-        """A Fetch has been answered: each `LogRead` with a partition counts once, its bytes out."""
+    def record_fetch(self, reads: Iterable[Any], from_follower: bool = False) -> None:
+        """A Fetch has been answered: each `LogRead` with a partition counts once, its bytes out
+        unless a follower fetched them (Kafka counts those as ReplicationBytesOut, not BytesOut)."""
         for r in reads:
             p = r.partition
             if p is None:
@@ -143,7 +144,7 @@ class BrokerTopicStats:
             if code:
                 if code not in _EXPECTED_FETCH_ERRORS:
                     s.failed_fetch_requests += 1
-            elif r.size:
+            elif r.size and not from_follower:
                 s.bytes_out += r.size
 
     def snapshot(self) -> tuple[tuple[int, ...], list[tuple[str, tuple[int, ...]]]]:

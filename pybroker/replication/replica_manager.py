@@ -5,10 +5,19 @@ partition at once (`check_and_complete`), and acks=all produces wait in the prod
 purgatory until the high watermark passes their last offset. Flushing follows the log's
 flush policy and runs in a worker thread, at most one per partition at a time.
 
+Replication (docs/ARCHITECTURE.md, "Partition replication"): each metadata change makes a
+hosted partition leader (makeLeader: the new epoch starts at the log end, followers' states
+reset) or follower (makeFollower: stop serving, hand it to the ReplicaFetcherManager, which
+truncates by leader epoch and then fetches). On the leader, follower fetches update the
+followers' states (`update_follower_fetch_state`), which moves the high watermark and proposes
+ISR expansions; `run_isr_expiration` proposes shrinks; proposals go to the controller through
+the AlterPartitionManager, and an accepted one changes the ISR at once.
+
 Scale (thousands of partitions): no event-loop step walks every partition. Metadata changes
 touch the topics they name; partitions are also indexed by topic (the coordinators' view) and
 the compacted ones kept apart (the cleaner's view); the periodic passes (flush policy,
-checkpoints, retention, producer expiration) yield to the loop every `_PASS_CHUNK` partitions.
+checkpoints, retention, producer expiration, ISR expiration) yield to the loop every
+`_PASS_CHUNK` partitions.
 Log directories are created and renamed away in worker threads, `_CREATE_CHUNK` at a time.
 
 Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's start_soon).
@@ -39,7 +48,9 @@ from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
+from pybroker.replication.alter_partition_manager import AlterPartitionItem, AlterPartitionManager
 from pybroker.replication.partition import Partition
+from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 
 log = logging.getLogger("pybroker.replica")
 
@@ -53,6 +64,11 @@ _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "Fenc
 
 
 READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level
+FETCH_LOG_END = -1  # a follower's fetch (Kafka's FetchIsolation.LOG_END): reads up to the log end offset
+# AlterPartition answers after which the leader waits for the metadata image instead of retrying
+# (Kafka's Partition.handleAlterPartitionError)
+_ISR_GIVE_UP = frozenset({Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
+                          Errors.INELIGIBLE_REPLICA, Errors.NEW_LEADER_ELECTED, Errors.UNKNOWN_TOPIC_ID})
 
 
 class LogRead:
@@ -105,6 +121,13 @@ def _whole_batches(info: Any) -> None:
     if start < pos < end:
         info.regions[-1] = FileRegion(fd, start, pos - start)
         info.size -= end - pos
+
+
+def error_name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
 
 
 def check_leader_epoch(p: Partition, current_leader_epoch: int) -> int:
@@ -177,7 +200,11 @@ class ReplicaManager:
         # metrics (pybroker/metrics): bumped in place here, read only when scraped
         self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
         self.log_flush_stats = Histogram()  # Kafka's LogFlushRateAndTimeMs
-        self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # nothing changes an ISR yet
+        self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # Kafka's IsrShrinks/ExpandsPerSec
+        # replication: the follower side (fetchers) and the leader's ISR changes to the controller;
+        # the node gives `alter_partition_manager` its controller channel (server/broker.py)
+        self.fetcher_manager = ReplicaFetcherManager(self)
+        self.alter_partition_manager: AlterPartitionManager | None = None
 
     # ------------------------------------------------------------------ metadata
 
@@ -283,8 +310,7 @@ class ReplicaManager:
                         self._delete_partition(tp, detached)
                     todo.append((tp, t, reg))
                 else:
-                    p.leader_id, p.leader_epoch = reg.leader, reg.leader_epoch
-                    p.partition_epoch, p.replicas, p.isr = reg.partition_epoch, list(reg.replicas), list(reg.isr)
+                    self._apply_registration(p, reg)
                     if config is None:
                         config = self.log_config_for(t.name)
                     p.log.config = config
@@ -321,8 +347,48 @@ class ReplicaManager:
         self._topic_names[t.topic_id] = t.name
         self._track_compacted(tp, p)
         if p.is_leader:
-            plog.maybe_assign_epoch_start_offset(reg.leader_epoch, plog.log_end_offset)
-        p.maybe_increment_high_watermark()
+            p.make_leader(self.clock.wall_ms())
+            self._maybe_advance_hw(p)
+        else:
+            self._make_follower(p)
+
+    # ------------------------------------------------------------------ leadership (Kafka's makeLeader/makeFollower)
+
+    def _apply_registration(self, p: Partition, reg: Any) -> None:
+        """A hosted partition's registration changed in the image: take the new leader, epochs,
+        replicas and ISR, and become leader or follower when the leader or its epoch moved."""
+        was_leader, old_leader, old_epoch = p.is_leader, p.leader_id, p.leader_epoch
+        if reg.partition_epoch != p.partition_epoch:
+            p.pending_isr = None  # the committed state moved on (Kafka's CommittedPartitionState)
+        p.leader_id, p.leader_epoch = reg.leader, reg.leader_epoch
+        p.partition_epoch, p.replicas, p.isr = reg.partition_epoch, list(reg.replicas), list(reg.isr)
+        tp = (p.topic, p.partition)
+        now = self.clock.wall_ms()
+        if p.is_leader:
+            if not was_leader or reg.leader_epoch != old_epoch:
+                self.fetcher_manager.remove_partition(tp)
+                p.make_leader(now)
+                log.info("%s-%d: leader at epoch %d from offset %d (ISR %s)", p.topic, p.partition, p.leader_epoch,
+                         p.log.log_end_offset, p.isr)
+            else:
+                p.update_replicas(now)
+            self._maybe_advance_hw(p)
+        elif was_leader or old_leader != reg.leader or old_epoch != reg.leader_epoch \
+                or self.fetcher_manager.fetch_state(tp) is None:
+            self._make_follower(p)
+        # waiting produces and fetches see the new state (a lost leadership answers them)
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _make_follower(self, p: Partition) -> None:
+        """Stop leading `p` and fetch it from its leader, truncating first by leader epoch."""
+        p.make_follower()
+        tp = (p.topic, p.partition)
+        if p.leader_id >= 0 and p.leader_id != self.node_id:
+            self.fetcher_manager.add_partition(p)
+            log.debug("%s-%d: follower of %d at epoch %d", p.topic, p.partition, p.leader_id, p.leader_epoch)
+        else:
+            self.fetcher_manager.remove_partition(tp)
 
     def _track_compacted(self, tp: TopicPartition, p: Partition) -> None:
         if p.log.config.compact:
@@ -333,6 +399,7 @@ class ReplicaManager:
     def _delete_partition(self, tp: TopicPartition, detached: list[tuple[Any, Any]]) -> None:
         """Unpublish the partition and forget its log (no disk work): the caller hands `detached`
         to `_remove_logs` in a worker thread."""
+        self.fetcher_manager.remove_partition(tp)
         gone = self.partitions.pop(tp, None)
         if gone is not None:
             self.topic_stats.remove_partition(gone.stats)
@@ -344,6 +411,7 @@ class ReplicaManager:
                     self._topic_names.pop(gone.topic_id, None)
         self._compacted.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
         found = self.log_manager.detach_log(*tp)
         if found is not None:
             detached.append(found)
@@ -418,7 +486,8 @@ class ReplicaManager:
             r.last_stable_offset = p.last_stable_offset
             r.log_start_offset = plog.log_start_offset
             limit = min(r.max_bytes, max(0, max_bytes - total))
-            upper = r.last_stable_offset if isolation == READ_COMMITTED else r.high_watermark
+            upper = (r.last_stable_offset if isolation == READ_COMMITTED
+                     else plog.log_end_offset if isolation == FETCH_LOG_END else r.high_watermark)
             if r.fetch_offset == upper and r.log_start_offset <= upper:
                 # caught up (most partitions of a big idle session): nothing to read, and the
                 # offset is valid (upper <= the log end offset)
@@ -458,9 +527,10 @@ class ReplicaManager:
             p = r.partition
             if p is None:
                 continue
-            if self.partitions.get((p.topic, p.partition)) is not p:
-                return True  # deleted or replaced meanwhile
-            upper = p.last_stable_offset if isolation == READ_COMMITTED else p.log.high_watermark
+            if self.partitions.get((p.topic, p.partition)) is not p or not p.is_leader:
+                return True  # deleted, replaced or no longer led here meanwhile
+            upper = (p.last_stable_offset if isolation == READ_COMMITTED
+                     else p.log.log_end_offset if isolation == FETCH_LOG_END else p.log.high_watermark)
             if upper > r.fetch_offset:
                 if need <= 1:
                     return True
@@ -520,13 +590,113 @@ class ReplicaManager:
 
     def after_append(self, partition: Partition) -> None:
         tp = (partition.topic, partition.partition)
-        if partition.maybe_increment_high_watermark():
+        if partition.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"]):
             self.produce_purgatory.check_and_complete(tp)
-        self.fetch_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)  # consumers at the HW, followers at the log end
+        self._maybe_flush(partition)
+
+    def after_follower_append(self, partition: Partition) -> None:
+        """A fetcher appended to a followed partition: the flush policy applies as on a leader."""
+        self._maybe_flush(partition)
+
+    def _maybe_flush(self, partition: Partition) -> None:
         plog = partition.log
         if not partition.flushing and plog.needs_flush(self.clock.wall_ms()):
             partition.flushing = True
             self.spawn(self._flush, partition)
+
+    # ------------------------------------------------------------------ followers and the ISR (leader side)
+
+    def _maybe_advance_hw(self, p: Partition) -> bool:
+        """Move the HW if the followers allow it; then waiting acks=all produces and consumer
+        fetches are checked (Kafka's tryCompleteDelayedRequests)."""
+        if p.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"]):
+            tp = (p.topic, p.partition)
+            self.produce_purgatory.check_and_complete(tp)
+            self.fetch_purgatory.check_and_complete(tp)
+            return True
+        return False
+
+    def update_follower_fetch_state(self, p: Partition, replica_id: int, fetch_offset: int,
+                                    broker_epoch: int = -1) -> None:
+        """A follower fetches `p` from this leader at `fetch_offset` (its log end offset): record it,
+        propose it for the ISR once caught up, and move the HW (Kafka's updateFollowerFetchState)."""
+        plog = p.log
+        if not plog.log_start_offset <= fetch_offset <= plog.log_end_offset:
+            return  # the read answers OFFSET_OUT_OF_RANGE; the follower's state stays as it was
+        if not p.update_follower_fetch_state(replica_id, fetch_offset, plog.log_end_offset, self.clock.wall_ms(),
+                                             broker_epoch):
+            return
+        if p.pending_isr is None and p.is_expansion_candidate(replica_id) and self._eligible(replica_id):
+            self._propose_isr(p, p.isr + [replica_id], expand=True)
+        self._maybe_advance_hw(p)
+
+    def _eligible(self, broker_id: int) -> bool:
+        """A broker the controller accepts in an ISR: registered, unfenced, not shutting down."""
+        reg = self.image.brokers.get(broker_id)
+        return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
+    def maybe_shrink_isr(self, p: Partition, now_ms: int) -> bool:
+        """Propose the ISR without the followers that lagged replica.lag.time.max.ms (Kafka's
+        maybeShrinkIsr); True if a proposal went out."""
+        if not p.is_leader or p.pending_isr is not None or len(p.isr) < 2:
+            return False
+        out = p.out_of_sync_replicas(now_ms, self.config["replica.lag.time.max.ms"])
+        if not out:
+            return False
+        new_isr = [r for r in p.isr if r not in out]
+        log.info("%s-%d: shrinking the ISR from %s to %s (out of sync: %s; log end %d, HW %d)", p.topic,
+                 p.partition, p.isr, new_isr, out, p.log.log_end_offset, p.log.high_watermark)
+        return self._propose_isr(p, new_isr, expand=False)
+
+    def _propose_isr(self, p: Partition, new_isr: list[int], *, expand: bool) -> bool:
+        manager = self.alter_partition_manager
+        if manager is None:
+            return False
+        tp = (p.topic, p.partition)
+        epochs = {b: reg.epoch for b in new_isr if (reg := self.image.brokers.get(b)) is not None}
+        leader_epoch = p.leader_epoch
+
+        def answered(code: int, found: Any) -> None:
+            if self.partitions.get(tp) is not p or not p.is_leader or p.leader_epoch != leader_epoch:
+                return  # the partition moved on meanwhile
+            if p.pending_isr is new_isr:
+                p.pending_isr = None
+            if code == 0 and found is not None:
+                if expand:
+                    self.isr_expands += 1
+                else:
+                    self.isr_shrinks += 1
+                if found.partition_epoch > p.partition_epoch and found.leader_epoch == p.leader_epoch:
+                    p.isr, p.partition_epoch = list(found.isr), found.partition_epoch
+                log.info("%s-%d: ISR now %s (partition epoch %d)", p.topic, p.partition, p.isr, p.partition_epoch)
+            else:
+                self.failed_isr_updates += 1
+                level = logging.DEBUG if code in _ISR_GIVE_UP else logging.INFO
+                log.log(level, "%s-%d: AlterPartition to ISR %s failed: %s", p.topic, p.partition, new_isr,
+                        error_name(code))
+            self._maybe_advance_hw(p)
+            self.produce_purgatory.check_and_complete(tp)
+
+        item = AlterPartitionItem(p.topic, p.partition, p.topic_id, p.leader_epoch, p.partition_epoch, list(new_isr),
+                                  epochs, answered)
+        if not manager.submit(item):
+            return False
+        p.pending_isr = new_isr
+        return True
+
+    async def run_isr_expiration(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Every replica.lag.time.max.ms / 2, shrink the ISRs whose followers fell behind (Kafka's
+        isr-expiration task), yielding to the loop every `_PASS_CHUNK` partitions."""
+        task_status.started()
+        while True:
+            await trio.sleep(max(0.01, self.config["replica.lag.time.max.ms"] / 2000))
+            now = self.clock.wall_ms()
+            for i, p in enumerate(list(self.partitions.values())):
+                if i and i % _PASS_CHUNK == 0:
+                    await trio.lowlevel.checkpoint()
+                if p.remote and p.is_leader:
+                    self.maybe_shrink_isr(p, now)
 
     async def _flush(self, partition: Partition) -> None:
         plog = partition.log

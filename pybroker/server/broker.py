@@ -74,6 +74,10 @@ from pybroker.raft.kafka_metadata_log import METADATA_DIR
 from pybroker.raft.quorum_config import QuorumConfig
 from pybroker.raft.raft_manager import RaftManager, metadata_log_settings
 from pybroker.raft.snapshot_policy import SnapshotPolicy
+from pybroker.replication.alter_partition_manager import (
+    ALTER_PARTITION_VERSION,
+    AlterPartitionManager,
+)
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
 from pybroker.server import controller_apis
@@ -124,6 +128,7 @@ class Broker:
         self.controller_server: SocketServer | None = None
         self.forwarding_channel: ControllerChannel
         self.membership_channel: ControllerChannel
+        self.alter_partition_channel: ControllerChannel | None = None
         self.controller_client = ControllerClient(self, lambda: float(config["request.timeout.ms"]) / 1000)
         self.replica_manager: ReplicaManager
         self.log_manager: LogManager
@@ -300,6 +305,9 @@ class Broker:
 
         self.forwarding_channel = channel("forwarding")
         self.membership_channel = channel("heartbeat")
+        # ISR changes have their own channel (Kafka's alter-partition channel): a slow CreateTopics
+        # on the forwarding one must not hold back an ISR shrink
+        self.alter_partition_channel = channel("alter-partition")
         if cfg.is_controller:
             self.quorum_controller = controller = QuorumController(
                 cfg, self.image, self.raft.driver, self.loader, cluster_id=self.cluster_id,
@@ -355,6 +363,10 @@ class Broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
                                                   self.clock)
             self.replica_manager.load_high_watermarks()
+            self.replica_manager.alter_partition_manager = alter = AlterPartitionManager(
+                self.node_id, self._broker_epoch, self._send_alter_partition,
+                retry_backoff_s=max(0.05, cfg["controller.quorum.retry.backoff.ms"] / 1000))
+            nursery.start_soon(alter.run)
             loader.add_publisher("replica manager", lambda d: self.replica_manager.apply_metadata_records(d.records))
             self.producer_ids = ProducerIdManager(self.controller_client, self.node_id)
             # the group coordinator loads the __consumer_offsets partitions it leads in worker
@@ -379,6 +391,14 @@ class Broker:
                                            SnapshotPolicy.from_properties(cfg, self.clock.wall_ms()),
                                            self.clock.wall_ms, nursery.start_soon)
         loader.add_publisher("snapshot generator", self.snapshots.publish)
+
+    def _broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+
+    async def _send_alter_partition(self, body: Any) -> Any:
+        assert self.alter_partition_channel is not None
+        return await self.alter_partition_channel.send(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, body,
+                                                       float(self.config["request.timeout.ms"]) / 1000)
 
     # ------------------------------------------------------------------ broker membership
 
@@ -468,6 +488,7 @@ class Broker:
                 await nursery.start(self.replica_manager.run_retention)
                 await nursery.start(self.replica_manager.run_producer_expiration)
                 await nursery.start(self.replica_manager.run_cleaner)
+                await nursery.start(self.replica_manager.run_isr_expiration)
             for ep in self.bound if cfg.is_broker else self.controller_bound:
                 log.info("listening on %s (node.id=%d, cluster.id=%s, roles=%s, log.dirs=%s)", ep, self.node_id,
                          self.cluster_id, ",".join(sorted(cfg.process_roles)), ",".join(cfg.log_dirs))
@@ -507,6 +528,7 @@ class Broker:
             self.group_coordinator.shutdown()
             self.txn_coordinator.shutdown()
             rm = self.replica_manager
+            rm.fetcher_manager.shutdown()
             for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
                 for ops in list(purgatory._watchers.values()):
                     for op in ops:
@@ -521,7 +543,8 @@ class Broker:
                 log.info("the metadata quorum had not elected another leader within %.0fs", RAFT_SHUTDOWN_S)
         if self.controller_server is not None:  # last: the quorum needed it until now
             self.controller_server.begin_shutdown()
-        for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None)):
+        for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None),
+                        self.alter_partition_channel):
             if channel is not None:
                 await channel.aclose()
         if self.raft is not None:

@@ -52,8 +52,6 @@ BROKER_STATE_RECOVERY = 2
 BROKER_STATE_RUNNING = 3
 BROKER_STATE_SHUTTING_DOWN = 7
 
-_REPLICATION_PENDING = ("stays 0 until partition replication lands: a single node never changes an ISR")
-
 
 def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: EventLoopIdle | None) -> None:
     """Add every provider of a node's metrics to `registry`."""
@@ -165,11 +163,11 @@ async def _replica_manager(broker: Broker) -> list[Family]:
         gauge("kafka_server_replicamanager_produceridcount",
               "producer ids whose state the hosted partitions keep", producer_ids),
         counter("kafka_server_replicamanager_isrshrinks_total",
-                f"ISR shrinks (IsrShrinksPerSec Count); {_REPLICATION_PENDING}", rm.isr_shrinks),
+                "ISR shrinks this node's partitions had accepted by the controller (IsrShrinksPerSec Count)", rm.isr_shrinks),
         counter("kafka_server_replicamanager_isrexpands_total",
-                f"ISR expansions (IsrExpandsPerSec Count); {_REPLICATION_PENDING}", rm.isr_expands),
+                "ISR expansions this node's partitions had accepted by the controller (IsrExpandsPerSec Count)", rm.isr_expands),
         counter("kafka_server_replicamanager_failedisrupdates_total",
-                f"failed AlterPartition ISR updates (FailedIsrUpdatesPerSec Count); {_REPLICATION_PENDING}",
+                "AlterPartition ISR updates the controller refused (FailedIsrUpdatesPerSec Count)",
                 rm.failed_isr_updates),
         p_under_rep, p_under_min, p_at_min, p_isr, p_replicas, p_lso_lag,
         l_size, l_segments, l_start, l_end,

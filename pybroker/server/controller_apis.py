@@ -2,7 +2,7 @@
 
     Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot, DescribeQuorum
                                      the Raft client (pybroker/raft), on every controller
-    BrokerRegistration, BrokerHeartbeat, AllocateProducerIds
+    BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition
                                      the active controller (QuorumController); NOT_CONTROLLER
                                      from the others
     Envelope                         a forwarded client request (server/forwarding.py), run
@@ -30,6 +30,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AllocateProducerIdsResponse,
+    AlterPartitionResponse,
     ApiVersionsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
@@ -61,6 +62,7 @@ CONTROLLER_SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (0, 4),
     ApiKey.BROKER_HEARTBEAT: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.ALTER_PARTITION: (0, 3),
     ApiKey.ENVELOPE: (0, 0),
     **{k: SUPPORTED[k] for k in ADMIN_APIS},
 }
@@ -83,6 +85,8 @@ async def handle(broker: Broker, conn: Connection | None, api_key: int, version:
         return await _broker_heartbeat(broker, body)
     if api_key == ApiKey.ALLOCATE_PRODUCER_IDS:
         return await _allocate_producer_ids(broker, body)
+    if api_key == ApiKey.ALTER_PARTITION:
+        return await _alter_partition(broker, version, body)
     if api_key == ApiKey.ENVELOPE:
         return await _envelope(broker, conn, body)
     if api_key in ADMIN_APIS:
@@ -148,6 +152,16 @@ async def _allocate_producer_ids(broker: Broker, req: Any) -> AllocateProducerId
                                            producer_id_len=0)
     return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=0, producer_id_start=start,
                                        producer_id_len=length)
+
+
+async def _alter_partition(broker: Broker, version: int, req: Any) -> AlterPartitionResponse:
+    controller = _controller(broker)
+    if controller is None:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=Errors.NOT_CONTROLLER, topics=[])
+    try:
+        return await controller.alter_partition(req, version)
+    except KafkaError as exc:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=int(exc.code), topics=[])
 
 
 async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> EnvelopeResponse:

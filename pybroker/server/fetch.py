@@ -15,6 +15,12 @@ Fetch sessions (KIP-227, fetch_session.py): the request's session id and epoch c
 FetchContext, which says which partitions to read (all of an incremental session's, in its
 order) and which results to send (an incremental response leaves out the partitions with
 nothing new). `max_bytes` is capped by the broker's fetch.max.bytes, as in Kafka.
+
+A fetch from a follower (replica_state.replica_id, v15+, or replica_id >= 0; Kafka's
+isFromFollower) reads up to the log end offset, not the high watermark, and first records the
+follower's fetch offset as its log end offset (ReplicaManager.update_follower_fetch_state: last
+caught-up time, ISR expansion, high watermark, acks=all produces and consumer fetches waiting
+for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, cast
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
-from pybroker.replication.replica_manager import READ_COMMITTED, LogRead
+from pybroker.replication.replica_manager import FETCH_LOG_END, READ_COMMITTED, LogRead
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.fetch_session import ZERO_ID, CachedPartition, Update
 from pybroker.server.leader_hints import LeaderHints
@@ -87,6 +93,10 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         to_forget.extend(CachedPartition(name, tid, p) for p in fg.partitions)
     state = req.replica_state
     replica_id = state.replica_id if v >= 15 and state is not None else req.replica_id
+    replica_epoch = state.replica_epoch if v >= 15 and state is not None else -1
+    from_follower = replica_id >= 0
+    if from_follower:
+        isolation = FETCH_LOG_END
     context = broker.fetch_manager.new_context(v, req.session_id, req.session_epoch, replica_id >= 0, fetch_data,
                                                to_forget, resolve if by_id else None, broker.clock.wall_ms())
 
@@ -105,8 +115,9 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             continue
         if auth is not None:
             ok = allowed.get(name)
-            if ok is None:  # KafkaApis: a consumer needs READ on the topic
-                ok = allowed[name] = auth.authorize(ctx, Op.READ, Res.TOPIC, name)
+            if ok is None:  # KafkaApis: a consumer needs READ on the topic, a follower CLUSTER_ACTION
+                ok = allowed[name] = (auth.authorize_cluster(ctx, Op.CLUSTER_ACTION) if from_follower
+                                      else auth.authorize(ctx, Op.READ, Res.TOPIC, name))
             if not ok:
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue
@@ -133,6 +144,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
             reads.append(LogRead(found, cp.fetch_offset, cp.max_bytes))
+            if from_follower:
+                rm.update_follower_fetch_state(found, replica_id, cp.fetch_offset, replica_epoch)
         read_parts.append(cp)
 
     max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"]) if v >= 3 else 2**31 - 1
@@ -151,7 +164,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             await ctx.conn.park(op)
         for r in reads:
             p = r.partition
-            if p is not None and rm.get_partition(p.topic, p.partition) is not p:
+            if p is not None and (rm.get_partition(p.topic, p.partition) is not p or not p.is_leader):
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
         total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
 
@@ -167,7 +180,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             error, session_id = context.throttled_response()
             return FetchResponse(throttle_time_ms=throttle_ms, error_code=error, session_id=session_id,
                                  responses=[])
-    rm.topic_stats.record_fetch(reads)  # metrics: Total/FailedFetchRequests, BytesOut (as read)
+    rm.topic_stats.record_fetch(reads, from_follower)  # metrics: Total/FailedFetchRequests, BytesOut
     # an incremental session drops the partitions with nothing new before any is encoded
     error, session_id, kept = context.update_and_generate_response_data(updates)
     topics_out = _by_topic(kept, by_id, isolation == READ_COMMITTED)

@@ -44,24 +44,36 @@ BatchError = ProduceResponse.BatchIndexAndErrorMessage
 
 
 class DelayedProduce(DelayedOperation):
-    """Waits until every appended partition's high watermark reaches its required offset."""
+    """Waits until every appended partition's high watermark reaches its required offset, i.e.
+    the whole ISR has the batch (Kafka's DelayedProduce + Partition.checkEnoughReplicasReachOffset).
+    A partition whose leadership moved answers NOT_LEADER_OR_FOLLOWER; one whose ISR shrank below
+    min.insync.replicas while it waited answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the batch is in
+    the log but not as durable as asked)."""
 
     def __init__(self, delay_ms: int, waits: list[tuple[Any, int, PartResp]]) -> None:
         super().__init__(delay_ms)
         self.waits = waits  # (partition, required offset, response entry)
 
     def try_complete(self) -> bool:
-        if all(p.high_watermark >= required for p, required, _ in self.waits):
+        if all(p.high_watermark >= required or not p.is_leader for p, required, _ in self.waits):
             return self.force_complete()
         return False
 
     def on_complete(self) -> None:
-        if self.expired:
-            for p, required, resp in self.waits:
-                if p.high_watermark < required:
-                    resp.error_code = Errors.REQUEST_TIMED_OUT
-                    resp.base_offset = -1
-                    resp.error_message = "Timed out waiting for the in-sync replicas"
+        for p, required, resp in self.waits:
+            if resp.error_code:
+                continue
+            if not p.is_leader:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                resp.base_offset = -1
+            elif p.high_watermark < required:  # expired, or forced at shutdown: not acknowledged
+                resp.error_code = Errors.REQUEST_TIMED_OUT
+                resp.base_offset = -1
+                resp.error_message = "Timed out waiting for the in-sync replicas"
+            elif len(p.isr) < p.log.config.min_insync_replicas:
+                resp.error_code = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                resp.error_message = (f"The size of the current ISR {len(p.isr)} is insufficient to satisfy the "
+                                      f"min.isr requirement of {p.log.config.min_insync_replicas}")
 
 
 def _fail(resp: PartResp, code: int, message: str | None = None, record_errors: list[Any] | None = None) -> None:
@@ -196,6 +208,8 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
             await ctx.conn.park(op)
     # KIP-13 byte-rate quota, recorded when answering as Kafka does (one bool test without quotas)
     throttle_ms = record_produce(broker.quotas.produce, ctx) if broker.quotas.produce.enabled else 0
+    if waits:  # a wait may have ended in NOT_LEADER_OR_FOLLOWER (the leadership moved meanwhile)
+        any_error = any_error or any(resp.error_code for _, _, resp in waits)
     node_endpoints = _leader_hints(broker, ctx, topics_out) if any_error and version >= 10 else []
     return ProduceResponse(responses=topics_out, throttle_time_ms=throttle_ms, node_endpoints=node_endpoints)
 

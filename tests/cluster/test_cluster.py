@@ -90,8 +90,8 @@ def test_topics_spread_over_the_nodes_and_every_client_produces_and_consumes_on_
     assert {leader for leader, _, _ in leaders.values()} == {1, 2, 3}, leaders
     for leader, replicas, isr in leaders.values():
         assert sorted(replicas) == [1, 2, 3] and replicas[0] == leader
-        # until replication exists (issue 9) the ISR is the leader alone: followers hold empty logs
-        assert isr == [leader]
+        # a new partition's ISR is all its replicas (issue 9: followers replicate)
+        assert sorted(isr) == [1, 2, 3]
     for node in cluster.nodes.values():  # every replica's log exists on its node
         wait_until(lambda node=node: all((node.log_dir / f"{topic}-{p}").is_dir() for p in range(6)), 20,
                    f"node {node.node_id}'s replica logs")

@@ -183,3 +183,17 @@ def test_cli_refuses_a_controller_role_without_a_controller_listener_with_exit_2
     assert proc.returncode == 2
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert line.startswith("pybroker: controller.listener.names must contain at least one value")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"replica.fetch.wait.max.ms": "40000"},
+     "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms"),
+    ({"replica.fetch.wait.max.ms": "5000", "replica.lag.time.max.ms": "1000"},
+     "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms"),
+])
+def test_replica_fetch_timings_are_checked_as_kafka_does(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(overrides)
+    cfg = BrokerConfig({})
+    assert (cfg["num.replica.fetchers"], cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
+            cfg["replica.fetch.max.bytes"], cfg["replica.lag.time.max.ms"]) == (1, 500, 1, 1048576, 30000)

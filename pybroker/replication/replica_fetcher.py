@@ -1,0 +1,465 @@
+"""A follower's fetcher for one leader (Kafka's ReplicaFetcherThread + AbstractFetcherThread).
+
+Concurrency first: one trio task per (leader broker, fetcher id), started and stopped by the
+ReplicaFetcherManager; it owns one TCP connection to the leader's inter-broker listener
+(`inter.broker.listener.name`), with one request in flight. The replica manager adds and removes
+partitions between its awaits; after every await the fetcher checks that a partition's
+`PartitionFetchState` is still the one it sent for (and the local partition still a follower at
+that leader epoch) before it touches the log, so a leadership change that raced a response wins.
+Appends are page-cache writes on the loop, as a leader's are; truncation too (rare: after a
+leader change).
+
+Each partition is in one of two states (Kafka's Truncating / Fetching):
+
+- **truncating** (after makeFollower): OffsetForLeaderEpoch to the leader with the follower's
+  latest epoch, then the log is cut at the offset `truncation_offset` picks (KIP-101/279: the
+  end of the largest epoch both logs share, asking again with an older epoch when the leader
+  answered one the follower ends earlier), never below the high watermark the follower had; a
+  log without epochs keeps its high watermark. An OFFSET_OUT_OF_RANGE fetch comes back here too:
+  a leader whose log ends before ours (an unclean election) truncates us to its end; one whose
+  log starts after our fetch offset restarts our log at its start.
+- **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
+  offset with `replica.fetch.max.bytes` per partition, `replica.fetch.response.max.bytes`,
+  `replica.fetch.min.bytes` and `replica.fetch.wait.max.ms`; every batch is appended with
+  UnifiedLog.append_as_follower (CRC checked; producer state and transaction markers replayed),
+  and the follower's high watermark becomes min(its log end offset, the leader's); its log
+  start offset follows the leader's (DeleteRecords, retention) up to that high watermark.
+
+Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
+and is asked again (the metadata image will move it); a broken connection or a request slower
+than `replica.socket.timeout.ms` closes the connection and backs off.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pybroker._native import records as _records
+from pybroker.log.errors import LogError
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.api_message import ApiMessage
+from pybroker.protocol.errors import Errors, ProtocolError
+from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.messages import (
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+)
+
+if TYPE_CHECKING:
+    from pybroker.log.log import UnifiedLog
+    from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
+
+log = logging.getLogger("pybroker.replica.fetcher")
+
+FETCH_VERSION = 17
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+LIST_OFFSETS_VERSION = 7
+EARLIEST_TIMESTAMP = -2
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+_INT32 = struct.Struct(">i")
+# errors after which a partition waits and asks again (the leader is not there yet, or moved)
+_RETRY_LATER = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH, Errors.FENCED_LEADER_EPOCH,
+                          Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID, Errors.INCONSISTENT_TOPIC_ID,
+                          Errors.REPLICA_NOT_AVAILABLE, Errors.LEADER_NOT_AVAILABLE, Errors.KAFKA_STORAGE_ERROR,
+                          Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_SERVER_ERROR, Errors.CORRUPT_MESSAGE})
+
+TopicPartition = tuple[str, int]
+
+
+def _error_name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
+class PartitionFetchState:
+    """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
+
+    __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
+                 "delayed_until")
+
+    def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.leader_epoch = leader_epoch
+        self.fetch_offset = fetch_offset
+        self.truncating = True
+        self.out_of_range = False
+        self.delayed_until = 0.0  # trio time before which the partition is not asked again
+
+    def __repr__(self) -> str:
+        state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}"
+        return f"PartitionFetchState({self.topic}-{self.partition}, epoch={self.leader_epoch}, {state})"
+
+
+def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
+    """Where a follower cuts its log given the leader's OffsetForLeaderEpoch answer (Kafka's
+    AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower ends
+    the leader's epoch earlier than the leader; it truncates there and asks again with its
+    then-latest epoch. Never below the follower's high watermark (committed records are on every
+    ISR member, so a clean leader has them)."""
+    leo = plog.log_end_offset
+    hw = plog.high_watermark
+    if leader_end_offset < 0:
+        target, done = hw, True  # the leader knows no such epoch: keep what is committed
+    elif leader_epoch < 0:
+        target, done = min(leader_end_offset, leo), True
+    else:
+        epoch, end = plog.end_offset_for_epoch(leader_epoch)
+        if epoch < 0:
+            target, done = min(leader_end_offset, leo), True
+        elif epoch != leader_epoch:
+            target, done = min(end, leo), False
+        else:
+            target, done = min(leader_end_offset, end, leo), True
+    if target < hw:
+        log.warning("%s-%d: truncation to %d would go below the high watermark %d; truncating to the "
+                    "high watermark", plog.topic, plog.partition, target, hw)
+        target, done = hw, True
+    return min(target, leo), done
+
+
+async def _receive_exactly(stream: trio.SocketStream, n: int) -> bytearray:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await stream.receive_some(n - len(buf))
+        if not chunk:
+            raise EOFError("connection closed by the leader")
+        buf += chunk
+    return buf
+
+
+class LeaderConnection:
+    """One connection to a leader's inter-broker listener; one request in flight."""
+
+    def __init__(self, client_id: str, timeout_s: float) -> None:
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._stream: trio.SocketStream | None = None
+        self._address: tuple[str, int] | None = None
+        self._cid = 0
+
+    async def request(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage) -> Any:
+        with trio.fail_after(self.timeout_s):
+            if self._stream is None or self._address != address:
+                await self.close()
+                self._stream = await trio.open_tcp_stream(*address)
+                self._address = address
+            self._cid += 1
+            stream = self._stream
+            try:
+                await stream.send_all(encode_request(api_key, version, self._cid, self.client_id, body))
+                (size,) = _INT32.unpack(await _receive_exactly(stream, 4))
+                if not 0 <= size <= MAX_FRAME_BYTES:
+                    raise ProtocolError(f"response frame size {size} out of range")
+                frame = await _receive_exactly(stream, size)
+            except BaseException:
+                await self.close()
+                raise
+        cid, response = decode_response(api_key, version, frame)
+        if cid != self._cid:
+            await self.close()
+            raise ProtocolError(f"correlation id {cid}, expected {self._cid}")
+        return response
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+
+_CONNECTION_ERRORS = (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                      ProtocolError)
+
+
+class ReplicaFetcher:
+    """Fetches the partitions it holds from one leader (see the module docstring)."""
+
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, fetcher_id: int) -> None:
+        self.manager = manager
+        self.rm = manager.rm
+        self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
+        self.partitions: dict[TopicPartition, PartitionFetchState] = {}
+        self._changed = trio.Event()
+        cfg = self.rm.config
+        self.conn = LeaderConnection(f"replica-fetcher-{self.rm.node_id}-{fetcher_id}",
+                                     max(0.1, cfg["replica.socket.timeout.ms"] / 1000))
+        self.cancel_scope = trio.CancelScope()
+
+    # ------------------------------------------------------------------ partitions
+
+    def add(self, state: PartitionFetchState) -> None:
+        self.partitions[(state.topic, state.partition)] = state
+        self._changed.set()
+
+    def remove(self, tp: TopicPartition) -> PartitionFetchState | None:
+        state = self.partitions.pop(tp, None)
+        self._changed.set()
+        return state
+
+    def _current(self, state: PartitionFetchState) -> Any:
+        """The local partition when `state` still stands (same fetch state, still a follower of
+        this leader at that epoch), else None."""
+        if self.partitions.get((state.topic, state.partition)) is not state:
+            return None
+        p = self.rm.get_partition(state.topic, state.partition)
+        if p is None or p.is_leader or p.leader_id != self.leader_id or p.leader_epoch != state.leader_epoch:
+            return None
+        return p
+
+    def _delay(self, state: PartitionFetchState) -> None:
+        state.delayed_until = trio.current_time() + self.manager.backoff_s
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        with self.cancel_scope:
+            try:
+                await self._loop()
+            finally:
+                await self.conn.close()
+
+    async def _wait(self, seconds: float) -> None:
+        with trio.move_on_after(max(0.0, seconds)):
+            await self._changed.wait()
+        self._changed = trio.Event()
+
+    async def _loop(self) -> None:
+        backoff_s = self.manager.backoff_s
+        while True:
+            if not self.partitions:
+                await self._wait(3600.0)
+                continue
+            address = self.manager.leader_address(self.leader_id)
+            if address is None:
+                await self._wait(backoff_s)
+                continue
+            now = trio.current_time()
+            ready = [s for s in self.partitions.values() if s.delayed_until <= now]
+            if not ready:
+                await self._wait(min(s.delayed_until for s in self.partitions.values()) - now)
+                continue
+            try:
+                progressed = False
+                truncating = [s for s in ready if s.truncating]
+                if truncating:
+                    progressed = await self._truncate(address, truncating)
+                fetching = [s for s in ready if not s.truncating and s.delayed_until <= trio.current_time()]
+                if fetching:
+                    progressed = await self._fetch(address, fetching) or progressed
+                if not progressed:  # nothing could be asked (states moved on): never spin
+                    await self._wait(backoff_s)
+            except _CONNECTION_ERRORS as exc:
+                log.debug("fetcher %d of leader %d at %s: %s", self.fetcher_id, self.leader_id, address, exc)
+                await self.conn.close()
+                await self._wait(backoff_s)
+            except Exception:  # a bug or a storage error must not take the node down: retry later
+                log.exception("fetcher %d of leader %d failed; retrying", self.fetcher_id, self.leader_id)
+                await self.conn.close()
+                await self._wait(backoff_s)
+
+    # ------------------------------------------------------------------ truncation
+
+    async def _truncate(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+        """One truncation round; False when nothing was done."""
+        ask: list[tuple[PartitionFetchState, int]] = []
+        done_locally = False
+        for s in states:
+            p = self._current(s)
+            if p is None:
+                continue
+            if s.out_of_range:
+                ask.append((s, s.leader_epoch))  # the leader's current epoch: its log end offset
+                continue
+            latest = p.log.latest_epoch()
+            if latest is None:  # no epoch history (an empty or pre-epoch log): keep what is committed
+                self._finish_truncation(s, p, p.log.high_watermark)
+                done_locally = True
+                continue
+            ask.append((s, latest))
+        if not ask:
+            return done_locally
+        by_topic: dict[str, list[Any]] = {}
+        for s, epoch in ask:
+            by_topic.setdefault(s.topic, []).append(OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                partition=s.partition, current_leader_epoch=s.leader_epoch, leader_epoch=epoch))
+        req = OffsetForLeaderEpochRequest(replica_id=self.rm.node_id, topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self.conn.request(address, ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, req)
+        answers = {(t.topic, r.partition): r for t in resp.topics for r in t.partitions}
+        restart_at: list[PartitionFetchState] = []
+        for s, _ in ask:
+            r = answers.get((s.topic, s.partition))
+            p = self._current(s)
+            if p is None:
+                continue
+            if r is None or r.error_code:
+                if r is not None and r.error_code not in _RETRY_LATER:
+                    log.warning("OffsetForLeaderEpoch of %s-%d from leader %d: error %s", s.topic, s.partition,
+                                self.leader_id, _error_name(r.error_code))
+                self._delay(s)
+                continue
+            plog = p.log
+            if s.out_of_range:
+                if r.end_offset < plog.log_end_offset:
+                    log.warning("%s-%d: the leader %d's log ends at %d, before ours at %d (unclean leader "
+                                "election?): truncating to it", s.topic, s.partition, self.leader_id, r.end_offset,
+                                plog.log_end_offset)
+                    self._truncate_log(p, max(0, r.end_offset))
+                    s.out_of_range = False
+                    self._finish_truncation(s, p, plog.log_end_offset)
+                else:
+                    restart_at.append(s)
+                continue
+            target, done = truncation_offset(plog, r.leader_epoch, r.end_offset)
+            if done:
+                self._finish_truncation(s, p, target)
+            else:
+                self._truncate_log(p, target)  # then asks again with its then-latest epoch
+        if restart_at:
+            await self._restart_at_leader_start(address, restart_at)
+        return True
+
+    def _truncate_log(self, p: Any, offset: int) -> None:
+        if offset < p.log.log_end_offset:
+            log.info("truncating %s-%d from %d to %d (leader %d, epoch %d)", p.topic, p.partition,
+                     p.log.log_end_offset, offset, p.leader_id, p.leader_epoch)
+            p.log.truncate_to(offset, self.rm.clock.wall_ms())
+
+    def _finish_truncation(self, s: PartitionFetchState, p: Any, offset: int) -> None:
+        self._truncate_log(p, offset)
+        s.truncating = False
+        s.fetch_offset = p.log.log_end_offset
+
+    async def _restart_at_leader_start(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
+        """Our fetch offset is below the leader's log start: start our log at the leader's."""
+        by_topic: dict[str, list[Any]] = {}
+        for s in states:
+            by_topic.setdefault(s.topic, []).append(ListOffsetsRequest.ListOffsetsPartition(
+                partition_index=s.partition, current_leader_epoch=s.leader_epoch, timestamp=EARLIEST_TIMESTAMP))
+        req = ListOffsetsRequest(replica_id=self.rm.node_id, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self.conn.request(address, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, req)
+        answers = {(t.name, r.partition_index): r for t in resp.topics for r in t.partitions}
+        for s in states:
+            r = answers.get((s.topic, s.partition))
+            p = self._current(s)
+            if p is None:
+                continue
+            if r is None or r.error_code or r.offset < 0:
+                self._delay(s)
+                continue
+            if r.offset > p.log.log_end_offset:
+                log.info("%s-%d: the leader %d's log starts at %d, after ours ends: starting ours there",
+                         s.topic, s.partition, self.leader_id, r.offset)
+                p.log.truncate_fully_and_start_at(r.offset, self.rm.clock.wall_ms())
+            s.out_of_range = False
+            s.truncating = False
+            s.fetch_offset = p.log.log_end_offset
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+        """One Fetch round trip; False when no partition could be asked."""
+        cfg = self.rm.config
+        per_partition = cfg["replica.fetch.max.bytes"]
+        topics: list[Any] = []
+        by_id: dict[bytes, Any] = {}
+        sent: dict[TopicPartition, PartitionFetchState] = {}
+        for s in states:
+            p = self._current(s)
+            if p is None:
+                continue
+            t = by_id.get(s.topic_id)
+            if t is None:
+                t = by_id[s.topic_id] = FetchRequest.FetchTopic(topic=s.topic, topic_id=s.topic_id, partitions=[])
+                topics.append(t)
+            latest = p.log.latest_epoch()
+            t.partitions.append(FetchRequest.FetchPartition(
+                partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=s.fetch_offset,
+                last_fetched_epoch=-1 if latest is None else latest, log_start_offset=p.log.log_start_offset,
+                partition_max_bytes=per_partition))
+            sent[(s.topic, s.partition)] = s
+        if not topics:
+            return False
+        req = FetchRequest(
+            replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id,
+                                                                   replica_epoch=self.manager.broker_epoch()),
+            max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
+            max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
+            topics=topics, forgotten_topics_data=[], rack_id="")
+        resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
+        if resp.error_code:
+            for s in sent.values():
+                self._delay(s)
+            return True
+        names = {t.topic_id: t.topic for t in topics}
+        for t in resp.responses:
+            name = names.get(t.topic_id)
+            for d in t.partitions:
+                state = sent.get((name, d.partition_index)) if name is not None else None
+                if state is not None:
+                    self._process(state, d)
+        return True
+
+    def _process(self, s: PartitionFetchState, d: Any) -> None:
+        p = self._current(s)
+        if p is None:
+            return
+        if d.error_code == Errors.OFFSET_OUT_OF_RANGE:
+            s.truncating = s.out_of_range = True
+            return
+        if d.error_code:
+            if d.error_code not in _RETRY_LATER:
+                log.warning("fetch of %s-%d from leader %d: error %s", s.topic, s.partition, self.leader_id,
+                            _error_name(d.error_code))
+            self._delay(s)
+            return
+        plog = p.log
+        if s.fetch_offset != plog.log_end_offset:
+            return  # the log moved meanwhile (truncated): the next fetch starts at its end
+        data = d.records
+        appended = False
+        if data is not None and len(data):
+            view = memoryview(data).cast("B")
+            entries, _valid_end, error = _records.scan_batches(view, 0, -1, True)
+            try:
+                for position, base_offset, last_delta, _max_ts, size in entries:
+                    if base_offset + last_delta < plog.log_end_offset:
+                        continue  # the leader sends the whole batch holding our fetch offset
+                    if base_offset != plog.log_end_offset:
+                        raise LogError(f"batch at {base_offset}, expected {plog.log_end_offset}",
+                                       Errors.CORRUPT_MESSAGE)
+                    plog.append_as_follower(view[position:position + size], self.rm.clock.wall_ms())
+                    appended = True
+            except LogError as exc:
+                log.warning("appending %s-%d from leader %d failed: %s", s.topic, s.partition, self.leader_id, exc)
+                self._delay(s)
+            if error == "crc" and not appended:
+                log.warning("corrupt batch in the fetch of %s-%d from leader %d", s.topic, s.partition, self.leader_id)
+                self._delay(s)
+        s.fetch_offset = plog.log_end_offset
+        hw = min(plog.log_end_offset, d.high_watermark)
+        if hw > plog.high_watermark:
+            plog.high_watermark = hw
+        # the leader's log start moved (DeleteRecords, retention): ours follows, up to our HW
+        # (Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented))
+        start = min(d.log_start_offset, plog.high_watermark)
+        if start > plog.log_start_offset:
+            self.rm.schedule_segment_deletion(plog, plog.delete_records_before(start))
+        if appended:
+            self.rm.after_follower_append(p)
+            # to the back of the next request, so a partition whose first batch exceeds what is
+            # left of the response is first in a later one (Kafka's round-robin fetch order)
+            tp = (s.topic, s.partition)
+            self.partitions[tp] = self.partitions.pop(tp)

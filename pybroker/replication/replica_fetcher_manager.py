@@ -1,0 +1,95 @@
+"""The follower side of replication (Kafka's ReplicaFetcherManager / AbstractFetcherManager).
+
+Concurrency first: trio thread only. The replica manager calls `add_partition` on makeFollower
+and `remove_partition` on makeLeader, deletion or a leader change, between its awaits; each
+(leader broker, fetcher id) pair gets one ReplicaFetcher task, started in the replica manager's
+nursery the first time a partition needs it and cancelled when its last partition goes (Kafka's
+shutdownIdleFetcherThreads). A partition goes to fetcher `(crc32(topic) * 31 + partition) %
+num.replica.fetchers` of its leader, as Kafka's getFetcherId does, so a broker holds at most
+`num.replica.fetchers` connections to each leader.
+
+Leaders are reached at their `inter.broker.listener.name` endpoint from the metadata image's
+broker registrations (looked up at each request, so a restarted leader's new address is used).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from pybroker.replication.replica_fetcher import PartitionFetchState, ReplicaFetcher
+
+if TYPE_CHECKING:
+    from pybroker.replication.partition import Partition
+    from pybroker.replication.replica_manager import ReplicaManager
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaFetcherManager:
+    def __init__(self, rm: ReplicaManager) -> None:
+        self.rm = rm
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._assigned: dict[TopicPartition, tuple[int, int]] = {}  # partition -> its fetcher's key
+        self.closed = False  # shut down: no fetcher starts again (the logs are being closed)
+
+    @property
+    def backoff_s(self) -> float:
+        return max(0.01, self.rm.config["replica.fetch.backoff.ms"] / 1000)
+
+    def fetcher_id(self, topic: str, partition: int) -> int:
+        return (zlib.crc32(topic.encode()) * 31 + partition) % max(1, self.rm.config["num.replica.fetchers"])
+
+    def leader_address(self, leader_id: int) -> tuple[str, int] | None:
+        """The leader's inter-broker endpoint, from its registration in the image."""
+        reg = self.rm.image.brokers.get(leader_id)
+        if reg is None:
+            return None
+        name = getattr(self.rm.config, "inter_broker_listener_name", "") or "PLAINTEXT"
+        for listener, host, port in reg.endpoints:
+            if listener == name:
+                return host, port
+        return None
+
+    def broker_epoch(self) -> int:
+        reg = self.rm.image.brokers.get(self.rm.node_id)
+        return reg.epoch if reg is not None else -1
+
+    def add_partition(self, p: Partition) -> None:
+        """Follow `p` from its leader at its leader epoch, truncating first (makeFollower)."""
+        tp = (p.topic, p.partition)
+        self.remove_partition(tp)
+        if self.closed:
+            return
+        key = (p.leader_id, self.fetcher_id(p.topic, p.partition))
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
+            self.rm.spawn(fetcher.run)
+        fetcher.add(PartitionFetchState(p.topic, p.partition, p.topic_id, p.leader_epoch, p.log.log_end_offset))
+        self._assigned[tp] = key
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        key = self._assigned.pop(tp, None)
+        if key is None:
+            return
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not fetcher.partitions:  # idle: its task and connection go
+            del self.fetchers[key]
+            fetcher.cancel_scope.cancel()
+
+    def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
+        key = self._assigned.get(tp)
+        fetcher = self.fetchers.get(key) if key is not None else None
+        return fetcher.partitions.get(tp) if fetcher is not None else None
+
+    def shutdown(self) -> None:
+        """Stop every fetcher for good (node shutdown, before the logs are flushed and closed)."""
+        self.closed = True
+        for fetcher in self.fetchers.values():
+            fetcher.cancel_scope.cancel()
+        self.fetchers.clear()
+        self._assigned.clear()
