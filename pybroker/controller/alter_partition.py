@@ -12,20 +12,25 @@ Rules, in Kafka's order:
 - per partition: unknown partition UNKNOWN_TOPIC_OR_PARTITION; a leader epoch other than the
   partition's FENCED_LEADER_EPOCH; a sender that is not the leader INVALID_REQUEST; a partition
   epoch other than the partition's INVALID_UPDATE_VERSION; an ISR naming a non-replica
-  INVALID_REQUEST; an ISR member that is not registered, is fenced, is in controlled shutdown or
+  INVALID_REQUEST, as is one without the leader, and (v1+) RECOVERING asked with more than the
+  leader or after RECOVERED; an ISR member that is not registered, is fenced, is in controlled shutdown or
   (v3) has another broker epoch INELIGIBLE_REPLICA (OPERATION_NOT_ATTEMPTED before v1).
-- An accepted ISR equal to the current one writes nothing and answers the current state;
-  otherwise one PartitionChangeRecord (the ISR only: the leader and its epoch stay) and the
-  answer carries the partition epoch it creates.
-
-Leader election, ELR (KIP-966) and controlled shutdown live in controller/partition_change.py.
+- An accepted ISR goes through the PartitionChangeBuilder (controller/partition_change.py), as
+  Kafka's does: it keeps the ELR (KIP-966) in step with the new ISR, completes a reassignment
+  whose adding replicas joined the ISR, and takes the leader recovery state the leader sends
+  (RECOVERED, as Kafka's Partition always sends). Nothing to change writes nothing and answers
+  the current state; otherwise one PartitionChangeRecord, and the answer is the partition's
+  state after it (its new partition epoch; a completed reassignment may have moved the leader).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from pybroker.metadata.image import MetadataImage
+from pybroker.controller.partition_change import Election, PartitionChangeBuilder
+from pybroker.controller.replication_control import ReplicationControl
+from pybroker.metadata.image import RECOVERED, RECOVERING, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
@@ -37,7 +42,8 @@ def _partition_error(index: int, code: int) -> Any:
                               leader_recovery_state=0, partition_epoch=-1)
 
 
-def alter_partition(image: MetadataImage, req: Any, version: int) -> tuple[list[Any], Any]:
+def alter_partition(image: MetadataImage, req: Any, version: int,
+                    replication: ReplicationControl) -> tuple[list[Any], Any]:
     """(records, response) for one AlterPartition request (see the module docstring)."""
     broker = image.brokers.get(req.broker_id)
     if broker is None or broker.epoch != req.broker_epoch:
@@ -63,14 +69,22 @@ def alter_partition(image: MetadataImage, req: Any, version: int) -> tuple[list[
             if code:
                 parts_out.append(_partition_error(pd.partition_index, code))
                 continue
-            epoch = reg.partition_epoch
-            if sorted(new_isr) != sorted(reg.isr):
-                records.append(m.PartitionChangeRecord(partition_id=pd.partition_index, topic_id=topic.topic_id,
-                                                       isr=new_isr, leader=-2))
-                epoch += 1
-            parts_out.append(Resp.PartitionData(partition_index=pd.partition_index, error_code=0, leader_id=reg.leader,
-                                                leader_epoch=reg.leader_epoch, isr=new_isr, leader_recovery_state=0,
-                                                partition_epoch=epoch))
+            builder = PartitionChangeBuilder(reg, topic.topic_id, pd.partition_index, replication.is_active,
+                                             replication.min_isr(topic.name), elr_enabled=replication.elr_enabled(),
+                                             election=Election.ONLINE)
+            builder.set_target_isr(new_isr)
+            if version >= 1:
+                builder.set_target_leader_recovery_state(pd.leader_recovery_state)
+            record = builder.build()
+            after = reg
+            if record is not None:
+                records.append(record)
+                after = copy.deepcopy(reg)
+                after.merge(record)
+            parts_out.append(Resp.PartitionData(partition_index=pd.partition_index, error_code=0,
+                                                leader_id=after.leader, leader_epoch=after.leader_epoch,
+                                                isr=list(after.isr), leader_recovery_state=after.leader_recovery_state,
+                                                partition_epoch=after.partition_epoch))
     return records, Resp(throttle_time_ms=0, error_code=0, topics=topics_out)
 
 
@@ -81,12 +95,19 @@ def _validate(image: MetadataImage, sender: int, reg: Any, pd: Any, new_isr: lis
         return Errors.INVALID_REQUEST
     if pd.partition_epoch != reg.partition_epoch:
         return Errors.INVALID_UPDATE_VERSION
-    if not new_isr or len(set(new_isr)) != len(new_isr) or any(b not in reg.replicas for b in new_isr):
+    if sender not in new_isr or len(set(new_isr)) != len(new_isr) or any(b not in reg.replicas for b in new_isr):
         return Errors.INVALID_REQUEST
+    if version >= 1:
+        # Kafka's validateAlterPartitionData: a leader still recovering after an unclean election
+        # keeps an ISR of itself, and RECOVERED never goes back to RECOVERING
+        if pd.leader_recovery_state == RECOVERING and reg.leader_recovery_state == RECOVERED:
+            return Errors.INVALID_REQUEST
+        if pd.leader_recovery_state == RECOVERING and len(new_isr) > 1:
+            return Errors.INVALID_REQUEST
     epochs = {b.broker_id: b.broker_epoch for b in pd.new_isr_with_epochs} if version >= 3 else {}
     for b in new_isr:
         broker = image.brokers.get(b)
-        if broker is None or broker.fenced or (broker.in_controlled_shutdown and b not in reg.isr) \
+        if broker is None or broker.fenced or broker.in_controlled_shutdown \
                 or (version >= 3 and epochs.get(b, -1) not in (-1, broker.epoch)):
             return Errors.INELIGIBLE_REPLICA if version >= 1 else Errors.OPERATION_NOT_ATTEMPTED
     return 0

@@ -796,7 +796,7 @@ class QuorumController:
         changes in one batch, answer once committed (NOT_CONTROLLER if leadership is lost)."""
         async with self._lock:
             self._check_active()
-            records, response = alter_partition_rules(self.image, req, version)
+            records, response = alter_partition_rules(self.image, req, version, self.replication)
             await self._commit(records)
             return response
 

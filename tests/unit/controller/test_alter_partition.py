@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from pybroker.config import BrokerConfig
 from pybroker.controller.alter_partition import alter_partition
+from pybroker.controller.replication_control import ReplicationControl
 from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
@@ -38,7 +40,7 @@ def request(isr: list[int], *, sender: int = 1, sender_epoch: int = 10, leader_e
 
 
 def answer(image: MetadataImage, req: Any) -> tuple[list[Any], Any]:
-    records, resp = alter_partition(image, req, 3)
+    records, resp = alter_partition(image, req, 3, ReplicationControl(BrokerConfig({}), image))
     return records, resp.topics[0].partitions[0] if resp.topics else resp
 
 
@@ -80,3 +82,21 @@ def test_a_fenced_or_unknown_broker_cannot_join(image: MetadataImage) -> None:
     assert records == [] and p.error_code == Errors.INELIGIBLE_REPLICA
     records, p = answer(image, request([1, 4]))  # 4 is not a replica at all
     assert records == [] and p.error_code == Errors.INVALID_REQUEST
+
+
+def test_a_shrink_below_min_insync_puts_the_leaver_in_the_elr(image: MetadataImage) -> None:
+    image.replay(m.ConfigRecord(resource_type=2, resource_name="t", name="min.insync.replicas", value="3"))
+    image.replay(m.FeatureLevelRecord(name="metadata.version", feature_level=29))
+    image.replay(m.FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1))
+    records, p = answer(image, request([1, 2]))
+    assert p.error_code == 0 and p.isr == [1, 2]
+    assert records[0].eligible_leader_replicas == [3]  # KIP-966: the PartitionChangeBuilder's ELR
+
+
+def test_a_recovering_partition_takes_the_leaders_recovered(image: MetadataImage) -> None:
+    image.replay(m.PartitionChangeRecord(partition_id=0, topic_id=TID, isr=[1], leader=1, leader_recovery_state=1))
+    reg = image.topics_by_id[TID].partitions[0]
+    req = request([1], leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch)
+    req.topics[0].partitions[0].leader_recovery_state = 0
+    records, p = answer(image, req)
+    assert p.error_code == 0 and p.leader_recovery_state == 0 and records[0].leader_recovery_state == 0
