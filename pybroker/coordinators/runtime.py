@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import trio
@@ -88,6 +88,8 @@ class ShardContext:
     shard: CoordinatorShard
     timer: PurgatoryTimer
     epoch: int  # leader epoch the shard was loaded for
+    # writes waiting for the high watermark: an unload answers them NOT_COORDINATOR at once
+    waits: set[DelayedAppend] = field(default_factory=set)
 
 
 class DelayedAppend(DelayedOperation):
@@ -97,6 +99,7 @@ class DelayedAppend(DelayedOperation):
         super().__init__(delay_ms)
         self.partition = partition
         self.required = required
+        self.abandoned = False  # the coordinator stopped leading the partition meanwhile
 
     def try_complete(self) -> bool:
         if self.partition.high_watermark >= self.required:
@@ -182,6 +185,10 @@ class CoordinatorRuntime:
         if ctx is None:
             return
         ctx.timer.suspend()
+        for wait in list(ctx.waits):
+            wait.abandoned = True
+            wait.force_complete()
+        ctx.waits.clear()
         if ctx.status == ShardStatus.ACTIVE:
             ctx.shard.on_unloaded()
 
@@ -212,7 +219,7 @@ class CoordinatorRuntime:
         ctx = self.active(index)
         result = op(ctx.shard, self.now_ms())
         end = self._append(ctx, result, producer_id, producer_epoch)
-        await self._wait_replicated(index, end)
+        await self._wait_replicated(ctx, end)
         if result.on_committed is not None:
             result.on_committed()
         return result.response
@@ -232,15 +239,24 @@ class CoordinatorRuntime:
         replay_end = getattr(ctx.shard, "replay_end_transaction_marker", None)
         if replay_end is not None:
             replay_end(producer_id, producer_epoch, commit)
-        await self._wait_replicated(index, info.last_offset + 1)
+        await self._wait_replicated(ctx, info.last_offset + 1)
 
-    async def _wait_replicated(self, index: int, end: int | None) -> None:
+    async def _wait_replicated(self, ctx: ShardContext, end: int | None) -> None:
+        """Until the high watermark covers `end`: REQUEST_TIMED_OUT after commit_timeout_ms,
+        NOT_COORDINATOR when the shard is unloaded meanwhile (Kafka fails a resigning shard's
+        pending writes with NotCoordinatorException)."""
         if end is None:
             return
-        partition = self.rm.get_partition(self.topic, index)
+        partition = self.rm.get_partition(self.topic, ctx.partition)
         wait = DelayedAppend(self.commit_timeout_ms, partition, end)
-        if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
-            await wait.wait()
+        ctx.waits.add(wait)
+        try:
+            if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                await wait.wait()
+        finally:
+            ctx.waits.discard(wait)
+        if wait.abandoned:
+            raise KafkaError(Errors.NOT_COORDINATOR, "the coordinator moved before the write was replicated")
         if wait.expired:
             raise KafkaError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
 
@@ -258,10 +274,15 @@ class CoordinatorRuntime:
             wait = DelayedAppend(self.commit_timeout_ms, partition, end)
             on_committed = result.on_committed
 
+            ctx.waits.add(wait)
+
             async def later() -> None:
-                if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
-                    await wait.wait()
-                if not wait.expired:
+                try:
+                    if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                        await wait.wait()
+                finally:
+                    ctx.waits.discard(wait)
+                if not wait.expired and not wait.abandoned:
                     on_committed()
             self.spawn(later)
 
