@@ -4,6 +4,14 @@ One shard per partition of the coordinator topic that this broker leads. A shard
 LOADING while its partition's log is replayed (requests get COORDINATOR_LOAD_IN_PROGRESS),
 then ACTIVE; a partition led elsewhere gets NOT_COORDINATOR.
 
+Leadership (`on_metadata`, run by the metadata publishers after every published change):
+a partition this node now leads, or leads at a new leader epoch, is (re)loaded (Kafka's
+scheduleLoadGroupAndOffsets / loadTransactionsForTxnTopicPartition); a shard whose partition
+is led elsewhere (or gone) is unloaded: its timer stops, writes waiting for the high
+watermark fail NOT_COORDINATOR at once, and `on_unloaded` drops the shard's state (pending
+JoinGroup/SyncGroup answers are completed with NOT_COORDINATOR by the group shard). A load
+that finishes after its shard was unloaded or replaced is discarded.
+
 Write path, `await write(partition, op)`: `op(shard, now_ms)` returns a CoordinatorResult;
 its records become one uncompressed v2 batch (key/value per record_serde) appended to the
 partition as leader through ReplicaManager; then, if `result.replay`, the shard replays
