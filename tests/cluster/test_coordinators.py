@@ -18,13 +18,24 @@ from pybroker.client.connection import BrokerConnection
 from pybroker.coordinators.runtime import partition_for
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    DeleteGroupsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
     InitProducerIdRequest,
     JoinGroupRequest,
+    LeaveGroupRequest,
     MetadataRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
+    SyncGroupRequest,
+    TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
 from tests.clients import adapters
@@ -122,18 +133,48 @@ def test_find_coordinator_names_the_partition_leader_from_every_node_and_others_
                 assert (c.node_id, f"127.0.0.1:{c.port}") == (node, cluster.address(node))
         other = node % 3 + 1  # a node that does not coordinate these ids
         with connection(cluster, other) as conn:
-            join = conn.send(JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
-                                              member_id="", protocol_type="consumer", protocols=[
-                                                  JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]))
-            hb = conn.send(HeartbeatRequest(group_id=group, generation_id=1, member_id="m"))
-            fetch = conn.send(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
-                group_id=group, topics=None)], require_stable=False), version=8)
-            init = conn.send(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=10000,
-                                                   producer_id=-1, producer_epoch=-1))
-        assert join.error_code == Errors.NOT_COORDINATOR
-        assert hb.error_code == Errors.NOT_COORDINATOR
-        assert fetch.groups[0].error_code == Errors.NOT_COORDINATOR
-        assert init.error_code == Errors.NOT_COORDINATOR
+            codes = not_coordinator_codes(conn, group, tid)
+        assert codes == {api: Errors.NOT_COORDINATOR for api in codes}, (node, other, codes)
+
+
+def not_coordinator_codes(conn: BrokerConnection, group: str, tid: str) -> dict[str, int]:
+    """Every group and transaction API, sent to a node that coordinates neither id: each error
+    where its response carries it."""
+    topic = "any-topic"
+    out: dict[str, int] = {}
+    out["JoinGroup"] = conn.send(JoinGroupRequest(
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])).error_code
+    out["SyncGroup"] = conn.send(SyncGroupRequest(group_id=group, generation_id=1, member_id="m",
+                                                  protocol_type="consumer", protocol_name="range",
+                                                  assignments=[])).error_code
+    out["Heartbeat"] = conn.send(HeartbeatRequest(group_id=group, generation_id=1, member_id="m")).error_code
+    out["LeaveGroup"] = conn.send(LeaveGroupRequest(group_id=group, members=[
+        LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None, reason=None)])).error_code
+    out["OffsetFetch"] = conn.send(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id=group, topics=None)], require_stable=False), version=8).groups[0].error_code
+    out["OffsetDelete"] = conn.send(OffsetDeleteRequest(group_id=group, topics=[])).error_code
+    out["DescribeGroups"] = conn.send(DescribeGroupsRequest(groups=[group])).groups[0].error_code
+    out["DeleteGroups"] = conn.send(DeleteGroupsRequest(groups_names=[group])).results[0].error_code
+    out["ConsumerGroupHeartbeat"] = conn.send(ConsumerGroupHeartbeatRequest(
+        group_id=group, member_id=uuid.uuid4().hex, member_epoch=0, rebalance_timeout_ms=10000,
+        subscribed_topic_names=[topic], topic_partitions=[])).error_code
+    out["ConsumerGroupDescribe"] = conn.send(ConsumerGroupDescribeRequest(group_ids=[group])).groups[0].error_code
+    out["InitProducerId"] = conn.send(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=10000,
+                                                            producer_id=-1, producer_epoch=-1)).error_code
+    out["AddOffsetsToTxn"] = conn.send(AddOffsetsToTxnRequest(transactional_id=tid, producer_id=1, producer_epoch=0,
+                                                              group_id=group)).error_code
+    out["EndTxn"] = conn.send(EndTxnRequest(transactional_id=tid, producer_id=1, producer_epoch=0,
+                                            committed=True)).error_code
+    out["TxnOffsetCommit"] = conn.send(TxnOffsetCommitRequest(
+        transactional_id=tid, group_id=group, producer_id=1, producer_epoch=0, topics=[
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name="__consumer_offsets", partitions=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    ).topics[0].partitions[0].error_code
+    out["DescribeTransactions"] = conn.send(DescribeTransactionsRequest(
+        transactional_ids=[tid])).transaction_states[0].error_code
+    return out
 
 
 def test_write_txn_markers_to_a_partition_another_node_leads_answers_not_leader(cluster: Cluster):
