@@ -17,7 +17,7 @@ of the same handler (`local_write`). Per partition, as Kafka's completion handle
   NONE                                          done
   INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED   abandon the whole send (False)
   UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
-  REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, a broken connection, no leader   retry
+  REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, a broken connection, no leader or a fenced one   retry
   a partition the image no longer has (deleted topic)      dropped, as Kafka drops it
 
 Anything else is logged and retried (Kafka treats it as a bug and stops its sender thread; a
@@ -129,8 +129,8 @@ class TransactionMarkerChannelManager:
 
     def _endpoint(self, node_id: int) -> tuple[str, int] | None:
         b = self.image.brokers.get(node_id)
-        if b is None or not b.endpoints:
-            return None
+        if b is None or not b.endpoints or getattr(b, "fenced", False):
+            return None  # Kafka's marker sender waits for a live leader (its "unknown broker" queue)
         for name, host, port in b.endpoints:
             if name == self.listener_name:
                 return host, port
