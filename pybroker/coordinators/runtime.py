@@ -5,8 +5,9 @@ LOADING while its partition's log is replayed (requests get COORDINATOR_LOAD_IN_
 then ACTIVE; a partition led elsewhere gets NOT_COORDINATOR.
 
 Leadership (`on_metadata`, run by the metadata publishers after every published change):
-a partition this node now leads, or leads at a new leader epoch, is (re)loaded (Kafka's
-scheduleLoadGroupAndOffsets / loadTransactionsForTxnTopicPartition); a shard whose partition
+a partition this node now leads is loaded (Kafka's scheduleLoadGroupAndOffsets /
+loadTransactionsForTxnTopicPartition); one it still leads at a later leader epoch keeps its
+shard, which takes the new epoch (the coordinator epoch of its markers); a shard whose partition
 is led elsewhere (or gone) is unloaded: its timer stops, writes waiting for the high
 watermark fail NOT_COORDINATOR at once, and `on_unloaded` drops the shard's state (pending
 JoinGroup/SyncGroup answers are completed with NOT_COORDINATOR by the group shard). A load
@@ -144,10 +145,14 @@ class CoordinatorRuntime:
         led = self.led_partitions()
         for index, p in led.items():
             ctx = self.shards.get(index)
-            if ctx is None or ctx.epoch != p.leader_epoch:
+            if ctx is None or (ctx.status == ShardStatus.FAILED and ctx.epoch < p.leader_epoch):
                 if ctx is not None:
-                    self._unload(index)
+                    self._unload(index)  # a failed load is tried again at the next epoch
                 self._schedule_load(index, p)
+            elif ctx.epoch < p.leader_epoch:
+                # still the leader, at a later epoch: the state in memory stays right, only the
+                # epoch moves (Kafka's scheduleLoadOperation on an ACTIVE or LOADING context)
+                ctx.epoch = p.leader_epoch
         for index in [i for i in self.shards if i not in led]:
             self._unload(index)
 

@@ -168,7 +168,15 @@ def test_a_group_coordinator_resigns_with_not_coordinator_and_reloads_its_partit
                               code=lambda r: r.groups[0].error_code)
         p = fetched.groups[0].topics[0].partitions[0]
         assert (p.error_code, p.committed_offset, p.metadata) == (0, 7, "m")  # rebuilt from the log
-        assert broker.group_coordinator.runtime.shards[0].epoch == 2
+        ctx = broker.group_coordinator.runtime.shards[0]
+        assert ctx.epoch == 2
+
+        # still the leader at a later epoch (an ISR change, say): the shard stays, with the new epoch
+        move_leadership(broker, GROUPS, broker.node_id)
+        assert broker.group_coordinator.runtime.shards[0] is ctx
+        assert (ctx.status, ctx.epoch) == (ShardStatus.ACTIVE, 3)
+        fetched = await wire.request(ApiKey.OFFSET_FETCH, 8, offset_fetch(group, topic))
+        assert fetched.groups[0].topics[0].partitions[0].committed_offset == 7
         await wire_b.stream.aclose()
 
     run_virtual({}, scenario)
