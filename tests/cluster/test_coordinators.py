@@ -261,6 +261,36 @@ def test_a_transaction_over_three_nodes_with_offsets_of_a_group_on_a_fourth_part
         check.close()
 
 
+def test_a_new_producer_fences_an_open_transaction_over_three_nodes_and_its_abort_reaches_them_all(
+        cluster: Cluster):
+    """InitProducerId for a transactional id whose transaction is open on partitions of all three
+    nodes aborts it first (ABORT markers to every leader); read_committed readers then see only
+    what the new producer commits, and the zombie is fenced."""
+    from confluent_kafka import KafkaException, Producer
+
+    topic, _leaders = three_node_topic(cluster, "fence")
+    tid = key_on(internal_leaders(cluster, TXNS), 1, "fence")
+    conf = {**adapters.confluent_common(cluster.bootstrap), "transactional.id": tid, "transaction.timeout.ms": 60000}
+    zombie = Producer(conf)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for p in range(3):
+        zombie.produce(topic, value=b"zombie", partition=p)
+    zombie.flush(30)
+    fresh = Producer(conf)
+    fresh.init_transactions(60)  # aborts the zombie's transaction on every node first
+    fresh.begin_transaction()
+    for p in range(3):
+        fresh.produce(topic, value=b"fresh", partition=p)
+    fresh.commit_transaction(30)
+    for p in range(3):
+        assert read_committed("kafka-python", cluster.bootstrap, topic, p, 1) == [b"fresh"], p
+    zombie.produce(topic, value=b"late", partition=0)
+    with pytest.raises(KafkaException) as exc:
+        zombie.commit_transaction(30)
+    assert "fenced" in str(exc.value).lower(), exc.value
+
+
 def test_kafka_python_and_aiokafka_transactions_over_nodes_with_offsets_of_a_remote_group(cluster: Cluster):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as ATP
