@@ -139,15 +139,16 @@ def test_a_group_coordinator_resigns_with_not_coordinator_and_reloads_its_partit
         async def join_b() -> None:
             pending.append(await wire_b.request(ApiKey.JOIN_GROUP, 5, join_request(group, b)))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(join_b)
-            shard = broker.group_coordinator.runtime.shards[0].shard
-            for _ in range(100):  # until B's join is parked in the rebalance
-                if shard.groups.group(group).state.name == "PREPARING_REBALANCE":
-                    break
-                await trio.sleep(0.01)
-            assert shard.groups.group(group).state.name == "PREPARING_REBALANCE"
-            move_leadership(broker, GROUPS, OTHER_NODE)  # this node resigns
+        with trio.fail_after(60):  # virtual seconds: an unanswered join fails the test, not hangs it
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(join_b)
+                shard = broker.group_coordinator.runtime.shards[0].shard
+                for _ in range(100):  # until B's join is parked in the rebalance
+                    if shard.groups.group(group).state.name == "PREPARING_REBALANCE":
+                        break
+                    await trio.sleep(0.01)
+                assert shard.groups.group(group).state.name == "PREPARING_REBALANCE"
+                move_leadership(broker, GROUPS, OTHER_NODE)  # this node resigns
         assert pending[0].error_code == Errors.NOT_COORDINATOR  # the pending join is answered at once
         assert broker.group_coordinator.runtime.shards == {}
         hb = await wire.request(ApiKey.HEARTBEAT, 3, HeartbeatRequest(group_id=group, generation_id=1,
@@ -276,5 +277,43 @@ def test_markers_cut_by_a_leadership_move_are_resent_by_the_next_leader() -> Non
                 break
             await trio.sleep(0.1)
         assert md is not None and md.state.name == "COMPLETE_COMMIT"
+
+    run_virtual({}, scenario)
+
+
+def test_a_follower_waiting_in_sync_group_is_answered_not_coordinator_when_the_node_resigns() -> None:
+    async def scenario(broker: Broker, wire: AsyncWire, clock: TrioClock) -> None:
+        group = "g-sync"
+        await find_coordinator(wire, group, 0)
+        wire_b = await second_wire(wire)
+        a = (await until(lambda: wire.request(ApiKey.JOIN_GROUP, 5, join_request(group, "")))).member_id
+        b = (await wire_b.request(ApiKey.JOIN_GROUP, 5, join_request(group, ""))).member_id
+        joined: dict[str, Any] = {}
+
+        async def join(w: AsyncWire, member: str) -> None:
+            joined[member] = await w.request(ApiKey.JOIN_GROUP, 5, join_request(group, member))
+
+        async with trio.open_nursery() as nursery:  # both join one generation
+            nursery.start_soon(join, wire, a)
+            nursery.start_soon(join, wire_b, b)
+        assert {m: r.error_code for m, r in joined.items()} == {a: 0, b: 0}
+        leader = joined[a].leader
+        follower_wire, follower = (wire_b, b) if leader == a else (wire, a)
+        generation = joined[a].generation_id
+        synced: list[Any] = []
+
+        async def sync_follower() -> None:  # waits for the leader's SyncGroup, which never comes
+            synced.append(await follower_wire.request(ApiKey.SYNC_GROUP, 3, SyncGroupRequest(
+                group_id=group, generation_id=generation, member_id=follower, group_instance_id=None,
+                assignments=[])))
+
+        with trio.fail_after(60):  # virtual seconds: an unanswered sync fails the test, not hangs it
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sync_follower)
+                await trio.sleep(1)
+                assert synced == []  # parked until the leader syncs
+                move_leadership(broker, GROUPS, OTHER_NODE)
+        assert synced[0].error_code == Errors.NOT_COORDINATOR
+        await wire_b.stream.aclose()
 
     run_virtual({}, scenario)
