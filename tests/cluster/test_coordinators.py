@@ -75,6 +75,13 @@ def internal_leaders(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[
     return wait_until(ready, what=f"{topic} with a leader for every partition")
 
 
+def sees_topic(cluster: Cluster, node_id: int, topic: str) -> bool:
+    with connection(cluster, node_id) as conn:
+        md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                       allow_auto_topic_creation=False), version=12)
+    return md.topics[0].error_code == 0 and all(p.leader_id >= 0 for p in md.topics[0].partitions)
+
+
 def key_on(leaders: dict[int, tuple[int, list[int]]], node_id: int, prefix: str) -> str:
     """A group / transactional id whose internal partition `node_id` leads (Kafka's Java hash)."""
     for i in range(10_000):
@@ -180,6 +187,8 @@ def not_coordinator_codes(conn: BrokerConnection, group: str, tid: str) -> dict[
 def test_write_txn_markers_to_a_partition_another_node_leads_answers_not_leader(cluster: Cluster):
     topic, leaders = three_node_topic(cluster, "wtm")
     follower_of_0 = leaders[0] % 3 + 1
+    for node in (follower_of_0, leaders[0]):  # both nodes' images have the new topic (each follows the log)
+        wait_until(lambda node=node: sees_topic(cluster, node, topic), 30, f"node {node} to see {topic}")
     R = WriteTxnMarkersRequest
     req = R(markers=[R.WritableTxnMarker(producer_id=4242, producer_epoch=0, transaction_result=True,
                                          coordinator_epoch=0, topics=[
