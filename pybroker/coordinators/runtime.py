@@ -4,6 +4,15 @@ One shard per partition of the coordinator topic that this broker leads. A shard
 LOADING while its partition's log is replayed (requests get COORDINATOR_LOAD_IN_PROGRESS),
 then ACTIVE; a partition led elsewhere gets NOT_COORDINATOR.
 
+Leadership (`on_metadata`, run by the metadata publishers after every published change):
+a partition this node now leads is loaded (Kafka's scheduleLoadGroupAndOffsets /
+loadTransactionsForTxnTopicPartition); one it still leads at a later leader epoch keeps its
+shard, which takes the new epoch (the coordinator epoch of its markers); a shard whose partition
+is led elsewhere (or gone) is unloaded: its timer stops, writes waiting for the high
+watermark fail NOT_COORDINATOR at once, and `on_unloaded` drops the shard's state (pending
+JoinGroup/SyncGroup answers are completed with NOT_COORDINATOR by the group shard). A load
+that finishes after its shard was unloaded or replaced is discarded.
+
 Write path, `await write(partition, op)`: `op(shard, now_ms)` returns a CoordinatorResult;
 its records become one uncompressed v2 batch (key/value per record_serde) appended to the
 partition as leader through ReplicaManager; then, if `result.replay`, the shard replays
@@ -41,7 +50,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import trio
@@ -88,6 +97,8 @@ class ShardContext:
     shard: CoordinatorShard
     timer: PurgatoryTimer
     epoch: int  # leader epoch the shard was loaded for
+    # writes waiting for the high watermark: an unload answers them NOT_COORDINATOR at once
+    waits: set[DelayedAppend] = field(default_factory=set)
 
 
 class DelayedAppend(DelayedOperation):
@@ -97,6 +108,7 @@ class DelayedAppend(DelayedOperation):
         super().__init__(delay_ms)
         self.partition = partition
         self.required = required
+        self.abandoned = False  # the coordinator stopped leading the partition meanwhile
 
     def try_complete(self) -> bool:
         if self.partition.high_watermark >= self.required:
@@ -133,10 +145,14 @@ class CoordinatorRuntime:
         led = self.led_partitions()
         for index, p in led.items():
             ctx = self.shards.get(index)
-            if ctx is None or ctx.epoch != p.leader_epoch:
+            if ctx is None or (ctx.status == ShardStatus.FAILED and ctx.epoch < p.leader_epoch):
                 if ctx is not None:
-                    self._unload(index)
+                    self._unload(index)  # a failed load is tried again at the next epoch
                 self._schedule_load(index, p)
+            elif ctx.epoch < p.leader_epoch:
+                # still the leader, at a later epoch: the state in memory stays right, only the
+                # epoch moves (Kafka's scheduleLoadOperation on an ACTIVE or LOADING context)
+                ctx.epoch = p.leader_epoch
         for index in [i for i in self.shards if i not in led]:
             self._unload(index)
 
@@ -182,6 +198,10 @@ class CoordinatorRuntime:
         if ctx is None:
             return
         ctx.timer.suspend()
+        for wait in list(ctx.waits):
+            wait.abandoned = True
+            wait.force_complete()
+        ctx.waits.clear()
         if ctx.status == ShardStatus.ACTIVE:
             ctx.shard.on_unloaded()
 
@@ -212,7 +232,7 @@ class CoordinatorRuntime:
         ctx = self.active(index)
         result = op(ctx.shard, self.now_ms())
         end = self._append(ctx, result, producer_id, producer_epoch)
-        await self._wait_replicated(index, end)
+        await self._wait_replicated(ctx, end)
         if result.on_committed is not None:
             result.on_committed()
         return result.response
@@ -232,15 +252,24 @@ class CoordinatorRuntime:
         replay_end = getattr(ctx.shard, "replay_end_transaction_marker", None)
         if replay_end is not None:
             replay_end(producer_id, producer_epoch, commit)
-        await self._wait_replicated(index, info.last_offset + 1)
+        await self._wait_replicated(ctx, info.last_offset + 1)
 
-    async def _wait_replicated(self, index: int, end: int | None) -> None:
+    async def _wait_replicated(self, ctx: ShardContext, end: int | None) -> None:
+        """Until the high watermark covers `end`: REQUEST_TIMED_OUT after commit_timeout_ms,
+        NOT_COORDINATOR when the shard is unloaded meanwhile (Kafka fails a resigning shard's
+        pending writes with NotCoordinatorException)."""
         if end is None:
             return
-        partition = self.rm.get_partition(self.topic, index)
+        partition = self.rm.get_partition(self.topic, ctx.partition)
         wait = DelayedAppend(self.commit_timeout_ms, partition, end)
-        if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, index)]):
-            await wait.wait()
+        ctx.waits.add(wait)
+        try:
+            if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                await wait.wait()
+        finally:
+            ctx.waits.discard(wait)
+        if wait.abandoned:
+            raise KafkaError(Errors.NOT_COORDINATOR, "the coordinator moved before the write was replicated")
         if wait.expired:
             raise KafkaError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
 
@@ -258,10 +287,15 @@ class CoordinatorRuntime:
             wait = DelayedAppend(self.commit_timeout_ms, partition, end)
             on_committed = result.on_committed
 
+            ctx.waits.add(wait)
+
             async def later() -> None:
-                if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
-                    await wait.wait()
-                if not wait.expired:
+                try:
+                    if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                        await wait.wait()
+                finally:
+                    ctx.waits.discard(wait)
+                if not wait.expired and not wait.abandoned:
                     on_committed()
             self.spawn(later)
 

@@ -56,6 +56,12 @@ class InvalidProducerEpochError(LogError):
     default_code = Errors.INVALID_PRODUCER_EPOCH
 
 
+class TransactionCoordinatorFencedError(LogError):
+    """A marker from a transaction coordinator older than the one that last wrote for the producer."""
+
+    default_code = Errors.TRANSACTION_COORDINATOR_FENCED
+
+
 class KafkaStorageError(LogError):
     """Disk-level failure or unreadable on-disk state: KAFKA_STORAGE_ERROR."""
 

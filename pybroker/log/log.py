@@ -490,7 +490,8 @@ class UnifiedLog:
         A control batch is an end-transaction marker: it completes its producer's transaction.
 
         Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
-        InvalidProducerEpochError (47), OutOfOrderSequenceError (45).
+        InvalidProducerEpochError (47), OutOfOrderSequenceError (45),
+        TransactionCoordinatorFencedError (52: a marker from an older coordinator epoch).
         """
         view = memoryview(batch).cast("B") if not isinstance(batch, bytearray) else batch
         size = len(view)
@@ -517,7 +518,7 @@ class UnifiedLog:
             if is_control:
                 # only the transaction coordinator writes control batches: one marker record
                 marker = read_end_txn_marker(view, header)
-                psm.check_end_txn_marker(producer_id, producer_epoch)
+                psm.check_end_txn_marker(producer_id, producer_epoch, marker.coordinator_epoch)
             else:
                 duplicate = psm.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset,
                                         origin)

@@ -54,6 +54,7 @@ from pybroker.log.errors import (
     CorruptSnapshotError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from pybroker.records.batch import (
     CONTROL_FLAG,
@@ -276,13 +277,21 @@ class ProducerStateManager:
                     f"{base_sequence} (incoming), {entry.last_seq} (current end sequence)")
         return None
 
-    def check_end_txn_marker(self, producer_id: int, producer_epoch: int) -> None:
-        """A marker's epoch may not be older than the producer's (Kafka's appendEndTxnMarker).
-        Raises InvalidProducerEpochError."""
+    def check_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1) -> None:
+        """A marker's epoch may not be older than the producer's, nor its coordinator epoch older
+        than the last marker's (Kafka's appendEndTxnMarker / checkCoordinatorEpoch: a coordinator
+        that lost its __transaction_state partition is fenced).
+        Raises InvalidProducerEpochError or TransactionCoordinatorFencedError."""
         entry = self.producers.get(producer_id)
-        if entry is not None and producer_epoch < entry.producer_epoch:
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"coordinator epoch {coordinator_epoch} of a marker for producer {producer_id} is older than "
+                f"{entry.coordinator_epoch}")
 
     # -- recording (after the write) -------------------------------------------------------
     def update(self, producer_id: int, producer_epoch: int, last_sequence: int, first_offset: int,

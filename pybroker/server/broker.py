@@ -60,6 +60,7 @@ from pybroker.controller.controller import QuorumController
 from pybroker.controller.metadata_log import MetadataRecordSerde
 from pybroker.coordinators.group.coordinator import GroupCoordinator
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
+from pybroker.coordinators.txn.marker_channel import TransactionMarkerChannelManager
 from pybroker.log.errors import LogError, MetaPropertiesError
 from pybroker.log.manager import LogManager
 from pybroker.log.meta_properties import ensure_log_dirs, read_meta_properties, uuid_from_str
@@ -92,6 +93,7 @@ from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
 from pybroker.server.quota import QuotaManagers
 from pybroker.server.snapshot_generator import SnapshotGenerator
+from pybroker.server.write_txn_markers import write_txn_markers
 
 log = logging.getLogger("pybroker")
 
@@ -374,9 +376,14 @@ class Broker:
             self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
                                                       nursery.start_soon)
             loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
+            # markers go to each partition's leader: WriteTxnMarkers over the inter-broker listener,
+            # or straight to this node's own handler for the partitions it leads
+            markers = TransactionMarkerChannelManager(
+                node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
+                local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"])
             self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
                                                           self.image, self.producer_ids, self.group_coordinator,
-                                                          nursery.start_soon)
+                                                          nursery.start_soon, markers)
             loader.add_publisher("transaction coordinator", lambda _d: self.txn_coordinator.on_metadata())
 
             def quotas(delta: Delta) -> None:

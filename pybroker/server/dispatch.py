@@ -59,6 +59,7 @@ from pybroker.server import (
     scram,
     topics,
     txn,
+    write_txn_markers,
 )
 from pybroker.server.api_versions import SUPPORTED, handle_api_versions
 from pybroker.server.error_responses import ERROR_RESPONSES
@@ -107,6 +108,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
     ApiKey.END_TXN: txn.handle_end_txn,
     ApiKey.TXN_OFFSET_COMMIT: txn.handle_txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: write_txn_markers.handle_write_txn_markers,
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,

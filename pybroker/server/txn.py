@@ -16,17 +16,15 @@ TxnOffsetCommit writes the offsets to __consumer_offsets as the producer's trans
 (pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py);
 the producer must have added the group's partition (AddOffsetsToTxn), else INVALID_TXN_STATE.
 
-In a cluster, until transaction markers reach other nodes (WriteTxnMarkers, issue 9), a
-transaction may only hold partitions (and a group) led by its coordinator's node: the others
-answer INVALID_TXN_STATE and the coordinator logs why, rather than committing a transaction
-whose markers could not be written.
+A transaction may hold partitions led by any node and offsets of a group coordinated on any
+node: its markers reach their leaders with WriteTxnMarkers
+(pybroker/coordinators/txn/marker_channel.py, server/write_txn_markers.py).
 
 Concurrency: trio thread; each handler awaits its coordinator write.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from pybroker.coordinators import record_serde as group_serde
@@ -50,9 +48,6 @@ from pybroker.security.authorizer import Op, Res
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
     from pybroker.server.request_context import RequestContext
-
-log = logging.getLogger("pybroker.txn")
-
 
 def _fenced(code: int, version: int, first_version: int) -> int:
     if code == Errors.PRODUCER_FENCED and version < first_version:
@@ -117,20 +112,12 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
         for p in parts:
             if topic is None or p not in topic.partitions:
                 unknown.add((name, p))
-    remote = set() if unknown else {(n, p) for n, parts in wanted for p in parts
-                                    if broker.image.topics_by_name[n].partitions[p].leader != broker.node_id}
     if denied:
         codes = {(n, p): int(Errors.TOPIC_AUTHORIZATION_FAILED if n in denied else Errors.OPERATION_NOT_ATTEMPTED)
                  for n, parts in wanted for p in parts}
     elif unknown:
         codes = {(n, p): int(Errors.UNKNOWN_TOPIC_OR_PARTITION if (n, p) in unknown else Errors.OPERATION_NOT_ATTEMPTED)
                  for n, parts in wanted for p in parts}
-    elif remote:
-        codes = {(n, p): int(Errors.INVALID_TXN_STATE if (n, p) in remote else Errors.OPERATION_NOT_ATTEMPTED)
-                 for n, parts in wanted for p in parts}
-        log.warning("transaction %s: %s led by other nodes; transaction markers to other nodes "
-                    "(WriteTxnMarkers) are not implemented yet (issue 9), so the partitions are refused",
-                    req.v3_and_below_transactional_id, ", ".join(f"{n}-{p}" for n, p in sorted(remote)))
     else:
         try:
             code = await broker.txn_coordinator.add_partitions(
@@ -149,11 +136,6 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
 async def handle_add_offsets_to_txn(broker: Broker, ctx: RequestContext, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     try:
         _check_txn(broker, ctx, req.transactional_id, req.group_id)
-        leader = broker.group_coordinator.coordinator_node(req.group_id)
-        if leader is not None and leader != broker.node_id:
-            log.warning("transaction %s: group %s is coordinated by node %d; transaction markers to other nodes "
-                        "are not implemented yet (issue 9)", req.transactional_id, req.group_id, leader)
-            raise KafkaError(Errors.INVALID_TXN_STATE)
         code = await broker.txn_coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         req.group_id)
     except KafkaError as exc:

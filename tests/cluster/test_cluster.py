@@ -209,23 +209,3 @@ def topic_id(cluster: Cluster, name: str) -> bytes:
         md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
                                        allow_auto_topic_creation=False), version=12)
     return bytes(md.topics[0].topic_id)
-
-
-def test_a_transaction_over_partitions_of_other_nodes_fails_instead_of_losing_markers(cluster: Cluster):
-    """Until transaction markers reach other nodes (issue 9), such a transaction is refused
-    (INVALID_TXN_STATE) rather than committed with markers missing."""
-    from confluent_kafka import KafkaException, Producer
-
-    topic = new_topic("txn")
-    confluent_create(cluster.bootstrap, topic, 3, 1)
-    wait_until(lambda: (lambda ls: len({leader for leader, _, _ in ls.values()}) == 3 and ls)(
-        partition_leaders(cluster.bootstrap, topic)), what="three leaders")
-    producer = Producer({**adapters.confluent_common(cluster.bootstrap), "transactional.id": new_topic("tid"),
-                         "transaction.timeout.ms": 10000})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for p in range(3):  # at least two of the partitions are led by nodes other than the coordinator's
-        producer.produce(topic, value=b"v", partition=p)
-    with pytest.raises(KafkaException) as exc:
-        producer.commit_transaction(30)
-    assert "INVALID_TXN_STATE" in str(exc.value) or exc.value.args[0].code() == Errors.INVALID_TXN_STATE.value

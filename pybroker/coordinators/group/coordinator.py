@@ -167,21 +167,12 @@ class GroupCoordinator:
     async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, commit: bool) -> None:
         """The transaction coordinator's COMMIT/ABORT marker for __consumer_offsets-`partition_index`
-        (Kafka's onTransactionCompleted): written and replayed by the runtime; a shard still
-        loading is waited for (Kafka's marker writer retries COORDINATOR_LOAD_IN_PROGRESS)."""
-        while True:
-            try:
-                await self.runtime.complete_transaction(partition_index, producer_id, producer_epoch,
-                                                        coordinator_epoch, commit)
-                return
-            except KafkaError as exc:
-                if exc.code != Errors.COORDINATOR_LOAD_IN_PROGRESS or self.runtime.closed:
-                    raise
-            except LogError as exc:
-                log.warning("transaction marker for %s-%d failed: %s", GROUP_METADATA_TOPIC_NAME,
-                            partition_index, exc)
-                raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
-            await trio.sleep(0.05)
+        (Kafka's onTransactionCompleted): written and replayed by the runtime. KafkaError
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here (the
+        marker sender retries: WriteTxnMarkers answers them as NOT_LEADER_OR_FOLLOWER), or the
+        log's error (a stale producer or coordinator epoch)."""
+        await self.runtime.complete_transaction(partition_index, producer_id, producer_epoch, coordinator_epoch,
+                                                commit)
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:

@@ -6,25 +6,27 @@ hash as groups); the topic (internal, compacted) is created on first use. Each p
 here is a TransactionCoordinatorShard run by a CoordinatorRuntime (load by replay, one batch
 per write, answer once the HW covers it).
 
-Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort; then this service writes a
-COMMIT/ABORT control batch (pybroker/records/end_txn_marker.py) to every partition of the
-transaction through ReplicaManager as leader -- the __consumer_offsets partition that
-AddOffsetsToTxn added gets its marker through the group coordinator's runtime
-(GroupCoordinator.complete_transaction, Kafka's onTransactionCompleted), whose shard then
-commits or drops the producer's pending TxnOffsetCommit offsets (written there as the
-producer's transactional batches, so they survive a restart like any record) -- and writes
-CompleteCommit/CompleteAbort. EndTxn answers after that, so a read_committed consumer sees
-the data as soon as commit() returns (Kafka answers after Prepare*; both are allowed).
-A transaction still open at a restart keeps its offsets pending until it is aborted (timeout)
-or completed (Prepare* reloaded), like its data partitions.
+Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort; then this service has the
+marker channel (marker_channel.py, Kafka's TransactionMarkerChannelManager) send WriteTxnMarkers
+to the leader of every partition of the transaction, whichever node leads it, retrying on a
+leader change until each COMMIT/ABORT control batch (pybroker/records/end_txn_marker.py) is
+written and replicated -- a __consumer_offsets partition that AddOffsetsToTxn added gets its
+marker through the group coordinator's runtime on its leader (GroupCoordinator.complete_transaction,
+Kafka's onTransactionCompleted), whose shard then commits or drops the producer's pending
+TxnOffsetCommit offsets -- and only then writes CompleteCommit/CompleteAbort. The coordinator
+epoch of the markers is the leader epoch of the __transaction_state partition, so a coordinator
+that lost the partition is fenced by the logs (TRANSACTION_COORDINATOR_FENCED) and stops.
+EndTxn answers after the Complete record, so a read_committed consumer sees the data as soon as
+commit() returns, or after COMPLETION_WAIT_S when a leader cannot be reached (then after
+Prepare*, as Kafka always answers).
 
-**Differences from Kafka:** markers are appended locally (this node leads every partition;
-a multi-node cluster needs WriteTxnMarkers); a data partition that is gone or led elsewhere is
-skipped with a warning instead of retried (a __consumer_offsets shard still loading is waited
-for).
+Leadership: the runtime loads a partition's shard when this node becomes its leader (a
+metadata publisher) and unloads it when another node does; a loaded Prepare* state has its
+markers sent again (Kafka's coordinator does the same after a failover). A completion in
+flight stops when its shard is unloaded or reloaded.
 
 Concurrency: trio thread. One completion runs per transactional id at a time; EndTxn and
-InitProducerId wait for it with a trio.Event.
+InitProducerId wait for it (bounded) with a trio.Event.
 """
 
 from __future__ import annotations
@@ -38,27 +40,31 @@ import trio
 from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.runtime import (
     CoordinatorRuntime,
+    ShardContext,
     ShardStatus,
     partition_for,
 )
 from pybroker.coordinators.shard import CoordinatorResult
 from pybroker.coordinators.txn import transaction_metadata as tm
+from pybroker.coordinators.txn.marker_channel import TransactionMarkerChannelManager
 from pybroker.coordinators.txn.transaction_coordinator_shard import TransactionCoordinatorShard
 from pybroker.coordinators.txn.transaction_metadata import TxnState
 from pybroker.log.errors import LogError
 from pybroker.protocol.errors import Errors, KafkaError
-from pybroker.records.end_txn_marker import ABORT, COMMIT, build_marker_batch
 
 log = logging.getLogger("pybroker.txn")
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+COMPLETION_WAIT_S = 5.0  # how long EndTxn / InitProducerId wait for a completing transaction
 
 
 class TransactionCoordinator:
     def __init__(self, broker_config: Any, replica_manager: PartitionWriter, controller: Any, image: Any,
-                 producer_ids: Any, group_coordinator: Any, spawn: Callable[..., Any]) -> None:
+                 producer_ids: Any, group_coordinator: Any, spawn: Callable[..., Any],
+                 markers: TransactionMarkerChannelManager) -> None:
         self.config = broker_config
+        self.markers = markers
         self.rm = replica_manager
         self.controller = controller
         self.image = image
@@ -125,9 +131,13 @@ class TransactionCoordinator:
             raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
 
     async def _wait_completion(self, transactional_id: str) -> None:
+        """Until the transaction's markers and Complete record are written, at most
+        COMPLETION_WAIT_S (a leader that is down keeps the markers retrying; the answer then
+        goes after Prepare*, as Kafka's always does)."""
         ev = self._completions.get(transactional_id)
         if ev is not None:
-            await ev.wait()
+            with trio.move_on_after(COMPLETION_WAIT_S):
+                await ev.wait()
 
     # ------------------------------------------------------------------ APIs
 
@@ -219,13 +229,24 @@ class TransactionCoordinator:
         self.spawn(self._complete, index, transactional_id)
 
     async def _complete(self, index: int, transactional_id: str) -> None:
+        ctx: ShardContext | None = None
         try:
+            ctx = self.runtime.active(index)
             md = self.runtime.read(index, lambda s, now: s.get(transactional_id))
             if md is None or md.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 return
             commit = md.state == TxnState.PREPARE_COMMIT
-            await self._write_markers(md.producer_id, md.producer_epoch, commit, md.partitions,
-                                      self.runtime.active(index).epoch)
+
+            def still_valid() -> bool:  # this shard, at this leader epoch, still owns the transaction
+                if self.runtime.shards.get(index) is not ctx or ctx.status != ShardStatus.ACTIVE:
+                    return False
+                cur = cast(TransactionCoordinatorShard, ctx.shard).get(transactional_id)
+                return cur is not None and cur.state == md.state and cur.producer_epoch == md.producer_epoch
+
+            if not await self.markers.send_markers(md.producer_id, md.producer_epoch, commit, ctx.epoch,
+                                                   md.partitions, still_valid):
+                log.info("transaction %s: markers abandoned (the coordinator moved or was fenced)", transactional_id)
+                return
             await self._write(index, lambda s, now: s.complete(transactional_id, now))
         except KafkaError as exc:
             log.warning("completing transaction %s failed: %s", transactional_id, exc)
@@ -235,34 +256,25 @@ class TransactionCoordinator:
             ev = self._completions.pop(transactional_id, None)
             if ev is not None:
                 ev.set()
+            self._restart_if_reloaded(index, transactional_id, ctx)
 
-    async def _write_markers(self, producer_id: int, producer_epoch: int, commit: bool,
-                             partitions: set[tuple[str, int]], coordinator_epoch: int) -> None:
-        marker = COMMIT if commit else ABORT
-        now = self.rm.clock.wall_ms()
-        for topic, p in sorted(partitions):
-            if topic == GROUP_METADATA_TOPIC_NAME:
-                # the group shard replays the marker: the producer's pending offsets commit or go
-                try:
-                    await self.group_coordinator.complete_transaction(p, producer_id, producer_epoch,
-                                                                      coordinator_epoch, commit)
-                except KafkaError as exc:
-                    log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
-                continue
-            partition = self.rm.get_partition(topic, p)
-            if partition is None or not partition.is_leader:
-                log.warning("transaction marker for %s-%d skipped: partition not led here", topic, p)
-                continue
-            try:
-                self.rm.append(partition, build_marker_batch(producer_id, producer_epoch, marker,
-                                                             coordinator_epoch, now))
-            except LogError as exc:
-                log.warning("transaction marker for %s-%d failed: %s", topic, p, exc)
+    def _restart_if_reloaded(self, index: int, transactional_id: str, ctx: ShardContext | None) -> None:
+        """A shard reloaded while a completion ran had its Prepare* ignored (one completion per id
+        at a time): start it now for the shard that owns the transaction."""
+        now = self.runtime.shards.get(index)
+        if now is None or now is ctx or now.status != ShardStatus.ACTIVE:
+            return  # unloaded (another node completes it), the same shard, or still loading (on_loaded will)
+        md = cast(TransactionCoordinatorShard, now.shard).get(transactional_id)
+        if md is not None and md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._on_prepared(index, transactional_id)
 
     # ------------------------------------------------------------------ lifecycle
 
     def on_metadata(self) -> None:
         self.runtime.on_metadata()
+        self.markers.notify_metadata()
 
     def shutdown(self) -> None:
         self.runtime.close()
+        self.markers.closed = True
+        self.markers.notify_metadata()

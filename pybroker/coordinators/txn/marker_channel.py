@@ -1,0 +1,221 @@
+"""Sends a transaction's COMMIT/ABORT markers to the leaders of its partitions (Kafka's
+TransactionMarkerChannelManager + TransactionMarkerRequestCompletionHandler).
+
+`send_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions, still_valid)`
+returns True once every partition of the transaction has its marker written (and replicated:
+the receiving broker answers after the high watermark covers it), False when the attempt was
+abandoned because the coordinator no longer owns the transaction (`still_valid()` turned
+False: its __transaction_state partition moved or reloaded; the new coordinator resends the
+markers when it loads the Prepare* state) or a broker answered that this coordinator or
+producer epoch is fenced.
+
+Each round groups the pending partitions by their leader in the metadata image and sends one
+WriteTxnMarkers (v1) per leader, all leaders at once: to another node over its inter-broker
+listener (one connection per node, one request in flight on it), to this node by a direct call
+of the same handler (`local_write`). Per partition, as Kafka's completion handler:
+
+  NONE                                          done
+  INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED   abandon the whole send (False)
+  UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+  REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, a broken connection, no leader or a fenced one   retry
+  a partition the image no longer has (deleted topic)      dropped, as Kafka drops it
+
+Anything else is logged and retried (Kafka treats it as a bug and stops its sender thread; a
+transaction left in Prepare* would block its producer forever). Retries wait for the next
+metadata change (`notify_metadata`, called by the metadata publisher) or the backoff,
+doubling from retry.backoff.ms up to 1 s, so a new leader is tried as soon as it is known.
+
+Concurrency: trio tasks; `send_markers` calls run concurrently (one per completing
+transaction); a connection is used by one request at a time (its lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import trio
+
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import Errors, ProtocolError
+from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from pybroker.raft.network_channel import receive_frame
+
+log = logging.getLogger("pybroker.txn.markers")
+
+WRITE_TXN_MARKERS_VERSION = 1
+MAX_BACKOFF_S = 1.0
+FENCED = frozenset({int(Errors.INVALID_PRODUCER_EPOCH), int(Errors.TRANSACTION_COORDINATOR_FENCED)})
+RETRIABLE = frozenset(int(e) for e in (
+    Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER, Errors.NOT_ENOUGH_REPLICAS,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT, Errors.KAFKA_STORAGE_ERROR))
+
+TopicPartition = tuple[str, int]
+LocalWrite = Callable[[WriteTxnMarkersRequest], Awaitable[WriteTxnMarkersResponse]]
+NETWORK_ERRORS = (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError,
+                  trio.TooSlowError)
+
+
+def marker_request(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                   partitions: Iterable[TopicPartition]) -> WriteTxnMarkersRequest:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    R = WriteTxnMarkersRequest
+    return R(markers=[R.WritableTxnMarker(
+        producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+        coordinator_epoch=coordinator_epoch,
+        topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+
+
+def _name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def partition_errors(response: WriteTxnMarkersResponse) -> dict[TopicPartition, int]:
+    return {(t.name, p.partition_index): int(p.error_code)
+            for m in response.markers for t in m.topics for p in t.partitions}
+
+
+class _Connection:
+    """One node's inter-broker connection: reopened after any failure, one request at a time."""
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.stream: trio.SocketStream | None = None
+        self.address: tuple[str, int] | None = None
+        self.correlation_id = 0
+
+    async def close(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+
+class TransactionMarkerChannelManager:
+    def __init__(self, *, node_id: int, image: Any, listener_name: str, local_write: LocalWrite,
+                 request_timeout_ms: int, retry_backoff_ms: int = 100, client_id: str = "") -> None:
+        self.node_id = node_id
+        self.image = image
+        self.listener_name = listener_name
+        self.local_write = local_write
+        self.request_timeout_s = max(0.01, request_timeout_ms / 1000)
+        self.retry_backoff_s = max(0.001, retry_backoff_ms / 1000)
+        self.client_id = client_id or f"broker-{node_id}-txn-marker-sender"
+        self._connections: dict[int, _Connection] = {}
+        self._metadata_changed = trio.Event()
+        self.closed = False
+
+    # ------------------------------------------------------------------ metadata
+
+    def notify_metadata(self) -> None:
+        """A metadata change was published: retries waiting for a new leader go now."""
+        self._metadata_changed.set()
+        self._metadata_changed = trio.Event()
+
+    def _leader(self, tp: TopicPartition) -> tuple[bool, int]:
+        """(the partition still exists, its leader or -1)."""
+        t = self.image.topic(tp[0])
+        reg = None if t is None else t.partitions.get(tp[1])
+        if reg is None:
+            return False, -1
+        return True, reg.leader
+
+    def _endpoint(self, node_id: int) -> tuple[str, int] | None:
+        b = self.image.brokers.get(node_id)
+        if b is None or not b.endpoints or getattr(b, "fenced", False):
+            return None  # Kafka's marker sender waits for a live leader (its "unknown broker" queue)
+        for name, host, port in b.endpoints:
+            if name == self.listener_name:
+                return host, port
+        return None if self.listener_name else (b.endpoints[0][1], b.endpoints[0][2])
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                           partitions: Iterable[TopicPartition], still_valid: Callable[[], bool]) -> bool:
+        pending = set(partitions)
+        backoff = self.retry_backoff_s
+        while pending:
+            if self.closed or not still_valid():
+                return False
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in sorted(pending):
+                exists, leader = self._leader(tp)
+                if not exists:
+                    log.warning("transaction marker for %s-%d dropped: the partition no longer exists", *tp)
+                    pending.discard(tp)
+                elif leader >= 0:
+                    by_node.setdefault(leader, []).append(tp)
+            results: dict[TopicPartition, int] = {}
+
+            async def send_one(node: int, tps: list[TopicPartition],
+                               results: dict[TopicPartition, int] = results) -> None:
+                results.update(await self._send(node, marker_request(producer_id, producer_epoch, commit,
+                                                                      coordinator_epoch, tps), tps))
+
+            async with trio.open_nursery() as nursery:
+                for node, tps in by_node.items():
+                    nursery.start_soon(send_one, node, tps)
+            for tp, code in results.items():
+                if code == 0:
+                    pending.discard(tp)
+                elif code in FENCED:
+                    log.warning("transaction markers of producer %d (epoch %d, coordinator epoch %d) abandoned: "
+                                "%s-%d answered %s", producer_id, producer_epoch, coordinator_epoch, tp[0], tp[1],
+                                _name(code))
+                    return False
+                elif code not in RETRIABLE:
+                    log.warning("transaction marker for %s-%d: unexpected %s, retrying", tp[0], tp[1], _name(code))
+            if pending:
+                changed = self._metadata_changed
+                with trio.move_on_after(backoff):
+                    await changed.wait()
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+        return True
+
+    async def _send(self, node: int, request: WriteTxnMarkersRequest,
+                    tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Per-partition error codes of one WriteTxnMarkers; network failures are NOT_LEADER_OR_FOLLOWER
+        (retried) for every partition of the request."""
+        failed = {tp: int(Errors.NOT_LEADER_OR_FOLLOWER) for tp in tps}
+        if node == self.node_id:
+            return {**failed, **partition_errors(await self.local_write(request))}
+        address = self._endpoint(node)
+        if address is None:
+            return failed
+        conn = self._connections.setdefault(node, _Connection())
+        async with conn.lock:
+            try:
+                with trio.fail_after(self.request_timeout_s):
+                    if conn.stream is None or conn.address != address:
+                        await conn.close()
+                        conn.stream = await trio.open_tcp_stream(*address)
+                        conn.address = address
+                    conn.correlation_id += 1
+                    cid = conn.correlation_id
+                    await conn.stream.send_all(encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
+                                                              cid, self.client_id, request))
+                    frame = await receive_frame(conn.stream)
+                got, response = decode_response(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, frame)
+                if got != cid:
+                    raise ProtocolError(f"correlation id {got}, expected {cid}")
+            except NETWORK_ERRORS as exc:
+                log.debug("WriteTxnMarkers to node %d at %s failed: %s", node, address, exc)
+                await conn.close()
+                return failed
+        assert isinstance(response, WriteTxnMarkersResponse)
+        return {**failed, **partition_errors(response)}
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self.notify_metadata()
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()
