@@ -1,0 +1,227 @@
+"""One fault campaign: topic, workloads, nemesis, heal, final reads, replica logs, verdict.
+
+    outcome = run_campaign(cluster, Campaign(seed=1, faults=8, rf=3, ...))
+    outcome.problems      every violation the checker found (empty: the run passed)
+    outcome.report        what happened: verdict, client errors, transactions, the fault log
+
+Order of events: create the topic (replication factor `rf`, min.insync.replicas, unclean
+election per `unclean`) and wait until every partition is led; for rf > 1, wait for the ISR to
+grow beyond the leader (`require_replication`, which skips with the reason when it never does:
+a build without partition replication); start the producers, the group consumers and the
+transactional copy; run the nemesis, taking a read snapshot of every partition after every
+`snapshot_every`th fault; stop the producers; heal everything and wait for every partition to
+be fully in sync; let the group and the copy catch up with the topic's end; read every
+partition from the beginning (the copy's output read_committed); stop the nodes and read each
+replica's log files; judge.
+Concurrency: runs on the test's thread; the workloads run in their own threads, and a commit
+observer thread samples the group's committed offsets once a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.cluster.harness import wait_until
+
+from .checker import History, Snapshot, Verdict, check, duplicates_in, exactly_once
+from .cluster import FaultCluster
+from .nemesis import ALL_KINDS, Fault, Nemesis, schedule
+from .workloads import (
+    GroupConsumers,
+    Producers,
+    TransactionalCopy,
+    committed_offsets,
+    read_partitions,
+    replica_log,
+)
+
+
+@dataclass
+class Campaign:
+    seed: int
+    faults: int
+    rf: int = 3
+    partitions: int = 3
+    min_insync: int = 2
+    unclean: bool = False
+    kinds: tuple[str, ...] = ALL_KINDS
+    hold_s: tuple[float, float] = (1.0, 4.0)
+    gap_s: tuple[float, float] = (0.5, 2.0)
+    producers: int = 2
+    produce_interval_s: float = 0.01
+    groups: bool = True
+    transactions: bool = True
+    snapshot_every: int = 1
+    catch_up_s: float = 120.0
+
+
+@dataclass
+class Outcome:
+    verdict: Verdict
+    problems: list[str]
+    report: str
+    history: History
+    nemesis: Nemesis
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def create_topic(cluster: FaultCluster, name: str, partitions: int, rf: int, configs: dict[str, str],
+                 timeout: float = 60) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10_000})
+
+    def created() -> bool:
+        fut = admin.create_topics([NewTopic(name, partitions, rf, config=configs)], operation_timeout=10,
+                                  request_timeout=15)[name]
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+        return True
+
+    wait_until(created, timeout, f"topic {name} created", interval=0.5)
+    wait_until(lambda: all(n >= 0 for n in cluster.partition_leaders(name).values())
+               and len(cluster.partition_leaders(name)) == partitions, timeout, f"{name} led everywhere")
+
+
+def require_replication(cluster: FaultCluster, topic: str, timeout: float = 20.0) -> None:
+    """Skip, with what Metadata showed, while this build's ISRs never grow beyond the leader
+    (partition replication, issue 9, not yet in it). Decided at run time: the moment followers
+    replicate, the ISRs grow and the caller's test runs."""
+    deadline = time.monotonic() + timeout
+    isr: dict[int, list[int]] = {}
+    while time.monotonic() < deadline:
+        isr = cluster.isr(topic)
+        if any(len(members) > 1 for members in isr.values()):
+            cluster.wait_fully_replicated(topic, timeout=max(5.0, deadline - time.monotonic() + 30))
+            return
+        time.sleep(0.25)
+    pytest.skip(f"no ISR of {topic} grew beyond its leader in {timeout:.0f}s (Metadata ISR {isr}, replicas "
+                f"{cluster.replicas(topic)}): this build does not replicate partitions yet (issue 9)")
+
+
+def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
+    tag = uuid.uuid4().hex[:6]
+    topic, sink = f"faults-{tag}", f"faults-{tag}-out"
+    configs = {"min.insync.replicas": str(cfg.min_insync),
+               "unclean.leader.election.enable": str(cfg.unclean).lower()}
+    create_topic(cluster, topic, cfg.partitions, cfg.rf, configs)
+    if cfg.transactions:
+        create_topic(cluster, sink, cfg.partitions, cfg.rf, configs)
+    if cfg.rf > 1:
+        require_replication(cluster, topic)
+
+    history = History()
+    producers = Producers(cluster.bootstrap, topic, cfg.partitions, producers=cfg.producers,
+                          interval_s=cfg.produce_interval_s)
+    group = GroupConsumers(cluster.bootstrap, topic, f"g-{tag}") if cfg.groups else None
+    copy = (TransactionalCopy(cluster.bootstrap, topic, sink, f"copy-{tag}", f"txn-{tag}")
+            if cfg.transactions else None)
+    observing = threading.Event()
+
+    def observe() -> None:
+        while not observing.wait(1.0):
+            assert group is not None
+            group.observe_commits(cfg.partitions)
+
+    observer = threading.Thread(target=observe, daemon=True)
+    if group is not None:
+        observer.start()
+
+    def snapshot(i: int, f: Fault) -> None:
+        if i % cfg.snapshot_every:
+            return
+        try:
+            leaders = cluster.partition_leaders(topic)
+            got, _ = read_partitions(cluster.bootstrap, topic, cfg.partitions, deadline_s=15)
+        except Exception as exc:  # mid-recovery: the next snapshot will do
+            producers.note(f"snapshot after #{i}: {exc}")
+            return
+        for p, recs in got.items():
+            history.snapshots.append(Snapshot(p, leaders.get(p, -1), recs, f"after fault #{i} ({f.kind})"))
+
+    nemesis = Nemesis(cluster, cluster.net, topic,
+                      schedule(cfg.seed, cfg.faults, cfg.kinds, cfg.hold_s, cfg.gap_s), after_fault=snapshot)
+    started = time.monotonic()
+    try:
+        nemesis.run()
+    finally:
+        cluster.heal()
+        producers.stop()
+    if cfg.rf > 1:
+        cluster.wait_fully_replicated(topic, timeout=90)
+        if cfg.transactions:
+            cluster.wait_fully_replicated(sink, timeout=90)
+    else:
+        wait_until(lambda: all(n >= 0 for n in cluster.partition_leaders(topic).values()), 60, "every partition led")
+    final, complete = read_partitions(cluster.bootstrap, topic, cfg.partitions, deadline_s=120)
+    problems: list[str] = [] if complete else ["the final read did not reach every partition's end"]
+    ends = {p: (recs[-1][0] + 1 if recs else 0) for p, recs in final.items()}
+
+    extra: dict[str, Any] = {"duration_s": round(time.monotonic() - started, 1)}
+    if group is not None:
+        try:
+            wait_until(lambda: group.committed(cfg.partitions) == ends, cfg.catch_up_s,
+                       "the group to commit the topic's end", interval=1.0)
+        except AssertionError as exc:
+            problems.append(f"group: {exc}")
+        group.stop()
+        observing.set()
+        observer.join(10)
+        group.observe_commits(cfg.partitions)
+        history.commits = group.observed
+        history.acked_commits = group.acked_commits
+        missing = set(producers.acked) - set(group.consumed)
+        if missing:
+            problems.append(f"group consumers never saw {len(missing)} acknowledged records, e.g. {sorted(missing)[:5]}")
+        extra["group_consumed"] = len(group.consumed)
+        extra["group_redelivered"] = len(duplicates_in(group.consumed))
+    if copy is not None:
+        try:
+            wait_until(lambda: committed_offsets(cluster.bootstrap, topic, f"copy-{tag}", cfg.partitions) == ends, cfg.catch_up_s,
+                       "the transactional copy to commit the topic's end", interval=1.0)
+        except AssertionError as exc:
+            problems.append(f"transactional copy: {exc}")
+        copy.stop()
+        out, out_complete = read_partitions(cluster.bootstrap, sink, cfg.partitions, committed=True, deadline_s=120)
+        if not out_complete:
+            problems.append("the read_committed read of the copy's output did not reach its end")
+        inputs = [v for recs in final.values() for _, v in recs]
+        problems += [f"exactly-once copy: {p}" for p in
+                     exactly_once(inputs, [v for recs in out.values() for _, v in recs])]
+        extra.update(txn_committed=copy.committed_txns, txn_aborted=copy.aborted_txns,
+                     txn_new_producers=copy.new_producers)
+
+    history.acked = dict(producers.acked)
+    history.attempted = set(producers.attempted)
+    history.final = final
+    replicas = cluster.replicas(topic)
+    for n in cluster.running():
+        cluster.stop(n)
+    for p, nodes in replicas.items():
+        for n in nodes:
+            history.replica_logs[(p, n)] = replica_log(cluster.nodes[n].log_dir / f"{topic}-{p}")
+    verdict = check(history, unclean_allowed=cfg.unclean)
+    problems = verdict.problems() + problems
+    extra.update(faults=nemesis.applied, producer_fatal=producers.fatal,
+                 unacknowledged=len(producers.attempted) - len(producers.acked))
+    errors = sum((w.errors for w in (producers, group, copy) if w is not None), Counter())
+    report = "\n".join([
+        f"campaign seed={cfg.seed} rf={cfg.rf} min.insync={cfg.min_insync} unclean={cfg.unclean}: "
+        + verdict.summary(),
+        f"  {extra}",
+        "  client errors (expected under faults): " + (", ".join(f"{k} x{v}" for k, v in errors.most_common(12))
+                                                       or "none"),
+        *(f"  PROBLEM {p}" for p in problems),
+        nemesis.report(),
+    ])
+    return Outcome(verdict, problems, report, history, nemesis, extra)
