@@ -21,8 +21,8 @@ def make_fault_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Callab
     if why:
         pytest.skip(f"the fault suite partitions nodes with network namespaces: {why}")
 
-    def make(overrides: dict[str, str] | None = None) -> FaultCluster:
-        c = FaultCluster(tmp_path / f"c{len(made)}", overrides=overrides)
+    def make(overrides: dict[str, str] | None = None, nodes: int = 3) -> FaultCluster:
+        c = FaultCluster(tmp_path / f"c{len(made)}", nodes=nodes, overrides=overrides)
         made.append(c)
         request.addfinalizer(c.close)
         c.start()

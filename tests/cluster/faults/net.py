@@ -33,6 +33,7 @@ why not, for a skip with a reason.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import random
@@ -137,7 +138,14 @@ class Network:
         return self
 
     def close(self) -> None:
-        """Delete every namespace made (their interfaces, the root veth's peer, go with them)."""
+        """Delete every namespace made (their interfaces, the root veth's peer, go with them).
+
+        A client the test failed to close would then follow the default route off the machine
+        with its retries: the subnet is left `unreachable` in the root namespace until this
+        process exits, so such a client fails locally instead."""
+        if self._made and self.subnet is not None:
+            _ip("route", "replace", "unreachable", str(self.subnet))
+            atexit.register(_ip, "route", "del", "unreachable", str(self.subnet), check=False)
         for ns in reversed(self._made):
             _ip("netns", "del", ns, check=False)
         self._made.clear()

@@ -111,31 +111,34 @@ class Producers(Workload):
 
         producer = self._producer()
         seq = 0
-        while not self.stop_event.is_set():
-            if fatal.is_set():
-                self.note("fatal producer error: new producer")
-                self.fatal += 1
-                producer.flush(5)
-                producer, fatal = self._producer(), threading.Event()
-                name = f"{name}x"  # a new producer id: its own sequence space
-            value = f"{name}-{seq}"
-            with self.lock:
-                self.attempted.add(value)
-            try:
-                producer.produce(self.topic, value=value.encode(), partition=seq % self.partitions,
-                                 on_delivery=report)
-                seq += 1
-            except BufferError:
-                pass
-            except Exception as exc:
-                self.note(f"produce: {exc}")
-                if "fatal" in str(exc).lower():
-                    fatal.set()
-            producer.poll(0)
-            self.stop_event.wait(self.interval_s)
-        left = producer.flush(60)
-        if left:
-            self.note(f"{left} messages undelivered after flush")
+        try:
+            while not self.stop_event.is_set():
+                if fatal.is_set():
+                    self.note("fatal producer error: new producer")
+                    self.fatal += 1
+                    producer.close(5)
+                    producer, fatal = self._producer(), threading.Event()
+                    name = f"{name}x"  # a new producer id: its own sequence space
+                value = f"{name}-{seq}"
+                with self.lock:
+                    self.attempted.add(value)
+                try:
+                    producer.produce(self.topic, value=value.encode(), partition=seq % self.partitions,
+                                     on_delivery=report)
+                    seq += 1
+                except BufferError:
+                    pass
+                except Exception as exc:
+                    self.note(f"produce: {exc}")
+                    if "fatal" in str(exc).lower():
+                        fatal.set()
+                producer.poll(0)
+                self.stop_event.wait(self.interval_s)
+            left = producer.flush(60)
+            if left:
+                self.note(f"{left} messages undelivered after flush")
+        finally:
+            producer.close(5)
 
 
 class GroupConsumers(Workload):
@@ -260,8 +263,9 @@ class TransactionalCopy(Workload):
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "session.timeout.ms": 10_000, "fetch.wait.max.ms": 100}))
         consumer.subscribe([self.source])
-        producer = self._producer()
+        producer = None
         try:
+            producer = self._producer()
             while not self.stop_event.is_set():
                 msgs = [m for m in consumer.consume(self.batch, 0.5) if m.error() is None]
                 if not msgs:
@@ -276,19 +280,25 @@ class TransactionalCopy(Workload):
                     self.committed_txns += 1
                 except KafkaException as exc:
                     err = exc.args[0]
-                    self.note(f"transaction: {err.name()}")
+                    self.note(f"transaction: {err.name()}{' (fatal)' if err.fatal() else ''}")
+                    aborted = False
                     if err.txn_requires_abort():
                         try:
                             producer.abort_transaction(20)
                             self.aborted_txns += 1
+                            aborted = True
                         except KafkaException as exc2:
                             self.note(f"abort: {exc2.args[0].name()}")
-                            producer = self._new_producer(producer)
-                    else:
-                        producer = self._new_producer(producer)
+                    if not aborted:  # fatal, or the abort failed: a new producer fences the old
+                        producer.close(1)
+                        producer = None
+                        self.new_producers += 1
+                        producer = self._producer()
                     self._rewind(consumer)
         finally:
             consumer.close()
+            if producer is not None:
+                producer.close(5)
 
     def _commit(self, producer: Any) -> None:
         from confluent_kafka import KafkaException
@@ -301,11 +311,6 @@ class TransactionalCopy(Workload):
                 if not exc.args[0].retriable() or attempt == 9:
                     raise
                 self.note(f"commit retry: {exc.args[0].name()}")
-
-    def _new_producer(self, old: Any) -> Any:
-        self.new_producers += 1
-        old.flush(1)
-        return self._producer()
 
 
 def committed_offsets(bootstrap: str, topic: str, group: str, partitions: int,
