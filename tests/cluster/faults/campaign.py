@@ -93,7 +93,7 @@ def create_topic(cluster: FaultCluster, name: str, partitions: int, rf: int, con
                and len(cluster.partition_leaders(name)) == partitions, timeout, f"{name} led everywhere")
 
 
-def require_replication(cluster: FaultCluster, topic: str, timeout: float = 20.0) -> None:
+def require_replication(cluster: FaultCluster, topic: str, timeout: float = 10.0) -> None:
     """Skip, with what Metadata showed, while this build's ISRs never grow beyond the leader
     (partition replication, issue 9, not yet in it). Decided at run time: the moment followers
     replicate, the ISRs grow and the caller's test runs."""

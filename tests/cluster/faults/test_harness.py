@@ -303,3 +303,17 @@ def test_the_transactional_copy_stays_exactly_once_across_sigkills_of_its_node(
     assert out.problems == [], out.report
     assert out.nemesis.applied == 3
     assert out.extra["txn_committed"] > 0
+
+
+@pytest.mark.slow
+def test_every_fault_kind_on_one_replica_partitions(make_fault_cluster: Callable[..., FaultCluster]) -> None:
+    """Every kind of fault the replication campaigns use (pauses, isolations of the leader and
+    of the active controller, one-way cuts, clean restarts, kills) against one-replica
+    partitions, where this build already owes every acknowledged record."""
+    c = make_fault_cluster()
+    out = run_campaign(c, Campaign(seed=21, faults=24, rf=1, min_insync=1, kinds=ALL_KINDS, hold_s=(1.0, 3.0),
+                                   gap_s=(0.5, 1.5), catch_up_s=90, transactions=False, snapshot_every=3))
+    print(out.report)
+    assert out.problems == [], out.report
+    assert {line.split()[2] for line in out.nemesis.log if "#" in line and " for " in line} == {
+        "kill", "pause", "isolate", "cut", "restart"}
