@@ -132,12 +132,16 @@ def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict
     lock = threading.Lock()
     stop = threading.Event()
 
+    def report(err: Any, msg: Any, sent: float) -> None:
+        if err is None:
+            with lock:
+                acked.append((sent, time.perf_counter()))
+
     def run() -> None:
         while not stop.is_set():
             sent = time.perf_counter()
             try:
-                p.produce(topic, b"f", partition=0, on_delivery=lambda e, m, s=sent: e is None and acked.append(
-                    (s, time.perf_counter())))
+                p.produce(topic, b"f", partition=0, on_delivery=lambda e, m, s=sent: report(e, m, s))
             except BufferError:
                 pass
             p.poll(0.005)
@@ -164,7 +168,12 @@ def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict
             else:
                 samples.append(first - killed)
             c.nodes[leader].start()
-            wait_until(lambda: len(partition_state(c, topic)[1]) == len(isr), 120, "the ISR back to its size")
+            size = len(isr)
+
+            def isr_back(size: int = size) -> bool:
+                return len(partition_state(c, topic)[1]) == size
+
+            wait_until(isr_back, 120, "the ISR back to its size")
             with lock:
                 acked.clear()
     finally:
