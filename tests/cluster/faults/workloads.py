@@ -29,7 +29,9 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +72,12 @@ class Workload:
         deadline = time.monotonic() + timeout
         for t in self.threads:
             t.join(max(0.1, deadline - time.monotonic()))
-        alive = [t.name for t in self.threads if t.is_alive()]
-        assert not alive, f"workload threads did not stop: {alive}"
+        alive = [t for t in self.threads if t.is_alive()]
+        if alive:
+            frames = sys._current_frames()
+            stacks = ["".join(traceback.format_stack(frames[t.ident])) for t in alive if t.ident in frames]
+            raise AssertionError(f"{type(self).__name__} threads did not stop within {timeout:.0f}s "
+                                 f"(errors so far: {dict(self.errors)}):\n" + "\n".join(stacks))
 
 
 class Producers(Workload):
@@ -219,6 +225,33 @@ class GroupConsumers(Workload):
                     self.observed.setdefault((self.group, p), []).append(off)
 
 
+class ClientHung(Exception):
+    """A client call outlived its own timeout (librdkafka's send_offsets_to_transaction can,
+    when the group coordinator dies: confluentinc/librdkafka#5456, #5511)."""
+
+
+def bounded(call: Any, timeout_s: float, what: str) -> Any:
+    """Run `call()` in a helper thread; ClientHung if it has not returned after `timeout_s`
+    (the thread and the client are then abandoned: a new transactional producer with the same
+    transactional.id fences the old one, so an abandoned call can never commit)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True, name=f"bounded {what}")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise ClientHung(f"{what} still blocked {timeout_s:.0f}s after it was called")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 class TransactionalCopy(Workload):
     def __init__(self, bootstrap: str, source: str, sink: str, group: str, txn_id: str,
                  batch: int = 50) -> None:
@@ -228,24 +261,29 @@ class TransactionalCopy(Workload):
         self.committed_txns = 0
         self.aborted_txns = 0
         self.new_producers = 0
+        self.abandoned: list[Any] = []
         self._spawn(self._run)
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
 
-        p = Producer(_conf(self.bootstrap, **{
-            "transactional.id": self.txn_id, "enable.idempotence": True, "acks": "all",
-            "transaction.timeout.ms": 20_000, "message.timeout.ms": 20_000, "request.timeout.ms": 5_000}))
         deadline = time.monotonic() + 120
         while True:
+            p = Producer(_conf(self.bootstrap, **{
+                "transactional.id": self.txn_id, "enable.idempotence": True, "acks": "all",
+                "transaction.timeout.ms": 20_000, "message.timeout.ms": 20_000, "request.timeout.ms": 5_000}))
             try:
-                p.init_transactions(10)
+                bounded(partial(p.init_transactions, 10), 30, "init_transactions")
                 return p
+            except ClientHung as hung:
+                self.note(f"client bug worked around: {hung}")
+                self.abandoned.append(p)
             except Exception as exc:
                 self.note(f"init_transactions: {exc}")
-                if time.monotonic() > deadline or self.stop_event.is_set():
-                    raise
-                self.stop_event.wait(0.5)
+                p.close(1)
+            if time.monotonic() > deadline or self.stop_event.is_set():
+                raise AssertionError("no transactional producer could be initialised within 120s")
+            self.stop_event.wait(0.5)
 
     def _rewind(self, consumer: Any) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -274,8 +312,10 @@ class TransactionalCopy(Workload):
                     producer.begin_transaction()
                     for m in msgs:
                         producer.produce(self.sink, value=b"out:" + m.value(), partition=m.partition())
-                    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                         consumer.consumer_group_metadata(), 20)
+                    positions = consumer.position(consumer.assignment())
+                    group_md = consumer.consumer_group_metadata()
+                    bounded(partial(producer.send_offsets_to_transaction, positions, group_md, 20), 25,
+                            "send_offsets_to_transaction")
                     self._commit(producer)
                     self.committed_txns += 1
                 except KafkaException as exc:
@@ -284,16 +324,28 @@ class TransactionalCopy(Workload):
                     aborted = False
                     if err.txn_requires_abort():
                         try:
-                            producer.abort_transaction(20)
+                            bounded(partial(producer.abort_transaction, 20), 25, "abort_transaction")
                             self.aborted_txns += 1
                             aborted = True
                         except KafkaException as exc2:
                             self.note(f"abort: {exc2.args[0].name()}")
+                        except ClientHung as hung:
+                            self.note(f"client bug worked around: {hung}")
+                            self.abandoned.append(producer)
+                            producer = None
                     if not aborted:  # fatal, or the abort failed: a new producer fences the old
-                        producer.close(1)
+                        if producer is not None:
+                            producer.close(1)
                         producer = None
                         self.new_producers += 1
                         producer = self._producer()
+                    self._rewind(consumer)
+                except ClientHung as hung:
+                    self.note(f"client bug worked around: {hung}")
+                    self.abandoned.append(producer)  # never closed: the blocked call holds it
+                    producer = None
+                    self.new_producers += 1
+                    producer = self._producer()
                     self._rewind(consumer)
         finally:
             consumer.close()
@@ -305,7 +357,7 @@ class TransactionalCopy(Workload):
 
         for attempt in range(10):
             try:
-                producer.commit_transaction(20)
+                bounded(partial(producer.commit_transaction, 20), 25, "commit_transaction")
                 return
             except KafkaException as exc:
                 if not exc.args[0].retriable() or attempt == 9:
