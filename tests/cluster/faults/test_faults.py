@@ -31,10 +31,22 @@ def seed(default: int) -> int:
 
 def test_a_short_campaign_loses_no_acknowledged_record(make_fault_cluster: Callable[..., FaultCluster]) -> None:
     c = make_fault_cluster()
-    out = run_campaign(c, Campaign(seed=seed(1), faults=6, hold_s=(1.0, 3.0), gap_s=(0.5, 1.5), catch_up_s=60))
+    out = run_campaign(c, Campaign(seed=seed(1), faults=6, hold_s=(1.0, 3.0), gap_s=(0.5, 1.5), catch_up_s=60,
+                                   transactions=False))
     print(out.report)
     assert out.problems == [], out.report
     assert out.nemesis.applied == 6 and out.verdict.acked > 0
+
+
+def test_a_short_campaign_copies_exactly_once(make_fault_cluster: Callable[..., FaultCluster]) -> None:
+    """The transactional copy under faults; it also skips, with the client's error, while a
+    fault-free transaction over partitions led by several nodes cannot commit."""
+    c = make_fault_cluster()
+    out = run_campaign(c, Campaign(seed=seed(6), faults=4, hold_s=(1.0, 3.0), gap_s=(1.0, 2.0), catch_up_s=90,
+                                   groups=False, producers=1))
+    print(out.report)
+    assert out.problems == [], out.report
+    assert out.extra["txn_committed"] > 0
 
 
 @pytest.mark.slow
@@ -42,10 +54,21 @@ def test_a_long_campaign_of_over_a_hundred_faults_loses_no_acknowledged_record(
         make_fault_cluster: Callable[..., FaultCluster]) -> None:
     c = make_fault_cluster()
     out = run_campaign(c, Campaign(seed=seed(2), faults=120, hold_s=(0.5, 3.0), gap_s=(0.3, 1.5),
-                                   produce_interval_s=0.02, snapshot_every=6, catch_up_s=180))
+                                   produce_interval_s=0.02, snapshot_every=6, catch_up_s=180, transactions=False))
     print(out.report)
     assert out.problems == [], out.report
     assert out.nemesis.applied == 120
+
+
+@pytest.mark.slow
+def test_a_long_transactional_campaign_of_over_a_hundred_faults_copies_exactly_once(
+        make_fault_cluster: Callable[..., FaultCluster]) -> None:
+    c = make_fault_cluster()
+    out = run_campaign(c, Campaign(seed=seed(7), faults=110, hold_s=(0.5, 3.0), gap_s=(0.5, 2.0),
+                                   produce_interval_s=0.02, snapshot_every=10, catch_up_s=180))
+    print(out.report)
+    assert out.problems == [], out.report
+    assert out.nemesis.applied == 110
 
 
 @pytest.mark.slow

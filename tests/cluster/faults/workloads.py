@@ -61,7 +61,8 @@ class Workload:
         try:
             target(*args)
         except Exception as exc:  # a crashed worker must show up in the verdict
-            self.note(f"worker crashed: {type(exc).__name__}: {exc}")
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.note(f"worker crashed at {Path(where.filename).name}:{where.lineno}: {type(exc).__name__}: {exc}")
 
     def note(self, what: str) -> None:
         with self.lock:
@@ -225,6 +226,16 @@ class GroupConsumers(Workload):
                     self.observed.setdefault((self.group, p), []).append(off)
 
 
+def close_quietly(client: Any) -> None:
+    """Close a client that may be in a fatal state (its close may raise that error again)."""
+    if client is None:
+        return
+    try:
+        client.close(5)
+    except Exception:
+        pass
+
+
 class ClientHung(Exception):
     """A client call outlived its own timeout (librdkafka's send_offsets_to_transaction can,
     when the group coordinator dies: confluentinc/librdkafka#5456, #5511)."""
@@ -280,7 +291,7 @@ class TransactionalCopy(Workload):
                 self.abandoned.append(p)
             except Exception as exc:
                 self.note(f"init_transactions: {exc}")
-                p.close(1)
+                close_quietly(p)
             if time.monotonic() > deadline or self.stop_event.is_set():
                 raise AssertionError("no transactional producer could be initialised within 120s")
             self.stop_event.wait(0.5)
@@ -334,8 +345,7 @@ class TransactionalCopy(Workload):
                             self.abandoned.append(producer)
                             producer = None
                     if not aborted:  # fatal, or the abort failed: a new producer fences the old
-                        if producer is not None:
-                            producer.close(1)
+                        close_quietly(producer)
                         producer = None
                         self.new_producers += 1
                         producer = self._producer()
@@ -349,8 +359,7 @@ class TransactionalCopy(Workload):
                     self._rewind(consumer)
         finally:
             consumer.close()
-            if producer is not None:
-                producer.close(5)
+            close_quietly(producer)
 
     def _commit(self, producer: Any) -> None:
         from confluent_kafka import KafkaException
