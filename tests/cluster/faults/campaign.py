@@ -236,8 +236,7 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
     history.attempted = set(producers.attempted)
     history.final = final
     replicas = cluster.replicas(topic)
-    for n in cluster.running():
-        cluster.stop(n)
+    cluster.stop_all()
     for p, nodes in replicas.items():
         for n in nodes:
             history.replica_logs[(p, n)] = replica_log(cluster.nodes[n].log_dir / f"{topic}-{p}")

@@ -20,7 +20,10 @@ workload threads too.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +100,31 @@ class FaultCluster(Cluster):
     def bootstrap(self) -> str:
         return ",".join(self.address(n) for n in self.nodes)
 
+    def stop_all(self, timeout: float = 30.0) -> None:
+        """SIGTERM every running node at once (one after another, the last ones wait for a
+        quorum that has already gone), then wait for each; SIGKILL after `timeout`."""
+        running = [n for n in self.nodes.values() if n.is_running()]
+        for n in running:
+            assert n.pid is not None
+            os.kill(n.pid, signal.SIGCONT)  # a paused node cannot shut down
+            os.kill(n.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        stuck = []
+        for n in running:
+            assert n.proc is not None
+            try:
+                n.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stuck.append(n.node_id)
+                n.kill()
+            n.returncode = n.proc.returncode
+        if stuck:
+            raise AssertionError(f"nodes {stuck} did not shut down within {timeout:.0f}s of SIGTERM; killed")
+
     def close(self) -> None:
         try:
             self.net.heal_all()  # a cut node must be able to finish its controlled shutdown
+            self.stop_all()
         finally:
             try:
                 super().close()
