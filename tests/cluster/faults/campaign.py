@@ -211,6 +211,9 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
         group.observe_commits(cfg.partitions)
         history.commits = group.observed
         history.acked_commits = group.acked_commits
+        t0 = nemesis.started  # on the fault log's clock
+        history.commit_times = {k: [t - t0 for t in ts] for k, ts in group.observed_at.items()}
+        history.acked_commit_log = [(t - t0, k, off) for t, k, off in group.acked_log]
         missing = set(producers.acked) - set(group.consumed)
         if missing:
             problems.append(f"group consumers never saw {len(missing)} acknowledged records, e.g. {sorted(missing)[:5]}")

@@ -54,6 +54,10 @@ class History:
     replica_logs: dict[tuple[int, int], Records] = field(default_factory=dict)
     commits: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     acked_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+    # optional timing, seconds on one clock: when each observation was asked, and each
+    # acknowledged commit (acknowledged at, key, offset); they date and classify a regression
+    commit_times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    acked_commit_log: list[tuple[float, tuple[str, int], int]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,7 +115,7 @@ def check(h: History, *, unclean_allowed: bool = False) -> Verdict:
         v.unknown = sorted(val for val in where if val not in h.attempted)
     v.order = order_violations(h)
     v.replicas = replica_mismatches(h.replica_logs)
-    v.offsets_backwards = commits_backwards(h.commits, h.acked_commits)
+    v.offsets_backwards = commits_backwards(h.commits, h.acked_commits, h.commit_times, h.acked_commit_log)
     return v
 
 
@@ -159,13 +163,26 @@ def replica_mismatches(logs: dict[tuple[int, int], Records]) -> list[str]:
     return out
 
 
-def commits_backwards(commits: dict[tuple[str, int], list[int]], acked: dict[tuple[str, int], int]) -> list[str]:
+def commits_backwards(commits: dict[tuple[str, int], list[int]], acked: dict[tuple[str, int], int],
+                      times: dict[tuple[str, int], list[float]] | None = None,
+                      acked_log: list[tuple[float, tuple[str, int], int]] | None = None) -> list[str]:
     out: list[str] = []
     for key, seen in sorted(commits.items()):
-        for before, after in zip(seen, seen[1:], strict=False):
+        at = (times or {}).get(key)
+        for i, (before, after) in enumerate(zip(seen, seen[1:], strict=False)):
             if after < before:
-                out.append(f"group {key[0]} partition {key[1]}: committed {before}, later {after}")
+                when = f" (asked at {at[i]:.2f}s and {at[i + 1]:.2f}s)" if at and len(at) == len(seen) else ""
+                out.append(f"group {key[0]} partition {key[1]}: committed {before}, later {after}{when}")
                 break
+        if at and acked_log and len(at) == len(seen):
+            # an observation below a commit acknowledged before it was asked: the commit was lost
+            acks = sorted((t, off) for t, k, off in acked_log if k == key)
+            for seen_at, value in zip(at, seen, strict=True):
+                owed = max((off for t, off in acks if t < seen_at), default=-1)
+                if value < owed:
+                    out.append(f"group {key[0]} partition {key[1]}: at {seen_at:.2f}s the committed offset was "
+                               f"{value}, below {owed}, a commit acknowledged before then (a lost commit)")
+                    break
     for key, high in sorted(acked.items()):
         final = commits.get(key, [-1])[-1]
         if final < high:

@@ -81,10 +81,10 @@ class Nemesis:
     stop: threading.Event = field(default_factory=threading.Event)
     log: list[str] = field(default_factory=list)
     applied: int = 0
-    _t0: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)  # the fault log's clock origin
 
     def _log(self, text: str) -> None:
-        self.log.append(f"{time.monotonic() - self._t0:7.2f}s {text}")
+        self.log.append(f"{time.monotonic() - self.started:7.2f}s {text}")
 
     def victim(self, f: Fault) -> tuple[int, str]:
         nodes = sorted(self.target.nodes)
@@ -148,7 +148,7 @@ class Nemesis:
         self._hold(f.gap_s)
 
     def run(self) -> None:
-        self._t0 = time.monotonic()
+        self.started = time.monotonic()
         for i, f in enumerate(self.faults):
             if self.stop.is_set():
                 self._log(f"stopped before fault #{i}")

@@ -346,3 +346,16 @@ def test_the_pipeline_reports_records_really_lost_on_a_node(make_fault_cluster: 
     expected = sorted(v for v, (p, _) in producers.acked.items() if p in doomed)
     assert expected and sorted(verdict.lost) == expected
     assert any("acknowledged records lost" in p for p in verdict.problems())
+
+
+def test_the_checker_dates_a_regression_and_tells_a_lost_acknowledged_commit() -> None:
+    h = clean_history()
+    h.commits[("g", 0)] = [2, 5, 4, 6]
+    h.commit_times[("g", 0)] = [1.0, 2.0, 3.0, 4.0]
+    h.acked_commit_log = [(0.5, ("g", 0), 2), (1.5, ("g", 0), 5), (3.5, ("g", 0), 6)]
+    found = check(h).offsets_backwards
+    assert found[0] == "group g partition 0: committed 5, later 4 (asked at 2.00s and 3.00s)"
+    assert "at 3.00s the committed offset was 4, below 5, a commit acknowledged before then" in found[1]
+    # seen, then gone, but never acknowledged before it was seen lower: only the regression
+    h.acked_commit_log = [(0.5, ("g", 0), 2), (3.5, ("g", 0), 6)]
+    assert len(check(h).offsets_backwards) == 1

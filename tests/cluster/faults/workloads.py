@@ -158,6 +158,8 @@ class GroupConsumers(Workload):
         self.consumed: list[str] = []
         self.acked_commits: dict[tuple[str, int], int] = {}
         self.observed: dict[tuple[str, int], list[int]] = {}
+        self.observed_at: dict[tuple[str, int], list[float]] = {}  # time.monotonic() at the ask
+        self.acked_log: list[tuple[float, tuple[str, int], int]] = []  # (acknowledged at, key, offset)
         for i in range(consumers):
             self._spawn(self._run, i)
 
@@ -177,11 +179,13 @@ class GroupConsumers(Workload):
         except KafkaException as exc:
             self.note(f"commit: {exc.args[0].name()}")
             return
+        now = time.monotonic()
         with self.lock:
             for tp in done or []:
                 if tp.error is None and tp.offset >= 0:
                     key = (self.group, tp.partition)
                     self.acked_commits[key] = max(self.acked_commits.get(key, -1), tp.offset)
+                    self.acked_log.append((now, key, tp.offset))
 
     def _run(self, i: int) -> None:
         consumer = self.consumer()
@@ -215,6 +219,7 @@ class GroupConsumers(Workload):
 
     def observe_commits(self, partitions: int) -> None:
         """Record the committed offsets once (called from one observer thread over time)."""
+        asked = time.monotonic()
         try:
             now = self.committed(partitions)
         except Exception as exc:
@@ -224,6 +229,7 @@ class GroupConsumers(Workload):
             for p, off in now.items():
                 if off >= 0:
                     self.observed.setdefault((self.group, p), []).append(off)
+                    self.observed_at.setdefault((self.group, p), []).append(asked)
 
 
 def close_quietly(client: Any) -> None:
