@@ -167,6 +167,15 @@ class FaultCluster(Cluster):
         md = self.metadata(topic)
         return {p.partition_index: sorted(p.replica_nodes) for p in md.topics[0].partitions}
 
+    def leadership_agreed(self, topic: str) -> bool:
+        """Every running node's Metadata shows the same leader and leader epoch for every
+        partition of `topic` (a node back from a pause or a partition has caught up)."""
+        views = []
+        for n in self.running():
+            md = self.metadata(topic, via=n)
+            views.append({p.partition_index: (p.leader_id, p.leader_epoch) for p in md.topics[0].partitions})
+        return bool(views) and all(v == views[0] for v in views)
+
     def wait_fully_replicated(self, topic: str, timeout: float = 60.0) -> None:
         """Every partition led, and its ISR equal to its replica set."""
         def full() -> bool:
