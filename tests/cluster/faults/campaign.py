@@ -192,6 +192,11 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
     started = time.monotonic()
     try:
         nemesis.run()
+    except BaseException:
+        for w in (producers, group, copy):  # no client outlives a failed campaign
+            if w is not None:
+                w.stop_event.set()
+        raise
     finally:
         cluster.heal()
         producers.stop()
