@@ -1,0 +1,228 @@
+"""Replication cost and failover time on this machine (issue 9), run by hand:
+
+    PYTHONPATH=. python bench/replication/run.py [--messages 200000] [--size 100] [--kills 10]
+        [--failover-timeout 30] [--json out.json]
+
+- produce: one confluent-kafka producer (idempotent, linger 5 ms) sends `--messages` records of
+  `--size` bytes to a one-partition topic, (a) acks=all, replication factor 3,
+  min.insync.replicas=2 on three local nodes (tests/cluster/harness.Cluster, loopback) and
+  (b) acks=1, replication factor 1 on a one-node cluster, in the same run; throughput
+  (records/s, MB/s) from the first send to the last delivery report, latency per record from
+  produce() to its delivery report (p50/p99/max), and the ratios (a)/(b).
+- failover: a producer (idempotent, acks=all) keeps writing to the RF=3 partition; its leader is
+  SIGKILLed and the time from the kill to the first delivery report of a record produced after
+  it is one sample; the node is restarted and the partition fully in sync again before the next
+  kill. p50/p99/max over `--kills`, and how many kills saw no acknowledged write within
+  `--failover-timeout` (a build without leader election: the partition waits for its leader).
+A warm-up record that is not acknowledged (e.g. NOT_ENOUGH_REPLICAS: min.insync.replicas=2 on a
+build whose ISRs are the leader alone) is reported instead of the figures; `--min-insync 1`
+then measures the same topic without that guard.
+Every run records the ISRs it saw: where they never grew beyond the leader, the figures are of a
+build without replication and the output says so.
+Results are printed and written as JSON (`--json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pybroker.client.connection import BrokerConnection  # noqa: E402
+from pybroker.protocol.messages import MetadataRequest  # noqa: E402
+from tests.cluster.harness import Cluster, wait_until  # noqa: E402
+
+REPLICATION = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "200"}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50_ms": round(statistics.median(values) * 1000, 2),
+            "p99_ms": round(pct(values, 0.99) * 1000, 2), "max_ms": round(max(values) * 1000, 2)}
+
+
+def partition_state(c: Cluster, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, isr, replicas) of partition 0, from the first node that answers."""
+    for n in c.running():
+        host, port = c.address(n).split(":")
+        try:
+            with BrokerConnection(host, int(port), request_timeout_s=3, connect_timeout_s=3) as conn:
+                md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                               allow_auto_topic_creation=False))
+        except OSError:
+            continue
+        if md.topics and md.topics[0].error_code == 0 and md.topics[0].partitions:
+            p = md.topics[0].partitions[0]
+            return p.leader_id, sorted(p.isr_nodes), sorted(p.replica_nodes)
+    raise AssertionError(f"no node answered Metadata for {topic}")
+
+
+def create(c: Cluster, topic: str, rf: int, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, rf, config=configs)], operation_timeout=30)[topic].result(60)
+    wait_until(lambda: partition_state(c, topic)[0] >= 0, 60, f"{topic} led")
+
+
+def producer(bootstrap: str, acks: str) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": acks == "all",
+                     "linger.ms": 5, "message.timeout.ms": 60_000, "request.timeout.ms": 10_000,
+                     "queue.buffering.max.messages": 1_000_000, "log.connection.close": False})
+
+
+def bench_produce(c: Cluster, topic: str, acks: str, messages: int, size: int) -> dict[str, Any]:
+    p = producer(c.bootstrap, acks)
+    latencies: list[float] = []
+    errors = 0
+    payload = b"x" * size
+
+    def report(err: Any, msg: Any, sent: float) -> None:
+        nonlocal errors
+        if err is None:
+            latencies.append(time.perf_counter() - sent)
+        else:
+            errors += 1
+
+    warm: list[Any] = []
+    p.produce(topic, b"warm-up", partition=0, on_delivery=lambda e, m: warm.append(e))
+    p.flush(70)
+    if not warm or warm[0] is not None:
+        p.close(10)
+        return {"acks": acks, "error": f"the warm-up record was not acknowledged: {warm[0] if warm else 'no report'}"}
+    start = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                sent = time.perf_counter()
+                p.produce(topic, payload, partition=0, on_delivery=lambda e, m, s=sent: report(e, m, s))
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - start
+    p.close(10)
+    leader, isr, replicas = partition_state(c, topic)
+    return {"acks": acks, "replicas": replicas, "isr_at_end": isr, "records": messages, "errors": errors,
+            "undelivered": left, "seconds": round(elapsed, 2), "records_per_s": round(messages / elapsed),
+            "mb_per_s": round(messages * size / elapsed / 1e6, 2), "latency": summary(latencies)}
+
+
+def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict[str, Any]:
+    p = producer(c.bootstrap, "all")
+    acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def report(err: Any, msg: Any, sent: float) -> None:
+        if err is None:
+            with lock:
+                acked.append((sent, time.perf_counter()))
+
+    def run() -> None:
+        while not stop.is_set():
+            sent = time.perf_counter()
+            try:
+                p.produce(topic, b"f", partition=0, on_delivery=lambda e, m, s=sent: report(e, m, s))
+            except BufferError:
+                pass
+            p.poll(0.005)
+
+    writer = threading.Thread(target=run, daemon=True)
+    writer.start()
+    samples: list[float] = []
+    timeouts = 0
+    isr_seen: list[list[int]] = []
+    try:
+        for _ in range(kills):
+            leader, isr, _ = partition_state(c, topic)
+            isr_seen.append(isr)
+            c.kill(leader)
+            killed = time.perf_counter()
+            deadline = killed + timeout_s
+            first = None
+            while first is None and time.perf_counter() < deadline:
+                with lock:
+                    first = next((a for s, a in acked if s > killed), None)
+                time.sleep(0.005)
+            if first is None:
+                timeouts += 1
+            else:
+                samples.append(first - killed)
+            c.nodes[leader].start()
+            size = len(isr)
+
+            def isr_back(size: int = size) -> bool:
+                return len(partition_state(c, topic)[1]) == size
+
+            wait_until(isr_back, 120, "the ISR back to its size")
+            with lock:
+                acked.clear()
+    finally:
+        stop.set()
+        writer.join(10)
+        p.flush(60)
+        p.close(10)
+    return {"kills": kills, "first_ack_after_kill": summary(samples), "no_ack_within_timeout": timeouts,
+            "timeout_s": timeout_s, "isr_before_kills": isr_seen}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--failover-timeout", type=float, default=30.0)
+    ap.add_argument("--min-insync", type=int, default=2, help="of the RF=3 topic")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        with Cluster(Path(d) / "three", overrides=REPLICATION) as c:
+            topic = f"rf3-{uuid.uuid4().hex[:6]}"
+            create(c, topic, 3, {"min.insync.replicas": str(args.min_insync)})
+            results["rf3_acks_all"] = bench_produce(c, topic, "all", args.messages, args.size)
+            results["rf3_acks_all"]["min_insync_replicas"] = args.min_insync
+            print(json.dumps(results, indent=1), flush=True)
+            if "error" not in results["rf3_acks_all"]:
+                results["failover"] = bench_failover(c, topic, args.kills, args.failover_timeout)
+                print(json.dumps(results, indent=1), flush=True)
+        with Cluster(Path(d) / "one", nodes=1) as c:
+            topic = f"rf1-{uuid.uuid4().hex[:6]}"
+            create(c, topic, 1, {})
+            results["rf1_acks_1"] = bench_produce(c, topic, "1", args.messages, args.size)
+    a, b = results["rf3_acks_all"], results["rf1_acks_1"]
+    if "error" not in a and "error" not in b:
+        results["ratio_rf3_all_over_rf1_one"] = {
+            "throughput": round(a["records_per_s"] / b["records_per_s"], 3),
+            "p99_latency": round(a["latency"]["p99_ms"] / b["latency"]["p99_ms"], 3),
+        }
+    isrs = [a.get("isr_at_end", []), *results.get("failover", {}).get("isr_before_kills", [])]
+    if all(len(isr) <= 1 for isr in isrs):
+        results["note"] = ("the ISR never grew beyond the leader: this build does not replicate partitions, "
+                           "so the RF=3 figures include no replication and failover waits for the restart")
+    print(json.dumps(results, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""A 3-node pybroker cluster (combined roles, every node a voter) whose nodes each run in their
+own network namespace (faults/net.py), so the links between them can be cut while the test's
+clients, in the root namespace, still reach every node.
+
+    with FaultCluster(tmp_path, topic_overrides...) as c:
+        c.bootstrap                 "10.x.y.1:9092,10.x.y.2:9092,10.x.y.3:9092"
+        c.net.cut(1, 2)             node 1's packets to node 2 are dropped
+        c.partition_leaders(topic)  {partition: leader id} from Metadata
+        c.isr(topic)                {partition: [isr]}
+        c.kill / pause / resume / restart (tests/cluster/harness.Cluster's)
+
+Everything else (bounded waits, DescribeQuorum, the active controller, PID-only signalling,
+SIGCONT before shutdown) is tests/cluster/harness.Cluster's; only the addresses and the
+command prefix (`ip netns exec <ns>`, which execs: the PID signalled is the broker's) differ.
+Nodes bind fixed ports (9092 clients, 9093 controller) inside their own namespaces.
+Concurrency: driven from one thread at a time, except `partition_leaders`/`isr`/
+`describe_quorum`, which only open their own short connections and may be called from
+workload threads too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from pybroker.client.connection import BrokerConnection, BrokerConnectionError
+from pybroker.log.meta_properties import random_uuid_str
+from pybroker.protocol.messages import MetadataRequest
+from tests.clients.broker import BrokerProcess
+from tests.cluster.harness import FAST, Cluster, wait_until
+
+from .net import CLIENT_PORT, CONTROLLER_PORT, Network
+
+# Replication timings scaled down like the quorum's in harness.FAST, so that an ISR shrinks
+# and a leader moves within a test's seconds (Kafka: 30 s lag, 500 ms fetch wait).
+REPLICATION_FAST = {
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.socket.timeout.ms": "3000",
+    "leader.imbalance.check.interval.seconds": "5",
+}
+
+
+class NamespacedBroker(BrokerProcess):
+    def __init__(self, *args: object, prefix: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.prefix = prefix
+
+    def command(self) -> list[str]:
+        return [*self.prefix, *super().command()]
+
+
+class FaultCluster(Cluster):
+    def __init__(self, root: Path, nodes: int = 3, overrides: dict[str, str] | None = None,
+                 start_timeout: float = 90.0) -> None:
+        # deliberately not Cluster.__init__: same fields, namespaced addresses
+        self.root = Path(root)
+        self.count = nodes
+        self.cluster_id = random_uuid_str()
+        self.net = Network(list(range(1, nodes + 1))).create()
+        self.client_ports = [CLIENT_PORT] * nodes
+        self.controller_ports = [CONTROLLER_PORT] * nodes
+        voters = ",".join(f"{n}@{self.net.host(n)}:{CONTROLLER_PORT}" for n in self.net.nodes)
+        rf = str(min(3, nodes))
+        self.nodes: dict[int, BrokerProcess] = {}
+        for n in self.net.nodes:
+            host = self.net.host(n)
+            settings = {
+                "process.roles": "broker,controller",
+                "cluster.id": self.cluster_id,
+                "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://{host}:{CLIENT_PORT},CONTROLLER://{host}:{CONTROLLER_PORT}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "offsets.topic.replication.factor": rf,
+                "offsets.topic.num.partitions": "6",
+                "transaction.state.log.replication.factor": rf,
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "6",
+                "group.initial.rebalance.delay.ms": "0",
+                **FAST,
+                **REPLICATION_FAST,
+                **(overrides or {}),
+            }
+            node = NamespacedBroker(self.root / f"node-{n}" / "data", node_id=n, overrides=settings, host=host,
+                                    start_timeout=start_timeout, stop_timeout=30.0,
+                                    prefix=self.net.exec_prefix(n))
+            node.port = CLIENT_PORT
+            self.nodes[n] = node
+
+    def address(self, node_id: int) -> str:
+        return f"{self.net.host(node_id)}:{CLIENT_PORT}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(n) for n in self.nodes)
+
+    def stop_all(self, timeout: float = 30.0) -> None:
+        """SIGTERM every running node at once (one after another, the last ones wait for a
+        quorum that has already gone), then wait for each; SIGKILL after `timeout`."""
+        running = [n for n in self.nodes.values() if n.is_running()]
+        for n in running:
+            assert n.pid is not None
+            os.kill(n.pid, signal.SIGCONT)  # a paused node cannot shut down
+            os.kill(n.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        stuck = []
+        for n in running:
+            assert n.proc is not None
+            try:
+                n.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stuck.append(n.node_id)
+                n.kill()
+            n.returncode = n.proc.returncode
+        if stuck:
+            raise AssertionError(f"nodes {stuck} did not shut down within {timeout:.0f}s of SIGTERM; killed")
+
+    def close(self) -> None:
+        try:
+            self.net.heal_all()  # a cut node must be able to finish its controlled shutdown
+            self.stop_all()
+        finally:
+            try:
+                super().close()
+            finally:
+                self.net.close()
+
+    def restart(self, node_id: int) -> None:
+        n = self.nodes[node_id]
+        if n.is_running():
+            n.stop(signal.SIGTERM)
+        n.start()
+
+    # -- partition state, from Metadata ------------------------------------------------------
+    def metadata(self, topic: str, via: int | None = None, timeout_s: float = 3.0) -> Any:
+        """One Metadata answer for `topic` from the first running node that answers."""
+        last: BaseException | None = None
+        for n in [via] if via is not None else self.running():
+            host, port = self.address(n).split(":")
+            try:
+                with BrokerConnection(host, int(port), request_timeout_s=timeout_s,
+                                      connect_timeout_s=timeout_s) as conn:
+                    md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                                   allow_auto_topic_creation=False))
+                if md.topics and md.topics[0].error_code == 0:
+                    return md
+                last = AssertionError(f"Metadata via node {n}: {md.topics}")
+            except (BrokerConnectionError, OSError) as exc:
+                last = exc
+        raise AssertionError(f"no node answered Metadata for {topic}") from last
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        md = self.metadata(topic)
+        return {p.partition_index: p.leader_id for p in md.topics[0].partitions}
+
+    def isr(self, topic: str) -> dict[int, list[int]]:
+        md = self.metadata(topic)
+        return {p.partition_index: sorted(p.isr_nodes) for p in md.topics[0].partitions}
+
+    def replicas(self, topic: str) -> dict[int, list[int]]:
+        md = self.metadata(topic)
+        return {p.partition_index: sorted(p.replica_nodes) for p in md.topics[0].partitions}
+
+    def leadership_agreed(self, topic: str) -> bool:
+        """Every running node's Metadata shows the same leader and leader epoch for every
+        partition of `topic` (a node back from a pause or a partition has caught up)."""
+        views = []
+        for n in self.running():
+            md = self.metadata(topic, via=n)
+            views.append({p.partition_index: (p.leader_id, p.leader_epoch) for p in md.topics[0].partitions})
+        return bool(views) and all(v == views[0] for v in views)
+
+    def wait_fully_replicated(self, topic: str, timeout: float = 60.0) -> None:
+        """Every partition led, and its ISR equal to its replica set."""
+        def full() -> bool:
+            md = self.metadata(topic)
+            return all(p.leader_id >= 0 and sorted(p.isr_nodes) == sorted(p.replica_nodes)
+                       for p in md.topics[0].partitions)
+
+        wait_until(full, timeout, f"every partition of {topic} fully in sync", interval=0.25)
+
+    def heal(self) -> None:
+        """Undo every fault: heal links, resume paused nodes, start dead ones."""
+        self.net.heal_all()
+        for n, node in self.nodes.items():
+            if node.is_running():
+                self.resume(n)
+        dead = [n for n, node in self.nodes.items() if not node.is_running()]
+        for n in dead:
+            self.nodes[n].launch()
+        for n in dead:
+            self.nodes[n].await_listening()

@@ -1,0 +1,205 @@
+"""Real network partitions between cluster nodes: one Linux network namespace per node.
+
+Layout (all made by `Network.create`, all removed by `Network.close`):
+
+    root ns (pytest, the clients)      pbf<tag>c  10.<a>.<b>.254/24 ──┐
+    ns pbf-<tag>-sw                    bridge br0  ◄──────────────────┘ (and every node's peer)
+    ns pbf-<tag>-n<N>  (node N)        eth0       10.<a>.<b>.<N>/24 ──► br0
+
+Every node has its own address and its own port space (so its ports are fixed: 9092 for
+clients, 9093 for the controller listener, in its namespace, never colliding with anything on
+the host); the bridge lives in a namespace of its own, so the root namespace gains exactly one
+veth (its route to the subnet) and deleting the namespaces removes everything else.
+
+Why namespaces and not a TCP proxy: nodes reach each other at the addresses the others
+advertise (Metadata, controller.quorum.voters), one address per node, so a proxy in front of
+node B cannot tell A's connections from C's (nor from a client's): it can only cut "everything
+into B". Namespaces give each *directed link* its own switch: a cut of A→B drops A's packets
+to B and nothing else, so asymmetric partitions, a minority isolated from the majority, or an
+active controller cut off from the other voters while the clients still reach it are all real.
+
+How a link is cut: this kernel has no netem, no tc drop action and no iptables, so A→B is cut
+with a permanent neighbour entry in A's namespace mapping B's address to a MAC no interface
+has. A's frames to B are then flooded by the bridge and accepted by nobody: silently dropped,
+exactly as on a partitioned network (SYNs vanish and connect() times out, an established
+connection stalls with retransmissions, nothing is reset). B→A is untouched unless cut too.
+Healing deletes the entry; A then resolves B again by ARP. A slow link is `tbf` (present) on a
+node's interface: it rate-limits everything the node sends.
+
+Concurrency: one Network is driven from one thread at a time (the nemesis's, then the test's);
+every `ip` call is a short bounded subprocess. Needs root and iproute2; `unavailable()` says
+why not, for a skip with a reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import os
+import random
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+BOGUS_MAC = "02:00:00:de:ad:01"  # locally administered, owned by no interface
+CLIENT_PORT = 9092
+CONTROLLER_PORT = 9093
+
+
+def unavailable() -> str | None:
+    """Why namespaces cannot be used here, or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "iproute2 (`ip`) is not installed"
+    return None
+
+
+def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = ["ip", *(["-n", ns] if ns else []), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {res.returncode}: {res.stderr.strip()}")
+    return res
+
+
+def _free_subnet(rng: random.Random) -> ipaddress.IPv4Network:
+    used = [ipaddress.ip_network(line.split()[0], strict=False)
+            for line in _ip("-4", "route", "show", "table", "all").stdout.splitlines()
+            if line and line.split()[0][0].isdigit()]
+    for _ in range(200):
+        net = ipaddress.ip_network(f"10.{rng.randint(100, 250)}.{rng.randint(0, 255)}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise RuntimeError("no free 10.x.y.0/24 subnet")
+
+
+@dataclass
+class Network:
+    nodes: list[int]
+    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}{random.randrange(36**2):03x}")
+    subnet: ipaddress.IPv4Network | None = None
+    cuts: set[tuple[int, int]] = field(default_factory=set)
+    slow: set[int] = field(default_factory=set)
+    _made: list[str] = field(default_factory=list)
+    _macs: dict[int, str] = field(default_factory=dict)
+
+    # -- names ---------------------------------------------------------------------------
+    @property
+    def switch_ns(self) -> str:
+        return f"pbf-{self.tag}-sw"
+
+    def ns(self, node: int) -> str:
+        return f"pbf-{self.tag}-n{node}"
+
+    def host(self, node: int) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + node)
+
+    @property
+    def client_host(self) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + 254)
+
+    def exec_prefix(self, node: int) -> list[str]:
+        """Command prefix that runs a program inside node's namespace (exec: same PID)."""
+        return ["ip", "netns", "exec", self.ns(node)]
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def create(self) -> Network:
+        self.subnet = self.subnet or _free_subnet(random.Random())
+        prefix = self.subnet.prefixlen
+        try:
+            _ip("netns", "add", self.switch_ns)
+            self._made.append(self.switch_ns)
+            _ip("link", "add", "br0", "type", "bridge", ns=self.switch_ns)
+            _ip("link", "set", "br0", "up", ns=self.switch_ns)
+            for n in self.nodes:
+                _ip("netns", "add", self.ns(n))
+                self._made.append(self.ns(n))
+                _ip("link", "set", "lo", "up", ns=self.ns(n))
+                # made in the node's namespace, peer moved to the switch: nothing in root
+                _ip("link", "add", "eth0", "type", "veth", "peer", "name", f"p{n}", "netns", self.switch_ns,
+                    ns=self.ns(n))
+                _ip("addr", "add", f"{self.host(n)}/{prefix}", "dev", "eth0", ns=self.ns(n))
+                _ip("link", "set", "eth0", "up", ns=self.ns(n))
+                _ip("link", "set", f"p{n}", "master", "br0", ns=self.switch_ns)
+                _ip("link", "set", f"p{n}", "up", ns=self.switch_ns)
+                self._macs[n] = _ip("-br", "link", "show", "eth0", ns=self.ns(n)).stdout.split()[2]
+            root_if = f"pbf{self.tag}c"
+            _ip("link", "add", root_if, "type", "veth", "peer", "name", "pc", "netns", self.switch_ns)
+            _ip("addr", "add", f"{self.client_host}/{prefix}", "dev", root_if)
+            _ip("link", "set", root_if, "up")
+            _ip("link", "set", "pc", "master", "br0", ns=self.switch_ns)
+            _ip("link", "set", "pc", "up", ns=self.switch_ns)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Delete every namespace made (their interfaces, the root veth's peer, go with them).
+
+        A client the test failed to close would then follow the default route off the machine
+        with its retries: the subnet is left `unreachable` in the root namespace until this
+        process exits, so such a client fails locally instead."""
+        if self._made and self.subnet is not None:
+            _ip("route", "replace", "unreachable", str(self.subnet))
+            atexit.register(_ip, "route", "del", "unreachable", str(self.subnet), check=False)
+        for ns in reversed(self._made):
+            _ip("netns", "del", ns, check=False)
+        self._made.clear()
+
+    def __enter__(self) -> Network:
+        return self.create()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- faults --------------------------------------------------------------------------
+    def cut(self, src: int, dst: int) -> None:
+        """Drop every packet src sends to dst (one direction)."""
+        _ip("neigh", "replace", self.host(dst), "lladdr", BOGUS_MAC, "nud", "permanent", "dev", "eth0",
+            ns=self.ns(src))
+        self.cuts.add((src, dst))
+
+    def heal(self, src: int, dst: int) -> None:
+        _ip("neigh", "del", self.host(dst), "dev", "eth0", ns=self.ns(src), check=False)
+        self.cuts.discard((src, dst))
+
+    def partition(self, side: set[int]) -> None:
+        """Cut both ways between `side` and every other node (clients still reach all)."""
+        for a in self.nodes:
+            for b in self.nodes:
+                if (a in side) != (b in side):
+                    self.cut(a, b)
+
+    def slow_down(self, node: int, rate: str = "256kbit") -> None:
+        """Rate-limit everything node sends (its replies to clients included)."""
+        _ip_tc(self.ns(node), "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "16kbit",
+               "latency", "200ms")
+        self.slow.add(node)
+
+    def heal_all(self) -> None:
+        for src, dst in sorted(self.cuts):
+            self.heal(src, dst)
+        for node in sorted(self.slow):
+            _ip_tc(self.ns(node), "qdisc", "del", "dev", "eth0", "root", check=False)
+        self.slow.clear()
+
+    def links(self) -> dict[tuple[int, int], str]:
+        """Each directed link's neighbour state as the kernel has it (for the self-tests)."""
+        out = {}
+        for a in self.nodes:
+            for b in self.nodes:
+                if a != b:
+                    res = _ip("neigh", "show", self.host(b), "dev", "eth0", ns=self.ns(a), check=False).stdout
+                    out[(a, b)] = "cut" if BOGUS_MAC in res else "open"
+        return out
+
+
+def _ip_tc(ns: str, *args: str, check: bool = True) -> None:
+    cmd = ["ip", "netns", "exec", ns, "tc", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {res.returncode}: {res.stderr.strip()}")
