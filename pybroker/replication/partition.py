@@ -21,6 +21,8 @@ Concurrency: trio thread only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pybroker.log.log import UnifiedLog
 from pybroker.metrics.broker_topic_stats import TopicStats
 
@@ -139,14 +141,20 @@ class Partition:
         state.update(fetch_offset, leader_leo, now_ms, broker_epoch)
         return True
 
-    def maybe_increment_high_watermark(self, now_ms: int = 0, lag_max_ms: int = 0) -> bool:
+    def maybe_increment_high_watermark(self, now_ms: int = 0, lag_max_ms: int = 0,
+                                       eligible: Callable[[int], bool] | None = None) -> bool:
         """Advance the HW to the smallest LEO among the leader and the followers in the maximal
-        ISR or caught up; True if it moved. It never goes back."""
+        ISR or caught up and ISR-eligible (`eligible`: registered, unfenced, not shutting down;
+        Kafka's isReplicaIsrEligible); True if it moved. It never goes back. A caught-up follower
+        the controller would not take into the ISR must not hold the HW: a broker in controlled
+        shutdown that fetched once on its way out held acks=all produces for
+        replica.lag.time.max.ms."""
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr
         for replica, state in self.remote.items():
-            if replica in maximal or (state.log_end_offset >= 0 and state.is_caught_up(leo, now_ms, lag_max_ms)):
+            if replica in maximal or (state.log_end_offset >= 0 and state.is_caught_up(leo, now_ms, lag_max_ms)
+                                      and (eligible is None or eligible(replica))):
                 new_hw = min(new_hw, state.log_end_offset)
         for replica in maximal:  # an ISR member without a state yet is unknown: it holds the HW
             if replica != self.local_id and replica not in self.remote:

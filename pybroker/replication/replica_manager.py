@@ -590,7 +590,8 @@ class ReplicaManager:
 
     def after_append(self, partition: Partition) -> None:
         tp = (partition.topic, partition.partition)
-        if partition.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"]):
+        if partition.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"],
+                                                 self._eligible):
             self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)  # consumers at the HW, followers at the log end
         self._maybe_flush(partition)
@@ -610,7 +611,8 @@ class ReplicaManager:
     def _maybe_advance_hw(self, p: Partition) -> bool:
         """Move the HW if the followers allow it; then waiting acks=all produces and consumer
         fetches are checked (Kafka's tryCompleteDelayedRequests)."""
-        if p.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"]):
+        if p.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"],
+                                                 self._eligible):
             tp = (p.topic, p.partition)
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)

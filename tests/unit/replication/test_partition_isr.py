@@ -101,3 +101,20 @@ def test_expansion_needs_the_high_watermark_and_the_epoch_start(tmp_path: Path) 
     assert p.is_expansion_candidate(3)
     assert not p.is_expansion_candidate(2)  # already in the ISR
     assert not p.update_follower_fetch_state(9, 4, 4, 20)  # not a replica
+
+
+def test_a_caught_up_follower_outside_the_isr_holds_the_hw_only_while_isr_eligible(leader: Partition) -> None:
+    # Kafka's maybeIncrementLeaderHW: a caught-up follower outside the ISR holds the HW (it is
+    # about to join), unless the controller would refuse it (fenced, shutting down): a broker in
+    # controlled shutdown that fetched once on its way out must not hold acks=all produces
+    leader.isr = [1, 2]
+    append(leader, 2)
+    leader.update_follower_fetch_state(3, 2, 2, 1_100)  # 3 caught up at 2
+    leader.update_follower_fetch_state(2, 2, 2, 1_100)
+    assert leader.maybe_increment_high_watermark(1_100, LAG) and leader.high_watermark == 2
+    append(leader, 3)
+    leader.update_follower_fetch_state(2, 5, 5, 1_200)  # 3 stays at 2 (it stopped)
+    assert not leader.maybe_increment_high_watermark(1_200, LAG, eligible=lambda b: True)
+    assert leader.high_watermark == 2  # 3 is still "caught up" (within the lag) and eligible
+    assert leader.maybe_increment_high_watermark(1_200, LAG, eligible=lambda b: b != 3)
+    assert leader.high_watermark == 5
