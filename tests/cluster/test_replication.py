@@ -130,10 +130,12 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
         wait_until(lambda t=t: metadata(c, 1, t)[0][0] == 1, 20, f"node 1 to lead {t}")
         assert adapters.confluent_produce(c.bootstrap, t, [Rec(b"a", b"1")], partition=0, acks=-1) == [0]
 
-    # follower 3 stops: an acks=all produce waits for it until the leader drops it from the ISR
-    # (replica.lag.time.max.ms without catching up); then the batch is in, but the ISR {1, 2} is
+    # follower 3 dies (SIGKILL: a SIGTERM's controlled shutdown would take it out of every ISR
+    # first, so the next produce would be refused before the append): an acks=all produce waits
+    # for it until it leaves the ISR (the leader's replica.lag.time.max.ms, or the controller
+    # fencing it after broker.session.timeout.ms); then the batch is in, but the ISR {1, 2} is
     # below min.insync.replicas=3: NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    c.stop(3)
+    c.kill(3)
     assert _fails_with(c, 1, strict, b"2") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
     # Metadata answers from node 1's image, which applies the committed change a moment later
     wait_until(lambda: _isr(c, 1, strict, 0) == [1, 2], 10, "the shrunk ISR in node 1's Metadata")
@@ -152,7 +154,9 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
     rm = "kafka_server_replicamanager_"
     assert s.value(rm + "underreplicatedpartitions") >= 2  # both topics (and any internal one led here)
     assert s.value(rm + "underminisrpartitioncount") >= 1  # strict: ISR 2 < 3
-    assert s.value(rm + "isrshrinks_total") >= 2 and s.value(rm + "leadercount") >= 2
+    # IsrShrinksPerSec counts the leader's own shrinks (Kafka marks it when its AlterPartition
+    # succeeds); a partition the controller took 3 out of when fencing it is not one of them
+    assert s.value(rm + "isrshrinks_total") >= 1 and s.value(rm + "leadercount") >= 2
     assert s.value(rm + "partitioncount") >= 2
     assert s.value("kafka_cluster_partition_underminisr", topic=strict, partition="0") == 1
     assert s.value("kafka_cluster_partition_underminisr", topic=relaxed, partition="0") == 0
