@@ -15,8 +15,9 @@ real-client workloads and a checker of what was acknowledged.
     test_faults.py   the replication-factor-3 campaigns (short by default, >100 faults slow);
                   they skip with what Metadata showed while no ISR grows beyond its leader
 
-Needs root and iproute2 (skips with the reason otherwise). Addresses are a free 10.x.y.0/24;
-the root namespace gains one veth while a cluster runs (and an `unreachable` route for the
-subnet until the test process exits, so a client left open cannot follow the default route).
+Needs root and iproute2 (skips with the reason otherwise). Addresses are a free /24 of
+10.213.0.0/16; the root namespace gains one veth while a cluster runs, and keeps one route,
+`unreachable 10.213.0.0/16` (made once, left in place), so that a client still retrying after
+its cluster is gone fails locally instead of following the default route off the machine.
 Replay a campaign with PYBROKER_FAULT_SEED=<seed>; pytest -s prints the fault log and verdict.
 """

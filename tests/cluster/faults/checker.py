@@ -47,7 +47,7 @@ class Snapshot:
 
 @dataclass
 class History:
-    acked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    acked: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     attempted: set[str] = field(default_factory=set)
     final: dict[int, Records] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)
@@ -72,6 +72,9 @@ class Verdict:
     replicas: list[str] = field(default_factory=list)
     offsets_backwards: list[str] = field(default_factory=list)
     unclean_allowed: bool = False
+    # acknowledged with no offset (librdkafka reports -1/None for a retried batch the broker
+    # answered as a duplicate without its original offset): presence is judged, not place
+    acked_without_offset: int = 0
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -93,7 +96,8 @@ class Verdict:
     def summary(self) -> str:
         return (f"acked {self.acked}, read {self.read}, lost {len(self.lost)}, duplicated {len(self.duplicated)}, "
                 f"moved {len(self.moved)}, order violations {len(self.order)}, unknown {len(self.unknown)}, "
-                f"replica mismatches {len(self.replicas)}, offsets backwards {len(self.offsets_backwards)}"
+                f"replica mismatches {len(self.replicas)}, offsets backwards {len(self.offsets_backwards)}, "
+                f"acknowledged without an offset {self.acked_without_offset}"
                 + (" (unclean leader election allowed: losses reported, not failed)" if self.unclean_allowed else ""))
 
 
@@ -109,6 +113,8 @@ def check(h: History, *, unclean_allowed: bool = False) -> Verdict:
         places = where.get(val)
         if not places:
             v.lost.append(val)
+        elif off is None or off < 0:
+            v.acked_without_offset += 1
         elif (p, off) not in places:
             v.moved.append(f"{val} acknowledged at {p}@{off}, read at {places}")
     if h.attempted:

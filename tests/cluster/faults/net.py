@@ -9,7 +9,8 @@ Layout (all made by `Network.create`, all removed by `Network.close`):
 Every node has its own address and its own port space (so its ports are fixed: 9092 for
 clients, 9093 for the controller listener, in its namespace, never colliding with anything on
 the host); the bridge lives in a namespace of its own, so the root namespace gains exactly one
-veth (its route to the subnet) and deleting the namespaces removes everything else.
+veth (its route to the subnet) and deleting the namespaces removes everything else, but for
+one route left on purpose: `unreachable 10.213.0.0/16` (SUPERNET below).
 
 Why namespaces and not a TCP proxy: nodes reach each other at the addresses the others
 advertise (Metadata, controller.quorum.voters), one address per node, so a proxy in front of
@@ -33,7 +34,6 @@ why not, for a skip with a reason.
 
 from __future__ import annotations
 
-import atexit
 import ipaddress
 import os
 import random
@@ -42,6 +42,12 @@ import subprocess
 from dataclasses import dataclass, field
 
 BOGUS_MAC = "02:00:00:de:ad:01"  # locally administered, owned by no interface
+# Every cluster's /24 is taken from here, and the root namespace keeps `unreachable SUPERNET`
+# (created once, left in place): a /24 is routed to its cluster while that cluster exists, and
+# once its namespaces are gone a client still retrying (one abandoned after a client bug, or
+# librdkafka's threads during interpreter exit) fails locally instead of following the default
+# route off the machine.
+SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
 
@@ -64,14 +70,22 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
 
 
 def _free_subnet(rng: random.Random) -> ipaddress.IPv4Network:
-    used = [ipaddress.ip_network(line.split()[0], strict=False)
-            for line in _ip("-4", "route", "show", "table", "all").stdout.splitlines()
-            if line and line.split()[0][0].isdigit()]
+    """A /24 of SUPERNET that no route of this machine uses (the supernet's own
+    `unreachable` route aside)."""
+    used = []
+    for line in _ip("-4", "route", "show", "table", "all").stdout.splitlines():
+        words = line.split()
+        dest = words[1] if words and words[0] in ("unreachable", "blackhole", "prohibit", "local", "broadcast") \
+            else words[0] if words else ""
+        if dest[:1].isdigit() and ipaddress.ip_network(dest, strict=False) != SUPERNET:
+            used.append(ipaddress.ip_network(dest, strict=False))
+    if any(SUPERNET.overlaps(u) and not u.subnet_of(SUPERNET) for u in used):
+        raise RuntimeError(f"{SUPERNET} overlaps a route of this machine: the fault suite needs it to itself")
     for _ in range(200):
-        net = ipaddress.ip_network(f"10.{rng.randint(100, 250)}.{rng.randint(0, 255)}.0/24")
+        net = ipaddress.ip_network(f"{SUPERNET.network_address + (rng.randrange(256) << 8)}/24")
         if not any(net.overlaps(u) for u in used):
             return net
-    raise RuntimeError("no free 10.x.y.0/24 subnet")
+    raise RuntimeError(f"no free /24 in {SUPERNET}")
 
 
 @dataclass
@@ -107,6 +121,7 @@ class Network:
 
     # -- lifecycle -----------------------------------------------------------------------
     def create(self) -> Network:
+        _ip("route", "replace", "unreachable", str(SUPERNET))
         self.subnet = self.subnet or _free_subnet(random.Random())
         prefix = self.subnet.prefixlen
         try:
@@ -138,14 +153,8 @@ class Network:
         return self
 
     def close(self) -> None:
-        """Delete every namespace made (their interfaces, the root veth's peer, go with them).
-
-        A client the test failed to close would then follow the default route off the machine
-        with its retries: the subnet is left `unreachable` in the root namespace until this
-        process exits, so such a client fails locally instead."""
-        if self._made and self.subnet is not None:
-            _ip("route", "replace", "unreachable", str(self.subnet))
-            atexit.register(_ip, "route", "del", "unreachable", str(self.subnet), check=False)
+        """Delete every namespace made (their interfaces, the root veth's peer, go with them);
+        the subnet falls back to SUPERNET's `unreachable` route."""
         for ns in reversed(self._made):
             _ip("netns", "del", ns, check=False)
         self._made.clear()

@@ -88,7 +88,7 @@ class Producers(Workload):
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.interval_s = interval_s
         self.conf = conf
-        self.acked: dict[str, tuple[int, int]] = {}
+        self.acked: dict[str, tuple[int, int | None]] = {}
         self.attempted: set[str] = set()
         self.failed: dict[str, str] = {}
         self.fatal = 0
