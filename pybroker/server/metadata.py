@@ -48,7 +48,11 @@ def controller_id(broker: Broker) -> int:
 def broker_list(broker: Broker, listener_name: str) -> list[MetadataResponse.MetadataResponseBroker]:
     out = []
     for b in sorted(broker.image.brokers.values(), key=lambda b: b.broker_id):
-        if b.fenced:
+        if b.fenced and not (b.broker_id == broker.node_id and broker.stopping):
+            # Deliberate difference: a node whose controlled shutdown was granted (the controller
+            # fences it then) keeps listing itself while it still answers. Kafka stops answering
+            # at that moment; here a Metadata request can arrive in between, and an empty broker
+            # list made librdkafka forget every broker and wait for its re-bootstrap (5 minutes).
             continue
         for name, host, port in b.endpoints:
             if name == listener_name:
