@@ -194,8 +194,9 @@ def test_two_followers_down_refuse_acks_all_with_min_insync_two_and_rejoin(tmp_p
                                       config={"min.insync.replicas": "2"})], operation_timeout=20)[topic].result(30)
         wait_until(lambda: metadata(c, 1, topic)[0][0] == 1, 20, "node 1 to lead")
         assert adapters.confluent_produce(c.bootstrap, topic, [Rec(b"k", b"1")], partition=0, acks=-1) == [0]
-        c.stop(2)
-        c.stop(3)
+        # SIGKILL: a SIGTERM's controlled shutdown would take them out of the ISR before the produce
+        c.kill(2)
+        c.kill(3)
         # the waiting acks=all produce ends NOT_ENOUGH_REPLICAS_AFTER_APPEND once the ISR is {1}
         assert _fails_with(c, 1, topic, b"2") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND.value
         wait_until(lambda: _isr(c, 1, topic, 0) == [1], 30, "the ISR to shrink to the leader")
