@@ -140,7 +140,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             if not ok:
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue
-        found = rm.readable_partition(name, cp.partition, cp.leader_epoch, leader_only)
+        found = (rm.leader_partition(name, cp.partition, cp.leader_epoch) if leader_only
+                 else rm.readable_partition(name, cp.partition, cp.leader_epoch, leader_only=False))
         # the type first: comparing a Partition with an IntEnum member is slow
         if isinstance(found, int) and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
