@@ -67,15 +67,23 @@ class DelayedFetch(DelayedOperation):
     partitions gets data, answered when enough is there, a partition changed, or max_wait_ms."""
 
     def __init__(self, delay_ms: int, reads: list[LogRead], min_bytes: int, isolation: int,
-                 replica_manager: ReplicaManager, leader_only: bool = True) -> None:
+                 replica_manager: ReplicaManager, leader_only: bool = True,
+                 leader_epochs: list[int] | None = None) -> None:
         super().__init__(delay_ms)
         self.reads = reads
         self.min_bytes = min_bytes
         self.isolation = isolation
         self.rm = replica_manager
         self.leader_only = leader_only
+        # a fetch that may read from a follower: each read's current_leader_epoch, so a leader
+        # epoch change answers it at once (Kafka's DelayedFetch: fetchOffsetSnapshot throws)
+        self.leader_epochs = leader_epochs
 
     def try_complete(self) -> bool:
+        epochs = self.leader_epochs
+        if epochs is not None and any(r.partition is not None and check_leader_epoch(r.partition, e)
+                                      for r, e in zip(self.reads, epochs, strict=True)):
+            return self.force_complete()
         if self.rm.bytes_available(self.reads, self.isolation, self.min_bytes, self.leader_only):
             return self.force_complete()
         return False
@@ -184,7 +192,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     # Kafka answers at once when a partition failed or has a preferred read replica
     has_error = any(r.error_code or r.preferred_read_replica >= 0 for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
-        op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm, leader_only)
+        op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm, leader_only,
+                          None if leader_only else [cp.leader_epoch for cp in read_parts])
         keys = [(r.partition.topic, r.partition.partition) for r in reads if r.partition is not None]
         if not rm.fetch_purgatory.try_complete_else_watch(op, keys):
             await ctx.conn.park(op)
