@@ -152,6 +152,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),
     ConfigDef("broker.session.timeout.ms", "int", 9000, at_least(1)),
     ConfigDef("broker.rack", "string", None),
+    # KIP-392: the consumer fetches' preferred read replica ("" = the leader only, Kafka's null)
+    ConfigDef("replica.selector.class", "class", "", lambda n, v: check_replica_selector_class(n, v)),
     ConfigDef("socket.request.max.bytes", "int", 104857600, at_least(1)),
     ConfigDef("socket.send.buffer.bytes", "int", 102400),
     ConfigDef("socket.receive.buffer.bytes", "int", 102400),
@@ -299,6 +301,17 @@ AUTHORIZER_CLASSES = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthori
 
 def check_authorizer_class(name: str, value: Any) -> None:
     if value and value not in AUTHORIZER_CLASSES:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
+
+
+# The replica selectors `replica.selector.class` accepts (KIP-392): Kafka's rack-aware one; a
+# custom class cannot be loaded here, so it is refused as Kafka refuses a class it cannot find.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+REPLICA_SELECTOR_CLASSES = (RACK_AWARE_REPLICA_SELECTOR,)
+
+
+def check_replica_selector_class(name: str, value: Any) -> None:
+    if value and value not in REPLICA_SELECTOR_CLASSES:
         raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
 
 

@@ -32,7 +32,8 @@ UNKNOWN_OFFSET = -1
 class ReplicaState:
     """What the leader knows of one follower (Kafka's ReplicaState)."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "broker_epoch")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "broker_epoch",
+                 "log_start_offset")
 
     def __init__(self, last_caught_up_ms: int = 0) -> None:
         self.log_end_offset = UNKNOWN_OFFSET
@@ -40,9 +41,12 @@ class ReplicaState:
         self.last_fetch_leader_leo = UNKNOWN_OFFSET
         self.last_fetch_ms = 0
         self.broker_epoch = -1
+        self.log_start_offset = UNKNOWN_OFFSET  # the follower's, as its fetch says (KIP-392's candidates)
 
-    def update(self, fetch_offset: int, leader_leo: int, now_ms: int, broker_epoch: int = -1) -> None:
+    def update(self, fetch_offset: int, leader_leo: int, now_ms: int, broker_epoch: int = -1,
+               log_start_offset: int = UNKNOWN_OFFSET) -> None:
         """A fetch at `fetch_offset` arrived while the leader's log ended at `leader_leo`."""
+        self.log_start_offset = log_start_offset
         if fetch_offset >= leader_leo:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_leo >= 0:
@@ -130,7 +134,7 @@ class Partition:
     # ------------------------------------------------------------------ followers (leader side)
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, leader_leo: int, now_ms: int,
-                                    broker_epoch: int = -1) -> bool:
+                                    broker_epoch: int = -1, log_start_offset: int = UNKNOWN_OFFSET) -> bool:
         """Record a follower's fetch (Kafka's updateFollowerFetchState); False if `replica_id` is
         not a replica of this partition."""
         state = self.remote.get(replica_id)
@@ -138,7 +142,7 @@ class Partition:
             if replica_id not in self.replicas or replica_id == self.local_id:
                 return False
             state = self.remote[replica_id] = ReplicaState()
-        state.update(fetch_offset, leader_leo, now_ms, broker_epoch)
+        state.update(fetch_offset, leader_leo, now_ms, broker_epoch, log_start_offset)
         return True
 
     def maybe_increment_high_watermark(self, now_ms: int = 0, lag_max_ms: int = 0,

@@ -452,6 +452,9 @@ class ReplicaFetcher:
         hw = min(plog.log_end_offset, d.high_watermark)
         if hw > plog.high_watermark:
             plog.high_watermark = hw
+            # consumers reading from this follower (KIP-392) wait on its HW (Kafka's
+            # ReplicaFetcherThread completeDelayedFetchRequests)
+            self.rm.fetch_purgatory.check_and_complete((s.topic, s.partition))
         # the leader's log start moved (DeleteRecords, retention): ours follows, up to our HW
         # (Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented))
         start = min(d.log_start_offset, plog.high_watermark)

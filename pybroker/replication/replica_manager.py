@@ -51,6 +51,7 @@ from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.alter_partition_manager import AlterPartitionItem, AlterPartitionManager
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
+from pybroker.replication.replica_selector import ReplicaView, replica_selector
 
 log = logging.getLogger("pybroker.replica")
 
@@ -77,7 +78,7 @@ class LogRead:
     for this partition (`error_code` says why)."""
 
     __slots__ = ("partition", "fetch_offset", "max_bytes", "error_code", "regions", "size", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "aborted")
+                 "last_stable_offset", "log_start_offset", "aborted", "preferred_read_replica")
 
     def __init__(self, partition: Partition | None, fetch_offset: int, max_bytes: int, error_code: int = 0) -> None:
         self.partition = partition
@@ -90,6 +91,9 @@ class LogRead:
         self.last_stable_offset = -1
         self.log_start_offset = -1
         self.aborted: list[tuple[int, int]] | None = None  # (producer id, first offset), read_committed
+        # KIP-392: set (>= 0) by the leader when a consumer should fetch from that replica; the
+        # read is then skipped and answered with the offsets only
+        self.preferred_read_replica = -1
 
 
 LOG_OVERHEAD = _records.LOG_OVERHEAD  # the (base offset, batch length) prefix of a batch
@@ -205,6 +209,8 @@ class ReplicaManager:
         # the node gives `alter_partition_manager` its controller channel (server/broker.py)
         self.fetcher_manager = ReplicaFetcherManager(self)
         self.alter_partition_manager: AlterPartitionManager | None = None
+        # KIP-392: the consumer fetches' preferred read replica (replica.selector.class)
+        self.replica_selector = replica_selector(config["replica.selector.class"])
 
     # ------------------------------------------------------------------ metadata
 
@@ -456,6 +462,50 @@ class ReplicaManager:
             return Errors.NOT_LEADER_OR_FOLLOWER
         return check_leader_epoch(p, current_leader_epoch) or p
 
+    def readable_partition(self, topic: str | None, partition: int, current_leader_epoch: int = -1,
+                           leader_only: bool = True) -> Partition | int:
+        """`leader_partition`, except that a fetch that may read from a follower (a consumer's
+        Fetch v11+, KIP-392: Kafka's FetchParams.fetchOnlyLeader false) also gets a partition this
+        node follows, under the same leader epoch check (Kafka's localLogWithEpochOrThrow)."""
+        if leader_only:
+            return self.leader_partition(topic, partition, current_leader_epoch)
+        p = self.partitions.get((topic, partition)) if topic is not None else None
+        if p is None or p.is_leader:
+            return self.leader_partition(topic, partition, current_leader_epoch)
+        return check_leader_epoch(p, current_leader_epoch) or p
+
+    def preferred_read_replica(self, p: Partition, client_rack: str | None, fetch_offset: int,
+                               listener_name: str) -> int:
+        """The replica a consumer fetching `p` at `fetch_offset` should read from instead of this
+        leader, or -1 (Kafka's ReplicaManager.findPreferredReadReplica): the candidates are the
+        leader and the followers in the ISR whose log covers the fetch offset and whose broker is
+        registered, unfenced and has the client's listener; the selector picks one, and the
+        leader itself is never sent back."""
+        selector = self.replica_selector
+        if selector is None or not p.is_leader:
+            return -1
+        brokers = self.image.brokers
+        now = self.clock.wall_ms()
+
+        def rack_of(broker_id: int) -> str | None:
+            b = brokers.get(broker_id)
+            if b is None or b.fenced or not any(ep[0] == listener_name for ep in b.endpoints):
+                return None  # Kafka's Node.noNode(): no rack, never selected
+            return b.rack
+
+        candidates = []
+        for replica, state in p.remote.items():
+            if (replica in p.isr and state.log_end_offset >= fetch_offset
+                    and state.log_start_offset <= fetch_offset):
+                candidates.append(ReplicaView(replica, rack_of(replica), state.log_end_offset,
+                                              now - state.last_caught_up_ms))
+        leader = ReplicaView(self.node_id, rack_of(self.node_id), p.log.log_end_offset, 0)
+        candidates.append(leader)
+        chosen = selector.select(client_rack, candidates, leader)
+        if chosen == leader or rack_of(chosen.broker_id) is None:
+            return -1
+        return chosen.broker_id
+
     def read_from_log(self, reads: list[LogRead], max_bytes: int, isolation: int,
                       hard_max_bytes_limit: bool = False) -> int:
         """Read each partition (Kafka's ReplicaManager.readFromLog): batches from the one holding the
@@ -485,6 +535,8 @@ class ReplicaManager:
             r.high_watermark = plog.high_watermark
             r.last_stable_offset = p.last_stable_offset
             r.log_start_offset = plog.log_start_offset
+            if r.preferred_read_replica >= 0:
+                continue  # KIP-392: the consumer goes to that replica; no records from here
             limit = min(r.max_bytes, max(0, max_bytes - total))
             upper = (r.last_stable_offset if isolation == READ_COMMITTED
                      else plog.log_end_offset if isolation == FETCH_LOG_END else r.high_watermark)
@@ -519,15 +571,16 @@ class ReplicaManager:
                 r.aborted = None
         return total
 
-    def bytes_available(self, reads: list[LogRead], isolation: int, need: int) -> bool:
+    def bytes_available(self, reads: list[LogRead], isolation: int, need: int, leader_only: bool = True) -> bool:
         """Whether reading now would return at least `need` bytes, or some read would now fail (a
-        parked fetch must then answer): Kafka's DelayedFetch.tryComplete accumulation."""
+        parked fetch must then answer): Kafka's DelayedFetch.tryComplete accumulation. A fetch
+        that may read from a follower (`leader_only` False) waits on its HW there."""
         have = 0
         for r in reads:
             p = r.partition
             if p is None:
                 continue
-            if self.partitions.get((p.topic, p.partition)) is not p or not p.is_leader:
+            if self.partitions.get((p.topic, p.partition)) is not p or (leader_only and not p.is_leader):
                 return True  # deleted, replaced or no longer led here meanwhile
             upper = (p.last_stable_offset if isolation == READ_COMMITTED
                      else p.log.log_end_offset if isolation == FETCH_LOG_END else p.log.high_watermark)
@@ -620,14 +673,14 @@ class ReplicaManager:
         return False
 
     def update_follower_fetch_state(self, p: Partition, replica_id: int, fetch_offset: int,
-                                    broker_epoch: int = -1) -> None:
+                                    broker_epoch: int = -1, log_start_offset: int = -1) -> None:
         """A follower fetches `p` from this leader at `fetch_offset` (its log end offset): record it,
         propose it for the ISR once caught up, and move the HW (Kafka's updateFollowerFetchState)."""
         plog = p.log
         if not plog.log_start_offset <= fetch_offset <= plog.log_end_offset:
             return  # the read answers OFFSET_OUT_OF_RANGE; the follower's state stays as it was
         if not p.update_follower_fetch_state(replica_id, fetch_offset, plog.log_end_offset, self.clock.wall_ms(),
-                                             broker_epoch):
+                                             broker_epoch, log_start_offset):
             return
         if p.pending_isr is None and p.is_expansion_candidate(replica_id) and self._eligible(replica_id):
             self._propose_isr(p, p.isr + [replica_id], expand=True)

@@ -21,6 +21,15 @@ isFromFollower) reads up to the log end offset, not the high watermark, and firs
 follower's fetch offset as its log end offset (ReplicaManager.update_follower_fetch_state: last
 caught-up time, ISR expansion, high watermark, acks=all produces and consumer fetches waiting
 for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka.
+
+Fetch from the closest replica (KIP-392). A consumer's Fetch v11+ (Kafka's FetchParams with
+client metadata, so not fetchOnlyLeader) may read from a follower: up to the follower's HW (the
+LSO for read_committed), with the leader epoch check as on a leader; a fetch offset past the
+follower's log end answers OFFSET_OUT_OF_RANGE, and the client goes back to the leader. A parked
+one wakes when the follower's HW moves (the fetcher completes it). On the leader, with
+`replica.selector.class` set, a consumer's Fetch v11+ gets a `preferred_read_replica`
+(ReplicaManager.preferred_read_replica, the request's rack_id) and, when that is not the leader,
+no records and no wait. ListOffsets stays leader-only.
 """
 
 from __future__ import annotations
@@ -31,7 +40,12 @@ from typing import TYPE_CHECKING, cast
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.purgatory.purgatory import DelayedOperation
-from pybroker.replication.replica_manager import FETCH_LOG_END, READ_COMMITTED, LogRead
+from pybroker.replication.replica_manager import (
+    FETCH_LOG_END,
+    READ_COMMITTED,
+    LogRead,
+    check_leader_epoch,
+)
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.fetch_session import ZERO_ID, CachedPartition, Update
 from pybroker.server.leader_hints import LeaderHints
@@ -53,15 +67,24 @@ class DelayedFetch(DelayedOperation):
     partitions gets data, answered when enough is there, a partition changed, or max_wait_ms."""
 
     def __init__(self, delay_ms: int, reads: list[LogRead], min_bytes: int, isolation: int,
-                 replica_manager: ReplicaManager) -> None:
+                 replica_manager: ReplicaManager, leader_only: bool = True,
+                 leader_epochs: list[int] | None = None) -> None:
         super().__init__(delay_ms)
         self.reads = reads
         self.min_bytes = min_bytes
         self.isolation = isolation
         self.rm = replica_manager
+        self.leader_only = leader_only
+        # a fetch that may read from a follower: each read's current_leader_epoch, so a leader
+        # epoch change answers it at once (Kafka's DelayedFetch: fetchOffsetSnapshot throws)
+        self.leader_epochs = leader_epochs
 
     def try_complete(self) -> bool:
-        if self.rm.bytes_available(self.reads, self.isolation, self.min_bytes):
+        epochs = self.leader_epochs
+        if epochs is not None and any(r.partition is not None and check_leader_epoch(r.partition, e)
+                                      for r, e in zip(self.reads, epochs, strict=True)):
+            return self.force_complete()
+        if self.rm.bytes_available(self.reads, self.isolation, self.min_bytes, self.leader_only):
             return self.force_complete()
         return False
 
@@ -97,6 +120,10 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     from_follower = replica_id >= 0
     if from_follower:
         isolation = FETCH_LOG_END
+    # Kafka's FetchParams.fetchOnlyLeader: a follower, or a consumer without client metadata (v < 11)
+    leader_only = from_follower or v < 11
+    selector = rm.replica_selector if not leader_only else None
+    client_rack = req.rack_id
     context = broker.fetch_manager.new_context(v, req.session_id, req.session_epoch, replica_id >= 0, fetch_data,
                                                to_forget, resolve if by_id else None, broker.clock.wall_ms())
 
@@ -121,7 +148,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             if not ok:
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue
-        found = rm.leader_partition(name, cp.partition, cp.leader_epoch)
+        found = (rm.leader_partition(name, cp.partition, cp.leader_epoch) if leader_only
+                 else rm.readable_partition(name, cp.partition, cp.leader_epoch, leader_only=False))
         # the type first: comparing a Partition with an IntEnum member is slow
         if isinstance(found, int) and found == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             refused.append((cp, Errors.UNKNOWN_TOPIC_OR_PARTITION))
@@ -143,9 +171,14 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         if isinstance(found, int):
             reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
-            reads.append(LogRead(found, cp.fetch_offset, cp.max_bytes))
+            read = LogRead(found, cp.fetch_offset, cp.max_bytes)
+            reads.append(read)
             if from_follower:
-                rm.update_follower_fetch_state(found, replica_id, cp.fetch_offset, replica_epoch)
+                rm.update_follower_fetch_state(found, replica_id, cp.fetch_offset, replica_epoch,
+                                               cp.fetcher_log_start_offset)
+            elif selector is not None and found.is_leader:
+                read.preferred_read_replica = rm.preferred_read_replica(found, client_rack, cp.fetch_offset,
+                                                                        ctx.conn.listener_name)
         read_parts.append(cp)
 
     max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"]) if v >= 3 else 2**31 - 1
@@ -156,16 +189,22 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         max_bytes = fetch_max_bytes(quota, ctx, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
     total = rm.read_from_log(reads, max_bytes, isolation, v <= 2) if reads else 0
-    has_error = any(r.error_code for r in reads)
+    # Kafka answers at once when a partition failed or has a preferred read replica
+    has_error = any(r.error_code or r.preferred_read_replica >= 0 for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
-        op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm)
+        op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm, leader_only,
+                          None if leader_only else [cp.leader_epoch for cp in read_parts])
         keys = [(r.partition.topic, r.partition.partition) for r in reads if r.partition is not None]
         if not rm.fetch_purgatory.try_complete_else_watch(op, keys):
             await ctx.conn.park(op)
-        for r in reads:
+        for r, cp in zip(reads, read_parts, strict=True):
             p = r.partition
-            if p is not None and (rm.get_partition(p.topic, p.partition) is not p or not p.is_leader):
+            if p is None:
+                continue
+            if rm.get_partition(p.topic, p.partition) is not p or (leader_only and not p.is_leader):
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            elif not leader_only:  # the leader epoch may have moved meanwhile (Kafka's DelayedFetch)
+                r.error_code = check_leader_epoch(p, cp.leader_epoch)
         total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
 
     updates: list[Update] = [(cp, r, r.size if r.regions and not r.error_code else 0)
@@ -205,7 +244,7 @@ def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[
             last_key = key
         d = PData(partition_index=cp.partition, error_code=r.error_code, high_watermark=-1, last_stable_offset=-1,
                   log_start_offset=-1, aborted_transactions=[] if read_committed else None,
-                  preferred_read_replica=-1, records=b"")
+                  preferred_read_replica=r.preferred_read_replica, records=b"")
         if not r.error_code:
             d.high_watermark = r.high_watermark
             d.last_stable_offset = r.last_stable_offset

@@ -112,3 +112,16 @@ def test_node_id_mismatch_with_formatted_dir_is_refused(tmp_path):
     assert r.returncode == 2 and "node.id" in r.stderr
     assert os.path.exists(data / "meta.properties")
     assert "node.id=1" in Path(data / "meta.properties").read_text()
+
+
+def test_unknown_replica_selector_class_is_refused_with_kafkas_message(tmp_path):
+    """KIP-392: only Kafka's RackAwareReplicaSelector can be loaded; any other class is refused
+    at start-up as Kafka refuses a class it cannot find."""
+    r = run_to_exit(["--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}",
+                     "--override", "replica.selector.class=com.example.NearestSelector"], tmp_path)
+    assert r.returncode == 2
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("pybroker:")]
+    assert len(errors) == 1, r.stderr
+    assert ("Invalid value com.example.NearestSelector for configuration replica.selector.class: "
+            "Class com.example.NearestSelector could not be found.") in errors[0]
+    assert "Traceback" not in r.stderr
