@@ -92,10 +92,13 @@ def test_shutdown_answers_a_parked_fetch():
         time.sleep(0.2)  # let the fetch park in the purgatory
         b.stop()
         got_cid, resp = parked.receive(ApiKey.FETCH, 11)
-        # answered at once, not after max_wait_ms: the controlled shutdown (controlled.shutdown.enable)
-        # takes the only replica out of the ISR first, as Kafka's controller does (the partition goes
-        # leaderless, its replica into the ELR), so the parked fetch sees its leadership go
-        assert got_cid == cid and resp.responses[0].partitions[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        # answered at once (the client's 15 s timeout is well inside max_wait_ms): the controlled
+        # shutdown (controlled.shutdown.enable) takes the only replica out of the ISR first, as
+        # Kafka's controller does (the partition goes leaderless, its replica into the ELR), and the
+        # parked fetch completes on that change: NOT_LEADER_OR_FOLLOWER, or, since a Fetch v11+
+        # consumer may read from a replica that is not the leader (KIP-392), an empty answer
+        assert got_cid == cid
+        assert resp.responses[0].partitions[0].error_code in (0, Errors.NOT_LEADER_OR_FOLLOWER)
     finally:
         b.close()
 
