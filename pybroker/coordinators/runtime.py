@@ -167,6 +167,7 @@ class CoordinatorRuntime:
     def _schedule_load(self, index: int, partition: Any) -> None:
         ctx = self._new_context(index, partition.leader_epoch)
         self.shards[index] = ctx
+        self._note_committed(ctx, partition)
         plog = partition.log
         if plog.log_end_offset == plog.log_start_offset:
             self._activate(ctx)  # nothing to replay: a freshly created partition
@@ -222,8 +223,18 @@ class CoordinatorRuntime:
         return ctx
 
     def read(self, index: int, op: Callable[[Any, int], Any]) -> Any:
+        """Run `op` on the shard; a shard with `set_committed_offset` first learns the high
+        watermark, so that it answers only what is committed (Kafka's reads at the last
+        committed offset: a leader's unreplicated tail may yet be truncated away)."""
         ctx = self.active(index)
+        self._note_committed(ctx, self.rm.get_partition(self.topic, index))
         return op(ctx.shard, self.now_ms())
+
+    @staticmethod
+    def _note_committed(ctx: ShardContext, partition: Any) -> None:
+        note = getattr(ctx.shard, "set_committed_offset", None)
+        if note is not None and partition is not None:
+            note(partition.high_watermark)
 
     async def write(self, index: int, op: Callable[[Any, int], CoordinatorResult | Any],
                     producer_id: int = -1, producer_epoch: int = -1) -> Any:
@@ -248,10 +259,11 @@ class CoordinatorRuntime:
             raise KafkaError(Errors.NOT_COORDINATOR)
         batch = build_marker_batch(producer_id, producer_epoch, COMMIT if commit else ABORT, coordinator_epoch,
                                    self.now_ms())
+        self._note_committed(ctx, partition)
         info = self.rm.append(partition, batch)
         replay_end = getattr(ctx.shard, "replay_end_transaction_marker", None)
         if replay_end is not None:
-            replay_end(producer_id, producer_epoch, commit)
+            replay_end(producer_id, producer_epoch, commit, offset=info.first_offset)
         await self._wait_replicated(ctx, info.last_offset + 1)
 
     async def _wait_replicated(self, ctx: ShardContext, end: int | None) -> None:
@@ -307,6 +319,7 @@ class CoordinatorRuntime:
         partition = self.rm.get_partition(self.topic, ctx.partition)
         if partition is None or not partition.is_leader:
             raise KafkaError(Errors.NOT_COORDINATOR)
+        self._note_committed(ctx, partition)
         now = self.now_ms()
         rows = [(now, *r.encode()) for r in result.records]
         records = [(ts, k, v, ()) for ts, k, v in rows]
@@ -358,7 +371,7 @@ def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,
                     except ValueError as exc:
                         log.warning("control batch at offset %d: %s", header.base_offset, exc)
                         continue
-                    replay_end(header.producer_id, header.producer_epoch, kind == COMMIT)
+                    replay_end(header.producer_id, header.producer_epoch, kind == COMMIT, offset=header.base_offset)
                 continue
             producer_id = header.producer_id if header.is_transactional else -1
             _, records = iter_batch_records(batch)

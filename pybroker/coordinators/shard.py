@@ -66,8 +66,10 @@ class CoordinatorShard(Protocol):
     def replay(self, record: Any, offset: int = -1, now_ms: int | None = None) -> None:
         """Apply a record (the topic's record type). A shard whose topic takes transactional
         batches (the group shard) also accepts `producer_id=` for records of such a batch and
-        has `replay_end_transaction_marker(producer_id, producer_epoch, commit)` for the
-        COMMIT/ABORT markers (the runtime calls both when writing and when loading)."""
+        has `replay_end_transaction_marker(producer_id, producer_epoch, commit, offset=)` for the
+        COMMIT/ABORT markers (the runtime calls both when writing and when loading). A shard
+        with `set_committed_offset(high_watermark)` is told the partition's high watermark
+        before every read, write and load, so that reads answer only committed state."""
 
     def on_loaded(self, now_ms: int) -> None: ...
 
@@ -80,4 +82,5 @@ class TransactionalShard(CoordinatorShard, Protocol):
     def replay(self, record: Any, offset: int = -1, now_ms: int | None = None, *,
                producer_id: int = -1) -> None: ...
 
-    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None: ...
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                                      offset: int = -1) -> None: ...

@@ -89,9 +89,15 @@ class GroupCoordinatorShard:
                     self.groups.remove_group(gid)
             self.consumer.replay(record)
 
-    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """A COMMIT/ABORT control batch of `producer_id` on this partition (written or loaded)."""
-        self.offsets.replay_end_transaction_marker(producer_id, commit)
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                                      offset: int = -1) -> None:
+        """A COMMIT/ABORT control batch of `producer_id` at `offset` on this partition (written or loaded)."""
+        self.offsets.replay_end_transaction_marker(producer_id, commit, offset)
+
+    def set_committed_offset(self, offset: int) -> None:
+        """The partition's high watermark (the runtime, before reads, writes and loads): reads
+        answer only what it covers (OffsetMetadataManager, "Visibility")."""
+        self.offsets.set_committed_offset(offset)
 
     def _replay_group(self, group_id: str, value: object | None, now_ms: int) -> None:
         if value is None:

@@ -25,11 +25,22 @@ offsets of Empty groups older than the retention — measured from when the grou
 Empty, or from the commit for groups that never had members — and for unsubscribed topics
 of active consumer groups; an Empty group left without offsets is deleted.
 
+Visibility (Kafka's runtime reads at the last committed offset): a change is replayed when it
+is appended, before the partition's high watermark covers it, and a leader that loses its
+uncommitted tail (killed, or cut off and truncated by the next leader) never had it committed.
+So OffsetFetch answers what the state was at the high watermark: `set_committed_offset(hw)`
+(the runtime calls it before every read, write and load) drops the history of changes the HW
+now covers, and each change at or above it keeps the value it replaced
+(`uncommitted[(group, partition)]`, oldest first), so a read answers the value before the
+oldest uncommitted change. Without a committed offset (no runtime: unit tests) everything is
+visible at once.
+
 Concurrency: one thread; handlers take `now_ms`.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -67,6 +78,57 @@ class OffsetMetadataManager:
         # producer id -> group -> partition -> offset of its ongoing transaction
         self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self.open_txns_by_group: dict[str, set[int]] = {}
+        # the high watermark of the partition (None: everything is committed) and, per
+        # (group, partition), the changes at or above it: (change offset, value it replaced)
+        self.committed_end: int | None = None
+        self.uncommitted: dict[tuple[str, TopicPartition], deque[tuple[int, OffsetAndMetadata | None]]] = {}
+        self._uncommitted_order: deque[tuple[int, tuple[str, TopicPartition]]] = deque()
+
+    # ------------------------------------------------------------------ visibility
+
+    def set_committed_offset(self, offset: int) -> None:
+        """The partition's high watermark moved to `offset`: changes below it are committed."""
+        self.committed_end = offset
+        order = self._uncommitted_order
+        while order and order[0][0] < offset:
+            _, key = order.popleft()
+            changes = self.uncommitted.get(key)
+            if changes:
+                changes.popleft()
+                if not changes:
+                    del self.uncommitted[key]
+
+    def _set(self, group_id: str, tp: TopicPartition, om: OffsetAndMetadata | None, change_offset: int) -> None:
+        """Make `om` (None: removed) the committed offset of (group_id, tp), changed by the record
+        at `change_offset`; a change above the high watermark remembers what it replaced."""
+        per_group = self.offsets.get(group_id)
+        previous = per_group.get(tp) if per_group is not None else None
+        if self.committed_end is not None and change_offset >= self.committed_end:
+            key = (group_id, tp)
+            self.uncommitted.setdefault(key, deque()).append((change_offset, previous))
+            self._uncommitted_order.append((change_offset, key))
+        if om is None:
+            if per_group is not None:
+                per_group.pop(tp, None)
+                if not per_group:
+                    del self.offsets[group_id]
+        else:
+            self.offsets.setdefault(group_id, {})[tp] = om
+
+    def _visible(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets as of the high watermark."""
+        current = self.offsets.get(group_id, {})
+        if not self.uncommitted:
+            return current
+        out = dict(current)
+        for (gid, tp), changes in self.uncommitted.items():
+            if gid == group_id and changes:
+                before = changes[0][1]
+                if before is None:
+                    out.pop(tp, None)
+                else:
+                    out[tp] = before
+        return out
 
     def has_offsets(self, group_id: str) -> bool:
         return bool(self.offsets.get(group_id))
@@ -96,11 +158,7 @@ class OffsetMetadataManager:
         group_id, topic, partition = key.group, key.topic, key.partition  # type: ignore[attr-defined]
         tp = (topic, partition)
         if value is None:
-            per_group = self.offsets.get(group_id)
-            if per_group is not None:
-                per_group.pop(tp, None)
-                if not per_group:
-                    del self.offsets[group_id]
+            self._set(group_id, tp, None, offset)
             # the tombstone removes the partition's pending offsets too (the open transactions stay open)
             for pid in self.open_txns_by_group.get(group_id, ()):
                 self.pending.get(pid, {}).get(group_id, {}).pop(tp, None)
@@ -115,11 +173,11 @@ class OffsetMetadataManager:
             self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = om
             self.open_txns_by_group.setdefault(group_id, set()).add(producer_id)
         else:
-            self.offsets.setdefault(group_id, {})[tp] = om
+            self._set(group_id, tp, om, offset)
 
-    def replay_end_transaction_marker(self, producer_id: int, commit: bool) -> None:
-        """The producer's COMMIT/ABORT marker: its pending offsets become committed (each only
-        if its record is newer than the committed one's) or are dropped."""
+    def replay_end_transaction_marker(self, producer_id: int, commit: bool, offset: int = -1) -> None:
+        """The producer's COMMIT/ABORT marker at `offset`: its pending offsets become committed
+        (each only if its record is newer than the committed one's) or are dropped."""
         pending = self.pending.pop(producer_id, None)
         if pending is None:
             return
@@ -136,7 +194,7 @@ class OffsetMetadataManager:
                 committed = self.offsets.get(group_id, {})
                 existing = committed.get(tp)
                 if existing is None or om.record_offset > existing.record_offset:
-                    self.offsets.setdefault(group_id, {})[tp] = om
+                    self._set(group_id, tp, om, offset)
 
     # ------------------------------------------------------------------ OffsetCommit
 
@@ -214,8 +272,9 @@ class OffsetMetadataManager:
         """As `fetch`, each partition with an error code: with require_stable a partition with
         pending transactional offsets is (partition, None, UNSTABLE_OFFSET_COMMIT), as Kafka's
         fetchOffsets/fetchAllOffsets answer (for `topics` None only committed partitions are
-        listed, so a partition whose only offset is pending is left out, as in Kafka)."""
-        committed = self.offsets.get(group_id, {})
+        listed, so a partition whose only offset is pending is left out, as in Kafka). Only
+        what the high watermark covers is answered (the module docstring, "Visibility")."""
+        committed = self._visible(group_id)
         unstable = self.pending_partitions(group_id) if require_stable else set()
 
         def entry(topic: str, p: int, om: OffsetAndMetadata | None) -> tuple[int, OffsetAndMetadata | None, int]:

@@ -12,7 +12,8 @@ real-client workloads and a checker of what was acknowledged.
     campaign.py   one run of all of it
     test_harness.py  the machinery proved on today's build (namespaces, nemesis, checker,
                   one-replica campaigns, the exactly-once copy)
-    test_faults.py   the replication-factor-3 campaigns (short by default, >100 faults slow);
+    test_faults.py   the replication-factor-3 campaigns (short by default; slow: one of >100 faults, shorter
+                  transactional, kill-only and unclean ones, within a CI budget);
                   they skip with what Metadata showed while no ISR grows beyond its leader
 
 Needs root and iproute2 (skips with the reason otherwise). Addresses are a free /24 of

@@ -11,6 +11,12 @@ Each campaign first waits for the topic's ISRs to grow beyond their leaders and 
 what Metadata showed, while they do not (a build without partition replication); the moment
 replication is in, they run. `PYBROKER_FAULT_SEED` replays a campaign; the fault log and the
 verdict are printed (pytest -s, or in the failure report).
+
+Budget: the slow campaigns together must fit CI (about 15 minutes on two cores). Measured per
+fault on this machine: about 3 s with the group observer (hold + gap + an OffsetFetch after each
+fault), about 6 s per SIGKILL (the restarted node replays its logs and registers again). So the
+>100-fault run is the idempotent one (issue 9's "over 100 faults"); the transactional, kill-only
+and unclean campaigns hold shorter schedules of the same fault kinds.
 """
 
 from __future__ import annotations
@@ -53,34 +59,34 @@ def test_a_short_campaign_copies_exactly_once(make_fault_cluster: Callable[..., 
 def test_a_long_campaign_of_over_a_hundred_faults_loses_no_acknowledged_record(
         make_fault_cluster: Callable[..., FaultCluster]) -> None:
     c = make_fault_cluster()
-    out = run_campaign(c, Campaign(seed=seed(2), faults=120, hold_s=(0.5, 3.0), gap_s=(0.3, 1.5),
-                                   produce_interval_s=0.02, snapshot_every=6, catch_up_s=180, transactions=False))
+    out = run_campaign(c, Campaign(seed=seed(2), faults=105, hold_s=(0.5, 2.0), gap_s=(0.3, 1.0),
+                                   produce_interval_s=0.02, snapshot_every=8, catch_up_s=180, transactions=False))
     print(out.report)
     assert out.problems == [], out.report
-    assert out.nemesis.applied == 120
+    assert out.nemesis.applied == 105
 
 
 @pytest.mark.slow
-def test_a_long_transactional_campaign_of_over_a_hundred_faults_copies_exactly_once(
-        make_fault_cluster: Callable[..., FaultCluster]) -> None:
+def test_a_long_transactional_campaign_copies_exactly_once(make_fault_cluster: Callable[..., FaultCluster]) -> None:
     c = make_fault_cluster()
-    out = run_campaign(c, Campaign(seed=seed(7), faults=110, hold_s=(0.5, 3.0), gap_s=(0.5, 2.0),
-                                   produce_interval_s=0.02, snapshot_every=10, catch_up_s=180))
+    out = run_campaign(c, Campaign(seed=seed(7), faults=35, hold_s=(0.5, 2.5), gap_s=(0.5, 1.5),
+                                   produce_interval_s=0.02, snapshot_every=5, catch_up_s=180))
     print(out.report)
     assert out.problems == [], out.report
-    assert out.nemesis.applied == 110
+    assert out.nemesis.applied == 35 and out.extra["txn_committed"] > 0
 
 
 @pytest.mark.slow
-def test_leader_kills_alone_over_a_hundred_times(make_fault_cluster: Callable[..., FaultCluster]) -> None:
+def test_leader_and_controller_kills_alone(make_fault_cluster: Callable[..., FaultCluster]) -> None:
     """The Jepsen 0.8 story: the ISR shrinks to the leader, which then dies. min.insync=2 must
     refuse what one replica alone would acknowledge."""
     c = make_fault_cluster()
-    out = run_campaign(c, Campaign(seed=seed(3), faults=110, kinds=KILLS, hold_s=(0.3, 2.0), gap_s=(0.2, 1.0),
-                                   produce_interval_s=0.02, snapshot_every=10, transactions=False,
+    out = run_campaign(c, Campaign(seed=seed(3), faults=35, kinds=KILLS, hold_s=(0.3, 2.0), gap_s=(0.2, 1.0),
+                                   produce_interval_s=0.02, snapshot_every=5, transactions=False,
                                    catch_up_s=180))
     print(out.report)
     assert out.problems == [], out.report
+    assert out.nemesis.applied == 35
 
 
 @pytest.mark.slow
@@ -90,7 +96,7 @@ def test_with_unclean_election_lost_records_are_counted_and_reported(
     become leader and acknowledged records may be lost. The campaign counts and prints them;
     what must still hold (no duplicates, no values never sent, offsets never backwards) fails."""
     c = make_fault_cluster({"unclean.leader.election.enable": "true"})
-    out = run_campaign(c, Campaign(seed=seed(4), faults=40, min_insync=1, unclean=True,
+    out = run_campaign(c, Campaign(seed=seed(4), faults=25, min_insync=1, unclean=True,
                                    kinds=("kill-leader", "isolate-leader", "pause-leader", "cut-oneway"),
                                    transactions=False, snapshot_every=4, catch_up_s=120))
     print(out.report)

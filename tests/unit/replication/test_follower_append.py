@@ -63,3 +63,29 @@ def test_a_follower_turned_leader_deduplicates_and_checks_sequences(tmp_path: Pa
     with pytest.raises(OutOfOrderSequenceError):
         follower.append_as_leader(bytearray(build_batch([(1000, None, b"v9", ())], producer_id=5, producer_epoch=0,
                                                         base_sequence=9)), 1, 0)
+
+
+def test_a_new_leader_answers_any_of_the_last_five_retried_batches_with_their_original_offsets(
+        tmp_path: Path) -> None:
+    """Kafka keeps the metadata of a producer's last 5 batches, on followers too (replayed by
+    append_as_follower), so a retried batch that the old leader had appended is answered by the
+    new one with its original offsets, never DUPLICATE_SEQUENCE_NUMBER nor offset -1 (librdkafka
+    reports those, and its implicit acks, without an offset)."""
+    leader, follower = open_log(tmp_path, "l"), open_log(tmp_path, "f")
+    firsts = []
+    for seq in range(0, 14, 2):  # 7 batches of 2 records
+        info = leader.append_as_leader(bytearray(build_batch(
+            [(1000, None, b"a%d" % seq, ()), (1000, None, b"b%d" % seq, ())], producer_id=5, producer_epoch=0,
+            base_sequence=seq)), 0, 0)
+        firsts.append((seq, info.first_offset, info.last_offset))
+    replicate(leader, follower)
+    end = follower.log_end_offset
+    for seq, first, last in firsts[-5:]:
+        info = follower.append_as_leader(bytearray(build_batch(
+            [(1000, None, b"a%d" % seq, ()), (1000, None, b"b%d" % seq, ())], producer_id=5, producer_epoch=0,
+            base_sequence=seq)), 1, 0)
+        assert info.duplicate and (info.first_offset, info.last_offset) == (first, last)
+    assert follower.log_end_offset == end
+    with pytest.raises(OutOfOrderSequenceError):  # older than the 5 kept: Kafka's answer too
+        follower.append_as_leader(bytearray(build_batch(
+            [(1000, None, b"a0", ()), (1000, None, b"b0", ())], producer_id=5, producer_epoch=0, base_sequence=0)), 1, 0)
