@@ -21,19 +21,18 @@ blocking AdminClient per run, created only for tools that talk to a broker.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
 from pybroker.cli import acls, configs, consume, dump_log, groups, perf, produce, quotas, topics
 from pybroker.cli.common import (
-    EXIT_BAD_INPUT,
     ArgumentParser,
     CliError,
     Handler,
     check_bootstrap,
     common_options,
+    parse_cli_args,
     run_handler,
 )
 from pybroker.client.admin import AdminClient
@@ -70,12 +69,9 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
          stdin: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        # argparse writes usage errors and --help to sys.stderr / sys.stdout: send them to ours.
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:  # bad arguments (already reported on stderr) or --help
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    args = parse_cli_args(build_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
     args.stdin = stdin if stdin is not None else sys.stdin
     try:
         check_bootstrap(args)

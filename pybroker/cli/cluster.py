@@ -31,7 +31,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pybroker.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, ArgumentParser, CliError
+from pybroker.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    ArgumentParser,
+    CliError,
+    parse_cli_args,
+)
 from pybroker.cli.storage import format_storage
 from pybroker.config import ConfigError, build_config, parse_overrides
 from pybroker.log.meta_properties import random_uuid_str, read_meta_properties
@@ -208,10 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    args = parse_cli_args(build_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
     controller_base = args.controller_base_port if args.controller_base_port is not None else args.base_port + 100
     try:
         overrides = parse_overrides(args.override)

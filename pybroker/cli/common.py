@@ -20,6 +20,7 @@ Concurrency: one-shot commands; nothing here keeps state between calls.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -76,6 +77,20 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"pybroker: {message}\n")
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+def parse_cli_args(parser: argparse.ArgumentParser, argv: Sequence[str], out: TextIO,
+                   err: TextIO) -> argparse.Namespace | int:
+    """Parse a tool's arguments; an int is the exit code to return at once.
+
+    argparse writes usage errors and --help to sys.stderr / sys.stdout: they go to the tool's
+    own streams here, so a caller that passes `stdout`/`stderr` (the tests, `pybroker` itself)
+    sees them."""
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            return parser.parse_args(list(argv))
+    except SystemExit as exc:  # bad arguments (already reported on stderr) or --help
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
 
 
 def print_table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pybroker.cli.common import EXIT_BAD_INPUT, EXIT_OK, ArgumentParser, CliError
+from pybroker.cli.common import EXIT_BAD_INPUT, EXIT_OK, ArgumentParser, CliError, parse_cli_args
 from pybroker.config import BrokerConfig, ConfigError, build_config
 from pybroker.controller import features as feature_control
 from pybroker.controller.bootstrap_metadata import (
@@ -257,10 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    args = parse_cli_args(build_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
     try:
         if args.verb == "random-uuid":
             out.write(random_uuid_str() + "\n")

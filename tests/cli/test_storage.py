@@ -127,3 +127,11 @@ def test_a_cluster_node_with_unformatted_storage_refuses_to_start(tmp_path: Path
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("pybroker:")]
     assert len(lines) == 1 and "pybroker storage format" in lines[0]
+
+
+def test_bad_arguments_and_help_reach_the_callers_streams():
+    rc, out, err = run("format", "--no-such-flag")
+    assert rc == 2 and not out
+    assert one_line(err).startswith("pybroker: ")
+    rc, out, err = run("--help")
+    assert rc == 0 and "random-uuid" in out and not err
