@@ -168,6 +168,12 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 bad_size_logged = True
                 log.info("fetch from %s: invalid partition_max_bytes %d for %s-%d", ctx.conn.peer,
                          cp.max_bytes, name, cp.partition)
+        if from_follower and not isinstance(found, int) and (replica_id not in found.replicas
+                                                            or replica_id == found.local_id):
+            # Kafka's Partition.followerReplicaOrThrow: a broker that is not (yet) a replica gets
+            # no data; with a leader epoch in the request, UNKNOWN_LEADER_EPOCH (a replica added
+            # by a reassignment retries until this leader has seen the change)
+            found = (Errors.UNKNOWN_LEADER_EPOCH if cp.leader_epoch >= 0 else Errors.NOT_LEADER_OR_FOLLOWER)
         if isinstance(found, int):
             reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
