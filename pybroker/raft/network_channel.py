@@ -22,39 +22,21 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from pybroker.protocol.errors import ProtocolError
-from pybroker.protocol.frame import decode_request, decode_response, encode_request, encode_response
+from pybroker.protocol.frame import decode_request, encode_response
+from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection, receive_frame
 from pybroker.raft import raft_util as ru
 from pybroker.raft.raft_message import InboundResponse, OutboundRequest
 
 log = logging.getLogger(__name__)
 
-_INT32 = struct.Struct(">i")
 MAX_FRAME_BYTES = 128 * 1024 * 1024
 CLIENT_ID_PREFIX = "raft-client-"
-
-
-async def receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytearray:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = await stream.receive_some(n - len(buf))
-        if not chunk:
-            raise EOFError("connection closed")
-        buf += chunk
-    return buf
-
-
-async def receive_frame(stream: trio.abc.ReceiveStream) -> bytearray:
-    (size,) = _INT32.unpack(await receive_exactly(stream, 4))
-    if not 0 <= size <= MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame size {size} out of range")
-    return await receive_exactly(stream, size)
 
 
 class _Peer:
@@ -62,46 +44,29 @@ class _Peer:
         self.channel = channel
         self.node_id = node_id
         self.send, self.receive = trio.open_memory_channel(math.inf)
-        self.stream: trio.SocketStream | None = None
-        self.address: tuple[str, int] | None = None
-
-    async def _close(self) -> None:
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
+        self.conn = OutboundConnection(channel.client_id)
 
     async def run(self) -> None:
         try:
             async for request in self.receive:
                 await self._round_trip(request)
         finally:
-            await self._close()
+            await self.conn.aclose()
 
     async def _round_trip(self, request: OutboundRequest) -> None:
         channel = self.channel
         error = None
+        assert request.address is not None
         try:
-            with trio.fail_after(channel.request_timeout_ms / 1000):
-                if self.stream is None or self.address != request.address:
-                    await self._close()
-                    assert request.address is not None
-                    self.stream = await trio.open_tcp_stream(*request.address)
-                    self.address = request.address
-                frame = encode_request(request.api_key, request.api_version, request.correlation_id,
-                                       channel.client_id, request.body)
-                await self.stream.send_all(frame)
-                response = await receive_frame(self.stream)
-            correlation_id, body = decode_response(request.api_key, request.api_version, response)
-            if correlation_id != request.correlation_id:
-                raise ProtocolError(f"correlation id {correlation_id}, expected {request.correlation_id}")
+            body = await self.conn.request(request.address, request.api_key, request.api_version, request.body,
+                                           timeout_s=channel.request_timeout_ms / 1000,
+                                           correlation_id=request.correlation_id)
         except trio.TooSlowError:
             error = ru.REQUEST_TIMED_OUT
-        except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError) as exc:
+        except CONNECTION_ERRORS as exc:
             log.debug("raft request to %s failed: %s", self.node_id, exc)
             error = ru.BROKER_NOT_AVAILABLE
         if error is not None:
-            await self._close()
             body = ru.error_response(request.api_key, error)
         channel.deliver(InboundResponse(self.node_id, request.correlation_id, request.api_key, body))
 
@@ -136,7 +101,7 @@ async def serve_raft_connection(stream: trio.SocketStream, handler: RaftHandler)
     """Answer Raft requests on one connection until it closes; anything else closes it."""
     try:
         while True:
-            frame = await receive_frame(stream)
+            frame = await receive_frame(stream, MAX_FRAME_BYTES)
             header, body = decode_request(frame)
             api_key = header.request_api_key
             if api_key not in ru.RAFT_APIS:

@@ -34,7 +34,6 @@ than `replica.socket.timeout.ms` closes the connection and backs off.
 from __future__ import annotations
 
 import logging
-import struct
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -43,13 +42,13 @@ from pybroker._native import records as _records
 from pybroker.log.errors import LogError
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.api_message import ApiMessage
-from pybroker.protocol.errors import Errors, ProtocolError
-from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
 )
+from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 
 if TYPE_CHECKING:
     from pybroker.log.log import UnifiedLog
@@ -61,8 +60,6 @@ FETCH_VERSION = 17
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 7
 EARLIEST_TIMESTAMP = -2
-MAX_FRAME_BYTES = 256 * 1024 * 1024
-_INT32 = struct.Struct(">i")
 # errors after which a partition waits and asks again (the leader is not there yet, or moved)
 _RETRY_LATER = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH, Errors.FENCED_LEADER_EPOCH,
                           Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID, Errors.INCONSISTENT_TOPIC_ID,
@@ -127,58 +124,22 @@ def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: in
     return min(target, leo), done
 
 
-async def _receive_exactly(stream: trio.SocketStream, n: int) -> bytearray:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = await stream.receive_some(n - len(buf))
-        if not chunk:
-            raise EOFError("connection closed by the leader")
-        buf += chunk
-    return buf
-
-
 class LeaderConnection:
-    """One connection to a leader's inter-broker listener; one request in flight."""
+    """The fetcher's connection to its leader's inter-broker listener: one request in flight,
+    replica.socket.timeout.ms on each."""
 
     def __init__(self, client_id: str, timeout_s: float) -> None:
-        self.client_id = client_id
+        self._conn = OutboundConnection(client_id)
         self.timeout_s = timeout_s
-        self._stream: trio.SocketStream | None = None
-        self._address: tuple[str, int] | None = None
-        self._cid = 0
 
     async def request(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage) -> Any:
-        with trio.fail_after(self.timeout_s):
-            if self._stream is None or self._address != address:
-                await self.close()
-                self._stream = await trio.open_tcp_stream(*address)
-                self._address = address
-            self._cid += 1
-            stream = self._stream
-            try:
-                await stream.send_all(encode_request(api_key, version, self._cid, self.client_id, body))
-                (size,) = _INT32.unpack(await _receive_exactly(stream, 4))
-                if not 0 <= size <= MAX_FRAME_BYTES:
-                    raise ProtocolError(f"response frame size {size} out of range")
-                frame = await _receive_exactly(stream, size)
-            except BaseException:
-                await self.close()
-                raise
-        cid, response = decode_response(api_key, version, frame)
-        if cid != self._cid:
-            await self.close()
-            raise ProtocolError(f"correlation id {cid}, expected {self._cid}")
-        return response
+        return await self._conn.request(address, api_key, version, body, timeout_s=self.timeout_s)
 
     async def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
+        await self._conn.aclose()
 
 
-_CONNECTION_ERRORS = (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
-                      ProtocolError)
+_CONNECTION_ERRORS = CONNECTION_ERRORS
 
 
 class ReplicaFetcher:

@@ -27,9 +27,8 @@ from typing import Any
 import trio
 
 from pybroker.protocol.api_message import ApiMessage
-from pybroker.protocol.errors import Errors, ProtocolError
-from pybroker.protocol.frame import decode_response, encode_request
-from pybroker.raft.network_channel import receive_frame
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 
 log = logging.getLogger("pybroker.controller.channel")
 
@@ -63,10 +62,7 @@ class ControllerChannel:
         self.retry_backoff_s = max(0.001, retry_backoff_ms / 1000)
         # one attempt on one connection: a paused (SIGSTOPped) controller keeps its socket open
         self.attempt_timeout_s = max(0.01, attempt_timeout_ms / 1000)
-        self._lock = trio.Lock()
-        self._stream: trio.SocketStream | None = None
-        self._address: tuple[str, int] | None = None
-        self._correlation_id = 0
+        self._conn = OutboundConnection(client_id)
 
     async def send(self, api_key: int, version: int, body: ApiMessage, timeout_s: float, *,
                    is_not_controller: Callable[[Any], bool] = _not_controller) -> Any:
@@ -82,13 +78,11 @@ class ControllerChannel:
                     leader_id, address = self.leader()
                     if address is not None:
                         try:
-                            with trio.fail_after(self.attempt_timeout_s):
-                                response = await self._round_trip(address, api_key, version, body)
-                        except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError,
-                                ProtocolError, trio.TooSlowError) as exc:
+                            response = await self._conn.request(address, api_key, version, body,
+                                                                timeout_s=self.attempt_timeout_s)
+                        except CONNECTION_ERRORS as exc:
                             log.debug("%s: request to controller %s at %s failed: %s", self.name, leader_id,
                                       address, exc)
-                            await self._close()
                         else:
                             if not is_not_controller(response):
                                 return response
@@ -96,32 +90,5 @@ class ControllerChannel:
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
         raise ControllerUnavailable(f"no active controller answered within {timeout_s:.1f}s")
 
-    async def _round_trip(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage) -> Any:
-        async with self._lock:
-            if self._stream is None or self._address != address:
-                await self._close()
-                self._stream = await trio.open_tcp_stream(*address)
-                self._address = address
-            self._correlation_id += 1
-            cid = self._correlation_id
-            stream = self._stream
-            try:
-                await stream.send_all(encode_request(api_key, version, cid, self.client_id, body))
-                frame = await receive_frame(stream)
-            except BaseException:
-                await self._close()
-                raise
-            got, response = decode_response(api_key, version, frame)
-            if got != cid:
-                await self._close()
-                raise ProtocolError(f"correlation id {got}, expected {cid}")
-            return response
-
-    async def _close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-
     async def aclose(self) -> None:
-        await self._close()
+        await self._conn.aclose()

@@ -3,7 +3,8 @@ truncates by leader epoch (OffsetForLeaderEpoch to the leader) and then fetches 
 ReplicaState) until the follower's log is byte for byte the leader's, with the leader's high
 watermark. The leader is an EmbeddedBroker; the follower is node 2's ReplicaManager, whose
 image names the embedded node as the partition's leader (no second process is needed to follow
-one partition)."""
+one partition). The leader is told node 2 is a replica (`add_replica`): a leader answers replica
+fetches only from its replicas, as Kafka's."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
             await trio.sleep(0.02)
 
 
+def add_replica(leader: EmbeddedBroker, node_id: int) -> None:
+    """Make `node_id` a replica of TOPIC-0 in the leader's own partition state, on the leader's
+    event loop. The leader's controller never heard of that node (no registration), so the
+    leader neither proposes it for the ISR nor lets it hold the high watermark."""
+    def add() -> None:
+        p = leader._broker.replica_manager.get_partition(TOPIC, 0)
+        p.replicas = [*p.replicas, node_id]
+        p.update_replicas(0)
+
+    trio.from_thread.run_sync(add, trio_token=leader._token)
+
+
 def segment(dir: Path) -> bytes:
     return b"".join(f.read_bytes() for f in sorted(dir.glob("*.log")))
 
@@ -60,6 +73,7 @@ def test_a_follower_truncates_its_divergent_tail_then_fetches_the_leaders_log(tm
         topic_id, end, epoch = leader_state(leader.port)
         assert end == 5
         shared = segment(leader_dir / f"{TOPIC}-0")  # what the follower had fetched before
+        add_replica(leader, 2)
 
         async def follow() -> tuple[bytes, int, int]:
             cfg = BrokerConfig({"node.id": "2", "log.dirs": str(tmp_path / "follower"),

@@ -38,10 +38,9 @@ from typing import Any
 import trio
 
 from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.errors import Errors, ProtocolError
-from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
-from pybroker.raft.network_channel import receive_frame
+from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 
 log = logging.getLogger("pybroker.txn.markers")
 
@@ -54,8 +53,7 @@ RETRIABLE = frozenset(int(e) for e in (
 
 TopicPartition = tuple[str, int]
 LocalWrite = Callable[[WriteTxnMarkersRequest], Awaitable[WriteTxnMarkersResponse]]
-NETWORK_ERRORS = (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError,
-                  trio.TooSlowError)
+NETWORK_ERRORS = CONNECTION_ERRORS
 
 
 def marker_request(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -82,22 +80,6 @@ def partition_errors(response: WriteTxnMarkersResponse) -> dict[TopicPartition, 
             for m in response.markers for t in m.topics for p in t.partitions}
 
 
-class _Connection:
-    """One node's inter-broker connection: reopened after any failure, one request at a time."""
-
-    def __init__(self) -> None:
-        self.lock = trio.Lock()
-        self.stream: trio.SocketStream | None = None
-        self.address: tuple[str, int] | None = None
-        self.correlation_id = 0
-
-    async def close(self) -> None:
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-
-
 class TransactionMarkerChannelManager:
     def __init__(self, *, node_id: int, image: Any, listener_name: str, local_write: LocalWrite,
                  request_timeout_ms: int, retry_backoff_ms: int = 100, client_id: str = "") -> None:
@@ -108,7 +90,7 @@ class TransactionMarkerChannelManager:
         self.request_timeout_s = max(0.01, request_timeout_ms / 1000)
         self.retry_backoff_s = max(0.001, retry_backoff_ms / 1000)
         self.client_id = client_id or f"broker-{node_id}-txn-marker-sender"
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, OutboundConnection] = {}
         self._metadata_changed = trio.Event()
         self.closed = False
 
@@ -190,26 +172,15 @@ class TransactionMarkerChannelManager:
         address = self._endpoint(node)
         if address is None:
             return failed
-        conn = self._connections.setdefault(node, _Connection())
-        async with conn.lock:
-            try:
-                with trio.fail_after(self.request_timeout_s):
-                    if conn.stream is None or conn.address != address:
-                        await conn.close()
-                        conn.stream = await trio.open_tcp_stream(*address)
-                        conn.address = address
-                    conn.correlation_id += 1
-                    cid = conn.correlation_id
-                    await conn.stream.send_all(encode_request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
-                                                              cid, self.client_id, request))
-                    frame = await receive_frame(conn.stream)
-                got, response = decode_response(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, frame)
-                if got != cid:
-                    raise ProtocolError(f"correlation id {got}, expected {cid}")
-            except NETWORK_ERRORS as exc:
-                log.debug("WriteTxnMarkers to node %d at %s failed: %s", node, address, exc)
-                await conn.close()
-                return failed
+        conn = self._connections.get(node)
+        if conn is None:
+            conn = self._connections[node] = OutboundConnection(self.client_id)
+        try:
+            response = await conn.request(address, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
+                                          timeout_s=self.request_timeout_s)
+        except NETWORK_ERRORS as exc:
+            log.debug("WriteTxnMarkers to node %d at %s failed: %s", node, address, exc)
+            return failed
         assert isinstance(response, WriteTxnMarkersResponse)
         return {**failed, **partition_errors(response)}
 
@@ -217,5 +188,5 @@ class TransactionMarkerChannelManager:
         self.closed = True
         self.notify_metadata()
         for conn in list(self._connections.values()):
-            await conn.close()
+            await conn.aclose()
         self._connections.clear()

@@ -1,0 +1,131 @@
+"""One outbound request/response connection between pybroker nodes (the client half of Kafka's
+NetworkClient, reduced to what inter-node traffic needs).
+
+Wire format: Kafka's request frames (int32 size, request header, body) from
+pybroker.protocol.frame; one request in flight per connection, so a response is the next frame
+and must carry the request's correlation id. No ApiVersions exchange: pybroker nodes speak the
+same versions.
+
+Users: the replica fetcher (Fetch, OffsetForLeaderEpoch to a leader), the transaction marker
+channel (WriteTxnMarkers), the controller channel (forwarded admin requests, AlterPartition,
+broker heartbeats) and the Raft network channel (Vote, Fetch, ... between voters). Each keeps
+its own retry policy; this module only moves frames.
+
+Failures: anything that breaks the exchange — a refused or reset connection, EOF, a frame size
+out of range, a response that does not decode or answers another correlation id, or the
+caller's timeout cancelling the exchange mid-way — closes the connection, so the next request
+starts on a fresh one (a half-read response would desynchronise the stream). The caller sees
+these as CONNECTION_ERRORS (trio.TooSlowError when it set a deadline). An encoding error is a
+bug in the request, not a network failure: it raises RequestEncodingError and leaves the connection
+open, so a caller's retry loop does not mistake it for a dead peer and retry until its timeout.
+
+Concurrency: a trio.Lock serialises requests of several tasks on one connection; the close on
+failure is shielded so a cancelled caller still releases the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from typing import Any
+
+import trio
+
+from pybroker.protocol.api_message import ApiMessage
+from pybroker.protocol.errors import ProtocolError
+from pybroker.protocol.frame import decode_response, encode_request
+
+_INT32 = struct.Struct(">i")
+
+# Kafka's socket.request.max.bytes is 100 MiB for requests; responses between nodes are bounded
+# by replica.fetch.response.max.bytes (10 MiB default) but a misconfigured node may ask for
+# more: large enough for any legitimate response, small enough to catch a desynchronised stream.
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+# What a failed exchange raises (the connection is closed by then).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, ProtocolError)
+
+
+class RequestEncodingError(Exception):
+    """A request this node cannot encode: a bug in the request, never retried as a network
+    failure (not one of CONNECTION_ERRORS, although the codec raises ProtocolError subclasses
+    such as UnsupportedVersionError for some of these)."""
+
+
+async def receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytearray:
+    """`n` bytes from `stream`; EOFError if the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await stream.receive_some(n - len(buf))
+        if not chunk:
+            raise EOFError("connection closed by the peer")
+        buf += chunk
+    return buf
+
+
+async def receive_frame(stream: trio.abc.ReceiveStream, max_bytes: int = MAX_FRAME_BYTES) -> bytearray:
+    """One size-prefixed frame's payload; ProtocolError for a size out of range."""
+    (size,) = _INT32.unpack(await receive_exactly(stream, 4))
+    if not 0 <= size <= max_bytes:
+        raise ProtocolError(f"frame size {size} out of range")
+    return await receive_exactly(stream, size)
+
+
+class OutboundConnection:
+    """A connection to one node address at a time, reopened on demand (see the module docstring).
+
+    `request()` connects when there is no connection or the address changed (a node that moved,
+    or another leader), sends one request and returns the decoded response body."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._lock = trio.Lock()
+        self._stream: trio.SocketStream | None = None
+        self._address: tuple[str, int] | None = None
+        self._correlation_id = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._stream is not None
+
+    async def request(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage, *,
+                      timeout_s: float | None = None, correlation_id: int | None = None) -> Any:
+        """The response body to `body`; CONNECTION_ERRORS on failure (trio.TooSlowError after
+        `timeout_s`, the connection included). `correlation_id`: the caller's own (the Raft
+        client numbers its requests), else the next of this connection's."""
+        if correlation_id is None:
+            self._correlation_id += 1
+            correlation_id = self._correlation_id
+        # encoded before any I/O: an unencodable request raises here, the connection untouched
+        try:
+            frame = encode_request(api_key, version, correlation_id, self.client_id, body)
+        except (ProtocolError, ValueError) as exc:
+            raise RequestEncodingError(f"cannot encode {type(body).__name__} v{version}: {exc}") from exc
+        async with self._lock:
+            try:
+                with trio.fail_after(timeout_s) if timeout_s is not None else contextlib.nullcontext():
+                    if self._stream is None or self._address != address:
+                        await self._close()
+                        self._stream = await trio.open_tcp_stream(*address)
+                        self._address = address
+                    await self._stream.send_all(frame)
+                    payload = await receive_frame(self._stream)
+                got, response = decode_response(api_key, version, payload)
+                if got != correlation_id:
+                    raise ProtocolError(f"correlation id {got}, expected {correlation_id}")
+            except BaseException:
+                await self._close()
+                raise
+            return response
+
+    async def _close(self) -> None:
+        stream, self._stream = self._stream, None
+        self._address = None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def aclose(self) -> None:
+        await self._close()
+
