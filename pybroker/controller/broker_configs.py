@@ -17,9 +17,9 @@ what the controller decides in Kafka:
 - activation of an empty log whose bootstrap features enable ELR appends the cluster-level
   min.insync.replicas (the static value) after the bootstrap records
   (ActivationRecordsGenerator.recordsForEmptyLog).
-Kafka also writes a ClearElrRecord when min.insync.replicas changes under ELR; pybroker's
-partitions have one replica, so their ELR is always empty and there is nothing to clear
-(and the record type is not in our protocol specs).
+A min.insync.replicas change under ELR also clears the ELR of the partitions it governs
+(Kafka writes a ClearElrRecord; pybroker the equivalent PartitionChangeRecords, in the same
+batch: ReplicationControl.elr_clears_for_config_changes).
 
 Pure functions over the image's config map; the caller (QuorumController) holds its lock.
 """

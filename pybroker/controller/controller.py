@@ -707,6 +707,7 @@ class QuorumController:
                     if not code and not validate_only:
                         records.extend(recs)
                 out.append(error)
+            records += self.replication.elr_clears_for_config_changes(records)
             await self._commit(records)
             return out
 
@@ -727,6 +728,7 @@ class QuorumController:
                 out.append((code, msg))
                 if not code and not validate_only:
                     records.extend(recs)
+            records += self.replication.elr_clears_for_config_changes(records)
             await self._commit(records)
             return out
 
@@ -767,6 +769,7 @@ class QuorumController:
                 out.append((code, msg))
                 if not code and not validate_only:
                     records.extend(recs)
+            records += self.replication.elr_clears_for_config_changes(records)
             await self._commit(records)
             return out
 

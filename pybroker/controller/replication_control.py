@@ -23,6 +23,8 @@ every ISR and elect new leaders commit together, and every node applies both at 
   down (partition_change.py rule 1). A target equal to the current order of the same replicas
   completes at once. Cancelling (null replicas) reverts to the original replicas; a revert
   that would leave no ISR member needs unclean elections allowed.
+- A ConfigRecord for min.insync.replicas (a topic's, or the cluster-level one) clears the ELR
+  of the partitions it governs (elr_clears_for_config_changes), in the same batch.
 - Topic configs and the broker's: min.insync.replicas (the ELR threshold) and
   unclean.leader.election.enable (UNCLEAN elections) come from the topic's override, else from
   this node's broker config, whose values already layer the cluster-wide dynamic ones.
@@ -42,7 +44,13 @@ from typing import Any
 from pybroker.config import BrokerConfig
 from pybroker.controller import features as feature_control
 from pybroker.controller.partition_change import Election, PartitionChangeBuilder
-from pybroker.metadata.image import NO_LEADER, MetadataImage, PartitionRegistration, TopicImage
+from pybroker.metadata.image import (
+    NO_LEADER,
+    RESOURCE_TOPIC,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
@@ -53,6 +61,7 @@ IN_CONTROLLED_SHUTDOWN = 1  # BrokerRegistrationChangeRecord.in_controlled_shutd
 ELR_METADATA_VERSION = 23  # 4.0-IV1: MetadataVersion.isElrSupported
 MAX_ELECTIONS_PER_IMBALANCE = 1000  # ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types (Kafka's ElectionType)
+RESOURCE_BROKER = 4  # ConfigRecord.resource_type of a BROKER resource ("" is the cluster default)
 
 Located = tuple[TopicImage, int, PartitionRegistration]
 #: a partition's ongoing reassignment: (partition, replicas, adding, removing)
@@ -181,6 +190,42 @@ class ReplicationControl:
                                                             in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN))
         records += self.leader_and_isr_updates(f"enterControlledShutdown[{broker_id}]", broker_id, NO_LEADER,
                                                self._with_in_isr(broker_id))
+        return records
+
+    # ------------------------------------------------------------------ min.insync.replicas changes
+
+    def elr_clears_for_config_changes(self, config_records: Iterable[Any]) -> list[Any]:
+        """KIP-966 (Kafka 4.0): with ELR on, a ConfigRecord for min.insync.replicas clears the ELR
+        and the last known ELR of the partitions it governs: a topic's, that topic's partitions;
+        the cluster-level one (even to the same value), every partition. A replica put in the ELR
+        under the old threshold need not hold what the new one lets the high watermark cover: with
+        min.insync.replicas lowered from 2 to 1, an ISR of the leader alone commits records no ELR
+        member has. Kafka writes a ClearElrRecord; pybroker writes the PartitionChangeRecords that
+        record amounts to (empty ELR and last known ELR), one per partition that has either —
+        a deliberate difference pinned by tests/unit/controller/test_elr_min_isr.py."""
+        if not self.elr_enabled():
+            return []
+        topics: set[str] = set()
+        every = False
+        for r in config_records:
+            if not isinstance(r, m.ConfigRecord) or r.name != "min.insync.replicas":
+                continue
+            if r.resource_type == RESOURCE_TOPIC:
+                topics.add(r.resource_name)
+            elif r.resource_type == RESOURCE_BROKER and r.resource_name == "":
+                every = True
+        if not topics and not every:
+            return []
+        records: list[Any] = []
+        for t in self.image.topics_by_name.values():
+            if not every and t.name not in topics:
+                continue
+            for pid, reg in sorted(t.partitions.items()):
+                if reg.elr or reg.last_known_elr:
+                    records.append(m.PartitionChangeRecord(topic_id=t.topic_id, partition_id=pid,
+                                                           eligible_leader_replicas=[], last_known_elr=[]))
+        if records:
+            log.info("min.insync.replicas changed: clearing the ELR of %d partition(s)", len(records))
         return records
 
     # ------------------------------------------------------------------ ElectLeaders
