@@ -109,10 +109,29 @@ class Partition:
 
     # ------------------------------------------------------------------ leadership
 
-    def make_leader(self, now_ms: int) -> None:
-        """This node leads from now (a new leader epoch): every follower's state starts unknown,
-        the ISR members as caught up now (Kafka's resetReplicaState); the epoch starts at the LEO."""
-        self.remote = {r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.local_id}
+    def make_leader(self, now_ms: int, is_new_leader: bool = True) -> None:
+        """This node leads at a new leader epoch, which starts at the LEO (Kafka's makeLeader and
+        resetReplicaState). A new leader knows nothing of its followers: their states start
+        unknown. A leader re-elected at a new epoch (a replica removed, an election that kept it)
+        keeps what its followers' last fetches said (log start and end offsets, broker epoch), so
+        the high and low watermarks do not wait for a fetch from each of them again. Either way
+        the ISR members count as caught up now and the others as never."""
+        old = self.remote if not is_new_leader else {}
+        remote: dict[int, ReplicaState] = {}
+        leo = self.log.log_end_offset
+        for r in self.replicas:
+            if r == self.local_id:
+                continue
+            caught_up_ms = now_ms if r in self.isr else 0
+            state = old.get(r)
+            if state is None:
+                state = ReplicaState(caught_up_ms)
+            else:
+                state.last_caught_up_ms = caught_up_ms
+                state.last_fetch_ms = caught_up_ms
+                state.last_fetch_leader_leo = leo
+            remote[r] = state
+        self.remote = remote
         self.pending_isr = None
         self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.maybe_assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)

@@ -373,7 +373,7 @@ class ReplicaManager:
         if p.is_leader:
             if not was_leader or reg.leader_epoch != old_epoch:
                 self.fetcher_manager.remove_partition(tp)
-                p.make_leader(now)
+                p.make_leader(now, is_new_leader=not was_leader)
                 log.info("%s-%d: leader at epoch %d from offset %d (ISR %s)", p.topic, p.partition, p.leader_epoch,
                          p.log.log_end_offset, p.isr)
             else:
