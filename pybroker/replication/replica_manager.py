@@ -38,7 +38,12 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import LogError
-from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from pybroker.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    mark_segments_deleted,
+)
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
@@ -775,13 +780,18 @@ class ReplicaManager:
     # ------------------------------------------------------------------ deletion
 
     def schedule_segment_deletion(self, plog: Any, segments: list[Any]) -> None:
-        """Remove detached segments' files after file.delete.delay.ms, off the event loop (the
-        delay lets fetch responses already holding their file regions finish)."""
+        """Rename detached segments' files `*.deleted` at once and remove them after
+        file.delete.delay.ms, both in worker threads (the delay lets fetch responses already
+        holding their file regions finish). Segments already renamed stay as they are."""
         if segments:
             self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms)
 
     async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int) -> None:
         try:
+            try:
+                await trio.to_thread.run_sync(mark_segments_deleted, segments)
+            except OSError:
+                log.exception("renaming deleted segments of %s failed", plog)
             await trio.sleep(delay_ms / 1000)
         finally:
             # shielded: at shutdown the files still go (a restart would remove them anyway)
@@ -804,7 +814,7 @@ class ReplicaManager:
             start = plog.retention_start_offset(now_ms)
             if start is None:
                 continue
-            doomed = plog.delete_records_before(start)
+            doomed = plog.increment_log_start_offset(start)
             removed += len(doomed)
             self.schedule_segment_deletion(plog, doomed)
         return removed
