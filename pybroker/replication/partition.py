@@ -9,7 +9,9 @@ last fetch, -1 until one arrives) and its last caught-up time, from which come:
   caught up (`replica.lag.time.max.ms`), as Kafka's maybeIncrementLeaderHW; it never goes back;
 - ISR shrink: followers of the ISR not caught up within `replica.lag.time.max.ms`;
 - ISR expansion: a follower outside the ISR whose log end offset reached the high watermark
-  and the start of the current leader epoch.
+  and the start of the current leader epoch;
+- the low watermark: the smallest log start offset among the leader and the followers on live
+  brokers, which a DeleteRecords waits for.
 
 A follower's last caught-up time is Kafka's: the time of a fetch at or past the leader's log end
 offset, or else the time of the previous fetch when this one reached the log end offset the
@@ -186,6 +188,17 @@ class Partition:
             self.log.high_watermark = new_hw
             return True
         return False
+
+    def low_watermark_if_leader(self, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset among the leader and its followers on live brokers
+        (`alive`: registered and unfenced), what a DeleteRecords waits for (Kafka's
+        lowWatermarkIfLeader). Every replica counts, in the ISR or not; a follower that has not
+        fetched since this node became leader is unknown (-1) and holds it."""
+        low = self.log.log_start_offset
+        for replica, state in self.remote.items():
+            if state.log_start_offset < low and alive(replica):
+                low = state.log_start_offset
+        return low
 
     def out_of_sync_replicas(self, now_ms: int, lag_max_ms: int) -> list[int]:
         """ISR followers that have not caught up within `lag_max_ms` (Kafka's getOutOfSyncReplicas)."""

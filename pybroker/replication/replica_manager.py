@@ -1,9 +1,10 @@
 """All partitions hosted here, kept in step with the metadata image (Kafka's ReplicaManager).
 
-Owns the produce and fetch purgatories: an append completes waiting fetches on that
-partition at once (`check_and_complete`), and acks=all produces wait in the produce
-purgatory until the high watermark passes their last offset. Flushing follows the log's
-flush policy and runs in a worker thread, at most one per partition at a time.
+Owns the produce, fetch and delete-records purgatories: an append completes waiting fetches on
+that partition at once (`check_and_complete`), acks=all produces wait in the produce purgatory
+until the high watermark passes their last offset, and a DeleteRecords waits in the
+delete-records purgatory until the low watermark (`low_watermark`) reaches its offset. Flushing
+follows the log's flush policy and runs in a worker thread, at most one per partition at a time.
 
 Replication (docs/ARCHITECTURE.md, "Partition replication"): each metadata change makes a
 hosted partition leader (makeLeader: the new epoch starts at the log end, followers' states
@@ -205,6 +206,7 @@ class ReplicaManager:
         self.after_create: Callable[[], None] | None = None
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
         self._hw_checkpoint: dict[TopicPartition, int] = {}
         # metrics (pybroker/metrics): bumped in place here, read only when scraped
         self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
@@ -387,9 +389,12 @@ class ReplicaManager:
         elif was_leader or old_leader != reg.leader or old_epoch != reg.leader_epoch \
                 or self.fetcher_manager.fetch_state(tp) is None:
             self._make_follower(p)
-        # waiting produces and fetches see the new state (a lost leadership answers them)
+        # waiting produces and fetches see the new state (a lost leadership answers them); so do
+        # waiting DeleteRecords: a follower fenced, or no longer a replica, stops holding the low
+        # watermark (Kafka re-checks those only when the low or high watermark rises)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def _make_follower(self, p: Partition) -> None:
         """Stop leading `p` and fetch it from its leader, truncating first by leader epoch."""
@@ -423,6 +428,7 @@ class ReplicaManager:
         self._compacted.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         found = self.log_manager.detach_log(*tp)
         if found is not None:
             detached.append(found)
@@ -690,11 +696,26 @@ class ReplicaManager:
         if p.pending_isr is None and p.is_expansion_candidate(replica_id) and self._eligible(replica_id):
             self._propose_isr(p, p.isr + [replica_id], expand=True)
         self._maybe_advance_hw(p)
+        tp = (p.topic, p.partition)
+        if self.delete_records_purgatory.watching(tp):
+            # the follower's log start offset may have reached a waiting DeleteRecords' offset
+            # (Kafka compares the low watermark before and after; trying the waiting ones is the same)
+            self.delete_records_purgatory.check_and_complete(tp)
 
     def _eligible(self, broker_id: int) -> bool:
         """A broker the controller accepts in an ISR: registered, unfenced, not shutting down."""
         reg = self.image.brokers.get(broker_id)
         return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
+    def _alive(self, broker_id: int) -> bool:
+        """A registered, unfenced broker (Kafka's MetadataCache.hasAliveBroker)."""
+        reg = self.image.brokers.get(broker_id)
+        return reg is not None and not reg.fenced
+
+    def low_watermark(self, p: Partition) -> int:
+        """The low watermark of a partition led here (Kafka's Partition.lowWatermarkIfLeader): the
+        smallest log start offset among the leader and its followers on live brokers."""
+        return p.low_watermark_if_leader(self._alive)
 
     def maybe_shrink_isr(self, p: Partition, now_ms: int) -> bool:
         """Propose the ISR without the followers that lagged replica.lag.time.max.ms (Kafka's
