@@ -18,13 +18,16 @@ Flush policy: flush.messages (unflushed message count) and flush.ms (time since 
 evaluated by `needs_flush(now_ms)`; a roll also asks for a flush of the now-inactive segments, as
 Kafka schedules one. The server then runs `flush(offset)` in a worker thread.
 
-DeleteRecords (`delete_records_before`) raises the log start offset and detaches the segments
-wholly below it, renamed `*.deleted`; `delete_segment_files` removes them later in a worker thread.
+DeleteRecords (`increment_log_start_offset`) raises the log start offset and detaches the
+segments wholly below it without touching a file; `mark_segments_deleted` renames their files
+`*.deleted` and `delete_segment_files` removes them later, both in a worker thread
+(`delete_records_before` does both steps at once, for callers off the loop).
 
-Concurrency: appends, reads, roll, truncate, delete_records_before and close run on the event loop
-thread. `flush()` may run concurrently in one worker thread: it snapshots the segment list under
-`_lock` (which roll, truncate, delete_records_before and close also take when they change the
-list) and fsyncs outside it; each segment's own lock orders its fsync against its close.
+Concurrency: appends, reads, roll, truncate, increment_log_start_offset and close run on the event
+loop thread. `flush()` may run concurrently in one worker thread: it snapshots the segment list
+under `_lock` (which roll, truncate, increment_log_start_offset and close also take when they
+change the list) and fsyncs outside it; each segment's own lock orders its fsync against its
+close.
 """
 
 from __future__ import annotations
@@ -725,18 +728,20 @@ class UnifiedLog:
         return None
 
     # -- DeleteRecords ---------------------------------------------------------------------
-    def delete_records_before(self, new_log_start_offset: int) -> list[LogSegment]:
-        """DeleteRecords on the leader: Kafka's maybeIncrementLogStartOffset(ClientRecordDeletion)
-        followed by deleteLogStartOffsetBreachedSegments. Event loop thread.
+    def increment_log_start_offset(self, new_log_start_offset: int) -> list[LogSegment]:
+        """DeleteRecords on the leader (and a follower following the leader's start): Kafka's
+        maybeIncrementLogStartOffset followed by deleteLogStartOffsetBreachedSegments, in memory
+        only. Event loop thread; no file is touched.
 
         Raises OffsetOutOfRangeError (1) when the offset is negative or above the high watermark.
         An offset at or below the current log start offset changes nothing. Otherwise the log
         start offset moves (reads below it are then OFFSET_OUT_OF_RANGE) and every segment whose
-        successor starts at or below it is detached and its files renamed to `*.deleted` (a
-        restart finishes removing them, so the deletion survives a crash before the
-        log-start-offset checkpoint is written). The detached segments keep their fds open for
-        fetch responses still being sent; the caller hands them to `delete_segment_files` in a
-        worker thread once file.delete.delay.ms has passed. The active segment always stays.
+        successor starts at or below it is detached and returned. The detached segments keep
+        their fds open for fetch responses still being sent. The caller renames their files with
+        `mark_segments_deleted` (a restart finishes removing `*.deleted` files, so the deletion
+        survives a crash before the log-start-offset checkpoint is written) and removes them with
+        `delete_segment_files` once file.delete.delay.ms has passed, both in a worker thread
+        (ReplicaManager.schedule_segment_deletion). The active segment always stays.
         """
         if new_log_start_offset < 0:
             raise OffsetOutOfRangeError(f"The offset {new_log_start_offset} for partition "
@@ -752,7 +757,8 @@ class UnifiedLog:
         self.recovery_point = max(self.recovery_point, new_log_start_offset)
         # The epoch cache only needs rewriting when a whole epoch falls below the new start:
         # otherwise its first entry already names the epoch of the first readable batch. Kafka
-        # rewrites it asynchronously; here the (rare) rewrite is a small checkpoint file.
+        # rewrites it asynchronously; here the (rare) rewrite is a small checkpoint file, which
+        # the background flusher writes (truncate_from_start only marks it dirty).
         starts = [start for _, start in self.leader_epoch_cache.entries()]
         if bisect.bisect_right(starts, new_log_start_offset) >= 2:
             self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
@@ -763,8 +769,13 @@ class UnifiedLog:
             doomed = self.segments[:keep_from]
             del self.segments[:keep_from]
             del self._bases[:keep_from]
-        for segment in doomed:
-            _rename_to_deleted(segment)
+        return doomed
+
+    def delete_records_before(self, new_log_start_offset: int) -> list[LogSegment]:
+        """`increment_log_start_offset`, then `mark_segments_deleted` on what it detached, in the
+        caller's thread (blocking: tests, and callers already off the event loop)."""
+        doomed = self.increment_log_start_offset(new_log_start_offset)
+        mark_segments_deleted(doomed)
         return doomed
 
     def retention_start_offset(self, now_ms: int) -> int | None:
@@ -776,7 +787,7 @@ class UnifiedLog:
         unreplicated data). By time: a segment goes when its largest timestamp is older than
         retention.ms (< 0: forever). By size: the oldest segments go while the log stays at or
         above retention.bytes without them (< 0: unbounded). Hand the result to
-        `delete_records_before`.
+        `increment_log_start_offset`.
         """
         cfg = self.config
         if not cfg.delete:
@@ -799,7 +810,7 @@ class UnifiedLog:
         return segments[drop].base_offset if drop else None
 
     def delete_segment_files(self, segments: list[LogSegment]) -> None:
-        """Close and remove segments detached by `delete_records_before`, with their producer
+        """Close and remove segments detached by `increment_log_start_offset`, with their producer
         snapshots (blocking: run in a worker thread)."""
         from pybroker.log.producer_state import snapshot_file
 
@@ -877,10 +888,19 @@ class UnifiedLog:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def mark_segments_deleted(segments: list[LogSegment]) -> None:
+    """Rename detached segments' files to `*.deleted` (Kafka's asyncDeleteSegment). Blocking:
+    a worker thread, or a caller already off the loop. Idempotent: a segment already renamed
+    (a cleaner's replaced one) is left as it is."""
+    for segment in segments:
+        _rename_to_deleted(segment)
+
+
 def _rename_to_deleted(segment: LogSegment) -> None:
-    """Rename a detached segment's files to `*.deleted` (Kafka's asyncDeleteSegment); open fds
-    and index maps stay valid, so in-flight reads finish. `segment.delete()` then removes the
-    renamed files."""
+    """Rename a detached segment's files to `*.deleted`; open fds and index maps stay valid, so
+    in-flight reads finish. `segment.delete()` then removes the renamed files."""
+    if segment.log_path.name.endswith(DELETED_FILE_SUFFIX):
+        return
     deleted = Path(str(segment.log_path) + DELETED_FILE_SUFFIX)
     try:
         os.replace(segment.log_path, deleted)
@@ -888,6 +908,8 @@ def _rename_to_deleted(segment: LogSegment) -> None:
         pass
     segment.log_path = deleted
     for index in (segment.offset_index, segment.time_index):
+        if index.path.name.endswith(DELETED_FILE_SUFFIX):
+            continue
         try:
             index.rename(Path(str(index.path) + DELETED_FILE_SUFFIX))
         except FileNotFoundError:

@@ -110,6 +110,11 @@ class DelayedOperationPurgatory:
                 del self._watchers[key]
         return done
 
+    def watching(self, key: Hashable) -> bool:
+        """Whether some operation (perhaps already completed) watches `key`: a cheap test before
+        work whose only use is `check_and_complete(key)`."""
+        return key in self._watchers
+
     def watched(self) -> int:
         """Operations still watched (completed ones are purged lazily)."""
         self.purge_completed()

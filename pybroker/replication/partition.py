@@ -9,7 +9,9 @@ last fetch, -1 until one arrives) and its last caught-up time, from which come:
   caught up (`replica.lag.time.max.ms`), as Kafka's maybeIncrementLeaderHW; it never goes back;
 - ISR shrink: followers of the ISR not caught up within `replica.lag.time.max.ms`;
 - ISR expansion: a follower outside the ISR whose log end offset reached the high watermark
-  and the start of the current leader epoch.
+  and the start of the current leader epoch;
+- the low watermark: the smallest log start offset among the leader and the followers on live
+  brokers, which a DeleteRecords waits for.
 
 A follower's last caught-up time is Kafka's: the time of a fetch at or past the leader's log end
 offset, or else the time of the previous fetch when this one reached the log end offset the
@@ -109,10 +111,29 @@ class Partition:
 
     # ------------------------------------------------------------------ leadership
 
-    def make_leader(self, now_ms: int) -> None:
-        """This node leads from now (a new leader epoch): every follower's state starts unknown,
-        the ISR members as caught up now (Kafka's resetReplicaState); the epoch starts at the LEO."""
-        self.remote = {r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.local_id}
+    def make_leader(self, now_ms: int, is_new_leader: bool = True) -> None:
+        """This node leads at a new leader epoch, which starts at the LEO (Kafka's makeLeader and
+        resetReplicaState). A new leader knows nothing of its followers: their states start
+        unknown. A leader re-elected at a new epoch (a replica removed, an election that kept it)
+        keeps what its followers' last fetches said (log start and end offsets, broker epoch), so
+        the high and low watermarks do not wait for a fetch from each of them again. Either way
+        the ISR members count as caught up now and the others as never."""
+        old = self.remote if not is_new_leader else {}
+        remote: dict[int, ReplicaState] = {}
+        leo = self.log.log_end_offset
+        for r in self.replicas:
+            if r == self.local_id:
+                continue
+            caught_up_ms = now_ms if r in self.isr else 0
+            state = old.get(r)
+            if state is None:
+                state = ReplicaState(caught_up_ms)
+            else:
+                state.last_caught_up_ms = caught_up_ms
+                state.last_fetch_ms = caught_up_ms
+                state.last_fetch_leader_leo = leo
+            remote[r] = state
+        self.remote = remote
         self.pending_isr = None
         self.leader_epoch_start_offset = self.log.log_end_offset
         self.log.maybe_assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
@@ -167,6 +188,17 @@ class Partition:
             self.log.high_watermark = new_hw
             return True
         return False
+
+    def low_watermark_if_leader(self, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset among the leader and its followers on live brokers
+        (`alive`: registered and unfenced), what a DeleteRecords waits for (Kafka's
+        lowWatermarkIfLeader). Every replica counts, in the ISR or not; a follower that has not
+        fetched since this node became leader is unknown (-1) and holds it."""
+        low = self.log.log_start_offset
+        for replica, state in self.remote.items():
+            if state.log_start_offset < low and alive(replica):
+                low = state.log_start_offset
+        return low
 
     def out_of_sync_replicas(self, now_ms: int, lag_max_ms: int) -> list[int]:
         """ISR followers that have not caught up within `lag_max_ms` (Kafka's getOutOfSyncReplicas)."""

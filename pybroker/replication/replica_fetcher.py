@@ -420,7 +420,7 @@ class ReplicaFetcher:
         # (Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented))
         start = min(d.log_start_offset, plog.high_watermark)
         if start > plog.log_start_offset:
-            self.rm.schedule_segment_deletion(plog, plog.delete_records_before(start))
+            self.rm.schedule_segment_deletion(plog, plog.increment_log_start_offset(start))
         if appended:
             self.rm.after_follower_append(p)
             # to the back of the next request, so a partition whose first batch exceeds what is

@@ -1,9 +1,10 @@
 """All partitions hosted here, kept in step with the metadata image (Kafka's ReplicaManager).
 
-Owns the produce and fetch purgatories: an append completes waiting fetches on that
-partition at once (`check_and_complete`), and acks=all produces wait in the produce
-purgatory until the high watermark passes their last offset. Flushing follows the log's
-flush policy and runs in a worker thread, at most one per partition at a time.
+Owns the produce, fetch and delete-records purgatories: an append completes waiting fetches on
+that partition at once (`check_and_complete`), acks=all produces wait in the produce purgatory
+until the high watermark passes their last offset, and a DeleteRecords waits in the
+delete-records purgatory until the low watermark (`low_watermark`) reaches its offset. Flushing
+follows the log's flush policy and runs in a worker thread, at most one per partition at a time.
 
 Replication (docs/ARCHITECTURE.md, "Partition replication"): each metadata change makes a
 hosted partition leader (makeLeader: the new epoch starts at the log end, followers' states
@@ -38,7 +39,12 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import LogError
-from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from pybroker.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    mark_segments_deleted,
+)
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
@@ -200,6 +206,7 @@ class ReplicaManager:
         self.after_create: Callable[[], None] | None = None
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
         self._hw_checkpoint: dict[TopicPartition, int] = {}
         # metrics (pybroker/metrics): bumped in place here, read only when scraped
         self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
@@ -373,7 +380,7 @@ class ReplicaManager:
         if p.is_leader:
             if not was_leader or reg.leader_epoch != old_epoch:
                 self.fetcher_manager.remove_partition(tp)
-                p.make_leader(now)
+                p.make_leader(now, is_new_leader=not was_leader)
                 log.info("%s-%d: leader at epoch %d from offset %d (ISR %s)", p.topic, p.partition, p.leader_epoch,
                          p.log.log_end_offset, p.isr)
             else:
@@ -382,9 +389,12 @@ class ReplicaManager:
         elif was_leader or old_leader != reg.leader or old_epoch != reg.leader_epoch \
                 or self.fetcher_manager.fetch_state(tp) is None:
             self._make_follower(p)
-        # waiting produces and fetches see the new state (a lost leadership answers them)
+        # waiting produces and fetches see the new state (a lost leadership answers them); so do
+        # waiting DeleteRecords: a follower fenced, or no longer a replica, stops holding the low
+        # watermark (Kafka re-checks those only when the low or high watermark rises)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def _make_follower(self, p: Partition) -> None:
         """Stop leading `p` and fetch it from its leader, truncating first by leader epoch."""
@@ -418,6 +428,7 @@ class ReplicaManager:
         self._compacted.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         found = self.log_manager.detach_log(*tp)
         if found is not None:
             detached.append(found)
@@ -685,11 +696,26 @@ class ReplicaManager:
         if p.pending_isr is None and p.is_expansion_candidate(replica_id) and self._eligible(replica_id):
             self._propose_isr(p, p.isr + [replica_id], expand=True)
         self._maybe_advance_hw(p)
+        tp = (p.topic, p.partition)
+        if self.delete_records_purgatory.watching(tp):
+            # the follower's log start offset may have reached a waiting DeleteRecords' offset
+            # (Kafka compares the low watermark before and after; trying the waiting ones is the same)
+            self.delete_records_purgatory.check_and_complete(tp)
 
     def _eligible(self, broker_id: int) -> bool:
         """A broker the controller accepts in an ISR: registered, unfenced, not shutting down."""
         reg = self.image.brokers.get(broker_id)
         return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
+    def _alive(self, broker_id: int) -> bool:
+        """A registered, unfenced broker (Kafka's MetadataCache.hasAliveBroker)."""
+        reg = self.image.brokers.get(broker_id)
+        return reg is not None and not reg.fenced
+
+    def low_watermark(self, p: Partition) -> int:
+        """The low watermark of a partition led here (Kafka's Partition.lowWatermarkIfLeader): the
+        smallest log start offset among the leader and its followers on live brokers."""
+        return p.low_watermark_if_leader(self._alive)
 
     def maybe_shrink_isr(self, p: Partition, now_ms: int) -> bool:
         """Propose the ISR without the followers that lagged replica.lag.time.max.ms (Kafka's
@@ -775,13 +801,18 @@ class ReplicaManager:
     # ------------------------------------------------------------------ deletion
 
     def schedule_segment_deletion(self, plog: Any, segments: list[Any]) -> None:
-        """Remove detached segments' files after file.delete.delay.ms, off the event loop (the
-        delay lets fetch responses already holding their file regions finish)."""
+        """Rename detached segments' files `*.deleted` at once and remove them after
+        file.delete.delay.ms, both in worker threads (the delay lets fetch responses already
+        holding their file regions finish). Segments already renamed stay as they are."""
         if segments:
             self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms)
 
     async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int) -> None:
         try:
+            try:
+                await trio.to_thread.run_sync(mark_segments_deleted, segments)
+            except OSError:
+                log.exception("renaming deleted segments of %s failed", plog)
             await trio.sleep(delay_ms / 1000)
         finally:
             # shielded: at shutdown the files still go (a restart would remove them anyway)
@@ -804,7 +835,7 @@ class ReplicaManager:
             start = plog.retention_start_offset(now_ms)
             if start is None:
                 continue
-            doomed = plog.delete_records_before(start)
+            doomed = plog.increment_log_start_offset(start)
             removed += len(doomed)
             self.schedule_segment_deletion(plog, doomed)
         return removed

@@ -536,7 +536,7 @@ class Broker:
             self.txn_coordinator.shutdown()
             rm = self.replica_manager
             rm.fetcher_manager.shutdown()
-            for purgatory in (rm.fetch_purgatory, rm.produce_purgatory):
+            for purgatory in (rm.fetch_purgatory, rm.produce_purgatory, rm.delete_records_purgatory):
                 for ops in list(purgatory._watchers.values()):
                     for op in ops:
                         op.force_complete()

@@ -183,7 +183,7 @@ def _purgatories(broker: Broker) -> list[Family]:
     delayed = Family("kafka_server_delayedoperationpurgatory_numdelayedoperations", "gauge",
                      "distinct requests waiting in the purgatory (Kafka's NumDelayedOperations)",
                      ("delayedOperation",))
-    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory):
+    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory):
         watched, ops = purgatory.pending_counts()
         size.add(watched, purgatory.name)
         delayed.add(ops, purgatory.name)

@@ -118,3 +118,25 @@ def test_a_caught_up_follower_outside_the_isr_holds_the_hw_only_while_isr_eligib
     assert leader.high_watermark == 2  # 3 is still "caught up" (within the lag) and eligible
     assert leader.maybe_increment_high_watermark(1_200, LAG, eligible=lambda b: b != 3)
     assert leader.high_watermark == 5
+
+
+def test_a_leader_re_elected_at_a_new_epoch_keeps_its_followers_offsets(leader: Partition) -> None:
+    """Kafka's resetReplicaState(isNewLeader=false): a leader epoch bump that keeps the leader (a
+    replica removed by a reassignment, an election that kept it) keeps the followers' log start
+    and end offsets, so the HW moves without waiting for each to fetch again; a new leader
+    (is_new_leader) starts from unknown states."""
+    append(leader, 4)
+    leader.update_follower_fetch_state(2, 4, 4, 1_100, log_start_offset=1)
+    leader.update_follower_fetch_state(3, 4, 4, 1_100, log_start_offset=1)
+    assert leader.maybe_increment_high_watermark(1_100, LAG) and leader.high_watermark == 4
+    append(leader, 2)
+    leader.update_follower_fetch_state(2, 6, 6, 1_200)
+    leader.leader_epoch, leader.replicas, leader.isr = 4, [1, 2], [1, 2]  # 3 removed
+    leader.make_leader(now_ms=2_000, is_new_leader=False)
+    assert sorted(leader.remote) == [2]
+    state = leader.remote[2]
+    assert (state.log_end_offset, state.last_caught_up_ms, state.last_fetch_leader_leo) == (6, 2_000, 6)
+    assert leader.maybe_increment_high_watermark(2_000, LAG) and leader.high_watermark == 6
+    leader.leader_epoch = 5
+    leader.make_leader(now_ms=3_000)  # a new leader: nothing known
+    assert leader.remote[2].log_end_offset == -1 and leader.remote[2].log_start_offset == -1
