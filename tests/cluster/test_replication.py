@@ -93,7 +93,11 @@ def _isr(c: Cluster, node: int, topic: str, partition: int) -> list[int]:
 
 @pytest.fixture
 def lag_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Cluster:
+    # the leader's lag rule (a shrink between LAG_MS and 1.5 x LAG_MS) must beat the controller's
+    # fencing of a dead follower, or the shrink is the controller's and IsrShrinksPerSec stays 0:
+    # a session timeout well above 1.5 x LAG_MS, even on a loaded machine
     c = Cluster(tmp_path, overrides={"replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.wait.max.ms": "200",
+                                     "broker.session.timeout.ms": str(4 * LAG_MS),
                                      "metrics.listener": "http://127.0.0.1:0"})
     request.addfinalizer(c.close)
     c.start()
