@@ -12,10 +12,11 @@ where W is the rate's current window. The response carries X as throttle_time_ms
 connection reads no further request for X ms after the response is written (Kafka mutes
 the channel). A throttled fetch answers with no partitions and its bytes are unrecorded.
 
-Rate (Kafka's Rate over a WindowedSum): quota.window.num samples of quota.window.size.seconds
-each (11 x 1 s by default). A sample older than num * size without events is reset; the
-window is now - (oldest sample start), but never less than num - 1 whole windows, so a
-burst right after start-up is measured over 10 s, not over the few ms it took. Worked
+Rate (Kafka's Rate over a WindowedSum, pybroker/metrics/stats.py): quota.window.num samples
+of quota.window.size.seconds each (11 x 1 s by default). A sample older than num * size
+without events is reset; the window is now - (oldest sample start), but never less than
+num - 1 whole windows, so a burst right after start-up is measured over 10 s, not over the
+few ms it took. Worked
 example, quota 1000 B/s, a client's first request carries 21000 bytes at t=0: W = 10 s,
 O = 2100 B/s, X = (2100 - 1000) / 1000 * 10000 ms = 11000 ms.
 
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pybroker.controller import client_quotas as cq
+from pybroker.metrics.stats import Rate
 
 if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
@@ -61,61 +63,6 @@ _USER_CLIENT_ID_ENABLED = 4
 # A quota entity as the managers key it: (user, client-id) where "" is absent, None the
 # default entity, a string an explicit name (Kafka never accepts an empty name).
 QuotaEntity = tuple[str | None, str | None]
-
-
-class Rate:
-    """Kafka's Rate(WindowedSum) with its MetricConfig: per-second rate over sampled windows.
-
-    Samples are [start_ms, last_event_ms, value]; num_samples + 1 are kept (Kafka's extra
-    "overlapping" placeholder)."""
-
-    __slots__ = ("samples", "current", "num_samples", "window_ms", "last_record_ms")
-
-    def __init__(self, num_samples: int, window_ms: int) -> None:
-        self.samples: list[list[float]] = []
-        self.current = 0
-        self.num_samples = num_samples
-        self.window_ms = window_ms
-        self.last_record_ms = 0
-
-    def record(self, value: float, now_ms: int) -> None:
-        if not self.samples:
-            self.samples.append([now_ms, now_ms, 0.0])
-        sample = self.samples[self.current]
-        if now_ms - sample[0] >= self.window_ms:
-            self.current = (self.current + 1) % (self.num_samples + 1)
-            if self.current >= len(self.samples):
-                sample = [now_ms, now_ms, 0.0]
-                self.samples.append(sample)
-            else:
-                sample = self.samples[self.current]
-                sample[0], sample[1], sample[2] = now_ms, now_ms, 0.0
-        sample[2] += value
-        sample[1] = now_ms
-        self.last_record_ms = now_ms
-
-    def _purge(self, now_ms: int) -> None:
-        expire_age = self.num_samples * self.window_ms
-        for s in self.samples:
-            if now_ms - s[1] >= expire_age:
-                s[0], s[1], s[2] = now_ms, now_ms, 0.0
-
-    def window_size(self, now_ms: int) -> int:
-        self._purge(now_ms)
-        if not self.samples:
-            self.samples.append([now_ms, now_ms, 0.0])
-        elapsed = now_ms - min(s[0] for s in self.samples)
-        full_windows = int(elapsed // self.window_ms)
-        min_full = self.num_samples - 1
-        if full_windows < min_full:
-            elapsed += (min_full - full_windows) * self.window_ms
-        return max(int(elapsed), 1)
-
-    def measure(self, now_ms: int) -> float:
-        """Per second."""
-        self._purge(now_ms)
-        total = sum(s[2] for s in self.samples)
-        return total / (self.window_size(now_ms) / 1000.0)
 
 
 class ClientQuotaManager:
