@@ -235,6 +235,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", 30000),
+    # replication throttles (KIP-73; Kafka's QuotaConfig; replication/replication_quota_manager.py).
+    # The two rates are dynamic-only (DYNAMIC_ONLY_BROKER_CONFIGS); the windows are Kafka's SimpleRate's
+    ConfigDef("leader.replication.throttled.rate", "long", LONG_MAX, at_least(0), read_only=False),
+    ConfigDef("follower.replication.throttled.rate", "long", LONG_MAX, at_least(0), read_only=False),
+    ConfigDef("replication.quota.window.num", "int", 11, at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1, at_least(1)),
     # internal topics and coordinators
     ConfigDef("offsets.topic.num.partitions", "int", 50, at_least(1)),
     ConfigDef("offsets.topic.replication.factor", "short", 3, at_least(1)),
@@ -281,6 +287,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", "int", 10),
     ConfigDef("controlled.shutdown.enable", "boolean", True),
 )
+
+# Kafka's QuotaConfig.brokerQuotaConfigs: broker configs that only the dynamic layers set (they are
+# not KafkaConfig's). A server.properties value is accepted and ignored at run time (Kafka logs a
+# warning, KAFKA-20125); DescribeConfigs lists them only where a layer sets them, without a
+# DEFAULT_CONFIG synonym; the effective value is the per-broker one, else the cluster default,
+# else Long.MAX_VALUE (Kafka's BrokerConfigHandler).
+DYNAMIC_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset({"leader.replication.throttled.rate",
+                                                         "follower.replication.throttled.rate"})
 
 # What a standalone node (no controller.quorum.voters, no controller.quorum.bootstrap.servers) uses
 # instead of Kafka's defaults for keys it does not set: Kafka's single-node quickstart
@@ -345,6 +359,38 @@ def parse_super_users(name: str, value: Any) -> frozenset[str]:
     return frozenset(out)
 
 
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+
+
+def throttled_replica_list(name: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*`, or `partition:broker` items (empty ones allowed)."""
+    if value is None:
+        return
+    items = [str(v).strip() for v in (value if isinstance(value, list) else [value])]
+    if all(_THROTTLED_REPLICA.fullmatch(v) for v in items) or "".join(items) == "*":
+        return
+    # Kafka's ConfigException(name, value, message) prints the parsed List as Java does
+    raise ConfigError(f"Invalid value [{', '.join(items)}] for configuration {name}: {name} must be the literal "
+                      "'*' or a list of replicas in the following format: [partitionId]:[brokerId],"
+                      "[partitionId]:[brokerId],...")
+
+
+def parse_throttled_replicas(value: Any, broker_id: int) -> frozenset[int] | None:
+    """Kafka's TopicConfigHandler.parseThrottledPartitions: the partitions a topic's
+    *.replication.throttled.replicas value throttles on broker `broker_id` (the items naming it);
+    None for `*` (every partition). Items that do not parse are skipped (the controller
+    validated the value)."""
+    items = [str(v).strip() for v in (value if isinstance(value, (list, tuple)) else str(value or "").split(","))]
+    if "".join(items) == "*":
+        return None
+    out = set()
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if sep and partition.isdigit() and broker.isdigit() and int(broker) == broker_id:
+            out.add(int(partition))
+    return frozenset(out)
+
+
 # Topic configs: name -> (definition, broker synonym). A topic's effective value is its
 # own override, else the broker's synonym value, else the topic default. The one table of
 # topic-level facts: CreateTopics/AlterConfigs validation, DescribeConfigs and the storage
@@ -362,7 +408,9 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {
         (ConfigDef("file.delete.delay.ms", "long", 60000, at_least(0), False), "log.segment.delete.delay.ms"),
         (ConfigDef("flush.messages", "long", LONG_MAX, at_least(1), False), "log.flush.interval.messages"),
         (ConfigDef("flush.ms", "long", LONG_MAX, at_least(0), False), "log.flush.interval.ms"),
+        (ConfigDef("follower.replication.throttled.replicas", "list", [], throttled_replica_list, False), None),
         (ConfigDef("index.interval.bytes", "int", 4096, at_least(0), False), "log.index.interval.bytes"),
+        (ConfigDef("leader.replication.throttled.replicas", "list", [], throttled_replica_list, False), None),
         (ConfigDef("local.retention.bytes", "long", -2, None, False), "log.local.retention.bytes"),
         (ConfigDef("local.retention.ms", "long", -2, None, False), "log.local.retention.ms"),
         (ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, at_least(1), False),

@@ -25,6 +25,12 @@ Each partition is in one of two states (Kafka's Truncating / Fetching):
   and the follower's high watermark becomes min(its log end offset, the leader's); its log
   start offset follows the leader's (DeleteRecords, retention) up to that high watermark.
 
+Follower throttle (KIP-73, replication_quota_manager.py): a partition named in this node's
+`follower.replication.throttled.replicas` is left out of the request while the follower quota
+is exceeded, unless it is in sync (caught up with the leader's HW at the last response, or in
+the ISR); a request left with no partition is not sent and the fetcher backs off
+`replica.fetch.backoff.ms`, as Kafka's does. The bytes of every throttled partition count.
+
 Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
 and is asked again (the metadata image will move it); a broken connection or a request slower
@@ -80,7 +86,7 @@ class PartitionFetchState:
     """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
 
     __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
-                 "delayed_until")
+                 "delayed_until", "lag")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int) -> None:
         self.topic = topic
@@ -91,6 +97,9 @@ class PartitionFetchState:
         self.truncating = True
         self.out_of_range = False
         self.delayed_until = 0.0  # trio time before which the partition is not asked again
+        # the leader's HW minus our log end at the last response that brought data (Kafka's
+        # PartitionFetchState.lag); None until the first response
+        self.lag: int | None = None
 
     def __repr__(self) -> str:
         state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}"
@@ -177,6 +186,13 @@ class ReplicaFetcher:
         if p is None or p.is_leader or p.leader_id != self.leader_id or p.leader_epoch != state.leader_epoch:
             return None
         return p
+
+    def is_replica_in_sync(self, state: PartitionFetchState, p: Any) -> bool:
+        """Not held back by the follower throttle: caught up with the leader's HW at the last
+        response (Kafka's isReplicaInSync), or a member of the ISR in the metadata image.
+        **Difference:** Kafka's follower goes by the lag alone; an ISR member that fell behind
+        for a moment is exempt here too, so a throttle never pushes a replica out of the ISR."""
+        return (state.lag is not None and state.lag <= 0) or self.rm.node_id in p.isr
 
     def _delay(self, state: PartitionFetchState) -> None:
         state.delayed_until = trio.current_time() + self.manager.backoff_s
@@ -337,10 +353,14 @@ class ReplicaFetcher:
         topics: list[Any] = []
         by_id: dict[bytes, Any] = {}
         sent: dict[TopicPartition, PartitionFetchState] = {}
+        quota = self.rm.follower_quota
         for s in states:
             p = self._current(s)
             if p is None:
                 continue
+            if quota.is_throttled(s.topic, s.partition) and quota.should_throttle(
+                    s.topic, s.partition, self.is_replica_in_sync(s, p), int(trio.current_time() * 1000)):
+                continue  # KIP-73: left out while the follower quota is exceeded (shouldFollowerThrottle)
             t = by_id.get(s.topic_id)
             if t is None:
                 t = by_id[s.topic_id] = FetchRequest.FetchTopic(topic=s.topic, topic_id=s.topic_id, partitions=[])
@@ -410,6 +430,14 @@ class ReplicaFetcher:
                 log.warning("corrupt batch in the fetch of %s-%d from leader %d", s.topic, s.partition, self.leader_id)
                 self._delay(s)
         s.fetch_offset = plog.log_end_offset
+        if appended or s.lag is None:
+            s.lag = max(0, d.high_watermark - plog.log_end_offset)
+        if data is not None and len(data):
+            quota = self.rm.follower_quota
+            if quota.is_throttled(s.topic, s.partition):
+                # in-sync replicas' traffic counts too, so throttled replication as a whole
+                # keeps to the rate (Kafka's processPartitionData)
+                quota.record(len(data), int(trio.current_time() * 1000))
         hw = min(plog.log_end_offset, d.high_watermark)
         if hw > plog.high_watermark:
             plog.high_watermark = hw

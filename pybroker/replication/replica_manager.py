@@ -58,6 +58,13 @@ from pybroker.replication.alter_partition_manager import AlterPartitionItem, Alt
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
+from pybroker.replication.replication_quota_manager import (
+    FOLLOWER_REPLICATION,
+    FOLLOWER_THROTTLED_REPLICAS,
+    LEADER_REPLICATION,
+    LEADER_THROTTLED_REPLICAS,
+    ReplicationQuotaManager,
+)
 
 log = logging.getLogger("pybroker.replica")
 
@@ -179,6 +186,11 @@ async def _drain_async(steps: Generator[None, None, Any]) -> Any:
         await trio.lowlevel.checkpoint()
 
 
+def _now_ms() -> int:
+    """The replication quotas' clock: trio's, in milliseconds (docs: clock.py)."""
+    return int(trio.current_time() * 1000)
+
+
 def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None) -> LogConfig:
     """The storage LogConfig of a topic: broker-derived defaults, then the topic's overrides."""
     merged = {k: format_value(v) for k, v in defaults.items()}
@@ -218,6 +230,11 @@ class ReplicaManager:
         self.alter_partition_manager: AlterPartitionManager | None = None
         # KIP-392: the consumer fetches' preferred read replica (replica.selector.class)
         self.replica_selector = replica_selector(config["replica.selector.class"])
+        # KIP-73 replication throttles: the partitions from the topics' throttled-replicas configs
+        # (here), the rates from the dynamic broker configs (server/dynamic_config.py)
+        windows = (config["replication.quota.window.num"], config["replication.quota.window.size.seconds"])
+        self.leader_quota = ReplicationQuotaManager(LEADER_REPLICATION, *windows)
+        self.follower_quota = ReplicationQuotaManager(FOLLOWER_REPLICATION, *windows)
 
     # ------------------------------------------------------------------ metadata
 
@@ -231,6 +248,7 @@ class ReplicaManager:
         """Bring the hosted partitions in step with the whole image, creating logs on this thread
         (start-up, before serving: the logs found on disk are already open)."""
         configs: dict[str, LogConfig] = {}
+        self.update_replication_throttles(None)
         todo, doomed = _drain(self._plan(None))
         self._remove_logs(doomed)
         for tp, t, reg in todo:
@@ -248,6 +266,7 @@ class ReplicaManager:
         here. The controller awaits this before answering, so a CreateTopics answer still means
         the partitions serve. `records` None: look at every topic (a loaded metadata snapshot).
         """
+        self.update_replication_throttles(records)
         todo, doomed = await _drain_async(self._plan(records))
         if doomed:  # renamed away before a log of the same name may be created again
             await trio.to_thread.run_sync(self._remove_logs, doomed)
@@ -276,6 +295,31 @@ class ReplicaManager:
                 self._publish(tp, t, current.partitions[tp[1]], plog, configs[t.name])
             if self.after_create is not None:
                 self.after_create()
+
+    def update_replication_throttles(self, records: list[Any] | None) -> None:
+        """Kafka's TopicConfigHandler for the throttled-replicas configs: re-read them for the
+        topics whose configs changed (all topics with overrides when `records` is None); a
+        deleted topic's throttles go. Touches only the named topics and the throttled ones."""
+        image = self.image
+        if records is None:
+            names = {name for (rtype, name) in image.configs if rtype == RESOURCE_TOPIC}
+        else:
+            names = set()
+            removed = False
+            for r in records:
+                kind = type(r).__name__
+                if kind == "ConfigRecord" and r.resource_type == RESOURCE_TOPIC:
+                    names.add(r.resource_name)
+                elif kind == "RemoveTopicRecord":
+                    removed = True
+            if not names and not removed:
+                return
+        for quota in (self.leader_quota, self.follower_quota):
+            names.update(quota.throttled_topics())
+        for name in names:
+            configs = image.topic_configs(name) if name in image.topics_by_name else {}
+            self.leader_quota.update_topic(name, configs.get(LEADER_THROTTLED_REPLICAS), self.node_id)
+            self.follower_quota.update_topic(name, configs.get(FOLLOWER_THROTTLED_REPLICAS), self.node_id)
 
     def _plan(self, records: list[Any] | None) -> Generator[
             None, None, tuple[list[tuple[TopicPartition, Any, Any]], list[tuple[Any, Any]]]]:
@@ -518,7 +562,7 @@ class ReplicaManager:
         return chosen.broker_id
 
     def read_from_log(self, reads: list[LogRead], max_bytes: int, isolation: int,
-                      hard_max_bytes_limit: bool = False) -> int:
+                      hard_max_bytes_limit: bool = False, replica_id: int = -1) -> int:
         """Read each partition (Kafka's ReplicaManager.readFromLog): batches from the one holding the
         fetch offset up to the high watermark (read_uncommitted) or the last stable offset
         (read_committed), within the read's max_bytes and the request's `max_bytes`; the first
@@ -535,9 +579,13 @@ class ReplicaManager:
         with batches a little over half the limit it is nearly half. Clients accept both shapes
         (a whole-batch response is what a Kafka broker sends whenever the limit falls on a
         boundary). Pinned by tests/server/test_fetch_limits.py.
+
+        A follower's fetch (`replica_id` >= 0) leaves out the records of a partition the leader
+        throttle holds back (`should_leader_throttle`), as Kafka's readFromLog does.
         """
         total = 0
         min_one = True
+        quota = self.leader_quota if replica_id >= 0 else None
         for r in reads:
             p = r.partition
             if p is None or r.error_code:
@@ -548,6 +596,12 @@ class ReplicaManager:
             r.log_start_offset = plog.log_start_offset
             if r.preferred_read_replica >= 0:
                 continue  # KIP-392: the consumer goes to that replica; no records from here
+            if quota is not None and quota.is_throttled(p.topic, p.partition) and \
+                    self.should_leader_throttle(p, replica_id):
+                r.regions = None  # answered with the offsets only: the follower asks again
+                r.aborted = None
+                r.size = 0
+                continue
             limit = min(r.max_bytes, max(0, max_bytes - total))
             upper = (r.last_stable_offset if isolation == READ_COMMITTED
                      else plog.log_end_offset if isolation == FETCH_LOG_END else r.high_watermark)
@@ -582,11 +636,15 @@ class ReplicaManager:
                 r.aborted = None
         return total
 
-    def bytes_available(self, reads: list[LogRead], isolation: int, need: int, leader_only: bool = True) -> bool:
+    def bytes_available(self, reads: list[LogRead], isolation: int, need: int, leader_only: bool = True,
+                        replica_id: int = -1) -> bool:
         """Whether reading now would return at least `need` bytes, or some read would now fail (a
         parked fetch must then answer): Kafka's DelayedFetch.tryComplete accumulation. A fetch
-        that may read from a follower (`leader_only` False) waits on its HW there."""
+        that may read from a follower (`leader_only` False) waits on its HW there. A follower's
+        (`replica_id` >= 0) partitions that the leader throttle holds back add nothing, so it
+        waits out its max_wait_ms, as in Kafka."""
         have = 0
+        quota = self.leader_quota if replica_id >= 0 else None
         for r in reads:
             p = r.partition
             if p is None:
@@ -596,6 +654,9 @@ class ReplicaManager:
             upper = (p.last_stable_offset if isolation == READ_COMMITTED
                      else p.log.log_end_offset if isolation == FETCH_LOG_END else p.log.high_watermark)
             if upper > r.fetch_offset:
+                if quota is not None and quota.is_throttled(p.topic, p.partition) and \
+                        self.should_leader_throttle(p, replica_id):
+                    continue
                 if need <= 1:
                     return True
                 try:
@@ -605,6 +666,26 @@ class ReplicaManager:
                 if have >= need:
                     return True
         return False
+
+    def should_leader_throttle(self, p: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: follower `replica_id` is not in `p`'s ISR, `p` is in this
+        node's leader.replication.throttled.replicas and the leader quota is exceeded."""
+        return self.leader_quota.should_throttle(p.topic, p.partition, replica_id in p.isr, _now_ms())
+
+    def record_leader_replication(self, reads: list[LogRead]) -> None:
+        """The bytes a follower's fetch response carries for throttled partitions count against
+        the leader quota, whether that follower is in the ISR or not (Kafka's
+        sizeOfThrottledPartitions, recorded as the response is sent)."""
+        quota = self.leader_quota
+        if not quota.throttled_topics():
+            return
+        size = 0
+        for r in reads:
+            p = r.partition
+            if p is not None and r.size and r.regions and not r.error_code and quota.is_throttled(p.topic, p.partition):
+                size += r.size
+        if size:
+            quota.record(size, _now_ms())
 
     def fetch_offset(self, topic: str, partition: int, timestamp: int, isolation: int,
                      current_leader_epoch: int = -1) -> tuple[int, int, int, int]:

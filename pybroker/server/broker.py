@@ -365,6 +365,7 @@ class Broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
                                                   self.clock)
             self.replica_manager.load_high_watermarks()
+            self.dynamic_config.apply_runtime(self)  # the replication throttle rates (KIP-73)
             self.replica_manager.alter_partition_manager = alter = AlterPartitionManager(
                 self.node_id, self._broker_epoch, self._send_alter_partition,
                 retry_backoff_s=max(0.05, cfg["controller.quorum.retry.backoff.ms"] / 1000))

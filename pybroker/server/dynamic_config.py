@@ -23,6 +23,10 @@ pybroker node cannot rebind its sockets, so they are read-only here (a change an
 "Cannot update these configs dynamically"), but at the default level they get Kafka's
 per-broker-only error. Keys pybroker does not know are custom configs, accepted as Kafka
 accepts them (they are passed to plugins) and described as sensitive with an unknown type.
+The replication throttle rates (leader/follower.replication.throttled.rate, KIP-73) are
+dynamic-only (config.DYNAMIC_ONLY_BROKER_CONFIGS): listed only where a layer sets them, not
+read-only (as since KAFKA-19984), and pushed to the replica manager's quota managers on every
+change, the per-broker value first, then the cluster default, else unlimited.
 
 Validation of a change (ConfigAdminManager.validateBrokerConfigChange ->
 DynamicBrokerConfig.validate), all INVALID_REQUEST: "Cannot update these configs
@@ -46,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from pybroker.config import (
     BROKER_CONFIGS,
+    DYNAMIC_ONLY_BROKER_CONFIGS,
+    LONG_MAX,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigDef,
@@ -176,6 +182,8 @@ class DynamicBrokerConfig:
         # ConfigDef.defaultValues as strings, null defaults left out
         self.default_props: dict[str, str] = {}
         for name in BROKER_CONFIGS:
+            if name in DYNAMIC_ONLY_BROKER_CONFIGS:
+                continue  # not KafkaConfig's: no DEFAULT_CONFIG entry
             raw = format_value(config.default(name))
             if raw is not None:
                 self.default_props[name] = raw
@@ -184,6 +192,9 @@ class DynamicBrokerConfig:
         # what the image held at the last reload; None: never loaded (the first reload always
         # rebuilds, so a config object reused for a restart drops its old dynamic values)
         self._stored: tuple[dict[str, str], dict[str, str]] | None = None
+        static_only = sorted(n for n in DYNAMIC_ONLY_BROKER_CONFIGS if n in self.static_props)
+        if static_only:
+            log.warning("%s can only be set dynamically; the static value is ignored", ", ".join(static_only))
 
     # ------------------------------------------------------------------ applying records
 
@@ -250,6 +261,15 @@ class DynamicBrokerConfig:
                 setattr(self.config, attr, value)
         return True
 
+    def dynamic_only_value(self, name: str) -> int:
+        """A dynamic-only broker config's value (DYNAMIC_ONLY_BROKER_CONFIGS): this node's
+        dynamic value, else the cluster default, else Long.MAX_VALUE (Kafka's
+        BrokerConfigHandler.getOrDefault); a static value is ignored."""
+        for layer in (self.dynamic_broker, self.dynamic_default):
+            if name in layer:
+                return int(parse_dynamic(name, BROKER_CONFIGS[name], layer[name]))
+        return LONG_MAX
+
     def apply_runtime(self, broker: Broker) -> None:
         """Push values that components captured at start-up (Kafka's BrokerReconfigurables)."""
         cfg = self.config
@@ -259,6 +279,11 @@ class DynamicBrokerConfig:
         log_manager = getattr(broker, "log_manager", None)
         if log_manager is not None:
             log_manager.producer_id_expiration_ms = cfg["producer.id.expiration.ms"]
+        replica_manager = getattr(broker, "replica_manager", None)
+        if replica_manager is not None:  # KIP-73 (Kafka's BrokerConfigHandler -> the quota managers)
+            replica_manager.leader_quota.update_quota(self.dynamic_only_value("leader.replication.throttled.rate"))
+            replica_manager.follower_quota.update_quota(
+                self.dynamic_only_value("follower.replication.throttled.rate"))
 
     def on_metadata(self, broker: Broker, configs: Mapping[tuple[int, str], Mapping[str, str]],
                     records: Sequence[Any]) -> None:
@@ -356,7 +381,7 @@ class DynamicBrokerConfig:
         return out
 
     def _all_broker_names(self) -> list[str]:
-        names = set(BROKER_CONFIGS)
+        names = set(BROKER_CONFIGS) - DYNAMIC_ONLY_BROKER_CONFIGS  # those only where a layer sets them
         for layer in (self.static_props, self.dynamic_default, self.dynamic_broker):
             names.update(layer)
         return sorted(names)

@@ -20,7 +20,11 @@ A fetch from a follower (replica_state.replica_id, v15+, or replica_id >= 0; Kaf
 isFromFollower) reads up to the log end offset, not the high watermark, and first records the
 follower's fetch offset as its log end offset (ReplicaManager.update_follower_fetch_state: last
 caught-up time, ISR expansion, high watermark, acks=all produces and consumer fetches waiting
-for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka.
+for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka. It is exempt from the client
+fetch quota (Kafka's sendResponseExemptThrottle); the replication throttles (KIP-73) apply
+instead: a throttled partition's records are left out for a follower outside the ISR while the
+leader quota is exceeded (ReplicaManager.read_from_log, also in a parked fetch's byte count),
+and what the response carries for throttled partitions is recorded against that quota.
 
 Fetch from the closest replica (KIP-392). A consumer's Fetch v11+ (Kafka's FetchParams with
 client metadata, so not fetchOnlyLeader) may read from a follower: up to the follower's HW (the
@@ -68,7 +72,7 @@ class DelayedFetch(DelayedOperation):
 
     def __init__(self, delay_ms: int, reads: list[LogRead], min_bytes: int, isolation: int,
                  replica_manager: ReplicaManager, leader_only: bool = True,
-                 leader_epochs: list[int] | None = None) -> None:
+                 leader_epochs: list[int] | None = None, replica_id: int = -1) -> None:
         super().__init__(delay_ms)
         self.reads = reads
         self.min_bytes = min_bytes
@@ -78,13 +82,14 @@ class DelayedFetch(DelayedOperation):
         # a fetch that may read from a follower: each read's current_leader_epoch, so a leader
         # epoch change answers it at once (Kafka's DelayedFetch: fetchOffsetSnapshot throws)
         self.leader_epochs = leader_epochs
+        self.replica_id = replica_id  # a follower's: its throttled partitions do not count (KIP-73)
 
     def try_complete(self) -> bool:
         epochs = self.leader_epochs
         if epochs is not None and any(r.partition is not None and check_leader_epoch(r.partition, e)
                                       for r, e in zip(self.reads, epochs, strict=True)):
             return self.force_complete()
-        if self.rm.bytes_available(self.reads, self.isolation, self.min_bytes, self.leader_only):
+        if self.rm.bytes_available(self.reads, self.isolation, self.min_bytes, self.leader_only, self.replica_id):
             return self.force_complete()
         return False
 
@@ -189,17 +194,21 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
 
     max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"]) if v >= 3 else 2**31 - 1
     min_bytes = min(req.min_bytes, max_bytes)
+    # Kafka's KafkaApis: a follower's fetch is exempt from the client quotas; the replication
+    # throttles (KIP-73) apply to it instead, in read_from_log and record_leader_replication
     quota = broker.quotas.fetch
-    if quota.enabled:
+    client_quota = quota.enabled and not from_follower
+    if client_quota:
         # Kafka: no more than the quota window can take, or the consumer could never progress
         max_bytes = fetch_max_bytes(quota, ctx, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
-    total = rm.read_from_log(reads, max_bytes, isolation, v <= 2) if reads else 0
+    follower_id = replica_id if from_follower else -1
+    total = rm.read_from_log(reads, max_bytes, isolation, v <= 2, follower_id) if reads else 0
     # Kafka answers at once when a partition failed or has a preferred read replica
     has_error = any(r.error_code or r.preferred_read_replica >= 0 for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
         op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm, leader_only,
-                          None if leader_only else [cp.leader_epoch for cp in read_parts])
+                          None if leader_only else [cp.leader_epoch for cp in read_parts], follower_id)
         keys = [(r.partition.topic, r.partition.partition) for r in reads if r.partition is not None]
         if not rm.fetch_purgatory.try_complete_else_watch(op, keys):
             await ctx.conn.park(op)
@@ -211,13 +220,15 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
                 r.error_code = Errors.NOT_LEADER_OR_FOLLOWER
             elif not leader_only:  # the leader epoch may have moved meanwhile (Kafka's DelayedFetch)
                 r.error_code = check_leader_epoch(p, cp.leader_epoch)
-        total = rm.read_from_log(reads, max_bytes, isolation, v <= 2)
+        total = rm.read_from_log(reads, max_bytes, isolation, v <= 2, follower_id)
 
     updates: list[Update] = [(cp, r, r.size if r.regions and not r.error_code else 0)
                              for cp, r in zip(read_parts, reads, strict=True)]
     for cp, code in refused:
         updates.append((cp, LogRead(None, cp.fetch_offset, cp.max_bytes, code), 0))
-    if quota.enabled:
+    if from_follower:
+        rm.record_leader_replication(reads)  # the leader quota counts what this response sends
+    elif client_quota:
         # KIP-13: a fetch over quota answers no partitions (its bytes are unrecorded) and the
         # connection is muted. Counted: the records' bytes (Kafka counts the whole response).
         throttle_ms = record_fetch(quota, ctx, total)
