@@ -61,8 +61,8 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
         # before the node serves, the replica manager and coordinators do not exist yet
         return lambda: fn(broker) if broker.ready.is_set() else []
 
-    for provider in (_topic_metrics, _replica_manager, _purgatories, _log_flush, _controller, _groups,
-                     _requests, _socket_server):
+    for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _log_flush, _controller,
+                     _groups, _requests, _socket_server):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -171,6 +171,21 @@ async def _replica_manager(broker: Broker) -> list[Family]:
                 rm.failed_isr_updates),
         p_under_rep, p_under_min, p_at_min, p_isr, p_replicas, p_lso_lag,
         l_size, l_segments, l_start, l_end,
+    ]
+
+
+def _replication_quotas(broker: Broker) -> list[Family]:
+    """KIP-73's sensors (Kafka's kafka.server:type=LeaderReplication / FollowerReplication,
+    byte-rate): the throttled partitions' replication bytes per second, as the quota measures them."""
+    rm = broker.replica_manager
+    now_ms = int(trio.current_time() * 1000)
+    return [
+        gauge("kafka_server_leaderreplication_byte_rate",
+              "bytes/s this node sent followers for partitions in its leader.replication.throttled.replicas",
+              rm.leader_quota.byte_rate(now_ms)),
+        gauge("kafka_server_followerreplication_byte_rate",
+              "bytes/s this node fetched for partitions in its follower.replication.throttled.replicas",
+              rm.follower_quota.byte_rate(now_ms)),
     ]
 
 
