@@ -5,7 +5,8 @@
     pybroker topics create --topic T [--partitions N] [--replication-factor R]
                            [--config KEY=VALUE ...] [--if-not-exists]
     pybroker topics delete --topic T [--if-exists]
-    pybroker topics reassign --topic T --partition P (--replicas B1,B2,... | --cancel)
+    pybroker topics reassign --topic T --partition P (--replicas B1,B2,... [--throttle R | --verify] | --cancel)
+                             [--preserve-throttles]
     pybroker topics reassignments [--topic T ...]
 
 `describe` prints two tables: one row per topic (TOPIC TOPIC-ID PARTITION-COUNT
@@ -15,7 +16,10 @@ print as Kafka prints a Uuid: url-safe base64 without padding. Partitions and re
 factor default to the broker's num.partitions / default.replication.factor, as in Kafka.
 `reassign` starts (or changes, or with --cancel reverts) one partition's reassignment, as
 kafka-reassign-partitions.sh --execute / --cancel do through AlterPartitionReassignments; the
-new replicas catch up and the controller completes it once they are in the ISR.
+new replicas catch up and the controller completes it once they are in the ISR. `--throttle R`
+first throttles the move to R bytes/s (KIP-73; cli/reassign_throttle.py has which configs);
+`--verify` with the same --replicas reports whether it completed and, once no reassignment is
+in progress, removes the throttles, as `--cancel` does (unless `--preserve-throttles`).
 `reassignments` lists the ongoing ones (TOPIC PARTITION REPLICAS ADDING REMOVING).
 Concurrency: a one-shot command.
 """
@@ -26,6 +30,7 @@ import argparse
 import base64
 from typing import TextIO
 
+from pybroker.cli import reassign_throttle
 from pybroker.cli.common import EXIT_OK, CliError, print_table
 from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.protocol.errors import Errors, KafkaError
@@ -52,6 +57,16 @@ def _broker_ids(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad --replicas '{text}' (expected broker ids like 1,2,3)") from None
     return ids
+
+
+def _rate(text: str) -> int:
+    try:
+        rate = int(text)
+    except ValueError:
+        rate = -1
+    if rate < 0:
+        raise argparse.ArgumentTypeError(f"bad --throttle '{text}' (expected bytes per second, at least 0)")
+    return rate
 
 
 def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
@@ -91,6 +106,15 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     target.add_argument("--replicas", type=_broker_ids, metavar="B1,B2,...",
                         help="the target replicas, the preferred leader first")
     target.add_argument("--cancel", action="store_true", help="revert an ongoing reassignment")
+    p.add_argument("--throttle", type=_rate, metavar="R", default=None,
+                   help="throttle the move to R bytes/s (leader.replication.throttled.rate and "
+                        "follower.replication.throttled.rate on the brokers involved); run --verify until it "
+                        "completes to remove the throttle")
+    p.add_argument("--verify", action="store_true",
+                   help="with --replicas: report whether the reassignment completed; once none is in "
+                        "progress, remove the throttles")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="with --verify or --cancel: do not remove the throttles")
     p.set_defaults(handler=run_reassign)
 
     p = actions.add_parser("reassignments", parents=[common], help="list ongoing partition reassignments")
@@ -165,13 +189,26 @@ def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: T
 
 def run_reassign(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     tp = TopicPartition(args.topic, args.partition)
+    if args.throttle is not None and (args.cancel or args.verify):
+        raise CliError("--throttle starts a throttled reassignment: use it with --replicas, without --verify")
+    if args.verify and args.cancel:
+        raise CliError("--verify needs the target --replicas, not --cancel")
+    if args.preserve_throttles and not (args.verify or args.cancel):
+        raise CliError("--preserve-throttles goes with --verify or --cancel")
+    if args.verify:
+        reassign_throttle.verify(admin, tp, args.replicas, args.preserve_throttles, out)
+        return EXIT_OK
     target = None if args.cancel else args.replicas
+    if args.throttle is not None:
+        reassign_throttle.set_throttles(admin, tp, args.replicas, args.throttle, out)
     result, message = admin.alter_partition_reassignments({tp: target})[tp]
     if result:
         what = "cancel the reassignment of" if args.cancel else "reassign"
         raise KafkaError(result, f"cannot {what} {tp}" + (f": {message}" if message else ""))
     if args.cancel:
         out.write(f"Cancelled the reassignment of {tp}.\n")
+        if not args.preserve_throttles:
+            reassign_throttle.clear_throttles(admin, [tp.topic], [], out)
     else:
         out.write(f"Started the reassignment of {tp} to replicas {_ids(args.replicas)}.\n")
     return EXIT_OK
