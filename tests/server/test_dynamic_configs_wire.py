@@ -373,3 +373,58 @@ def test_dynamic_configs_survive_a_restart(tmp_path):
         log = b._broker.replica_manager.get_partition("t", 0).log
         assert log.config.retention_bytes == 123456
         w.close()
+
+
+# ------------------------------------------------------------------ replication throttle rates (KIP-73)
+
+
+def _bounds(b):
+    rm = b._broker.replica_manager
+    return rm.leader_quota.bound, rm.follower_quota.bound
+
+
+def _wait_bounds(b, want, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while _bounds(b) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _bounds(b) == want
+
+
+def test_throttle_rates_broker_value_then_cluster_default_then_none_and_static_ignored(tmp_path):
+    data = str(tmp_path / "data")
+    leader, follower = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
+    unlimited = float(2**63 - 1)
+    # a static value is accepted but ignored, as in Kafka (only dynamic values count)
+    with EmbeddedBroker(log_dir=data, overrides={leader: 5}) as b:
+        w = WireClient("127.0.0.1", b.port)
+        assert _bounds(b) == (unlimited, unlimited)
+        e = entries(w, BROKER, "1")[leader]
+        assert (e.value, e.config_source, chain(e)) == ("5", STATIC, [(leader, "5", STATIC)])
+        assert follower not in entries(w, BROKER, "1")  # dynamic-only: listed only where set
+        assert incremental(w, [(BROKER, "", [(leader, SET, "500"), (follower, SET, "600")])]) == [(0, None)]
+        _wait_bounds(b, (500.0, 600.0))
+        assert incremental(w, [(BROKER, "1", [(leader, SET, "700")])]) == [(0, None)]
+        _wait_bounds(b, (700.0, 600.0))
+        e = entries(w, BROKER, "1")[leader]
+        assert (e.value, e.config_source, e.read_only) == ("700", DYN_BROKER, False)
+        assert chain(e) == [(leader, "700", DYN_BROKER), (leader, "500", DYN_DEFAULT), (leader, "5", STATIC)]
+        c = entries(w, BROKER, "")
+        assert (c[follower].value, c[follower].config_source, chain(c[follower])) == (
+            "600", DYN_DEFAULT, [(follower, "600", DYN_DEFAULT)])
+        # Kafka's ConfigDef errors, INVALID_REQUEST; a refused change changes nothing
+        assert legacy(w, [(BROKER, "1", {leader: "1.5"})]) == [
+            (Errors.INVALID_REQUEST, f"Invalid value 1.5 for configuration {leader}: Not a number of type LONG")]
+        assert incremental(w, [(BROKER, "", [(follower, SET, "-2")])]) == [
+            (Errors.INVALID_REQUEST, f"Invalid value -2 for configuration {follower}: Value must be at least 0")]
+        assert _bounds(b) == (700.0, 600.0)
+        w.close()
+    # the dynamic values come back from the metadata log before the node replicates
+    with EmbeddedBroker(log_dir=data) as b:
+        assert _bounds(b) == (700.0, 600.0)
+        w = WireClient("127.0.0.1", b.port)
+        assert incremental(w, [(BROKER, "1", [(leader, DELETE, None)])]) == [(0, None)]
+        _wait_bounds(b, (500.0, 600.0))
+        assert incremental(w, [(BROKER, "", [(leader, DELETE, None), (follower, DELETE, None)])]) == [(0, None)]
+        _wait_bounds(b, (unlimited, unlimited))
+        assert leader not in entries(w, BROKER, "1") and not set(entries(w, BROKER, "")) & {leader, follower}
+        w.close()
