@@ -17,7 +17,12 @@ import pytest
 import trio
 import trio.testing
 
-from pybroker.config import BrokerConfig, ConfigError, parse_throttled_replicas, validate_topic_configs
+from pybroker.config import (
+    BrokerConfig,
+    ConfigError,
+    parse_throttled_replicas,
+    validate_topic_configs,
+)
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
@@ -141,7 +146,7 @@ def test_the_leader_holds_back_a_throttled_follower_outside_the_isr(tmp_path: Pa
             rm.leader_quota.update_quota(1000)
             p = rm.get_partition("t", 0)
             assert p is not None and p.is_leader and rm.leader_quota.is_throttled("t", 0)
-            for i in range(3):
+            for _ in range(3):
                 rm.append(p, batch(b"x" * 1000))
 
             def read(replica: int) -> LogRead:
