@@ -3,7 +3,8 @@ moves a partition holding a few MB to a new replica at no more than the throttle
 is sampled as it grows and checked against rate x time plus a response's burst, with a wide
 margin), the move completes, acks=all produces through confluent-kafka keep being acknowledged
 meanwhile (the in-sync follower is never held back and the ISR never shrinks), the throttle
-meters show the traffic, and `--verify` removes every throttle once the move is done."""
+meters show the traffic, and `--verify` removes every throttle once the move is done. A client
+fetch quota set meanwhile holds no follower back (Kafka exempts replica fetches from it)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ def test_a_throttled_move_stays_under_the_rate_completes_and_spares_the_isr(thro
     admin = adapters.confluent_admin(c.bootstrap)
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])], operation_timeout=20)[topic].result(30)
     wait_until(lambda: metadata(c, 1, topic)[0][0] == 1, 20, "node 1 to lead")
+    # a default client fetch quota far below the rates here: a follower's Fetch is exempt from
+    # client quotas (Kafka's KafkaApis), so it holds back neither acks=all nor the move
+    with AdminClient(c.bootstrap) as pyadmin:
+        assert [e for _, e, _ in pyadmin.alter_client_quotas(
+            [({"client-id": None}, {"consumer_byte_rate": 10_000})])] == [0]
     # batches of at most 32 KiB, so no single response exceeds replica.fetch.max.bytes by much
     recs = [Rec(b"%d" % i, bytes([i % 251]) * RECORD) for i in range(RECORDS)]
     offsets = adapters.confluent_produce(c.bootstrap, topic, recs, acks=-1, **{"batch.size": 32768})
