@@ -239,6 +239,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # The two rates are dynamic-only (DYNAMIC_ONLY_BROKER_CONFIGS); the windows are Kafka's SimpleRate's
     ConfigDef("leader.replication.throttled.rate", "long", LONG_MAX, at_least(0), read_only=False),
     ConfigDef("follower.replication.throttled.rate", "long", LONG_MAX, at_least(0), read_only=False),
+    # known (validated, described, cleared by reassign --verify) but not enforced: AlterReplicaLogDirs
+    # copies are not throttled (server/replica_log_dirs.py)
+    ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, at_least(0), read_only=False),
     ConfigDef("replication.quota.window.num", "int", 11, at_least(1)),
     ConfigDef("replication.quota.window.size.seconds", "int", 1, at_least(1)),
     # internal topics and coordinators
@@ -294,7 +297,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
 # DEFAULT_CONFIG synonym; the effective value is the per-broker one, else the cluster default,
 # else Long.MAX_VALUE (Kafka's BrokerConfigHandler).
 DYNAMIC_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset({"leader.replication.throttled.rate",
-                                                         "follower.replication.throttled.rate"})
+                                                         "follower.replication.throttled.rate",
+                                                         "replica.alter.log.dirs.io.max.bytes.per.second"})
 
 # What a standalone node (no controller.quorum.voters, no controller.quorum.bootstrap.servers) uses
 # instead of Kafka's defaults for keys it does not set: Kafka's single-node quickstart

@@ -42,7 +42,9 @@ LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
 FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
-BROKER_LEVEL_THROTTLES = (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE)
+# Kafka's BROKER_LEVEL_THROTTLES: the log-dir one too (pybroker knows it but does not enforce it)
+BROKER_LEVEL_THROTTLES = (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
+                          "replica.alter.log.dirs.io.max.bytes.per.second")
 TOPIC_LEVEL_THROTTLES = (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS)
 VERIFY_WARNING = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure "
                   "the throttle is removed.")

@@ -27,6 +27,7 @@ The replication throttle rates (leader/follower.replication.throttled.rate, KIP-
 dynamic-only (config.DYNAMIC_ONLY_BROKER_CONFIGS): listed only where a layer sets them, not
 read-only (as since KAFKA-19984), and pushed to the replica manager's quota managers on every
 change, the per-broker value first, then the cluster default, else unlimited.
+replica.alter.log.dirs.io.max.bytes.per.second is handled alike but not enforced (a warning).
 
 Validation of a change (ConfigAdminManager.validateBrokerConfigChange ->
 DynamicBrokerConfig.validate), all INVALID_REQUEST: "Cannot update these configs
@@ -284,6 +285,9 @@ class DynamicBrokerConfig:
             replica_manager.leader_quota.update_quota(self.dynamic_only_value("leader.replication.throttled.rate"))
             replica_manager.follower_quota.update_quota(
                 self.dynamic_only_value("follower.replication.throttled.rate"))
+        if self.dynamic_only_value("replica.alter.log.dirs.io.max.bytes.per.second") < LONG_MAX:
+            log.warning("replica.alter.log.dirs.io.max.bytes.per.second is set, but pybroker does not throttle "
+                        "AlterReplicaLogDirs moves")
 
     def on_metadata(self, broker: Broker, configs: Mapping[tuple[int, str], Mapping[str, str]],
                     records: Sequence[Any]) -> None:

@@ -417,6 +417,14 @@ def test_throttle_rates_broker_value_then_cluster_default_then_none_and_static_i
         assert incremental(w, [(BROKER, "", [(follower, SET, "-2")])]) == [
             (Errors.INVALID_REQUEST, f"Invalid value -2 for configuration {follower}: Value must be at least 0")]
         assert _bounds(b) == (700.0, 600.0)
+        # Kafka's third broker throttle: known and validated (not enforced: a warning)
+        dirs = "replica.alter.log.dirs.io.max.bytes.per.second"
+        assert incremental(w, [(BROKER, "1", [(dirs, SET, "x")])]) == [
+            (Errors.INVALID_REQUEST, f"Invalid value x for configuration {dirs}: Not a number of type LONG")]
+        assert incremental(w, [(BROKER, "1", [(dirs, SET, "1000")])]) == [(0, None)]
+        e = entries(w, BROKER, "1")[dirs]
+        assert (e.value, e.config_source, e.is_sensitive, e.config_type) == ("1000", DYN_BROKER, False, 5)  # LONG
+        assert incremental(w, [(BROKER, "1", [(dirs, DELETE, None)])]) == [(0, None)]
         w.close()
     # the dynamic values come back from the metadata log before the node replicates
     with EmbeddedBroker(log_dir=data) as b:
