@@ -48,10 +48,6 @@ LEADER_REPLICATION = "LeaderReplication"  # Kafka's QuotaType names (the metric'
 FOLLOWER_REPLICATION = "FollowerReplication"
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
-LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
-FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
-# Kafka's ReplicationQuotaManagerConfig.INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS
-INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
 
 
 class ReplicationQuotaManager:
@@ -113,11 +109,10 @@ class ReplicationQuotaManager:
         return not in_sync and self.is_throttled(topic, partition) and self.is_quota_exceeded(now_ms)
 
     def record(self, value: float, now_ms: int) -> None:
-        """Count bytes that moved, even past the quota (they were sent already)."""
-        rate = self._rate
-        if rate.samples and now_ms - rate.last_record_ms > INACTIVE_SENSOR_EXPIRATION_MS:
-            rate = self._rate = SimpleRate(self.num_samples, self.window_ms)  # Kafka's sensor expired
-        rate.record(value, now_ms)
+        """Count bytes that moved, even past the quota (they were sent already). Samples older
+        than the windows are reset as they are measured, so an idle rate reads 0 (Kafka also
+        drops the sensor after an hour without records; nothing here needs that)."""
+        self._rate.record(value, now_ms)
 
     def byte_rate(self, now_ms: int) -> float:
         """The measured rate in bytes per second (Kafka's metric kafka.server:type=<type>, byte-rate)."""
