@@ -5,6 +5,8 @@ clients, in the root namespace, still reach every node.
     with FaultCluster(tmp_path, topic_overrides...) as c:
         c.bootstrap                 "10.x.y.1:9092,10.x.y.2:9092,10.x.y.3:9092"
         c.net.cut(1, 2)             node 1's packets to node 2 are dropped
+        c.net.cut(1, 2, "data")     ... to node 2's data address only (the quorum, on the
+                                    control addresses, still connects them)
         c.partition_leaders(topic)  {partition: leader id} from Metadata
         c.isr(topic)                {partition: [isr]}
         c.kill / pause / resume / restart (tests/cluster/harness.Cluster's)
@@ -12,7 +14,8 @@ clients, in the root namespace, still reach every node.
 Everything else (bounded waits, DescribeQuorum, the active controller, PID-only signalling,
 SIGCONT before shutdown) is tests/cluster/harness.Cluster's; only the addresses and the
 command prefix (`ip netns exec <ns>`, which execs: the PID signalled is the broker's) differ.
-Nodes bind fixed ports (9092 clients, 9093 controller) inside their own namespaces.
+Nodes bind fixed ports inside their own namespaces: 9092 (clients, replication) on their
+data address, 9093 (the controller listener) on their control address (net.py's two planes).
 Concurrency: driven from one thread at a time, except `partition_leaders`/`isr`/
 `describe_quorum`, which only open their own short connections and may be called from
 workload threads too.
@@ -64,7 +67,7 @@ class FaultCluster(Cluster):
         self.net = Network(list(range(1, nodes + 1))).create()
         self.client_ports = [CLIENT_PORT] * nodes
         self.controller_ports = [CONTROLLER_PORT] * nodes
-        voters = ",".join(f"{n}@{self.net.host(n)}:{CONTROLLER_PORT}" for n in self.net.nodes)
+        voters = ",".join(f"{n}@{self.net.control_host(n)}:{CONTROLLER_PORT}" for n in self.net.nodes)
         rf = str(min(3, nodes))
         self.nodes: dict[int, BrokerProcess] = {}
         for n in self.net.nodes:
@@ -73,7 +76,8 @@ class FaultCluster(Cluster):
                 "process.roles": "broker,controller",
                 "cluster.id": self.cluster_id,
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://{host}:{CLIENT_PORT},CONTROLLER://{host}:{CONTROLLER_PORT}",
+                "listeners": f"PLAINTEXT://{host}:{CLIENT_PORT},"
+                             f"CONTROLLER://{self.net.control_host(n)}:{CONTROLLER_PORT}",
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",

@@ -4,13 +4,23 @@ Layout (all made by `Network.create`, all removed by `Network.close`):
 
     root ns (pytest, the clients)      pbf<tag>c  10.<a>.<b>.254/24 ──┐
     ns pbf-<tag>-sw                    bridge br0  ◄──────────────────┘ (and every node's peer)
-    ns pbf-<tag>-n<N>  (node N)        eth0       10.<a>.<b>.<N>/24 ──► br0
+    ns pbf-<tag>-n<N>  (node N)        eth0       10.<a>.<b>.<N>/24 ──► br0   (data plane)
+                                                  10.<a>.<b>.<100+N>/24       (control plane)
 
-Every node has its own address and its own port space (so its ports are fixed: 9092 for
+Every node has its own addresses and its own port space (so its ports are fixed: 9092 for
 clients, 9093 for the controller listener, in its namespace, never colliding with anything on
 the host); the bridge lives in a namespace of its own, so the root namespace gains exactly one
 veth (its route to the subnet) and deleting the namespaces removes everything else, but for
 one route left on purpose: `unreachable 10.213.0.0/16` (SUPERNET below).
+
+Two planes: a node's data address (`host`: clients, replication, coordinators) and its control
+address (`control_host`: the controller listener, so the KRaft quorum and every broker's
+registration, heartbeats and AlterPartition). A route `<.96/27> src <own control address>` makes
+connections to a control address leave from the node's own control address, so the two
+planes share no address in either direction, and a cut of one leaves the other whole:
+`cut(a, b, plane="data")` stops b's followers fetching from a (and a's from b) while every
+node still reaches the active controller, which is how a leader is left alone in its ISR with
+the controller watching (the lone-leader fault, nemesis.py). A plain `cut` drops both planes.
 
 Why namespaces and not a TCP proxy: nodes reach each other at the addresses the others
 advertise (Metadata, controller.quorum.voters), one address per node, so a proxy in front of
@@ -50,6 +60,10 @@ BOGUS_MAC = "02:00:00:de:ad:01"  # locally administered, owned by no interface
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
+CONTROL_OFFSET = 100  # node N's control address is .<100+N>, inside CONTROL_RANGE
+CONTROL_RANGE = (96, 27)  # .96/27, routed from each node's own control address
+MAX_NODE = 27  # .127, the range's last address
+PLANES = ("data", "control")
 
 
 def unavailable() -> str | None:
@@ -93,7 +107,7 @@ class Network:
     nodes: list[int]
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}{random.randrange(36**2):03x}")
     subnet: ipaddress.IPv4Network | None = None
-    cuts: set[tuple[int, int]] = field(default_factory=set)
+    cuts: set[tuple[int, int, str]] = field(default_factory=set)  # (src, dst, plane)
     slow: set[int] = field(default_factory=set)
     _made: list[str] = field(default_factory=list)
     _macs: dict[int, str] = field(default_factory=dict)
@@ -110,6 +124,13 @@ class Network:
         assert self.subnet is not None
         return str(self.subnet.network_address + node)
 
+    def control_host(self, node: int) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + CONTROL_OFFSET + node)
+
+    def _address(self, node: int, plane: str) -> str:
+        return self.host(node) if plane == "data" else self.control_host(node)
+
     @property
     def client_host(self) -> str:
         assert self.subnet is not None
@@ -121,6 +142,8 @@ class Network:
 
     # -- lifecycle -----------------------------------------------------------------------
     def create(self) -> Network:
+        if max(self.nodes) > MAX_NODE:
+            raise ValueError(f"node ids up to {MAX_NODE} only: the control addresses live in .96/27")
         _ip("route", "replace", "unreachable", str(SUPERNET))
         self.subnet = self.subnet or _free_subnet(random.Random())
         prefix = self.subnet.prefixlen
@@ -137,7 +160,10 @@ class Network:
                 _ip("link", "add", "eth0", "type", "veth", "peer", "name", f"p{n}", "netns", self.switch_ns,
                     ns=self.ns(n))
                 _ip("addr", "add", f"{self.host(n)}/{prefix}", "dev", "eth0", ns=self.ns(n))
+                _ip("addr", "add", f"{self.control_host(n)}/{prefix}", "dev", "eth0", ns=self.ns(n))
                 _ip("link", "set", "eth0", "up", ns=self.ns(n))
+                control = f"{self.subnet.network_address + CONTROL_RANGE[0]}/{CONTROL_RANGE[1]}"
+                _ip("route", "add", control, "dev", "eth0", "src", self.control_host(n), ns=self.ns(n))
                 _ip("link", "set", f"p{n}", "master", "br0", ns=self.switch_ns)
                 _ip("link", "set", f"p{n}", "up", ns=self.switch_ns)
                 self._macs[n] = _ip("-br", "link", "show", "eth0", ns=self.ns(n)).stdout.split()[2]
@@ -166,15 +192,20 @@ class Network:
         self.close()
 
     # -- faults --------------------------------------------------------------------------
-    def cut(self, src: int, dst: int) -> None:
-        """Drop every packet src sends to dst (one direction)."""
-        _ip("neigh", "replace", self.host(dst), "lladdr", BOGUS_MAC, "nud", "permanent", "dev", "eth0",
-            ns=self.ns(src))
-        self.cuts.add((src, dst))
+    def cut(self, src: int, dst: int, plane: str | None = None) -> None:
+        """Drop every packet src sends to dst (one direction): to both of dst's addresses, or
+        to the one of `plane` ("data" or "control") only."""
+        for pl in PLANES if plane is None else (plane,):
+            _ip("neigh", "replace", self._address(dst, pl), "lladdr", BOGUS_MAC, "nud", "permanent", "dev", "eth0",
+                ns=self.ns(src))
+            self.cuts.add((src, dst, pl))
 
     def heal(self, src: int, dst: int) -> None:
-        _ip("neigh", "del", self.host(dst), "dev", "eth0", ns=self.ns(src), check=False)
-        self.cuts.discard((src, dst))
+        """Undo every cut of src's packets to dst, on both planes."""
+        for pl in PLANES:
+            if (src, dst, pl) in self.cuts:
+                _ip("neigh", "del", self._address(dst, pl), "dev", "eth0", ns=self.ns(src), check=False)
+                self.cuts.discard((src, dst, pl))
 
     def partition(self, side: set[int]) -> None:
         """Cut both ways between `side` and every other node (clients still reach all)."""
@@ -190,19 +221,21 @@ class Network:
         self.slow.add(node)
 
     def heal_all(self) -> None:
-        for src, dst in sorted(self.cuts):
+        for src, dst, _ in sorted(self.cuts):
             self.heal(src, dst)
         for node in sorted(self.slow):
             _ip_tc(self.ns(node), "qdisc", "del", "dev", "eth0", "root", check=False)
         self.slow.clear()
 
-    def links(self) -> dict[tuple[int, int], str]:
-        """Each directed link's neighbour state as the kernel has it (for the self-tests)."""
+    def links(self, plane: str = "data") -> dict[tuple[int, int], str]:
+        """Each directed link's neighbour state on one plane as the kernel has it (for the
+        self-tests)."""
         out = {}
         for a in self.nodes:
             for b in self.nodes:
                 if a != b:
-                    res = _ip("neigh", "show", self.host(b), "dev", "eth0", ns=self.ns(a), check=False).stdout
+                    res = _ip("neigh", "show", self._address(b, plane), "dev", "eth0", ns=self.ns(a),
+                              check=False).stdout
                     out[(a, b)] = "cut" if BOGUS_MAC in res else "open"
         return out
 

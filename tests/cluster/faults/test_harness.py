@@ -51,14 +51,16 @@ except OSError as e:
 @pytest.mark.skipif(bool(unavailable()), reason=f"network namespaces: {unavailable()}")
 def test_a_cut_link_drops_one_direction_silently_and_heals() -> None:
     with Network([1, 2, 3]) as net:
-        servers = [subprocess.Popen([*net.exec_prefix(n), sys.executable, "-c", ECHO, net.host(n)],
-                                    stdout=subprocess.PIPE, text=True) for n in (1, 2, 3)]
+        servers = [subprocess.Popen([*net.exec_prefix(n), sys.executable, "-c", ECHO, address],
+                                    stdout=subprocess.PIPE, text=True)
+                   for n in (1, 2, 3) for address in (net.host(n), net.control_host(n))]
         try:
             for s in servers:
                 assert s.stdout is not None and s.stdout.readline().strip() == "ready"
 
-            def dial(src: int, dst: int) -> str:
-                return subprocess.run([*net.exec_prefix(src), sys.executable, "-c", DIAL, net.host(dst)],
+            def dial(src: int, dst: int, plane: str = "data") -> str:
+                address = net.host(dst) if plane == "data" else net.control_host(dst)
+                return subprocess.run([*net.exec_prefix(src), sys.executable, "-c", DIAL, address],
                                       capture_output=True, text=True, timeout=20).stdout.strip()
 
             def from_client(dst: int) -> str:
@@ -74,14 +76,25 @@ def test_a_cut_link_drops_one_direction_silently_and_heals() -> None:
             # 2's packets to 1 still flow, but 2 cannot complete a handshake whose replies are cut
             assert dial(2, 1) == "unreachable TimeoutError"
             assert from_client(1) == from_client(2) == "hi"  # clients reach both sides
+            assert dial(1, 2, "control") == "unreachable TimeoutError"  # a plain cut takes both planes
             net.heal(1, 2)
-            assert dial(1, 2) == "hi"
+            assert dial(1, 2) == dial(1, 2, "control") == "hi"
             net.partition({3})
             assert dial(3, 1) == dial(3, 2) == dial(1, 3) == "unreachable TimeoutError"
+            assert dial(3, 1, "control") == dial(1, 3, "control") == "unreachable TimeoutError"
             assert dial(1, 2) == "hi" and from_client(3) == "hi"
             net.heal_all()
-            assert set(net.links().values()) == {"open"}
+            assert set(net.links().values()) == set(net.links("control").values()) == {"open"}
             assert dial(3, 1) == dial(1, 3) == "hi"
+            # the data plane alone: 1's packets to 2's data address drop, so neither dials the
+            # other's data address; the control addresses (the quorum's) still connect both ways,
+            # since a connection to a control address leaves from the dialler's control address
+            net.cut(1, 2, "data")
+            assert net.links()[(1, 2)] == "cut" and net.links("control")[(1, 2)] == "open"
+            assert dial(1, 2) == dial(2, 1) == "unreachable TimeoutError"
+            assert dial(1, 2, "control") == dial(2, 1, "control") == "hi"
+            net.heal_all()
+            assert dial(1, 2) == dial(2, 1) == "hi" and not net.cuts
         finally:
             for s in servers:
                 s.kill()
