@@ -3,7 +3,8 @@ thread, recording exactly what the cluster promised, for faults/checker.py.
 
 - `Producers`: idempotent producers, acks=all, writing unique ``<producer>-<seq>`` values
   round-robin over the partitions; a delivery report without error is an acknowledgement
-  (value -> partition, offset). A fatal producer error (e.g. an idempotence sequence the
+  (value -> partition, offset, and when: the checker dates acknowledgements against unclean
+  elections). A fatal producer error (e.g. an idempotence sequence the
   broker lost) is recorded and a new producer (new producer id) takes over.
 - `GroupConsumers`: consumers in one group, committing their positions synchronously; every
   acknowledged commit is recorded, and an observer (`observe_commits`, one thread) records
@@ -89,11 +90,18 @@ class Producers(Workload):
         self.interval_s = interval_s
         self.conf = conf
         self.acked: dict[str, tuple[int, int | None]] = {}
+        self.acked_at: dict[str, float] = {}  # time.monotonic() of each acknowledgement
+        self.acked_per_partition: Counter[int] = Counter()
         self.attempted: set[str] = set()
         self.failed: dict[str, str] = {}
         self.fatal = 0
         for i in range(producers):
             self._spawn(self._run, f"{prefix}{i}")
+
+    def acked_on(self, partition: int) -> int:
+        """Records acknowledged on `partition` so far."""
+        with self.lock:
+            return self.acked_per_partition[partition]
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
@@ -103,6 +111,8 @@ class Producers(Workload):
             "message.timeout.ms": 30_000, "request.timeout.ms": 5_000, **self.conf}))
 
     def _run(self, name: str) -> None:
+        from confluent_kafka import KafkaException
+
         fatal = threading.Event()
 
         def report(err: Any, msg: Any) -> None:
@@ -110,6 +120,8 @@ class Producers(Workload):
             with self.lock:
                 if err is None:
                     self.acked[value] = (msg.partition(), msg.offset())
+                    self.acked_at[value] = time.monotonic()
+                    self.acked_per_partition[msg.partition()] += 1
                 else:
                     self.failed[value] = err.name()
                     self.errors[f"delivery: {err.name()}"] += 1
@@ -123,7 +135,7 @@ class Producers(Workload):
                 if fatal.is_set():
                     self.note("fatal producer error: new producer")
                     self.fatal += 1
-                    producer.close(5)
+                    retire(producer)
                     producer, fatal = self._producer(), threading.Event()
                     name = f"{name}x"  # a new producer id: its own sequence space
                 value = f"{name}-{seq}"
@@ -139,13 +151,21 @@ class Producers(Workload):
                     self.note(f"produce: {exc}")
                     if "fatal" in str(exc).lower():
                         fatal.set()
-                producer.poll(0)
+                try:
+                    producer.poll(0)
+                except KafkaException as exc:  # without an error_cb, a fatal error is raised here
+                    self.note(f"poll: {exc.args[0].name()}")
+                    if exc.args[0].fatal():
+                        fatal.set()
                 self.stop_event.wait(self.interval_s)
-            left = producer.flush(60)
-            if left:
-                self.note(f"{left} messages undelivered after flush")
+            try:
+                left = producer.flush(60)
+                if left:
+                    self.note(f"{left} messages undelivered after flush")
+            except KafkaException as exc:
+                self.note(f"flush: {exc.args[0].name()}")
         finally:
-            producer.close(5)
+            close_quietly(producer)
 
 
 class GroupConsumers(Workload):
@@ -230,6 +250,18 @@ class GroupConsumers(Workload):
                 if off >= 0:
                     self.observed.setdefault((self.group, p), []).append(off)
                     self.observed_at.setdefault((self.group, p), []).append(asked)
+
+
+def retire(producer: Any) -> None:
+    """Close a producer in a fatal state at once. Its messages fail first (purge: their delivery
+    reports say _PURGE_QUEUE/_PURGE_INFLIGHT, so they count as unacknowledged): close() alone
+    flushes, and would wait message.timeout.ms for messages a fatal producer never sends."""
+    try:
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+        producer.poll(0)
+    except Exception:
+        pass
+    close_quietly(producer)
 
 
 def close_quietly(client: Any) -> None:
