@@ -23,7 +23,7 @@ from pybroker.protocol.messages import ApiVersionsRequest
 from tests.cluster.harness import wait_until
 
 from .campaign import Campaign, create_topic, run_campaign
-from .checker import History, Snapshot, check, exactly_once
+from .checker import History, Snapshot, UncleanElection, check, exactly_once, ranges
 from .cluster import FaultCluster
 from .nemesis import ALL_KINDS, KILLS, Nemesis, schedule
 from .net import Network, unavailable
@@ -268,15 +268,64 @@ def test_the_checker_flags_committed_offsets_going_backwards_and_strangers() -> 
     assert check(h2).offsets_backwards
 
 
-def test_with_unclean_election_losses_are_reported_not_failed() -> None:
+def unclean_history() -> History:
+    """Partition 0's leader acknowledged offsets 4 and 5 alone and died at t=10; node 2, elected
+    uncleanly at epoch 1 with offsets 0-3, wrote p1-5 at offset 4 (and so did every replica)."""
     h = clean_history()
+    h.acked_at = {v: 5.0 for v in h.acked}
     h.final[0] = h.final[0][:4] + [(4, "p1-5")]  # truncated, and the offset reused
-    strict, lenient = check(h), check(h, unclean_allowed=True)
-    assert strict.lost == lenient.lost == ["p0-4", "p0-5"]
-    assert strict.problems()
-    assert lenient.problems() == [] and "lost 2" in lenient.summary() and "reported" in lenient.summary()
+    h.replica_logs[(0, 1)] = h.replica_logs[(0, 2)] = h.final[0]
+    h.unclean = [UncleanElection(partition=0, leader=2, epoch=1, start_offset=4, before=10.0)]
+    return h
+
+
+def test_with_unclean_election_the_losses_it_explains_are_reported_not_failed() -> None:
+    h = unclean_history()
+    v = check(h, unclean_allowed=True)
+    assert v.lost == ["p0-4", "p0-5"] and v.lost_by_unclean == {"p0-4", "p0-5"} and v.lost_unexplained == []
+    assert v.problems() == [], v.problems()
+    assert "lost 2 (2 by unclean leader elections" in v.summary()
+    assert "partition 0: 2 records at offsets 4-5 (node 2 elected uncleanly at epoch 1, its log from offset 4)" \
+        in v.summary()
+    # an unclean election on a topic that does not allow them is itself a violation
+    assert any("does not allow" in p for p in check(h).problems())
+    assert ranges([9, 3, 4, 5, 11, 12]) == "3-5, 9, 11-12" and ranges([]) == ""
     h.final[1].append((6, "p1-0"))  # duplicates still fail
     assert check(h, unclean_allowed=True).problems()
+
+
+def test_with_unclean_election_a_loss_it_does_not_explain_still_fails() -> None:
+    # no election seen: a loss is a loss, unclean elections allowed or not
+    h = unclean_history()
+    h.unclean = []
+    assert any("2 acknowledged records lost" in p for p in check(h, unclean_allowed=True).problems())
+    # below where the new leader's log took over: the new leader had it, so losing it is a bug
+    h = unclean_history()
+    h.final[0] = [r for r in h.final[0] if r[1] != "p0-2"]
+    v = check(h, unclean_allowed=True)
+    assert v.lost_unexplained == ["p0-2"] and any("1 acknowledged records lost" in p for p in v.problems())
+    # acknowledged after the old leader died (so by the new leader), then gone: a bug
+    h = unclean_history()
+    h.acked_at["p0-5"] = 11.0
+    v = check(h, unclean_allowed=True)
+    assert v.lost_unexplained == ["p0-5"] and v.problems()
+    # on another partition than the election's: a bug
+    h = unclean_history()
+    h.final[1] = h.final[1][1:]
+    assert check(h, unclean_allowed=True).lost_unexplained == ["p1-0"]
+    # replicas that still differ (the old leader kept its records): a bug, election or not
+    h = unclean_history()
+    h.replica_logs[(0, 1)] = [(i, f"p0-{i}") for i in range(6)]
+    assert any(p.startswith("replicas: 1") for p in check(h, unclean_allowed=True).problems())
+
+
+def test_a_read_taken_before_an_unclean_election_may_disagree_from_its_offset_on() -> None:
+    h = unclean_history()
+    h.snapshots = [Snapshot(0, 1, [(i, f"p0-{i}") for i in range(6)], "while node 1 led alone", taken_at=8.0)]
+    v = check(h, unclean_allowed=True)
+    assert v.order == [] and v.order_unclean == 1 and v.problems() == []
+    h.snapshots[0].taken_at = 12.0  # read after the election: it must agree
+    assert check(h, unclean_allowed=True).order
 
 
 def test_exactly_once_flags_missing_and_doubled_outputs() -> None:
