@@ -15,7 +15,10 @@ transactional copy; run the nemesis, taking a read snapshot of every partition a
 `snapshot_every`th fault; stop the producers; heal everything and wait for every partition to
 be fully in sync; let the group and the copy catch up with the topic's end; read every
 partition from the beginning (the copy's output read_committed); stop the nodes and read each
-replica's log files; judge.
+replica's log files; judge. A kill-lone-leader fault (nemesis.py) counts the producers'
+acknowledgements per partition (`progress`) and leaves a record of what it saw: each unclean
+election it saw becomes the checker's `UncleanElection`, and the controllers'
+UncleanLeaderElectionsPerSec counts are read before the nodes stop (`extra`).
 Concurrency: runs on the test's thread; the workloads run in their own threads. The group's
 committed offsets are sampled after every fault, once every node agrees on the coordinators.
 """
@@ -32,7 +35,7 @@ import pytest
 
 from tests.cluster.harness import wait_until
 
-from .checker import History, Snapshot, Verdict, check, duplicates_in, exactly_once
+from .checker import History, Snapshot, UncleanElection, Verdict, check, duplicates_in, exactly_once
 from .cluster import FaultCluster
 from .nemesis import ALL_KINDS, Fault, Nemesis, schedule
 from .workloads import (
@@ -43,6 +46,8 @@ from .workloads import (
     read_partitions,
     replica_log,
 )
+
+UNCLEAN_METRIC = "kafka_controller_controllerstats_uncleanleaderelections_total"
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Campaign:
     transactions: bool = True
     snapshot_every: int = 1
     catch_up_s: float = 120.0
+    lone_acks: int = 100  # kill-lone-leader: records its leader must acknowledge alone first
 
 
 @dataclass
@@ -140,6 +146,19 @@ def require_cross_node_transactions(cluster: FaultCluster, rf: int, partitions: 
         close_quietly(producer)
 
 
+def unclean_elections_metric(cluster: FaultCluster) -> float | None:
+    """The controllers' UncleanLeaderElectionsPerSec counts, summed over the running nodes
+    (each counts what its controller elected since it started); None without metrics.listener."""
+    total, answered = 0.0, False
+    for n in cluster.running():
+        try:
+            total += cluster.metric(n, UNCLEAN_METRIC)
+            answered = True
+        except OSError:
+            pass
+    return total if answered else None
+
+
 def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
     tag = uuid.uuid4().hex[:6]
     topic, sink = f"faults-{tag}", f"faults-{tag}-out"
@@ -179,16 +198,18 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
         if i % cfg.snapshot_every:
             return
         try:
+            taken_at = time.monotonic()
             leaders = cluster.partition_leaders(topic)
             got, _ = read_partitions(cluster.bootstrap, topic, cfg.partitions, deadline_s=15)
         except Exception as exc:  # mid-recovery: the next snapshot will do
             producers.note(f"snapshot after #{i}: {exc}")
             return
         for p, recs in got.items():
-            history.snapshots.append(Snapshot(p, leaders.get(p, -1), recs, f"after fault #{i} ({f.kind})"))
+            history.snapshots.append(Snapshot(p, leaders.get(p, -1), recs, f"after fault #{i} ({f.kind})", taken_at))
 
     nemesis = Nemesis(cluster, cluster.net, topic,
-                      schedule(cfg.seed, cfg.faults, cfg.kinds, cfg.hold_s, cfg.gap_s), after_fault=snapshot)
+                      schedule(cfg.seed, cfg.faults, cfg.kinds, cfg.hold_s, cfg.gap_s), after_fault=snapshot,
+                      progress=producers.acked_on, lone_acks=cfg.lone_acks)
     started = time.monotonic()
     try:
         nemesis.run()
@@ -246,8 +267,18 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
                      txn_new_producers=copy.new_producers)
 
     history.acked = dict(producers.acked)
+    history.acked_at = dict(producers.acked_at)
     history.attempted = set(producers.attempted)
     history.final = final
+    for lone in nemesis.lone:
+        if lone.elected is not None and lone.start_offset is not None:
+            history.unclean.append(UncleanElection(lone.partition, *lone.elected, lone.start_offset, lone.killed_at))
+        elif lone.elected is not None:
+            problems.append(f"an unclean election was seen ({lone.summary()}) but not where the new leader's log "
+                            f"took over: its losses cannot be told from a bug")
+    if nemesis.lone:
+        extra["lone_leader"] = [lone.summary() for lone in nemesis.lone]
+        extra["unclean_elections_metric"] = unclean_elections_metric(cluster)
     replicas = cluster.replicas(topic)
     cluster.stop_all()
     for p, nodes in replicas.items():

@@ -24,15 +24,17 @@ workload threads too.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.log.meta_properties import random_uuid_str
-from pybroker.protocol.messages import MetadataRequest
+from pybroker.protocol.messages import MetadataRequest, OffsetForLeaderEpochRequest
 from tests.clients.broker import BrokerProcess
 from tests.cluster.harness import FAST, Cluster, wait_until
 
@@ -46,6 +48,18 @@ REPLICATION_FAST = {
     "replica.socket.timeout.ms": "3000",
     "leader.imbalance.check.interval.seconds": "5",
 }
+
+
+# each node's Prometheus endpoint, on every address of its namespace, when a test asks for it
+METRICS_PORT = 9404
+METRICS = {"metrics.listener": f"http://:{METRICS_PORT}"}
+
+
+class PartitionView(NamedTuple):
+    leader: int
+    epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
 
 
 class NamespacedBroker(BrokerProcess):
@@ -162,6 +176,38 @@ class FaultCluster(Cluster):
     def partition_leaders(self, topic: str) -> dict[int, int]:
         md = self.metadata(topic)
         return {p.partition_index: p.leader_id for p in md.topics[0].partitions}
+
+    def partitions(self, topic: str, via: int | None = None) -> dict[int, PartitionView]:
+        """Each partition's leader, leader epoch, ISR and replicas, from one Metadata answer."""
+        md = self.metadata(topic, via=via)
+        return {p.partition_index: PartitionView(p.leader_id, p.leader_epoch, tuple(sorted(p.isr_nodes)),
+                                                 tuple(p.replica_nodes))
+                for p in md.topics[0].partitions}
+
+    def epoch_end_offset(self, topic: str, partition: int, leader: int, current_epoch: int, epoch: int) -> int:
+        """The end offset of `epoch` (its largest epoch <= `epoch`) in the log of `leader`, as
+        that leader answers a consumer's OffsetForLeaderEpoch: where a new leader's log left
+        its predecessor's (KIP-101). AssertionError on an error answer."""
+        host, port = self.address(leader).split(":")
+        with BrokerConnection(host, int(port), request_timeout_s=5, connect_timeout_s=5) as conn:
+            resp = conn.send(OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                        partition=partition, current_leader_epoch=current_epoch, leader_epoch=epoch)])]))
+        r = resp.topics[0].partitions[0]
+        if r.error_code:
+            raise AssertionError(f"OffsetForLeaderEpoch({topic}-{partition}, epoch {epoch}) at node {leader}: "
+                                 f"error {r.error_code}")
+        return int(r.end_offset)
+
+    def metric(self, node_id: int, name: str) -> float:
+        """A sample's value (summed over its label sets) from node_id's Prometheus endpoint;
+        needs `metrics.listener=http://:9404` (METRICS below) in the cluster's overrides."""
+        url = f"http://{self.net.host(node_id)}:{METRICS_PORT}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", re.M)
+        return sum(float(v) for v in pattern.findall(text))
 
     def isr(self, topic: str) -> dict[int, list[int]]:
         md = self.metadata(topic)

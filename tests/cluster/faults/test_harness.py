@@ -24,8 +24,8 @@ from tests.cluster.harness import wait_until
 
 from .campaign import Campaign, create_topic, run_campaign
 from .checker import History, Snapshot, UncleanElection, check, exactly_once, ranges
-from .cluster import FaultCluster
-from .nemesis import ALL_KINDS, KILLS, Nemesis, schedule
+from .cluster import FaultCluster, PartitionView
+from .nemesis import ALL_KINDS, KILLS, LONE_LEADER, Fault, Nemesis, schedule
 from .net import Network, unavailable
 from .workloads import Producers, read_partitions
 
@@ -195,6 +195,57 @@ def test_the_nemesis_is_a_function_of_its_seed() -> None:
     assert kinds.count("kill") > 0 and kinds.count("restart") == kinds.count("kill") + restarts
     assert kinds.count("pause") == kinds.count("resume") > 0
     assert kinds.count("heal") == kinds.count("cut") + kinds.count("isolate")
+
+
+@dataclass
+class LoneFake:
+    """Partition 0 led by node 1 (replicas 1, 2, 3): its ISR shrinks to [1] once both followers'
+    data links to node 1 are cut; once node 1 is killed, node 2 leads at epoch 1 (unclean) or
+    nobody does (clean); node 2's log took over at offset 40."""
+
+    unclean: bool
+    nodes: dict[int, object] = field(default_factory=lambda: {1: None, 2: None, 3: None})
+    calls: list[str] = field(default_factory=list)
+
+    def kill(self, n: int) -> None:
+        self.calls.append(f"kill {n}")
+
+    def restart(self, n: int) -> None:
+        self.calls.append(f"restart {n}")
+
+    def partitions(self, topic: str, via: int | None = None) -> dict[int, PartitionView]:
+        if "kill 1" in self.calls:
+            return {0: PartitionView(2, 1, (2,), (1, 2, 3)) if self.unclean else PartitionView(-1, 1, (), (1, 2, 3))}
+        cut = {"cut 2->1 data", "cut 3->1 data"} <= set(self.calls)
+        return {0: PartitionView(1, 0, (1,) if cut else (1, 2, 3), (1, 2, 3))}
+
+    def epoch_end_offset(self, topic: str, partition: int, leader: int, current_epoch: int, epoch: int) -> int:
+        assert (leader, current_epoch, epoch) == (2, 1, 0)
+        return 40
+
+
+@dataclass
+class LoneNet(FakeNet):
+    def cut(self, src: int, dst: int, plane: str | None = None) -> None:
+        self.log.append(f"cut {src}->{dst} {plane}")
+
+
+@pytest.mark.parametrize("unclean", [True, False])
+def test_the_lone_leader_fault_cuts_data_links_waits_for_the_isr_and_records_what_follows(unclean: bool) -> None:
+    fake = LoneFake(unclean)
+    acked = iter(range(0, 10_000, 7))
+    nem = Nemesis(fake, LoneNet(fake.calls), "t", [Fault(LONE_LEADER, 0, 0.0, 0.0)], time_scale=0,
+                  progress=lambda p: next(acked), lone_acks=50)
+    nem.run()
+    assert fake.calls == ["cut 2->1 data", "cut 3->1 data", "kill 1", "heal", "restart 1"]
+    [lone] = nem.lone
+    assert (lone.partition, lone.leader, lone.followers, lone.epoch, lone.alone) == (0, 1, [2, 3], 0, True)
+    assert lone.alone_acks >= 50
+    if unclean:
+        assert lone.elected == (2, 1) and lone.start_offset == 40 and not lone.offline_seen
+    else:
+        assert lone.elected is None and lone.offline_seen
+        assert [s[1:] for s in lone.states] == [(-1, 1, ())]
 
 
 # -- the checker -------------------------------------------------------------------------------
