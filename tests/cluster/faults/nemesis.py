@@ -34,7 +34,9 @@ alone, RECOVERING, and every record the dead leader acknowledged beyond the foll
 end is gone. Without it the partition stays offline (leader -1) until the old leader
 returns (registering after a crash takes it out of the ELR; its unfencing then elects it as
 the last known leader, with every record). The nemesis polls Metadata while the leader is
-down (at least `hold_s`, and until it is fenced), restarts it, and records a `LoneLeader`:
+down (until it is fenced, then `hold_s` more), restarts it, waits until the partition's ISR
+holds every replica again (so that no next fault finds a leader alone by this one's doing),
+and records a `LoneLeader`:
 what it saw, and for an election outside the last ISR the new leader, its epoch and where its
 log took over (OffsetForLeaderEpoch of the last epoch the old leader led), which the checker
 needs to tell this loss from a bug.
@@ -237,6 +239,12 @@ class Nemesis:
         self.target.restart(leader)
         lone.restarted_at = time.monotonic()
         self._log(f"#{i} node {leader} restarted: {lone.summary()}")
+        # the fault is over once the partition is whole again: a next fault must not find a
+        # leader alone in the ISR by this one's doing (that would be an unclean election unseen)
+        whole = self._await(lambda: set(self.target.partitions(self.topic)[p].isr) == set(view.replicas),
+                            self.lone_timeout_s)
+        self._log(f"#{i} partition {p} " + ("in sync again" if whole else
+                                            f"not in sync again within {self.lone_timeout_s:.0f}s"))
 
     def _watch_while_down(self, i: int, lone: LoneLeader, hold_s: float) -> None:
         """Poll the partition while its old leader is down: until it has been fenced (a leader

@@ -201,7 +201,7 @@ def test_the_nemesis_is_a_function_of_its_seed() -> None:
 class LoneFake:
     """Partition 0 led by node 1 (replicas 1, 2, 3): its ISR shrinks to [1] once both followers'
     data links to node 1 are cut; once node 1 is killed, node 2 leads at epoch 1 (unclean) or
-    nobody does (clean); node 2's log took over at offset 40."""
+    nobody does (clean); node 2's log took over at offset 40; node 1 restarted, the ISR is whole."""
 
     unclean: bool
     nodes: dict[int, object] = field(default_factory=lambda: {1: None, 2: None, 3: None})
@@ -214,6 +214,9 @@ class LoneFake:
         self.calls.append(f"restart {n}")
 
     def partitions(self, topic: str, via: int | None = None) -> dict[int, PartitionView]:
+        if "restart 1" in self.calls:  # back and caught up: the ISR whole again
+            return {0: PartitionView(2, 1, (1, 2, 3), (1, 2, 3)) if self.unclean else PartitionView(1, 2, (1, 2, 3),
+                                                                                               (1, 2, 3))}
         if "kill 1" in self.calls:
             return {0: PartitionView(2, 1, (2,), (1, 2, 3)) if self.unclean else PartitionView(-1, 1, (), (1, 2, 3))}
         cut = {"cut 2->1 data", "cut 3->1 data"} <= set(self.calls)
@@ -236,8 +239,11 @@ def test_the_lone_leader_fault_cuts_data_links_waits_for_the_isr_and_records_wha
     acked = iter(range(0, 10_000, 7))
     nem = Nemesis(fake, LoneNet(fake.calls), "t", [Fault(LONE_LEADER, 0, 0.0, 0.0)], time_scale=0,
                   progress=lambda p: next(acked), lone_acks=50)
+    started = time.monotonic()
     nem.run()
+    assert time.monotonic() - started < nem.lone_timeout_s, "a wait ran into its bound"
     assert fake.calls == ["cut 2->1 data", "cut 3->1 data", "kill 1", "heal", "restart 1"]
+    assert "in sync again" in nem.log[-2]
     [lone] = nem.lone
     assert (lone.partition, lone.leader, lone.followers, lone.epoch, lone.alone) == (0, 1, [2, 3], 0, True)
     assert lone.alone_acks >= 50

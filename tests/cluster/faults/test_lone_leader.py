@@ -89,3 +89,24 @@ def test_a_lone_leader_killed_without_unclean_election_loses_nothing(
     read = {v for recs in h.final.values() for _, v in recs}
     assert set(h.acked) <= read
     assert out.verdict.lost == [] and out.problems == [], out.report
+
+
+@pytest.mark.slow
+def test_lone_leader_kills_among_other_faults_lose_only_what_their_unclean_elections_explain(
+        make_fault_cluster: Callable[..., FaultCluster]) -> None:
+    """Two kill-lone-leader faults back to back among kills, pauses, isolations and one-way cuts
+    (seed 40), unclean election on: every lost record is one an observed unclean election
+    explains, no other fault loses any, and the replicas agree at the end."""
+    c = make_fault_cluster(UNCLEAN)
+    kinds = (LONE_LEADER, "kill-leader", "pause-leader", "isolate-leader", "cut-oneway")
+    out = run_campaign(c, Campaign(seed=seed(40), faults=10, kinds=kinds, min_insync=1, unclean=True,
+                                   hold_s=(1.0, 3.0), gap_s=(0.5, 1.5), groups=False, transactions=False,
+                                   snapshot_every=2, lone_acks=60, catch_up_s=90))
+    print(out.report)
+    elected = [lone for lone in out.nemesis.lone if lone.elected is not None]
+    assert elected, out.report
+    h = out.history
+    read = {v for recs in h.final.values() for _, v in recs}
+    missing = set(h.acked) - read
+    assert missing and missing == out.verdict.lost_by_unclean, out.report
+    assert out.problems == [], out.report
