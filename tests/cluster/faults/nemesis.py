@@ -24,8 +24,8 @@ links to the leader's *data* address cut (net.py's planes: the quorum, heartbeat
 AlterPartition still flow, so the controller keeps everyone registered and watches). After
 replica.lag.time.max.ms the leader shrinks the ISR to itself, which Metadata shows; with
 min.insync.replicas=1 it then acknowledges acks=all writes alone, and the nemesis waits until
-`lone_acks` more records were acknowledged on the partition (the `progress` callback; the
-hold when there is none). Then the leader is SIGKILLed and the cuts healed. Its session
+`lone_acks` more records were acknowledged on the partition (the `progress` callback) and
+`hold_s` passed. Then the leader is SIGKILLed and the cuts healed. Its session
 times out and the controller fences it: the ISR empties, the dead leader joins the ELR
 (KIP-966; it left no unclean-shutdown mark yet) and cannot lead, so with
 unclean.leader.election.enable the same batch elects the first live follower although it is
@@ -223,13 +223,16 @@ class Nemesis:
             view = self.target.partitions(self.topic)[p]
             lone.epoch = view.epoch
             self._log(f"#{i} ISR of partition {p} is [{leader}] (leader epoch {view.epoch})")
+            alone_since = time.monotonic()
             if self.progress is not None:
                 base = self.progress(p)
                 self._await(lambda: self.progress is not None and self.progress(p) >= base + self.lone_acks,
                             self.lone_timeout_s)
+            # and hold_s at least: what waited for the old ISR is acknowledged in one burst at
+            # the shrink, so a count alone may end the spell at once
+            self.stop.wait(max(0.0, f.hold_s * self.time_scale - (time.monotonic() - alone_since)))
+            if self.progress is not None:
                 lone.alone_acks = self.progress(p) - base
-            else:
-                self._hold(f.hold_s)
             self._log(f"#{i} {lone.alone_acks} records acknowledged by node {leader} alone on partition {p}")
         self.target.kill(leader)
         lone.killed_at = time.monotonic()
