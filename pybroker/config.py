@@ -235,6 +235,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", 30000),
+    # how often the replication-offset-checkpoint (high watermarks) is written: ReplicaManager's
+    # own timer in Kafka, apart from log.flush.offset.checkpoint.interval.ms (recovery points)
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
     # replication throttles (KIP-73; Kafka's QuotaConfig; replication/replication_quota_manager.py).
     # The two rates are dynamic-only (DYNAMIC_ONLY_BROKER_CONFIGS); the windows are Kafka's SimpleRate's
     ConfigDef("leader.replication.throttled.rate", "long", LONG_MAX, at_least(0), read_only=False),

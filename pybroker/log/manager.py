@@ -536,6 +536,17 @@ class LogManager:
                 OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
                     {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
 
+    def checkpoint_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
+        """Write each dir's replication-offset-checkpoint (Kafka's checkpointHighWatermarks, every
+        replica.high.watermark.checkpoint.interval.ms). Blocking."""
+        with self._lock:
+            by_dir: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
+            for tp in self.logs:
+                by_dir[self._log_dir_of[tp]].append(tp)
+        for log_dir, tps in by_dir.items():
+            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
+
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None,
                  broker_epoch: int = -1) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown marker. Blocking.

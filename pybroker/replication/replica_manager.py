@@ -985,15 +985,21 @@ class ReplicaManager:
         return out
 
     async def run_checkpointer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Write recovery-point / HW checkpoints every log.flush.offset.checkpoint.interval.ms,
-        and flush logs whose flush.ms elapsed (Kafka's log flusher). Also starts the flusher of
-        the logs' small checkpoints (`run_metadata_flusher`)."""
+        """Write recovery-point / log-start-offset checkpoints every
+        log.flush.offset.checkpoint.interval.ms and the high watermarks every
+        replica.high.watermark.checkpoint.interval.ms (Kafka's two timers: a crash loses at most
+        that much of the HW, which a restarted follower truncates from and a restarted leader
+        serves from), and flush logs whose flush.ms elapsed (Kafka's log flusher). Also starts the
+        flusher of the logs' small checkpoints (`run_metadata_flusher`)."""
         self.spawn(self.run_metadata_flusher)
         task_status.started()
         interval_s = max(0.1, self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
+        hw_interval_s = max(0.1, self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000)
         flush_interval_ms = self.config["log.flush.scheduler.interval.ms"]
-        tick = min(interval_s, flush_interval_ms / 1000) if flush_interval_ms < 2**62 else interval_s
-        last_checkpoint = trio.current_time()
+        tick = min(interval_s, hw_interval_s)
+        if flush_interval_ms < 2**62:
+            tick = min(tick, flush_interval_ms / 1000)
+        last_checkpoint = last_hw_checkpoint = trio.current_time()
         while True:
             await trio.sleep(max(0.05, tick))
             for i, p in enumerate(list(self.partitions.values())):
@@ -1004,11 +1010,17 @@ class ReplicaManager:
                     self.spawn(self._flush, p)
             if trio.current_time() - last_checkpoint >= interval_s:
                 last_checkpoint = trio.current_time()
-                hws = await self._high_watermarks_chunked()
                 try:
-                    await trio.to_thread.run_sync(self.log_manager.checkpoint, hws)
+                    await trio.to_thread.run_sync(self.log_manager.checkpoint)
                 except Exception:
                     log.exception("checkpoint failed")
+            if trio.current_time() - last_hw_checkpoint >= hw_interval_s:
+                last_hw_checkpoint = trio.current_time()
+                hws = await self._high_watermarks_chunked()
+                try:
+                    await trio.to_thread.run_sync(self.log_manager.checkpoint_high_watermarks, hws)
+                except Exception:
+                    log.exception("high watermark checkpoint failed")
 
     async def run_metadata_flusher(self) -> None:
         """Write the logs' partition.metadata and leader-epoch-checkpoint files that fell behind

@@ -23,11 +23,11 @@ def seed(default: int) -> int:
 
 
 # unclean.leader.election.enable as a broker config (the topic's is set by the campaign too);
-# high watermarks checkpointed every 500 ms (pybroker's default is 60 s, Kafka's 5 s) so that,
-# within the lone spell (2 s and 100 records at least), the old leader's checkpoint comes to
-# cover what it acknowledged alone, as it would over a longer spell: back, it must still
-# truncate below that high watermark
-CHECKPOINTS = {"log.flush.offset.checkpoint.interval.ms": "500"}
+# high watermarks checkpointed every 500 ms (Kafka's default 5 s) so that, within the lone spell
+# (2 s and 100 records at least), the old leader's checkpoint comes to cover what it
+# acknowledged alone, as it would over a longer spell: back, it must still truncate below that
+# high watermark
+CHECKPOINTS = {"replica.high.watermark.checkpoint.interval.ms": "500"}
 UNCLEAN = {"unclean.leader.election.enable": "true", **CHECKPOINTS, **METRICS}
 
 
