@@ -363,6 +363,12 @@ def produce_values(cluster: Cluster, topic: str, per_partition: int) -> None:
                                                              for i in range(per_partition)], partition=part)
 
 
+# a group consumer's first records come after FindCoordinator, join, sync, OffsetFetch and
+# ListOffsets against three nodes: on a loaded two-CPU machine that took kafka-python over the
+# clients' usual 15 s deadline (a bound on a failing run, not a duration the test asserts)
+GROUP_DEADLINE_S = 45.0
+
+
 def _confluent_group(cluster: Cluster, topic: str, group: str, want: int) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -370,7 +376,7 @@ def _confluent_group(cluster: Cluster, topic: str, group: str, want: int) -> dic
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
         c.subscribe([topic])
-        got = adapters.confluent_poll(c, want)
+        got = adapters.confluent_poll(c, want, GROUP_DEADLINE_S)
         assert len(got) == want
         c.commit(asynchronous=False)
         return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(3)], timeout=15)}
@@ -384,7 +390,7 @@ def _kafka_python_group(cluster: Cluster, topic: str, group: str, want: int) -> 
     c = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
                       enable_auto_commit=False)
     try:
-        assert len(adapters.kafka_python_poll(c, want)) == want
+        assert len(adapters.kafka_python_poll(c, want, GROUP_DEADLINE_S)) == want
         c.commit()
         return {p: c.committed(TopicPartition(topic, p), timeout_ms=15000) for p in range(3)}
     finally:
@@ -399,7 +405,7 @@ def _aiokafka_group(cluster: Cluster, topic: str, group: str, want: int) -> dict
                              auto_offset_reset="earliest", enable_auto_commit=False)
         await c.start()
         try:
-            assert len(await adapters.aiokafka_poll(c, want)) == want
+            assert len(await adapters.aiokafka_poll(c, want, GROUP_DEADLINE_S)) == want
             await c.commit()
             return {p: await c.committed(TopicPartition(topic, p)) for p in range(3)}
         finally:
