@@ -5,10 +5,11 @@ ConfigRecords with resource_type 32, kept by the image under `image.configs[(32,
 like topic configs, so they survive restarts by replaying __cluster_metadata.
 
 Keys, types, lower bounds and defaults follow Kafka 4.2's GroupConfig. A key's default is
-the broker config backing it (GroupCoordinatorConfig.extractGroupConfigMap): the
-group.consumer.* keys come from this broker's config; pybroker has no share or streams
-groups and no group.share.* / group.streams.* broker configs, so those keys default to
-Kafka's defaults. Validation (ControllerConfigurationValidator for GROUP ->
+the broker config backing it (GroupCoordinatorConfig.extractGroupConfigMap, and
+ShareGroupConfig's for the share keys), read from this node's config: pybroker has no share
+or streams groups, but it knows their group.share.* / group.streams.* broker configs, typed
+and bounded as Kafka's, so a harness that sets them (confluent-kafka's sets
+group.share.min.record.lock.duration.ms=1000) moves these bounds as on Kafka. Validation (ControllerConfigurationValidator for GROUP ->
 GroupConfigManager.validate -> GroupConfig.validate) runs on the resource's whole
 resulting override set merged over those defaults:
 - an empty name -> INVALID_REQUEST "Default group resources are not allowed.";
@@ -55,22 +56,22 @@ class GroupKey:
 GROUP_KEYS: tuple[GroupKey, ...] = (
     GroupKey(CONSUMER_SESSION_TIMEOUT_MS, "int", "group.consumer.session.timeout.ms", 45000, 1),
     GroupKey(CONSUMER_HEARTBEAT_INTERVAL_MS, "int", "group.consumer.heartbeat.interval.ms", 5000, 1),
-    GroupKey("share.session.timeout.ms", "int", None, 45000, 1),
-    GroupKey("share.heartbeat.interval.ms", "int", None, 5000, 1),
-    GroupKey("share.record.lock.duration.ms", "int", None, 30000, 1000),
-    GroupKey("share.delivery.count.limit", "int", None, 5, 2),
+    GroupKey("share.session.timeout.ms", "int", "group.share.session.timeout.ms", 45000, 1),
+    GroupKey("share.heartbeat.interval.ms", "int", "group.share.heartbeat.interval.ms", 5000, 1),
+    GroupKey("share.record.lock.duration.ms", "int", "group.share.record.lock.duration.ms", 30000, 1000),
+    GroupKey("share.delivery.count.limit", "int", "group.share.delivery.count.limit", 5, 2),
     GroupKey("share.auto.offset.reset", "string", None, "latest"),
     GroupKey("share.isolation.level", "string", None, "read_uncommitted",
              choices=("read_committed", "read_uncommitted")),
-    GroupKey("streams.session.timeout.ms", "int", None, 45000, 1),
-    GroupKey("streams.heartbeat.interval.ms", "int", None, 5000, 1),
-    GroupKey("streams.num.standby.replicas", "int", None, 0, 0),
-    GroupKey("streams.initial.rebalance.delay.ms", "int", None, 3000, 0),
+    GroupKey("streams.session.timeout.ms", "int", "group.streams.session.timeout.ms", 45000, 1),
+    GroupKey("streams.heartbeat.interval.ms", "int", "group.streams.heartbeat.interval.ms", 5000, 1),
+    GroupKey("streams.num.standby.replicas", "int", "group.streams.num.standby.replicas", 0, 0),
+    GroupKey("streams.initial.rebalance.delay.ms", "int", "group.streams.initial.rebalance.delay.ms", 3000, 0),
 )
 GROUP_KEY_BY_NAME = {k.name: k for k in GROUP_KEYS}
 
 # The broker bounds GroupConfig.validateValues checks: (group key, broker min key, Kafka min,
-# broker max key, Kafka max). Broker keys pybroker lacks take Kafka's defaults.
+# broker max key, Kafka max); every broker key is a typed config of this node (config.py).
 _RANGES = (
     (CONSUMER_HEARTBEAT_INTERVAL_MS, "group.consumer.min.heartbeat.interval.ms", 5000,
      "group.consumer.max.heartbeat.interval.ms", 15000),

@@ -6,6 +6,9 @@
   one non-default entry.
 - Sources as the client maps them (GROUP_CONFIG / DEFAULT_CONFIG), DELETE, validate_only, and
   a refused value surfacing as INVALID_CONFIG with Kafka's message.
+- The node runs with confluent-kafka's harness setting group.share.min.record.lock.duration.ms
+  (tests/common TestUtils.broker_conf): the share bounds come from it, typed (the raw string
+  once made every GROUP alter fail with an internal error that closed the connection).
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from confluent_kafka.admin import (
 
 from .adapters import confluent_admin
 from .test_admin_extra import REQ
+
+# confluent-kafka-python's integration harness (tests/common/__init__.py broker_conf) sets these.
+BROKER_OVERRIDES = {
+    "group.share.record.lock.duration.ms": "1000",
+    "group.share.min.record.lock.duration.ms": "1000",
+}
 
 
 def group_resource(name: str, *entries: ConfigEntry) -> ConfigResource:
@@ -77,3 +86,24 @@ def test_confluent_refused_group_config(broker):
     assert "consumer.session.timeout.ms must be greater than or equal to " \
            "group.consumer.min.session.timeout.ms" in err.str()
     assert non_default(admin, "gcc-bad") == []
+
+
+def test_confluent_group_config_bounds_from_share_broker_configs(broker):
+    """share.record.lock.duration.ms may go down to the node's group.share.min.record.lock.duration.ms
+    (1000 here; Kafka's default, 15000, would refuse 1500), its default is the node's
+    group.share.record.lock.duration.ms, and the upper bound is still checked."""
+    admin = confluent_admin(broker.bootstrap)
+    name = "gcc-share-bounds"
+    assert describe(admin, name)["share.record.lock.duration.ms"].value == "1000"
+    res = group_resource(name, ConfigEntry("share.record.lock.duration.ms", "1500",
+                                           incremental_operation=AlterConfigOpType.SET))
+    assert admin.incremental_alter_configs([res], **REQ)[res].result(timeout=20) is None
+    assert non_default(admin, name) == ['share.record.lock.duration.ms="1500"']
+    res = group_resource(name, ConfigEntry("share.record.lock.duration.ms", "60001",
+                                           incremental_operation=AlterConfigOpType.SET))
+    with pytest.raises(KafkaException) as exc:
+        admin.incremental_alter_configs([res], **REQ)[res].result(timeout=20)
+    err = exc.value.args[0]
+    assert err.code() == KafkaError.INVALID_CONFIG
+    assert "share.record.lock.duration.ms must be less than or equal to " \
+           "group.share.max.record.lock.duration.ms" in err.str()
