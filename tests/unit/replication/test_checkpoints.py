@@ -4,6 +4,7 @@ recovery points every log.flush.offset.checkpoint.interval.ms (60 s), each on it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -23,6 +24,14 @@ TID = b"\x05" * 16
 
 def checkpoint(path: Path) -> dict:
     return OffsetCheckpointFile(path).read() if path.exists() else {}
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Poll a file the checkpointer writes from a worker thread (virtual time)."""
+    while True:
+        if condition():
+            return
+        await trio.sleep(0.5)
 
 
 def test_high_watermarks_and_recovery_points_are_checkpointed_on_their_own_timers(tmp_path: Path) -> None:
@@ -49,13 +58,11 @@ def test_high_watermarks_and_recovery_points_are_checkpointed_on_their_own_timer
             assert p.high_watermark == 3  # the leader alone is the ISR
             await nursery.start(rm.run_checkpointer)
             start = trio.current_time()
-            while checkpoint(hw_file).get(("t", 0)) != 3:
-                await trio.sleep(0.5)
+            await until(lambda: checkpoint(hw_file).get(("t", 0)) == 3)
             # within the HW interval (plus one tick), long before the recovery-point one
             assert trio.current_time() - start <= 5.0 + 5.0
             assert ("t", 0) not in checkpoint(rp_file)
-            while ("t", 0) not in checkpoint(rp_file):
-                await trio.sleep(0.5)
+            await until(lambda: ("t", 0) in checkpoint(rp_file))
             assert trio.current_time() - start >= 60.0
             nursery.cancel_scope.cancel()
         lm.shutdown(0)
