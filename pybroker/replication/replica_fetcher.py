@@ -14,8 +14,9 @@ Each partition is in one of two states (Kafka's Truncating / Fetching):
 - **truncating** (after makeFollower): OffsetForLeaderEpoch to the leader with the follower's
   latest epoch, then the log is cut at the offset `truncation_offset` picks (KIP-101/279: the
   end of the largest epoch both logs share, asking again with an older epoch when the leader
-  answered one the follower ends earlier), never below the high watermark the follower had; a
-  log without epochs keeps its high watermark. An OFFSET_OUT_OF_RANGE fetch comes back here too:
+  answered one the follower ends earlier), below the follower's high watermark too when the
+  leader says so (after an unclean election); a log without epochs, or a leader that knows no
+  such epoch, keeps its high watermark. An OFFSET_OUT_OF_RANGE fetch comes back here too:
   a leader whose log ends before ours (an unclean election) truncates us to its end; one whose
   log starts after our fetch offset restarts our log at its start.
 - **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
@@ -110,8 +111,14 @@ def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: in
     """Where a follower cuts its log given the leader's OffsetForLeaderEpoch answer (Kafka's
     AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower ends
     the leader's epoch earlier than the leader; it truncates there and asks again with its
-    then-latest epoch. Never below the follower's high watermark (committed records are on every
-    ISR member, so a clean leader has them)."""
+    then-latest epoch.
+
+    The cut may go below the follower's high watermark, as in Kafka: a clean leader holds every
+    committed record, so that happens only after an unclean election, whose leader lacks records
+    this replica (an old leader, typically) had committed. Keeping them would leave the two logs
+    with different records at the same offsets for good (the follower appends the leader's next
+    records after them), and a read from each would disagree; the records are lost either way.
+    Only a leader that knows no such epoch (UNDEFINED_EPOCH_OFFSET) leaves the log at its HW."""
     leo = plog.log_end_offset
     hw = plog.high_watermark
     if leader_end_offset < 0:
@@ -126,11 +133,12 @@ def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: in
             target, done = min(end, leo), False
         else:
             target, done = min(leader_end_offset, end, leo), True
+    target = min(target, leo)
     if target < hw:
-        log.warning("%s-%d: truncation to %d would go below the high watermark %d; truncating to the "
-                    "high watermark", plog.topic, plog.partition, target, hw)
-        target, done = hw, True
-    return min(target, leo), done
+        log.warning("%s-%d: truncating to %d, below the high watermark %d: the leader lacks records this replica "
+                    "had committed (an unclean leader election); they are gone", plog.topic, plog.partition,
+                    target, hw)
+    return target, done
 
 
 class LeaderConnection:
