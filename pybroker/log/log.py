@@ -824,6 +824,11 @@ class UnifiedLog:
         if target_offset < 0:
             raise ValueError(f"cannot truncate to negative offset {target_offset}")
         if target_offset >= self.log_end_offset:
+            # the epoch cache still loses an entry starting at the log end: a replica that led an
+            # epoch and appended nothing before another leader took over holds one, and would
+            # otherwise keep fetching with that epoch, which the leader answers with a diverging
+            # epoch again and again (Kafka's UnifiedLog.truncateTo does the same)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if target_offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(target_offset, now_ms)

@@ -11,20 +11,28 @@ leader change).
 
 Each partition is in one of two states (Kafka's Truncating / Fetching):
 
-- **truncating** (after makeFollower): OffsetForLeaderEpoch to the leader with the follower's
-  latest epoch, then the log is cut at the offset `truncation_offset` picks (KIP-101/279: the
-  end of the largest epoch both logs share, asking again with an older epoch when the leader
-  answered one the follower ends earlier), below the follower's high watermark too when the
-  leader says so (after an unclean election); a log without epochs, or a leader that knows no
-  such epoch, keeps its high watermark. An OFFSET_OUT_OF_RANGE fetch comes back here too:
-  a leader whose log ends before ours (an unclean election) truncates us to its end; one whose
-  log starts after our fetch offset restarts our log at its start.
 - **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
-  offset with `replica.fetch.max.bytes` per partition, `replica.fetch.response.max.bytes`,
-  `replica.fetch.min.bytes` and `replica.fetch.wait.max.ms`; every batch is appended with
-  UnifiedLog.append_as_follower (CRC checked; producer state and transaction markers replayed),
-  and the follower's high watermark becomes min(its log end offset, the leader's); its log
-  start offset follows the leader's (DeleteRecords, retention) up to that high watermark.
+  offset with the epoch of our last batch (`last_fetched_epoch`), `replica.fetch.max.bytes` per
+  partition, `replica.fetch.response.max.bytes`, `replica.fetch.min.bytes` and
+  `replica.fetch.wait.max.ms`; every batch is appended with UnifiedLog.append_as_follower (CRC
+  checked; producer state and transaction markers replayed), and the follower's high watermark
+  becomes min(its log end offset, the leader's); its log start offset follows the leader's
+  (DeleteRecords, retention) up to that high watermark. A partition whose log has an epoch history starts here after
+  makeFollower (Kafka 2.7+, KIP-320): when our log parts from the leader's, the leader answers
+  with a **diverging epoch** (the end offset of the largest epoch it shares with our last
+  fetched one) and no records, and we cut the log where `truncation_offset` says (KIP-101/279:
+  the end of the largest epoch both logs share; when the leader's epoch is one we lack, a first
+  cut at the end of our largest older epoch, and the next fetch, with that epoch, is answered
+  again), below our high watermark too when the leader's log ends earlier (after an unclean
+  election), then fetch from the new log end.
+- **truncating**: a log without epochs (empty, or written before epochs) keeps its high
+  watermark and drops the rest (Kafka's truncateToHighWatermark), then fetches. An
+  OFFSET_OUT_OF_RANGE fetch comes here too: a leader whose log ends before ours (an unclean
+  election) truncates us to its end; one whose log starts after our fetch offset restarts our
+  log at its start (OffsetForLeaderEpoch with the current epoch gives the leader's log end
+  where Kafka asks ListOffsets for it, then ListOffsets for its start). With
+  `ReplicaFetcherManager.truncation_on_fetch` off (tests), every new state starts here and asks
+  the leader with OffsetForLeaderEpoch where to cut, as before Kafka 2.7.
 
 Follower throttle (KIP-73, replication_quota_manager.py): a partition named in this node's
 `follower.replication.throttled.replicas` is left out of the request while the follower quota
@@ -87,23 +95,27 @@ class PartitionFetchState:
     """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
 
     __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
-                 "delayed_until", "lag")
+                 "delayed_until", "lag", "last_fetched_epoch")
 
-    def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int) -> None:
+    def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int,
+                 last_fetched_epoch: int | None = None, truncating: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.leader_epoch = leader_epoch
         self.fetch_offset = fetch_offset
-        self.truncating = True
+        self.truncating = truncating
         self.out_of_range = False
+        # the epoch of the last batch in our log, sent with each fetch so the leader can tell
+        # where our log parts from its own (KIP-320); None: a log without epochs
+        self.last_fetched_epoch = last_fetched_epoch
         self.delayed_until = 0.0  # trio time before which the partition is not asked again
         # the leader's HW minus our log end at the last response that brought data (Kafka's
         # PartitionFetchState.lag); None until the first response
         self.lag: int | None = None
 
     def __repr__(self) -> str:
-        state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}"
+        state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}/{self.last_fetched_epoch}"
         return f"PartitionFetchState({self.topic}-{self.partition}, epoch={self.leader_epoch}, {state})"
 
 
@@ -157,7 +169,6 @@ class LeaderConnection:
 
 
 _CONNECTION_ERRORS = CONNECTION_ERRORS
-
 
 class ReplicaFetcher:
     """Fetches the partitions it holds from one leader (see the module docstring)."""
@@ -319,12 +330,35 @@ class ReplicaFetcher:
         if offset < p.log.log_end_offset:
             log.info("truncating %s-%d from %d to %d (leader %d, epoch %d)", p.topic, p.partition,
                      p.log.log_end_offset, offset, p.leader_id, p.leader_epoch)
-            p.log.truncate_to(offset, self.rm.clock.wall_ms())
+        # at or past the log end too: the epoch cache loses an epoch that starts there (one this
+        # replica led without writing), as Kafka's truncateTo does
+        p.log.truncate_to(offset, self.rm.clock.wall_ms())
 
     def _finish_truncation(self, s: PartitionFetchState, p: Any, offset: int) -> None:
         self._truncate_log(p, offset)
         s.truncating = False
         s.fetch_offset = p.log.log_end_offset
+        s.last_fetched_epoch = p.log.latest_epoch()
+
+    def _truncate_on_fetch_response(self, s: PartitionFetchState, p: Any, epoch: int, end_offset: int) -> None:
+        """The leader answered our fetch with a diverging epoch: cut where `truncation_offset`
+        says and keep fetching, with our then-latest epoch (when the cut was not the last, the
+        leader answers that one with another diverging epoch, as the OffsetForLeaderEpoch
+        rounds did)."""
+        target, done = truncation_offset(p.log, epoch, end_offset)
+        log.info("%s-%d: the leader %d's log parts from ours after epoch %d at offset %d: truncating to %d%s",
+                 s.topic, s.partition, self.leader_id, epoch, end_offset, target, "" if done else " (not the last cut)")
+        before = (s.fetch_offset, s.last_fetched_epoch)
+        self._truncate_log(p, target)
+        s.fetch_offset = p.log.log_end_offset
+        s.last_fetched_epoch = p.log.latest_epoch()
+        if (s.fetch_offset, s.last_fetched_epoch) == before:
+            # the same question would get the same answer at once: never spin on it (the rules
+            # above always make progress; this guards the leader against a bug in them)
+            log.warning("%s-%d: the diverging epoch (%d, %d) from leader %d changed nothing here (log end %d, "
+                        "epochs %s)", s.topic, s.partition, epoch, end_offset, self.leader_id, s.fetch_offset,
+                        p.log.leader_epoch_cache.entries()[-3:])
+            self._delay(s)
 
     async def _restart_at_leader_start(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
         """Our fetch offset is below the leader's log start: start our log at the leader's."""
@@ -351,6 +385,7 @@ class ReplicaFetcher:
             s.out_of_range = False
             s.truncating = False
             s.fetch_offset = p.log.log_end_offset
+            s.last_fetched_epoch = p.log.latest_epoch()
 
     # ------------------------------------------------------------------ fetching
 
@@ -358,6 +393,7 @@ class ReplicaFetcher:
         """One Fetch round trip; False when no partition could be asked."""
         cfg = self.rm.config
         per_partition = cfg["replica.fetch.max.bytes"]
+        on_fetch = self.manager.truncation_on_fetch
         topics: list[Any] = []
         by_id: dict[bytes, Any] = {}
         sent: dict[TopicPartition, PartitionFetchState] = {}
@@ -373,10 +409,10 @@ class ReplicaFetcher:
             if t is None:
                 t = by_id[s.topic_id] = FetchRequest.FetchTopic(topic=s.topic, topic_id=s.topic_id, partitions=[])
                 topics.append(t)
-            latest = p.log.latest_epoch()
+            epoch = s.last_fetched_epoch if on_fetch and s.last_fetched_epoch is not None else -1
             t.partitions.append(FetchRequest.FetchPartition(
                 partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=s.fetch_offset,
-                last_fetched_epoch=-1 if latest is None else latest, log_start_offset=p.log.log_start_offset,
+                last_fetched_epoch=epoch, log_start_offset=p.log.log_start_offset,
                 partition_max_bytes=per_partition))
             sent[(s.topic, s.partition)] = s
         if not topics:
@@ -417,6 +453,13 @@ class ReplicaFetcher:
         plog = p.log
         if s.fetch_offset != plog.log_end_offset:
             return  # the log moved meanwhile (truncated): the next fetch starts at its end
+        diverging = d.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0 and self.manager.truncation_on_fetch:
+            # KIP-320: the leader's log parts from ours; cut, and take nothing else from this
+            # answer (its HW may be above our cut) until the next fetch (Kafka's
+            # truncateOnFetchResponse)
+            self._truncate_on_fetch_response(s, p, diverging.epoch, diverging.end_offset)
+            return
         data = d.records
         appended = False
         if data is not None and len(data):
@@ -438,6 +481,8 @@ class ReplicaFetcher:
                 log.warning("corrupt batch in the fetch of %s-%d from leader %d", s.topic, s.partition, self.leader_id)
                 self._delay(s)
         s.fetch_offset = plog.log_end_offset
+        if appended:
+            s.last_fetched_epoch = plog.latest_epoch()
         if appended or s.lag is None:
             s.lag = max(0, d.high_watermark - plog.log_end_offset)
         if data is not None and len(data):
