@@ -14,10 +14,12 @@ Each partition is in one of two states (Kafka's Truncating / Fetching):
 - **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
   offset with the epoch of our last batch (`last_fetched_epoch`), `replica.fetch.max.bytes` per
   partition, `replica.fetch.response.max.bytes`, `replica.fetch.min.bytes` and
-  `replica.fetch.wait.max.ms`; every batch is appended with UnifiedLog.append_as_follower (CRC
-  checked; producer state and transaction markers replayed), and the follower's high watermark
-  becomes min(its log end offset, the leader's); its log start offset follows the leader's
-  (DeleteRecords, retention) up to that high watermark. A partition whose log has an epoch history starts here after
+  `replica.fetch.wait.max.ms`, in an incremental fetch session with the leader (KIP-227,
+  fetch_session_handler.py: after one full request, each names only the partitions whose offsets
+  moved); every batch is appended with UnifiedLog.append_as_follower (CRC checked; producer state
+  and transaction markers replayed), and the follower's high watermark becomes min(its log end
+  offset, the leader's); its log start offset follows the leader's (DeleteRecords, retention) up
+  to that high watermark. A partition whose log has an epoch history starts here after
   makeFollower (Kafka 2.7+, KIP-320): when our log parts from the leader's, the leader answers
   with a **diverging epoch** (the end offset of the largest epoch it shares with our last
   fetched one) and no records, and we cut the log where `truncation_offset` says (KIP-101/279:
@@ -37,13 +39,16 @@ Each partition is in one of two states (Kafka's Truncating / Fetching):
 Follower throttle (KIP-73, replication_quota_manager.py): a partition named in this node's
 `follower.replication.throttled.replicas` is left out of the request while the follower quota
 is exceeded, unless it is in sync (caught up with the leader's HW at the last response, or in
-the ISR); a request left with no partition is not sent and the fetcher backs off
-`replica.fetch.backoff.ms`, as Kafka's does. The bytes of every throttled partition count.
+the ISR), so it leaves the fetch session until it is asked again; a request left with nothing to
+ask or forget is not sent and the fetcher backs off `replica.fetch.backoff.ms`, as Kafka's does.
+The bytes of every throttled partition count.
 
 Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
 and is asked again (the metadata image will move it); a broken connection or a request slower
-than `replica.socket.timeout.ms` closes the connection and backs off.
+than `replica.socket.timeout.ms` closes the connection and backs off, and the next Fetch is a
+full one that replaces the session; a Fetch refused for its session (FETCH_SESSION_ID_NOT_FOUND:
+the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH) is sent again at once in full.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from pybroker.protocol.messages import (
     OffsetForLeaderEpochRequest,
 )
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
 
 if TYPE_CHECKING:
     from pybroker.log.log import UnifiedLog
@@ -169,6 +175,35 @@ class LeaderConnection:
 
 
 _CONNECTION_ERRORS = CONNECTION_ERRORS
+# a Fetch refused for its session: the next request is a full one, sent at once
+_SESSION_ERRORS = frozenset({Errors.FETCH_SESSION_ID_NOT_FOUND, Errors.INVALID_FETCH_SESSION_EPOCH})
+
+
+def _fetch_topics(to_send: dict[TopicPartition, PartitionData]) -> list[Any]:
+    """The request's topics: consecutive partitions of one topic share an entry (the order is
+    the session's, which the leader reads in)."""
+    topics: list[Any] = []
+    last: Any = None
+    for (topic, partition), d in to_send.items():
+        if last is None or last.topic_id != d.topic_id:
+            last = FetchRequest.FetchTopic(topic=topic, topic_id=d.topic_id, partitions=[])
+            topics.append(last)
+        last.partitions.append(FetchRequest.FetchPartition(
+            partition=partition, current_leader_epoch=d.current_leader_epoch, fetch_offset=d.fetch_offset,
+            last_fetched_epoch=d.last_fetched_epoch, log_start_offset=d.log_start_offset,
+            partition_max_bytes=d.max_bytes))
+    return topics
+
+
+def _forgotten_topics(forget: list[tuple[bytes, TopicPartition]]) -> list[Any]:
+    by_id: dict[bytes, Any] = {}
+    for topic_id, (topic, partition) in forget:
+        t = by_id.get(topic_id)
+        if t is None:
+            t = by_id[topic_id] = FetchRequest.ForgottenTopic(topic=topic, topic_id=topic_id, partitions=[])
+        t.partitions.append(partition)
+    return list(by_id.values())
+
 
 class ReplicaFetcher:
     """Fetches the partitions it holds from one leader (see the module docstring)."""
@@ -184,6 +219,7 @@ class ReplicaFetcher:
         self.conn = LeaderConnection(f"replica-fetcher-{self.rm.node_id}-{fetcher_id}",
                                      max(0.1, cfg["replica.socket.timeout.ms"] / 1000))
         self.cancel_scope = trio.CancelScope()
+        self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
 
     # ------------------------------------------------------------------ partitions
 
@@ -390,12 +426,13 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ fetching
 
     async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
-        """One Fetch round trip; False when no partition could be asked."""
+        """One Fetch round trip in the fetch session (fetch_session_handler.py): every partition
+        ready now goes to the session's builder, which sends only what changed since the last
+        request; False when there was nothing to ask."""
         cfg = self.rm.config
         per_partition = cfg["replica.fetch.max.bytes"]
         on_fetch = self.manager.truncation_on_fetch
-        topics: list[Any] = []
-        by_id: dict[bytes, Any] = {}
+        builder = self.session.new_builder()
         sent: dict[TopicPartition, PartitionFetchState] = {}
         quota = self.rm.follower_quota
         for s in states:
@@ -405,35 +442,43 @@ class ReplicaFetcher:
             if quota.is_throttled(s.topic, s.partition) and quota.should_throttle(
                     s.topic, s.partition, self.is_replica_in_sync(s, p), int(trio.current_time() * 1000)):
                 continue  # KIP-73: left out while the follower quota is exceeded (shouldFollowerThrottle)
-            t = by_id.get(s.topic_id)
-            if t is None:
-                t = by_id[s.topic_id] = FetchRequest.FetchTopic(topic=s.topic, topic_id=s.topic_id, partitions=[])
-                topics.append(t)
             epoch = s.last_fetched_epoch if on_fetch and s.last_fetched_epoch is not None else -1
-            t.partitions.append(FetchRequest.FetchPartition(
-                partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=s.fetch_offset,
-                last_fetched_epoch=epoch, log_start_offset=p.log.log_start_offset,
-                partition_max_bytes=per_partition))
-            sent[(s.topic, s.partition)] = s
-        if not topics:
+            tp = (s.topic, s.partition)
+            builder.add(tp, PartitionData(s.topic_id, s.fetch_offset, p.log.log_start_offset, per_partition,
+                                          s.leader_epoch, epoch))
+            sent[tp] = s
+        data = builder.build()
+        if not data.session_partitions and not data.to_forget:
             return False
         req = FetchRequest(
             replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id,
                                                                    replica_epoch=self.manager.broker_epoch()),
             max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
-            max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
-            topics=topics, forgotten_topics_data=[], rack_id="")
-        resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
-        if resp.error_code:
-            for s in sent.values():
-                self._delay(s)
+            max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=data.session_id,
+            session_epoch=data.epoch, topics=_fetch_topics(data.to_send),
+            forgotten_topics_data=_forgotten_topics(data.to_forget + data.to_replace), rack_id="")
+        try:
+            resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
+        except Exception:
+            self.session.handle_error()  # the next request is a full one in a new session
+            raise
+        if not self.session.handle_response(resp):
+            if resp.error_code not in _SESSION_ERRORS:
+                for s in sent.values():
+                    self._delay(s)
+            # a session error: asked again at once, as a full request (Kafka's fetcher too)
             return True
-        names = {t.topic_id: t.topic for t in topics}
+        names = self.session.session_topic_names
         for t in resp.responses:
             name = names.get(t.topic_id)
             for d in t.partitions:
-                state = sent.get((name, d.partition_index)) if name is not None else None
-                if state is not None:
+                key = (name, d.partition_index) if name is not None else None
+                state = sent.get(key) if key is not None else None
+                asked = data.session_partitions.get(key) if key is not None else None
+                # only what answers the offset we still fetch at (Kafka's processFetchRequest):
+                # a partition truncated or re-added meanwhile waits for the next round
+                if state is not None and asked is not None and asked.fetch_offset == state.fetch_offset \
+                        and not state.truncating:
                     self._process(state, d)
         return True
 
