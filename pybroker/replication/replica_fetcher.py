@@ -6,8 +6,10 @@ ReplicaFetcherManager; it owns one TCP connection to the leader's inter-broker l
 partitions between its awaits; after every await the fetcher checks that a partition's
 `PartitionFetchState` is still the one it sent for (and the local partition still a follower at
 that leader epoch) before it touches the log, so a leadership change that raced a response wins.
-Appends are page-cache writes on the loop, as a leader's are; truncation too (rare: after a
-leader change).
+Appends are page-cache writes on the loop, as a leader's are. A truncation changes the log on
+the loop, so no read ever sees it half done, and leaves its file work to worker threads
+(UnifiedLog.truncate_to_deferred): the segments above the cut are renamed at once and removed
+after file.delete.delay.ms, and the last segment's file is cut before the next request.
 
 Each partition is in one of two states (Kafka's Truncating / Fetching):
 
@@ -72,7 +74,8 @@ from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 from pybroker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
 
 if TYPE_CHECKING:
-    from pybroker.log.log import UnifiedLog
+    from pybroker.log.log import DeferredTruncation, UnifiedLog
+    from pybroker.log.segment import LogSegment
     from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 
 log = logging.getLogger("pybroker.replica.fetcher")
@@ -175,6 +178,13 @@ class LeaderConnection:
 
 
 _CONNECTION_ERRORS = CONNECTION_ERRORS
+
+
+def _complete_truncations(segments: list[LogSegment]) -> None:
+    """Cut the files a follower's truncations left (blocking: a worker thread)."""
+    for segment in segments:
+        segment.complete_truncation()
+
 # a Fetch refused for its session: the next request is a full one, sent at once
 _SESSION_ERRORS = frozenset({Errors.FETCH_SESSION_ID_NOT_FOUND, Errors.INVALID_FETCH_SESSION_EPOCH})
 
@@ -220,6 +230,7 @@ class ReplicaFetcher:
                                      max(0.1, cfg["replica.socket.timeout.ms"] / 1000))
         self.cancel_scope = trio.CancelScope()
         self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
+        self._cuts: list[LogSegment] = []  # segment files a truncation left to cut (a worker thread)
 
     # ------------------------------------------------------------------ partitions
 
@@ -286,9 +297,11 @@ class ReplicaFetcher:
                 truncating = [s for s in ready if s.truncating]
                 if truncating:
                     progressed = await self._truncate(address, truncating)
+                    await self._complete_file_work()  # before any append to those logs
                 fetching = [s for s in ready if not s.truncating and s.delayed_until <= trio.current_time()]
                 if fetching:
                     progressed = await self._fetch(address, fetching) or progressed
+                await self._complete_file_work()
                 if not progressed:  # nothing could be asked (states moved on): never spin
                     await self._wait(backoff_s)
             except _CONNECTION_ERRORS as exc:
@@ -368,7 +381,21 @@ class ReplicaFetcher:
                      p.log.log_end_offset, offset, p.leader_id, p.leader_epoch)
         # at or past the log end too: the epoch cache loses an epoch that starts there (one this
         # replica led without writing), as Kafka's truncateTo does
-        p.log.truncate_to(offset, self.rm.clock.wall_ms())
+        self._defer_file_work(p, p.log.truncate_to_deferred(offset, self.rm.clock.wall_ms()))
+
+    def _defer_file_work(self, p: Any, work: DeferredTruncation) -> None:
+        """The log reads as truncated already; its slow file work goes to worker threads: the
+        segments above the cut after file.delete.delay.ms, the cut of the last one's file before
+        this fetcher's next request (`_complete_file_work`)."""
+        if work.segments:
+            self.rm.schedule_segment_deletion(p.log, work.segments, snapshots=False)
+        if work.active is not None:
+            self._cuts.append(work.active)
+
+    async def _complete_file_work(self) -> None:
+        cuts, self._cuts = self._cuts, []
+        if cuts:
+            await trio.to_thread.run_sync(_complete_truncations, cuts)
 
     def _finish_truncation(self, s: PartitionFetchState, p: Any, offset: int) -> None:
         self._truncate_log(p, offset)
@@ -417,7 +444,8 @@ class ReplicaFetcher:
             if r.offset > p.log.log_end_offset:
                 log.info("%s-%d: the leader %d's log starts at %d, after ours ends: starting ours there",
                          s.topic, s.partition, self.leader_id, r.offset)
-                p.log.truncate_fully_and_start_at(r.offset, self.rm.clock.wall_ms())
+                self._defer_file_work(p, p.log.truncate_fully_and_start_at_deferred(r.offset,
+                                                                                  self.rm.clock.wall_ms()))
             s.out_of_range = False
             s.truncating = False
             s.fetch_offset = p.log.log_end_offset

@@ -909,14 +909,16 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ deletion
 
-    def schedule_segment_deletion(self, plog: Any, segments: list[Any]) -> None:
+    def schedule_segment_deletion(self, plog: Any, segments: list[Any], snapshots: bool = True) -> None:
         """Rename detached segments' files `*.deleted` at once and remove them after
         file.delete.delay.ms, both in worker threads (the delay lets fetch responses already
-        holding their file regions finish). Segments already renamed stay as they are."""
+        holding their file regions finish). Segments already renamed stay as they are.
+        `snapshots` False: leave the producer snapshots named by their base offsets (a
+        truncation's segments: their offsets may be the live log's again by then)."""
         if segments:
-            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms)
+            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms, snapshots)
 
-    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int) -> None:
+    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int, snapshots: bool = True) -> None:
         try:
             try:
                 await trio.to_thread.run_sync(mark_segments_deleted, segments)
@@ -927,7 +929,7 @@ class ReplicaManager:
             # shielded: at shutdown the files still go (a restart would remove them anyway)
             with trio.CancelScope(shield=True):
                 try:
-                    await trio.to_thread.run_sync(plog.delete_segment_files, segments)
+                    await trio.to_thread.run_sync(plog.delete_segment_files, segments, snapshots)
                 except OSError:
                     log.exception("removing deleted segments of %s failed", plog)
 

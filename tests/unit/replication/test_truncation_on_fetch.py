@@ -10,12 +10,16 @@ the leader's, with no OffsetForLeaderEpoch request at all.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
 
+from pybroker.log.config import LogConfig
+from pybroker.log.segment import LogSegment
 from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.api_keys import ApiKey
@@ -91,7 +95,8 @@ def test_the_leader_answers_a_diverging_epoch_as_kafkas_read_records(tmp_path: P
 
 async def follow(tmp_path: Path, leader_epochs: list[tuple[int, int]], follower_epochs: list[tuple[int, int]],
                  leader_epoch: int, *, follower_hw: int | None = None, follower_led: int | None = None,
-                 on_fetch: bool = True) -> tuple[InProcessLeader, ReplicaManager, ReplicaManager]:
+                 on_fetch: bool = True, follower_segment_bytes: int | None = None
+                 ) -> tuple[InProcessLeader, ReplicaManager, ReplicaManager]:
     """Node 1 leads t-0 at `leader_epoch` with a log of `leader_epochs` ((epoch, count) of
     one-record batches); node 2 follows with a log of `follower_epochs`: "a" records while they
     match the leader's, "x" ones after; `follower_led`: node 2 led that epoch from its log end
@@ -100,7 +105,9 @@ async def follow(tmp_path: Path, leader_epochs: list[tuple[int, int]], follower_
     cfg1 = node_config(1, tmp_path / "n1")
     cfg2 = node_config(2, tmp_path / "n2", **{"replica.fetch.wait.max.ms": "500"})
     lm1, lm2 = open_logs(cfg1, 1), open_logs(cfg2, 2)
-    leader_log, follower_log = lm1.get_or_create_log("t", 0, TID), lm2.get_or_create_log("t", 0, TID)
+    leader_log = lm1.get_or_create_log("t", 0, TID)
+    follower_log = lm2.get_or_create_log("t", 0, TID, None if follower_segment_bytes is None
+                                         else LogConfig(segment_bytes=follower_segment_bytes))
     write(leader_log, leader_epochs, b"a")
     leader_batches = [e for e, n in leader_epochs for _ in range(n)]
     for i, epoch in enumerate(e for e, n in follower_epochs for _ in range(n)):
@@ -128,7 +135,7 @@ async def follow(tmp_path: Path, leader_epochs: list[tuple[int, int]], follower_
             leader = InProcessLeader(rm1)
             rm2.fetcher_manager.fetchers[(1, 0)].conn = leader  # type: ignore[assignment]
             register(image, 1)  # now the fetcher finds its leader
-            with trio.fail_after(60):  # virtual seconds
+            with trio.fail_after(600):  # virtual seconds
                 while True:
                     if p2.log.log_end_offset == p1.log.log_end_offset \
                             and p2.log.high_watermark == p1.log.high_watermark == p1.log.log_end_offset:
@@ -142,7 +149,9 @@ async def follow(tmp_path: Path, leader_epochs: list[tuple[int, int]], follower_
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
-    trio.run(test, clock=trio.testing.MockClock(autojump_threshold=0))
+    # time jumps only once the run has been idle for 20 real ms: with a threshold of 0 it would
+    # race ahead while a worker thread (the truncation's file work, log creation) runs
+    trio.run(test, clock=trio.testing.MockClock(autojump_threshold=0.02))
 
 
 def shut(*rms: ReplicaManager) -> None:
@@ -234,6 +243,34 @@ def test_without_truncation_on_fetch_the_follower_asks_offset_for_leader_epoch_f
         assert leader.requests[OLE] == 1  # the round trip before Kafka 2.7
         assert leader.diverged == [] and {e for _, e in asked(leader)} == {-1}
         assert segments(rm2) == segments(rm1)
+        shut(rm1, rm2)
+
+    run(main)
+
+
+def test_the_truncations_file_work_runs_in_worker_threads(tmp_path: Path, monkeypatch: Any) -> None:
+    """The follower's stale tail spans several segments: the log is cut on the event loop, the
+    segments above the cut are removed and the last one's file cut in worker threads."""
+    loop_thread = threading.current_thread()
+    where: dict[str, list[bool]] = {"delete": [], "cut": []}
+    delete, cut = LogSegment.delete, LogSegment.complete_truncation
+
+    def recording_delete(self: LogSegment) -> None:
+        where["delete"].append(threading.current_thread() is loop_thread)
+        delete(self)
+
+    def recording_cut(self: LogSegment) -> None:
+        where["cut"].append(threading.current_thread() is loop_thread)
+        cut(self)
+
+    monkeypatch.setattr(LogSegment, "delete", recording_delete)
+    monkeypatch.setattr(LogSegment, "complete_truncation", recording_cut)
+
+    async def main() -> None:
+        leader, rm1, rm2 = await follow(tmp_path, [(0, 5), (1, 3)], [(0, 20)], 1, follower_segment_bytes=300)
+        assert leader.diverged == [(0, 5)] and segments(rm2) == segments(rm1)
+        assert where["cut"] == [False]  # one cut, in a worker thread
+        assert where["delete"] and not any(where["delete"])  # the stale segments, all off the loop
         shut(rm1, rm2)
 
     run(main)
