@@ -129,9 +129,10 @@ class PartitionFetchState:
 
 
 def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
-    """Where a follower cuts its log given the leader's OffsetForLeaderEpoch answer (Kafka's
-    AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower ends
-    the leader's epoch earlier than the leader; it truncates there and asks again with its
+    """Where a follower cuts its log given the leader's (epoch, end offset), from a diverging
+    epoch in a Fetch answer or an OffsetForLeaderEpoch answer (Kafka's
+    AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower lacks
+    the leader's epoch; it truncates at the end of its largest older one and asks again with its
     then-latest epoch.
 
     The cut may go below the follower's high watermark, as in Kafka: a clean leader holds every
