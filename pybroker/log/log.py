@@ -23,6 +23,10 @@ segments wholly below it without touching a file; `mark_segments_deleted` rename
 `*.deleted` and `delete_segment_files` removes them later, both in a worker thread
 (`delete_records_before` does both steps at once, for callers off the loop).
 
+Follower truncation (`truncate_to_deferred`) changes the log on the event loop and leaves the
+slow file work to worker threads: the removal of the segments above the cut (renamed
+`*.deleted` at once) and the cut of the last segment's file (DeferredTruncation).
+
 Concurrency: appends, reads, roll, truncate, increment_log_start_offset and close run on the event
 loop thread. `flush()` may run concurrently in one worker thread: it snapshots the segment list
 under `_lock` (which roll, truncate, increment_log_start_offset and close also take when they
@@ -41,6 +45,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from pybroker._native import records
 from pybroker.log.config import LogConfig
@@ -809,34 +814,49 @@ class UnifiedLog:
                 drop += 1
         return segments[drop].base_offset if drop else None
 
-    def delete_segment_files(self, segments: list[LogSegment]) -> None:
-        """Close and remove segments detached by `increment_log_start_offset`, with their producer
-        snapshots (blocking: run in a worker thread)."""
+    def delete_segment_files(self, segments: list[LogSegment], snapshots: bool = True) -> None:
+        """Close and remove segments detached by `increment_log_start_offset` (or a truncation),
+        with their producer snapshots unless `snapshots` is False (blocking: a worker thread)."""
         from pybroker.log.producer_state import snapshot_file
 
         for segment in segments:
             segment.delete()
-            snapshot_file(self.dir, segment.base_offset).unlink(missing_ok=True)
+            if snapshots:
+                snapshot_file(self.dir, segment.base_offset).unlink(missing_ok=True)
 
     # -- truncation, lifecycle -------------------------------------------------------------
     def truncate_to(self, target_offset: int, now_ms: int) -> bool:
-        """Remove everything at and above target_offset (follower truncation); True if it did."""
+        """Remove everything at and above target_offset (follower truncation); True if it did.
+        Blocking: the segment files are removed and the last one cut here."""
+        return self._truncate(target_offset, now_ms, defer=False).truncated
+
+    def truncate_to_deferred(self, target_offset: int, now_ms: int) -> DeferredTruncation:
+        """`truncate_to`, leaving the slow file work to the caller (a follower's fetcher, on the
+        event loop): the log reads as truncated when this returns, the segments above the cut are
+        detached and renamed `*.deleted` (their base offsets may come back), and what is left is
+        in the DeferredTruncation (see there)."""
+        return self._truncate(target_offset, now_ms, defer=True)
+
+    def _truncate(self, target_offset: int, now_ms: int, defer: bool) -> DeferredTruncation:
         if target_offset < 0:
             raise ValueError(f"cannot truncate to negative offset {target_offset}")
         if target_offset >= self.log_end_offset:
-            return False
+            # the epoch cache still loses an entry starting at the log end: a replica that led an
+            # epoch and appended nothing before another leader took over holds one, and would
+            # otherwise keep fetching with that epoch, which the leader answers with a diverging
+            # epoch again and again (Kafka's UnifiedLog.truncateTo does the same)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+            return DeferredTruncation(False, [], None)
         if target_offset < self.segments[0].base_offset:
-            self.truncate_fully_and_start_at(target_offset, now_ms)
-            return True
+            return self._truncate_fully(target_offset, now_ms, defer)
         with self._lock:
             keep = bisect.bisect_right(self._bases, target_offset)
             doomed = self.segments[keep:]
             del self.segments[keep:]
             del self._bases[keep:]
-        for segment in doomed:
-            segment.delete()
+        _discard_segments(doomed, defer)
         active = self.active_segment
-        active.truncate_to(target_offset, now_ms)
+        active.truncate_to(target_offset, now_ms, defer_ftruncate=defer)
         # A target inside a batch drops the whole batch: the LEO is what the file now ends at.
         self.log_end_offset = active.read_next_offset()
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -846,15 +866,22 @@ class UnifiedLog:
         self.producer_state.delete_snapshots_after(self.log_end_offset)
         self.txn_index.truncate_to(self.log_end_offset)
         self._rebuild_producer_state(now_ms)
-        return True
+        return DeferredTruncation(True, doomed if defer else [], active if active.truncation_pending else None)
 
     def truncate_fully_and_start_at(self, new_offset: int, now_ms: int) -> None:
+        """Drop every segment and start an empty log at `new_offset` (blocking)."""
+        self._truncate_fully(new_offset, now_ms, defer=False)
+
+    def truncate_fully_and_start_at_deferred(self, new_offset: int, now_ms: int) -> DeferredTruncation:
+        """`truncate_fully_and_start_at`, the old segments renamed `*.deleted` and left to the caller."""
+        return self._truncate_fully(new_offset, now_ms, defer=True)
+
+    def _truncate_fully(self, new_offset: int, now_ms: int, defer: bool) -> DeferredTruncation:
         with self._lock:
             doomed = list(self.segments)
             self.segments.clear()
             self._bases.clear()
-        for segment in doomed:
-            segment.delete()
+        _discard_segments(doomed, defer)
         segment = self._new_segment(new_offset, now_ms)
         with self._lock:
             self.segments.append(segment)
@@ -864,6 +891,7 @@ class UnifiedLog:
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(new_offset)
         self.txn_index.truncate_to(0)
+        return DeferredTruncation(True, doomed if defer else [], None)
 
     def close(self) -> None:
         """Clean close: write the checkpoints and a producer snapshot at the LEO, close segments
@@ -886,6 +914,34 @@ class UnifiedLog:
         """Close and remove the partition directory (blocking; run off the event loop)."""
         self.close_handlers()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class DeferredTruncation(NamedTuple):
+    """What `UnifiedLog.truncate_to_deferred` left to do, blocking file work for worker threads:
+
+    - `segments`: detached from the log and renamed `*.deleted` (so a segment made later at the
+      same base offset never meets their files); remove them after file.delete.delay.ms, as
+      retention's, but not the producer snapshots named by their base offsets (the truncation
+      removed those above the cut already; a later one of the same name is the live log's);
+    - `active`: the log's last segment, whose file still extends past the cut
+      (`LogSegment.complete_truncation`; an append to it or a close makes the cut first).
+
+    Nothing of it is visible meanwhile: reads go through the segment list and each segment's
+    size and indexes, which changed before this was returned."""
+
+    truncated: bool
+    segments: list[LogSegment]
+    active: LogSegment | None
+
+
+def _discard_segments(segments: list[LogSegment], defer: bool) -> None:
+    """Segments just detached by a truncation: removed now, or (defer) renamed `*.deleted` for
+    a later removal (a few renames: they must precede any new segment at the same offsets)."""
+    for segment in segments:
+        if defer:
+            _rename_to_deleted(segment)
+        else:
+            segment.delete()
 
 
 def mark_segments_deleted(segments: list[LogSegment]) -> None:

@@ -23,6 +23,11 @@ bytes removed.
 Concurrency: append/truncate/roll are called only from the partition's append path (the event
 loop thread). Reads run on the same thread. `flush()` may run in a worker thread concurrently
 with appends; `_lock` orders it against `close()`/`delete()` so an fsync never hits a closed fd.
+A follower's truncation may leave the file's cut to a worker thread (`truncate_to(...,
+defer_ftruncate=True)`, then `complete_truncation()`): the segment's size and indexes change at
+once, every read is bounded by them, so the bytes past the cut are never read; an append, a
+roll (`on_become_inactive`) or a close completes a cut still pending first, on the calling
+thread, so nothing is written past the cut before it is made or left behind on disk.
 """
 
 from __future__ import annotations
@@ -119,6 +124,9 @@ class LogSegment:
         self._max_ts_and_offset: tuple[int, int] | None = None  # None: not read from the time index yet
         self._rolling_based_timestamp: int | None = None
         self._closed = False
+        # a cut of the file left to a worker thread (truncate_to(defer_ftruncate=True)): the file
+        # position to ftruncate at, None when the file ends at `_size`
+        self._pending_truncate: int | None = None
         self.recovery_error: str | None = None  # why the last recover() cut the file
         # True once recover() found no batch with a producer id: the producer state has
         # nothing to replay in this segment (appends clear it)
@@ -165,6 +173,8 @@ class LogSegment:
         n = len(records_buf)
         if n == 0:
             return
+        if self._pending_truncate is not None:
+            self.complete_truncation()  # the cut first, or it would drop what is written now
         physical_position = self._size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
@@ -335,6 +345,8 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """On roll: record the final max timestamp and trim both indexes to their entries."""
+        if self._pending_truncate is not None:
+            self.complete_truncation()  # a sealed segment's file is its content (future logs copy it)
         self.time_index.maybe_append(*self.max_timestamp_and_offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -417,8 +429,9 @@ class LogSegment:
         finally:
             mm.close()
 
-    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
-        """Remove batches from the one containing `offset` on; returns bytes removed."""
+    def truncate_to(self, offset: int, now_ms: int | None = None, *, defer_ftruncate: bool = False) -> int:
+        """Remove batches from the one containing `offset` on; returns bytes removed.
+        `defer_ftruncate`: leave the file's cut to `complete_truncation` (a worker thread)."""
         mapping = self.translate_offset(offset)
         self._recent.clear()
         self.offset_index.truncate_to(offset)
@@ -428,7 +441,16 @@ class LogSegment:
         if mapping is not None:
             position = mapping[0]
             truncated = self._size - position
-            os.ftruncate(self._fd, position)
+            if defer_ftruncate:
+                with self._lock:  # a worker may be completing an earlier cut
+                    pending = self._pending_truncate
+                    self._pending_truncate = position if pending is None else min(pending, position)
+            elif self._pending_truncate is not None:
+                with self._lock:  # this cut is at or below the pending one, which must not follow it
+                    os.ftruncate(self._fd, position)
+                    self._pending_truncate = None
+            else:
+                os.ftruncate(self._fd, position)  # no worker cuts this file: no lock (a flush holds it)
             self._size = position
         if self._size == 0:
             if now_ms is not None:
@@ -457,10 +479,28 @@ class LogSegment:
             self.offset_index.flush()
             self.time_index.flush()
 
+    @property
+    def truncation_pending(self) -> bool:
+        return self._pending_truncate is not None
+
+    def complete_truncation(self) -> None:
+        """Make a deferred cut of the file (blocking; any thread). Nothing to do when none is
+        pending, or the segment was closed meanwhile (a close makes the cut; a deletion needs
+        none)."""
+        with self._lock:
+            self._complete_truncation_locked()
+
+    def _complete_truncation_locked(self) -> None:
+        position = self._pending_truncate
+        if position is not None and not self._closed:
+            os.ftruncate(self._fd, position)
+        self._pending_truncate = None
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
+            self._complete_truncation_locked()  # a clean shutdown trusts the file's size
             self._closed = True
             if self._max_ts_and_offset is not None:
                 self.time_index.maybe_append(*self._max_ts_and_offset, skip_full_check=True)

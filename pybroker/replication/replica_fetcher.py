@@ -6,36 +6,51 @@ ReplicaFetcherManager; it owns one TCP connection to the leader's inter-broker l
 partitions between its awaits; after every await the fetcher checks that a partition's
 `PartitionFetchState` is still the one it sent for (and the local partition still a follower at
 that leader epoch) before it touches the log, so a leadership change that raced a response wins.
-Appends are page-cache writes on the loop, as a leader's are; truncation too (rare: after a
-leader change).
+Appends are page-cache writes on the loop, as a leader's are. A truncation changes the log on
+the loop, so no read ever sees it half done, and leaves its file work to worker threads
+(UnifiedLog.truncate_to_deferred): the segments above the cut are renamed at once and removed
+after file.delete.delay.ms, and the last segment's file is cut before the next request.
 
 Each partition is in one of two states (Kafka's Truncating / Fetching):
 
-- **truncating** (after makeFollower): OffsetForLeaderEpoch to the leader with the follower's
-  latest epoch, then the log is cut at the offset `truncation_offset` picks (KIP-101/279: the
-  end of the largest epoch both logs share, asking again with an older epoch when the leader
-  answered one the follower ends earlier), below the follower's high watermark too when the
-  leader says so (after an unclean election); a log without epochs, or a leader that knows no
-  such epoch, keeps its high watermark. An OFFSET_OUT_OF_RANGE fetch comes back here too:
-  a leader whose log ends before ours (an unclean election) truncates us to its end; one whose
-  log starts after our fetch offset restarts our log at its start.
 - **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
-  offset with `replica.fetch.max.bytes` per partition, `replica.fetch.response.max.bytes`,
-  `replica.fetch.min.bytes` and `replica.fetch.wait.max.ms`; every batch is appended with
-  UnifiedLog.append_as_follower (CRC checked; producer state and transaction markers replayed),
-  and the follower's high watermark becomes min(its log end offset, the leader's); its log
-  start offset follows the leader's (DeleteRecords, retention) up to that high watermark.
+  offset with the epoch of our last batch (`last_fetched_epoch`), `replica.fetch.max.bytes` per
+  partition, `replica.fetch.response.max.bytes`, `replica.fetch.min.bytes` and
+  `replica.fetch.wait.max.ms`, in an incremental fetch session with the leader (KIP-227,
+  fetch_session_handler.py: after one full request, each names only the partitions whose offsets
+  moved); every batch is appended with UnifiedLog.append_as_follower (CRC checked; producer state
+  and transaction markers replayed), and the follower's high watermark becomes min(its log end
+  offset, the leader's); its log start offset follows the leader's (DeleteRecords, retention) up
+  to that high watermark. A partition whose log has an epoch history starts here after
+  makeFollower (Kafka 2.7+, KIP-320): when our log parts from the leader's, the leader answers
+  with a **diverging epoch** (the end offset of the largest epoch it shares with our last
+  fetched one) and no records, and we cut the log where `truncation_offset` says (KIP-101/279:
+  the end of the largest epoch both logs share; when the leader's epoch is one we lack, a first
+  cut at the end of our largest older epoch, and the next fetch, with that epoch, is answered
+  again), below our high watermark too when the leader's log ends earlier (after an unclean
+  election), then fetch from the new log end.
+- **truncating**: a log without epochs (empty, or written before epochs) keeps its high
+  watermark and drops the rest (Kafka's truncateToHighWatermark), then fetches. An
+  OFFSET_OUT_OF_RANGE fetch comes here too: a leader whose log ends before ours (an unclean
+  election) truncates us to its end; one whose log starts after our fetch offset restarts our
+  log at its start (OffsetForLeaderEpoch with the current epoch gives the leader's log end
+  where Kafka asks ListOffsets for it, then ListOffsets for its start). With
+  `ReplicaFetcherManager.truncation_on_fetch` off (tests), every new state starts here and asks
+  the leader with OffsetForLeaderEpoch where to cut, as before Kafka 2.7.
 
 Follower throttle (KIP-73, replication_quota_manager.py): a partition named in this node's
 `follower.replication.throttled.replicas` is left out of the request while the follower quota
 is exceeded, unless it is in sync (caught up with the leader's HW at the last response, or in
-the ISR); a request left with no partition is not sent and the fetcher backs off
-`replica.fetch.backoff.ms`, as Kafka's does. The bytes of every throttled partition count.
+the ISR), so it leaves the fetch session until it is asked again; a request left with nothing to
+ask or forget is not sent and the fetcher backs off `replica.fetch.backoff.ms`, as Kafka's does.
+The bytes of every throttled partition count.
 
 Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
 and is asked again (the metadata image will move it); a broken connection or a request slower
-than `replica.socket.timeout.ms` closes the connection and backs off.
+than `replica.socket.timeout.ms` closes the connection and backs off, and the next Fetch is a
+full one that replaces the session; a Fetch refused for its session (FETCH_SESSION_ID_NOT_FOUND:
+the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH) is sent again at once in full.
 """
 
 from __future__ import annotations
@@ -56,9 +71,11 @@ from pybroker.protocol.messages import (
     OffsetForLeaderEpochRequest,
 )
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
 
 if TYPE_CHECKING:
-    from pybroker.log.log import UnifiedLog
+    from pybroker.log.log import DeferredTruncation, UnifiedLog
+    from pybroker.log.segment import LogSegment
     from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 
 log = logging.getLogger("pybroker.replica.fetcher")
@@ -87,30 +104,35 @@ class PartitionFetchState:
     """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
 
     __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
-                 "delayed_until", "lag")
+                 "delayed_until", "lag", "last_fetched_epoch")
 
-    def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int) -> None:
+    def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int,
+                 last_fetched_epoch: int | None = None, truncating: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.leader_epoch = leader_epoch
         self.fetch_offset = fetch_offset
-        self.truncating = True
+        self.truncating = truncating
         self.out_of_range = False
+        # the epoch of the last batch in our log, sent with each fetch so the leader can tell
+        # where our log parts from its own (KIP-320); None: a log without epochs
+        self.last_fetched_epoch = last_fetched_epoch
         self.delayed_until = 0.0  # trio time before which the partition is not asked again
         # the leader's HW minus our log end at the last response that brought data (Kafka's
         # PartitionFetchState.lag); None until the first response
         self.lag: int | None = None
 
     def __repr__(self) -> str:
-        state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}"
+        state = "truncating" if self.truncating else f"fetching@{self.fetch_offset}/{self.last_fetched_epoch}"
         return f"PartitionFetchState({self.topic}-{self.partition}, epoch={self.leader_epoch}, {state})"
 
 
 def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
-    """Where a follower cuts its log given the leader's OffsetForLeaderEpoch answer (Kafka's
-    AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower ends
-    the leader's epoch earlier than the leader; it truncates there and asks again with its
+    """Where a follower cuts its log given the leader's (epoch, end offset), from a diverging
+    epoch in a Fetch answer or an OffsetForLeaderEpoch answer (Kafka's
+    AbstractFetcherThread.getOffsetTruncationState): (offset, done). Not done: the follower lacks
+    the leader's epoch; it truncates at the end of its largest older one and asks again with its
     then-latest epoch.
 
     The cut may go below the follower's high watermark, as in Kafka: a clean leader holds every
@@ -159,6 +181,41 @@ class LeaderConnection:
 _CONNECTION_ERRORS = CONNECTION_ERRORS
 
 
+def _complete_truncations(segments: list[LogSegment]) -> None:
+    """Cut the files a follower's truncations left (blocking: a worker thread)."""
+    for segment in segments:
+        segment.complete_truncation()
+
+# a Fetch refused for its session: the next request is a full one, sent at once
+_SESSION_ERRORS = frozenset({Errors.FETCH_SESSION_ID_NOT_FOUND, Errors.INVALID_FETCH_SESSION_EPOCH})
+
+
+def _fetch_topics(to_send: dict[TopicPartition, PartitionData]) -> list[Any]:
+    """The request's topics: consecutive partitions of one topic share an entry (the order is
+    the session's, which the leader reads in)."""
+    topics: list[Any] = []
+    last: Any = None
+    for (topic, partition), d in to_send.items():
+        if last is None or last.topic_id != d.topic_id:
+            last = FetchRequest.FetchTopic(topic=topic, topic_id=d.topic_id, partitions=[])
+            topics.append(last)
+        last.partitions.append(FetchRequest.FetchPartition(
+            partition=partition, current_leader_epoch=d.current_leader_epoch, fetch_offset=d.fetch_offset,
+            last_fetched_epoch=d.last_fetched_epoch, log_start_offset=d.log_start_offset,
+            partition_max_bytes=d.max_bytes))
+    return topics
+
+
+def _forgotten_topics(forget: list[tuple[bytes, TopicPartition]]) -> list[Any]:
+    by_id: dict[bytes, Any] = {}
+    for topic_id, (topic, partition) in forget:
+        t = by_id.get(topic_id)
+        if t is None:
+            t = by_id[topic_id] = FetchRequest.ForgottenTopic(topic=topic, topic_id=topic_id, partitions=[])
+        t.partitions.append(partition)
+    return list(by_id.values())
+
+
 class ReplicaFetcher:
     """Fetches the partitions it holds from one leader (see the module docstring)."""
 
@@ -173,6 +230,8 @@ class ReplicaFetcher:
         self.conn = LeaderConnection(f"replica-fetcher-{self.rm.node_id}-{fetcher_id}",
                                      max(0.1, cfg["replica.socket.timeout.ms"] / 1000))
         self.cancel_scope = trio.CancelScope()
+        self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
+        self._cuts: list[LogSegment] = []  # segment files a truncation left to cut (a worker thread)
 
     # ------------------------------------------------------------------ partitions
 
@@ -239,9 +298,11 @@ class ReplicaFetcher:
                 truncating = [s for s in ready if s.truncating]
                 if truncating:
                     progressed = await self._truncate(address, truncating)
+                    await self._complete_file_work()  # before any append to those logs
                 fetching = [s for s in ready if not s.truncating and s.delayed_until <= trio.current_time()]
                 if fetching:
                     progressed = await self._fetch(address, fetching) or progressed
+                await self._complete_file_work()
                 if not progressed:  # nothing could be asked (states moved on): never spin
                     await self._wait(backoff_s)
             except _CONNECTION_ERRORS as exc:
@@ -319,12 +380,49 @@ class ReplicaFetcher:
         if offset < p.log.log_end_offset:
             log.info("truncating %s-%d from %d to %d (leader %d, epoch %d)", p.topic, p.partition,
                      p.log.log_end_offset, offset, p.leader_id, p.leader_epoch)
-            p.log.truncate_to(offset, self.rm.clock.wall_ms())
+        # at or past the log end too: the epoch cache loses an epoch that starts there (one this
+        # replica led without writing), as Kafka's truncateTo does
+        self._defer_file_work(p, p.log.truncate_to_deferred(offset, self.rm.clock.wall_ms()))
+
+    def _defer_file_work(self, p: Any, work: DeferredTruncation) -> None:
+        """The log reads as truncated already; its slow file work goes to worker threads: the
+        segments above the cut after file.delete.delay.ms, the cut of the last one's file before
+        this fetcher's next request (`_complete_file_work`)."""
+        if work.segments:
+            self.rm.schedule_segment_deletion(p.log, work.segments, snapshots=False)
+        if work.active is not None:
+            self._cuts.append(work.active)
+
+    async def _complete_file_work(self) -> None:
+        cuts, self._cuts = self._cuts, []
+        if cuts:
+            await trio.to_thread.run_sync(_complete_truncations, cuts)
 
     def _finish_truncation(self, s: PartitionFetchState, p: Any, offset: int) -> None:
         self._truncate_log(p, offset)
         s.truncating = False
         s.fetch_offset = p.log.log_end_offset
+        s.last_fetched_epoch = p.log.latest_epoch()
+
+    def _truncate_on_fetch_response(self, s: PartitionFetchState, p: Any, epoch: int, end_offset: int) -> None:
+        """The leader answered our fetch with a diverging epoch: cut where `truncation_offset`
+        says and keep fetching, with our then-latest epoch (when the cut was not the last, the
+        leader answers that one with another diverging epoch, as the OffsetForLeaderEpoch
+        rounds did)."""
+        target, done = truncation_offset(p.log, epoch, end_offset)
+        log.info("%s-%d: the leader %d's log parts from ours after epoch %d at offset %d: truncating to %d%s",
+                 s.topic, s.partition, self.leader_id, epoch, end_offset, target, "" if done else " (not the last cut)")
+        before = (s.fetch_offset, s.last_fetched_epoch)
+        self._truncate_log(p, target)
+        s.fetch_offset = p.log.log_end_offset
+        s.last_fetched_epoch = p.log.latest_epoch()
+        if (s.fetch_offset, s.last_fetched_epoch) == before:
+            # the same question would get the same answer at once: never spin on it (the rules
+            # above always make progress; this guards the leader against a bug in them)
+            log.warning("%s-%d: the diverging epoch (%d, %d) from leader %d changed nothing here (log end %d, "
+                        "epochs %s)", s.topic, s.partition, epoch, end_offset, self.leader_id, s.fetch_offset,
+                        p.log.leader_epoch_cache.entries()[-3:])
+            self._delay(s)
 
     async def _restart_at_leader_start(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
         """Our fetch offset is below the leader's log start: start our log at the leader's."""
@@ -347,19 +445,23 @@ class ReplicaFetcher:
             if r.offset > p.log.log_end_offset:
                 log.info("%s-%d: the leader %d's log starts at %d, after ours ends: starting ours there",
                          s.topic, s.partition, self.leader_id, r.offset)
-                p.log.truncate_fully_and_start_at(r.offset, self.rm.clock.wall_ms())
+                self._defer_file_work(p, p.log.truncate_fully_and_start_at_deferred(r.offset,
+                                                                                  self.rm.clock.wall_ms()))
             s.out_of_range = False
             s.truncating = False
             s.fetch_offset = p.log.log_end_offset
+            s.last_fetched_epoch = p.log.latest_epoch()
 
     # ------------------------------------------------------------------ fetching
 
     async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
-        """One Fetch round trip; False when no partition could be asked."""
+        """One Fetch round trip in the fetch session (fetch_session_handler.py): every partition
+        ready now goes to the session's builder, which sends only what changed since the last
+        request; False when there was nothing to ask."""
         cfg = self.rm.config
         per_partition = cfg["replica.fetch.max.bytes"]
-        topics: list[Any] = []
-        by_id: dict[bytes, Any] = {}
+        on_fetch = self.manager.truncation_on_fetch
+        builder = self.session.new_builder()
         sent: dict[TopicPartition, PartitionFetchState] = {}
         quota = self.rm.follower_quota
         for s in states:
@@ -369,35 +471,43 @@ class ReplicaFetcher:
             if quota.is_throttled(s.topic, s.partition) and quota.should_throttle(
                     s.topic, s.partition, self.is_replica_in_sync(s, p), int(trio.current_time() * 1000)):
                 continue  # KIP-73: left out while the follower quota is exceeded (shouldFollowerThrottle)
-            t = by_id.get(s.topic_id)
-            if t is None:
-                t = by_id[s.topic_id] = FetchRequest.FetchTopic(topic=s.topic, topic_id=s.topic_id, partitions=[])
-                topics.append(t)
-            latest = p.log.latest_epoch()
-            t.partitions.append(FetchRequest.FetchPartition(
-                partition=s.partition, current_leader_epoch=s.leader_epoch, fetch_offset=s.fetch_offset,
-                last_fetched_epoch=-1 if latest is None else latest, log_start_offset=p.log.log_start_offset,
-                partition_max_bytes=per_partition))
-            sent[(s.topic, s.partition)] = s
-        if not topics:
+            epoch = s.last_fetched_epoch if on_fetch and s.last_fetched_epoch is not None else -1
+            tp = (s.topic, s.partition)
+            builder.add(tp, PartitionData(s.topic_id, s.fetch_offset, p.log.log_start_offset, per_partition,
+                                          s.leader_epoch, epoch))
+            sent[tp] = s
+        data = builder.build()
+        if not data.session_partitions and not data.to_forget:
             return False
         req = FetchRequest(
             replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id,
                                                                    replica_epoch=self.manager.broker_epoch()),
             max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
-            max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
-            topics=topics, forgotten_topics_data=[], rack_id="")
-        resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
-        if resp.error_code:
-            for s in sent.values():
-                self._delay(s)
+            max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=data.session_id,
+            session_epoch=data.epoch, topics=_fetch_topics(data.to_send),
+            forgotten_topics_data=_forgotten_topics(data.to_forget + data.to_replace), rack_id="")
+        try:
+            resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
+        except Exception:
+            self.session.handle_error()  # the next request is a full one in a new session
+            raise
+        if not self.session.handle_response(resp):
+            if resp.error_code not in _SESSION_ERRORS:
+                for s in sent.values():
+                    self._delay(s)
+            # a session error: asked again at once, as a full request (Kafka's fetcher too)
             return True
-        names = {t.topic_id: t.topic for t in topics}
+        names = self.session.session_topic_names
         for t in resp.responses:
             name = names.get(t.topic_id)
             for d in t.partitions:
-                state = sent.get((name, d.partition_index)) if name is not None else None
-                if state is not None:
+                key = (name, d.partition_index) if name is not None else None
+                state = sent.get(key) if key is not None else None
+                asked = data.session_partitions.get(key) if key is not None else None
+                # only what answers the offset we still fetch at (Kafka's processFetchRequest):
+                # a partition truncated or re-added meanwhile waits for the next round
+                if state is not None and asked is not None and asked.fetch_offset == state.fetch_offset \
+                        and not state.truncating:
                     self._process(state, d)
         return True
 
@@ -417,6 +527,13 @@ class ReplicaFetcher:
         plog = p.log
         if s.fetch_offset != plog.log_end_offset:
             return  # the log moved meanwhile (truncated): the next fetch starts at its end
+        diverging = d.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0 and self.manager.truncation_on_fetch:
+            # KIP-320: the leader's log parts from ours; cut, and take nothing else from this
+            # answer (its HW may be above our cut) until the next fetch (Kafka's
+            # truncateOnFetchResponse)
+            self._truncate_on_fetch_response(s, p, diverging.epoch, diverging.end_offset)
+            return
         data = d.records
         appended = False
         if data is not None and len(data):
@@ -438,6 +555,8 @@ class ReplicaFetcher:
                 log.warning("corrupt batch in the fetch of %s-%d from leader %d", s.topic, s.partition, self.leader_id)
                 self._delay(s)
         s.fetch_offset = plog.log_end_offset
+        if appended:
+            s.last_fetched_epoch = plog.latest_epoch()
         if appended or s.lag is None:
             s.lag = max(0, d.high_watermark - plog.log_end_offset)
         if data is not None and len(data):

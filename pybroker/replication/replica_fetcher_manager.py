@@ -27,6 +27,12 @@ TopicPartition = tuple[str, int]
 
 
 class ReplicaFetcherManager:
+    # Kafka's LeaderEndPoint.isTruncationOnFetchSupported (Fetch v13+ under an IBP >= 2.7): the
+    # leader answers a diverging last fetched epoch (KIP-320), so a follower with an epoch
+    # history starts fetching at once. pybroker nodes all speak Fetch v17 and answer it; False
+    # (tests only) brings back the OffsetForLeaderEpoch round trip before the first fetch.
+    truncation_on_fetch = True
+
     def __init__(self, rm: ReplicaManager) -> None:
         self.rm = rm
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -56,7 +62,12 @@ class ReplicaFetcherManager:
         return reg.epoch if reg is not None else -1
 
     def add_partition(self, p: Partition) -> None:
-        """Follow `p` from its leader at its leader epoch, truncating first (makeFollower)."""
+        """Follow `p` from its leader at its leader epoch (makeFollower): Kafka's
+        initialFetchOffset and partitionFetchState. A log with an epoch history fetches at once
+        from its log end offset with its latest epoch, and the leader's answer says where to cut
+        if the logs diverged; a log without one (empty, or written before epochs) truncates to its
+        high watermark first, as Kafka's truncateToHighWatermark. Without truncation on fetch,
+        every new state truncates first (OffsetForLeaderEpoch)."""
         tp = (p.topic, p.partition)
         self.remove_partition(tp)
         if self.closed:
@@ -66,7 +77,10 @@ class ReplicaFetcherManager:
         if fetcher is None:
             fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
             self.rm.spawn(fetcher.run)
-        fetcher.add(PartitionFetchState(p.topic, p.partition, p.topic_id, p.leader_epoch, p.log.log_end_offset))
+        latest = p.log.latest_epoch()
+        fetching = self.truncation_on_fetch and latest is not None
+        fetcher.add(PartitionFetchState(p.topic, p.partition, p.topic_id, p.leader_epoch, p.log.log_end_offset,
+                                        latest if fetching else None, truncating=not fetching))
         self._assigned[tp] = key
 
     def remove_partition(self, tp: TopicPartition) -> None:

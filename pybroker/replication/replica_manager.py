@@ -91,7 +91,7 @@ class LogRead:
     for this partition (`error_code` says why)."""
 
     __slots__ = ("partition", "fetch_offset", "max_bytes", "error_code", "regions", "size", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "aborted", "preferred_read_replica")
+                 "last_stable_offset", "log_start_offset", "aborted", "preferred_read_replica", "diverging_epoch")
 
     def __init__(self, partition: Partition | None, fetch_offset: int, max_bytes: int, error_code: int = 0) -> None:
         self.partition = partition
@@ -107,6 +107,9 @@ class LogRead:
         # KIP-392: set (>= 0) by the leader when a consumer should fetch from that replica; the
         # read is then skipped and answered with the offsets only
         self.preferred_read_replica = -1
+        # KIP-320: (epoch, end offset) where the fetcher's log parts from this one
+        # (`ReplicaManager.diverging_epoch`); the read is then skipped, answered with the offsets
+        self.diverging_epoch: tuple[int, int] | None = None
 
 
 LOG_OVERHEAD = _records.LOG_OVERHEAD  # the (base offset, batch length) prefix of a batch
@@ -594,8 +597,9 @@ class ReplicaManager:
             r.high_watermark = plog.high_watermark
             r.last_stable_offset = p.last_stable_offset
             r.log_start_offset = plog.log_start_offset
-            if r.preferred_read_replica >= 0:
-                continue  # KIP-392: the consumer goes to that replica; no records from here
+            if r.preferred_read_replica >= 0 or r.diverging_epoch is not None:
+                # KIP-392: the consumer goes to that replica; KIP-320: the fetcher truncates first
+                continue
             if quota is not None and quota.is_throttled(p.topic, p.partition) and \
                     self.should_leader_throttle(p, replica_id):
                 r.regions = None  # answered with the offsets only: the follower asks again
@@ -706,6 +710,30 @@ class ReplicaManager:
         if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and found.offset >= upper:
             return 0, -1, -1, -1
         return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
+
+    def diverging_epoch(self, p: Partition, last_fetched_epoch: int, fetch_offset: int
+                        ) -> tuple[int, tuple[int, int] | None]:
+        """Whether a fetch at `fetch_offset` whose last batch had `last_fetched_epoch` (Fetch v12+,
+        a follower's; -1 none) still follows this log (Kafka's Partition.readRecords): (error
+        code, diverging epoch). The epoch cache's end offset of that epoch (Kafka's
+        endOffsetForEpoch) decides: a smaller epoch (this log never had the fetcher's) or an end
+        offset below the fetch offset (the fetcher has records of that epoch this log has not)
+        answer the (epoch, end offset) where the fetcher must cut, with no records; an epoch
+        the cache cannot place, or a fetch offset below the log start, OFFSET_OUT_OF_RANGE.
+
+        Worked example: this leader's cache is [(0, 0), (2, 5)] and its log ends at 9; a follower
+        that led epoch 1 alone fetches at 8 with last epoch 1. The largest epoch <= 1 here is 0,
+        which ends where epoch 2 starts: (0, 5), so the follower keeps 0-4 of epoch 0 (if it has
+        them) and fetches again from there with its then-latest epoch."""
+        if last_fetched_epoch < 0:
+            return 0, None
+        plog = p.log
+        epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < 0 or end < 0 or fetch_offset < plog.log_start_offset:
+            return Errors.OFFSET_OUT_OF_RANGE, None
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return 0, (epoch, end)
+        return 0, None
 
     def last_offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
                                      leader_epoch: int) -> tuple[int, int, int]:
@@ -881,14 +909,16 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ deletion
 
-    def schedule_segment_deletion(self, plog: Any, segments: list[Any]) -> None:
+    def schedule_segment_deletion(self, plog: Any, segments: list[Any], snapshots: bool = True) -> None:
         """Rename detached segments' files `*.deleted` at once and remove them after
         file.delete.delay.ms, both in worker threads (the delay lets fetch responses already
-        holding their file regions finish). Segments already renamed stay as they are."""
+        holding their file regions finish). Segments already renamed stay as they are.
+        `snapshots` False: leave the producer snapshots named by their base offsets (a
+        truncation's segments: their offsets may be the live log's again by then)."""
         if segments:
-            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms)
+            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms, snapshots)
 
-    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int) -> None:
+    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int, snapshots: bool = True) -> None:
         try:
             try:
                 await trio.to_thread.run_sync(mark_segments_deleted, segments)
@@ -899,7 +929,7 @@ class ReplicaManager:
             # shielded: at shutdown the files still go (a restart would remove them anyway)
             with trio.CancelScope(shield=True):
                 try:
-                    await trio.to_thread.run_sync(plog.delete_segment_files, segments)
+                    await trio.to_thread.run_sync(plog.delete_segment_files, segments, snapshots)
                 except OSError:
                     log.exception("removing deleted segments of %s failed", plog)
 

@@ -61,8 +61,8 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
         # before the node serves, the replica manager and coordinators do not exist yet
         return lambda: fn(broker) if broker.ready.is_set() else []
 
-    for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _log_flush, _controller,
-                     _groups, _requests, _socket_server):
+    for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
+                     _log_flush, _controller, _groups, _requests, _socket_server):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -203,6 +203,21 @@ def _purgatories(broker: Broker) -> list[Family]:
         size.add(watched, purgatory.name)
         delayed.add(ops, purgatory.name)
     return [size, delayed]
+
+
+def _fetch_sessions(broker: Broker) -> list[Family]:
+    """Kafka's kafka.server:type=FetchSessionCache gauges and meter (KIP-227), over every shard."""
+    cache = broker.fetch_manager.cache
+    prefix = "kafka_server_fetchsessioncache_"
+    return [
+        gauge(f"{prefix}numincrementalfetchsessions", "incremental fetch sessions cached (consumers' and followers')",
+              cache.num_sessions),
+        gauge(f"{prefix}numincrementalfetchpartitionscached", "partitions in the cached fetch sessions",
+              cache.num_partitions_cached),
+        counter(f"{prefix}incrementalfetchsessionevictions_total",
+                "fetch sessions evicted to make room for new ones (IncrementalFetchSessionEvictionsPerSec)",
+                cache.evictions),
+    ]
 
 
 def _log_flush(broker: Broker) -> list[Family]:

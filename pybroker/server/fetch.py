@@ -20,7 +20,10 @@ A fetch from a follower (replica_state.replica_id, v15+, or replica_id >= 0; Kaf
 isFromFollower) reads up to the log end offset, not the high watermark, and first records the
 follower's fetch offset as its log end offset (ReplicaManager.update_follower_fetch_state: last
 caught-up time, ISR expansion, high watermark, acks=all produces and consumer fetches waiting
-for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka. It is exempt from the client
+for it). It needs CLUSTER_ACTION when an authorizer is on, as in Kafka. A fetch with a
+`last_fetched_epoch` (v12+; followers send one) whose log parts from this one (KIP-320,
+ReplicaManager.diverging_epoch) is answered at once with a `diverging_epoch`, the offsets and no
+records, and does not count as the follower's log end. It is exempt from the client
 fetch quota (Kafka's sendResponseExemptThrottle); the replication throttles (KIP-73) apply
 instead: a throttled partition's records are left out for a follower outside the ISR while the
 leader quota is exceeded (ReplicaManager.read_from_log, also in a parked fetch's byte count),
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
 PData = FetchResponse.PartitionData
 TResp = FetchResponse.FetchableTopicResponse
 AbortedTxn = FetchResponse.AbortedTransaction
+EpochEnd = FetchResponse.EpochEndOffset
 log = logging.getLogger("pybroker.server")
 
 
@@ -179,12 +183,22 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             # no data; with a leader epoch in the request, UNKNOWN_LEADER_EPOCH (a replica added
             # by a reassignment retries until this leader has seen the change)
             found = (Errors.UNKNOWN_LEADER_EPOCH if cp.leader_epoch >= 0 else Errors.NOT_LEADER_OR_FOLLOWER)
+        if not isinstance(found, int) and cp.last_fetched_epoch >= 0 and v >= 12:
+            # KIP-320 (Kafka's Partition.readRecords): a log that parted from this one is told
+            # where, with no records, and its fetch offset is not taken as its log end
+            code, diverging = rm.diverging_epoch(found, cp.last_fetched_epoch, cp.fetch_offset)
+            if code:
+                found = code
+        else:
+            diverging = None
         if isinstance(found, int):
             reads.append(LogRead(None, cp.fetch_offset, cp.max_bytes, found))
         else:
             read = LogRead(found, cp.fetch_offset, cp.max_bytes)
             reads.append(read)
-            if from_follower:
+            if diverging is not None:
+                read.diverging_epoch = diverging
+            elif from_follower:
                 rm.update_follower_fetch_state(found, replica_id, cp.fetch_offset, replica_epoch,
                                                cp.fetcher_log_start_offset)
             elif selector is not None and found.is_leader:
@@ -204,8 +218,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         min_bytes = min(min_bytes, max_bytes)
     follower_id = replica_id if from_follower else -1
     total = rm.read_from_log(reads, max_bytes, isolation, v <= 2, follower_id) if reads else 0
-    # Kafka answers at once when a partition failed or has a preferred read replica
-    has_error = any(r.error_code or r.preferred_read_replica >= 0 for r in reads)
+    # Kafka answers at once when a partition failed, has a preferred read replica or diverges
+    has_error = any(r.error_code or r.preferred_read_replica >= 0 or r.diverging_epoch is not None for r in reads)
     if total < min_bytes and req.max_wait_ms > 0 and not has_error and reads:
         op = DelayedFetch(req.max_wait_ms, reads, min_bytes, isolation, rm, leader_only,
                           None if leader_only else [cp.leader_epoch for cp in read_parts], follower_id)
@@ -266,6 +280,8 @@ def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[
             d.high_watermark = r.high_watermark
             d.last_stable_offset = r.last_stable_offset
             d.log_start_offset = r.log_start_offset
+            if r.diverging_epoch is not None:
+                d.diverging_epoch = EpochEnd(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
             if size:
                 d.records = r.regions
                 if r.aborted:

@@ -127,9 +127,9 @@ class CachedPartition:
 
     def maybe_update_response_data(self, resp: PartitionResult, records_size: int, update: bool) -> bool:
         """Whether an incremental response must carry this partition (and, when `update`, remember
-        what it tells the client). pybroker computes no preferred read replica and, serving no
-        follower fetches, no diverging epoch: the two other reasons Kafka has to send one."""
-        must = records_size > 0
+        what it tells the client): records, a new high watermark or log start offset, an error,
+        a preferred read replica (KIP-392) or a diverging epoch (KIP-320), as in Kafka."""
+        must = records_size > 0 or resp.preferred_read_replica >= 0 or resp.diverging_epoch is not None
         if self.high_watermark != resp.high_watermark:
             must = True
             if update:
@@ -212,6 +212,11 @@ class PartitionResult(Protocol):
     high_watermark: int
     log_start_offset: int
     error_code: int
+    preferred_read_replica: int  # -1: none
+
+    @property
+    def diverging_epoch(self) -> object:
+        """None while the fetcher's log follows this one (KIP-320)."""
 
 
 Update = tuple[CachedPartition, PartitionResult, int]  # (partition, what was found, records bytes)

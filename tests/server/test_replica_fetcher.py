@@ -1,6 +1,8 @@
-"""A follower's ReplicaManager and fetcher against a real pybroker leader over TCP: makeFollower
-truncates by leader epoch (OffsetForLeaderEpoch to the leader) and then fetches (Fetch v17 with
-ReplicaState) until the follower's log is byte for byte the leader's, with the leader's high
+"""A follower's ReplicaManager and fetcher against a real pybroker leader over TCP: after
+makeFollower the follower fetches at once (Fetch v17 with ReplicaState and its last fetched
+epoch, in a fetch session), the leader answers its divergent tail with a diverging epoch, and the
+follower cuts it (KIP-320: no OffsetForLeaderEpoch round trip, as the leader's request metrics
+show) and fetches until its log is byte for byte the leader's, with the leader's high
 watermark. The leader is an EmbeddedBroker; the follower is node 2's ReplicaManager, whose
 image names the embedded node as the partition's leader (no second process is needed to follow
 one partition). The leader is told node 2 is a replica (`add_replica`): a leader answers replica
@@ -24,6 +26,7 @@ from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.testing import EmbeddedBroker
 from tests.clients import adapters
 from tests.clients.helpers import Rec
+from tests.metrics.scrape import scrape
 
 TOPIC = "replicated"
 
@@ -67,7 +70,7 @@ def segment(dir: Path) -> bytes:
 
 def test_a_follower_truncates_its_divergent_tail_then_fetches_the_leaders_log(tmp_path: Path) -> None:
     leader_dir = tmp_path / "leader"
-    with EmbeddedBroker(log_dir=str(leader_dir)) as leader:
+    with EmbeddedBroker(log_dir=str(leader_dir), overrides={"metrics.listener": "http://127.0.0.1:0"}) as leader:
         first = [Rec(b"k", b"first-%d" % i) for i in range(5)]
         assert adapters.confluent_produce(leader.bootstrap_servers, TOPIC, first, partition=0) == list(range(5))
         topic_id, end, epoch = leader_state(leader.port)
@@ -129,3 +132,9 @@ def test_a_follower_truncates_its_divergent_tail_then_fetches_the_leaders_log(tm
         got, hw, leo = trio.run(follow)
         assert got == segment(leader_dir / f"{TOPIC}-0")
         assert (hw, leo) == (10, 10)
+        assert leader.metrics_url is not None
+        metrics = scrape(leader.metrics_url)
+        requests = "kafka_network_requestmetrics_requests_total"
+        assert metrics.total(requests, request="FetchFollower") > 0
+        assert metrics.total(requests, request="OffsetForLeaderEpoch") == 0
+        assert metrics.total(requests, request="ListOffsets") == 1  # leader_state() above: none from the follower

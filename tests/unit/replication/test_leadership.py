@@ -57,7 +57,10 @@ def test_leadership_moves_away_and_back(tmp_path: Path) -> None:
             assert not p.is_leader and p.leader_epoch == 1
             assert op.completed and resp.error_code == Errors.NOT_LEADER_OR_FOLLOWER
             state = rm.fetcher_manager.fetch_state(("t", 0))
-            assert state is not None and state.truncating and state.leader_epoch == 1
+            # its log has an epoch history: it fetches at once, at its log end with its latest
+            # epoch, and the leader's answer says whether it must cut (KIP-320)
+            assert state is not None and not state.truncating and state.leader_epoch == 1
+            assert (state.fetch_offset, state.last_fetched_epoch) == (1, 0)
             assert rm.leader_partition("t", 0) == Errors.NOT_LEADER_OR_FOLLOWER
 
             # an ISR-only change keeps the same fetch state

@@ -110,6 +110,24 @@ def test_incremental_response_carries_only_partitions_with_news():
     assert answer(ctx, {2: (11, 0, 0, 0), 3: (10, 4, 0, 0)}) == (0, sid, [0])
 
 
+def test_a_preferred_read_replica_or_a_diverging_epoch_is_always_sent():
+    """Kafka's maybeUpdateResponseData: either is news, whatever the offsets say (a consumer must
+    learn where to read, a follower where to truncate)."""
+    fm = manager()
+    sid = open_session(fm, [part(p) for p in range(3)])
+    ctx = fm.new_context(12, sid, 1, False, [], [], None, 0)
+    updates = []
+    for cp in list(ctx.partitions()):
+        d = PData(partition_index=cp.partition, error_code=0, high_watermark=10, log_start_offset=0)
+        if cp.partition == 1:
+            d.preferred_read_replica = 2
+        if cp.partition == 2:
+            d.diverging_epoch = FetchResponse.EpochEndOffset(epoch=3, end_offset=7)
+        updates.append((cp, d, 0))
+    err, got_sid, kept = ctx.update_and_generate_response_data(updates)
+    assert (err, got_sid, [cp.partition for cp, _, _ in kept]) == (0, sid, [1, 2])
+
+
 def test_partitions_that_returned_records_go_to_the_back_of_the_session():
     fm = manager()
     sid = open_session(fm, [part(p) for p in range(4)])
