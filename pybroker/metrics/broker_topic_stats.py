@@ -16,6 +16,9 @@ Where each counter is bumped, as in Kafka:
   acks, version).
 - TotalFetchRequestsPerSec / FailedFetchRequestsPerSec / BytesOutPerSec: once per partition of a
   Fetch that this node leads (`record_fetch`), bytes = the record bytes answered.
+- ReplicationBytesOutPerSec / ReplicationBytesInPerSec (all topics only, as in Kafka): the record
+  bytes this leader answered followers' Fetches with, and the record bytes a follower received
+  from its leaders (the replica fetcher, as Kafka's ReplicaFetcherThread counts them).
 **Differences:** a parked fetch is counted once (Kafka counts it again when the delayed fetch
 reads); a fetch answered empty because its client is over quota is not counted; partitions a
 request names but this node does not lead are not counted in totals; BytesRejected, the
@@ -101,6 +104,10 @@ class BrokerTopicStats:
     def __init__(self) -> None:
         self.topics: dict[str, TopicStats] = {}
         self.retired = TopicStats("")  # counts of deleted topics, kept in the all-topics totals
+        # all-topics only, as in Kafka (allTopicsStats.replicationBytesIn/OutRate): record bytes
+        # a follower appended from its leaders, and record bytes this leader sent to followers
+        self.replication_bytes_in = 0
+        self.replication_bytes_out = 0
 
     def add_partition(self, topic: str) -> TopicStats:
         """The slot a newly published partition of `topic` bumps."""
@@ -132,8 +139,8 @@ class BrokerTopicStats:
             s.failed_produce_requests += 1
 
     def record_fetch(self, reads: Iterable[Any], from_follower: bool = False) -> None:
-        """A Fetch has been answered: each `LogRead` with a partition counts once, its bytes out
-        unless a follower fetched them (Kafka counts those as ReplicationBytesOut, not BytesOut)."""
+        """A Fetch has been answered: each `LogRead` with a partition counts once, its bytes as
+        BytesOut, or as ReplicationBytesOut when a follower fetched them (as Kafka's updateBytesOut)."""
         for r in reads:
             p = r.partition
             if p is None:
@@ -144,8 +151,11 @@ class BrokerTopicStats:
             if code:
                 if code not in _EXPECTED_FETCH_ERRORS:
                     s.failed_fetch_requests += 1
-            elif r.size and not from_follower:
-                s.bytes_out += r.size
+            elif r.size:
+                if from_follower:
+                    self.replication_bytes_out += r.size
+                else:
+                    s.bytes_out += r.size
 
     def snapshot(self) -> tuple[tuple[int, ...], list[tuple[str, tuple[int, ...]]]]:
         """(all-topics values, [(topic, values)] for topics with traffic), in COUNTERS order."""

@@ -560,6 +560,7 @@ class ReplicaFetcher:
         if appended or s.lag is None:
             s.lag = max(0, d.high_watermark - plog.log_end_offset)
         if data is not None and len(data):
+            self.rm.topic_stats.replication_bytes_in += len(data)  # ReplicationBytesInPerSec
             quota = self.rm.follower_quota
             if quota.is_throttled(s.topic, s.partition):
                 # in-sync replicas' traffic counts too, so throttled replication as a whole

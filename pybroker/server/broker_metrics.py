@@ -91,6 +91,13 @@ def _topic_metrics(broker: Broker) -> list[Family]:
         for topic, values in per_topic:
             f.add(values[i], topic)
         out.append(f)
+    stats = broker.replica_manager.topic_stats
+    for meter, value in (("replicationbytesin", stats.replication_bytes_in),
+                         ("replicationbytesout", stats.replication_bytes_out)):
+        f = Family(f"kafka_server_brokertopicmetrics_{meter}_total", "counter",
+                   f"Kafka's BrokerTopicMetrics {meter} Count (all topics): record bytes replicated", ())
+        f.add(value)
+        out.append(f)
     return out
 
 

@@ -177,6 +177,12 @@ def test_isr_shrinks_and_expands_and_min_insync_replicas_is_enforced(lag_cluster
             wait_until(lambda node=node, t=t, want=want: segment_bytes(c, node, t, 0) == want, 30, f"node {node}'s copy of {t}")
     s = scrape(url)
     assert s.value(rm + "isrexpands_total") >= 2
+    # the leader's answers to followers, and a follower's appends, as Kafka's all-topics
+    # ReplicationBytesOut/InPerSec (never in BytesOut/BytesIn)
+    btm = "kafka_server_brokertopicmetrics_"
+    assert s.value(btm + "replicationbytesout_total") >= len(want)
+    follower = scrape(metrics_url_from_log(c.nodes[2].output_path))
+    assert follower.value(btm + "replicationbytesin_total") >= len(want)
     assert s.value("kafka_cluster_partition_underreplicated", topic=strict, partition="0") == 0
     got = adapters.confluent_consume(c.bootstrap, strict, partition=0, count=4)
     assert [r.value for r in got] == [b"1", b"2", b"4", b"5"]
