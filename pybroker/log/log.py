@@ -97,6 +97,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # KIP-1023, ListOffsets v11
 
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -705,14 +706,16 @@ class UnifiedLog:
 
     # -- ListOffsets ---------------------------------------------------------------------
     def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max."""
+        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max. No tiered
+        storage: -4 earliest local is -2's answer; -5 latest tiered and -6 earliest pending upload
+        are "no offset" (offset -1, leader epoch -1), as Kafka answers for a topic without it."""
         if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             earliest = self.leader_epoch_cache.earliest_entry()
             epoch = earliest[0] if earliest is not None and earliest[1] <= self.log_start_offset else None
             return TimestampAndOffset(-1, self.log_start_offset, epoch)
         if target_timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch())
-        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+        if target_timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             return TimestampAndOffset(-1, -1, -1)
         if target_timestamp == MAX_TIMESTAMP:
             best = self.segments[0]

@@ -1,6 +1,8 @@
 """Produce (api 0): validate each partition's batch, append it as leader, answer per acks.
 
 Per partition (Kafka's KafkaApis.handleProduceRequest + ReplicaManager.appendRecords):
+- v13 names topics by id (KIP-516): an id the cluster lacks is UNKNOWN_TOPIC_ID, the answer
+  carries the request's ids; v12 has v11's shape (see the transactional rule below);
 - request-level rules (Kafka's ProduceRequest.validateRecords): v0-2 (old message formats) get
   UNSUPPORTED_VERSION, a missing batch INVALID_RECORD, zstd before v7 UNSUPPORTED_COMPRESSION_TYPE;
 - the batch's own rules and recompression are the log's: pybroker/log/log_validator.py (Kafka's
@@ -156,7 +158,7 @@ def _has_transactional_records(req: ProduceRequest) -> bool:
     return False
 
 
-def _authorize(auth: Any, ctx: Any, req: ProduceRequest) -> tuple[int, set[str] | None]:
+def _authorize(auth: Any, ctx: Any, req: ProduceRequest, names: list[str]) -> tuple[int, set[str] | None]:
     """KafkaApis.handleProduceRequest: (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request, or
     0 and the topics the caller may WRITE). Idempotent producers need nothing here since Kafka 3.0
     (KIP-679): IDEMPOTENT_WRITE is checked at InitProducerId."""
@@ -164,7 +166,16 @@ def _authorize(auth: Any, ctx: Any, req: ProduceRequest) -> tuple[int, set[str] 
             req.transactional_id is None
             or not auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id)):
         return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
-    return 0, auth.filter_authorized(ctx, Op.WRITE, Res.TOPIC, (td.name for td in req.topic_data))
+    return 0, auth.filter_authorized(ctx, Op.WRITE, Res.TOPIC, (n for n in names if n))
+
+
+def _topic_names(broker: Any, req: ProduceRequest, version: int) -> list[str]:
+    """Each topic's name; v13 names topics by id (KIP-516): an id the image lacks gives "" (Kafka's
+    getTopicName(id).orElse(name), the name being empty at v13), answered UNKNOWN_TOPIC_ID."""
+    if version < 13:
+        return [td.name for td in req.topic_data]
+    by_id = broker.image.topics_by_id
+    return [getattr(by_id.get(td.topic_id), "name", "") for td in req.topic_data]
 
 
 async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceResponse | None:
@@ -174,26 +185,30 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     topics_out: list[TopicResp] = []
     waits: list[tuple[Any, int, PartResp]] = []
     any_error = False
-    denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req)
-    for td in req.topic_data:
+    names = _topic_names(broker, req, version)
+    denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req, names)
+    for td, name in zip(req.topic_data, names, strict=True):
         parts_out = []
         for pd in td.partition_data:
             resp = PartResp(index=pd.index, error_code=0, base_offset=-1, log_append_time_ms=-1,
                             log_start_offset=-1, record_errors=[], error_message=None)
             if denied_all:
                 _fail(resp, denied_all)
-            elif writable is not None and td.name not in writable:
+            elif not name:  # v13: an unknown topic id (before authorization, as Kafka)
+                _fail(resp, Errors.UNKNOWN_TOPIC_ID)
+            elif writable is not None and name not in writable:
                 _fail(resp, Errors.TOPIC_AUTHORIZATION_FAILED)
             elif acks not in (0, 1, -1):
                 _fail(resp, Errors.INVALID_REQUIRED_ACKS)
             else:
-                done = _append_partition(broker, version, td.name, pd.index, pd.records, now_ms, resp, acks)
+                done = _append_partition(broker, version, name, pd.index, pd.records, now_ms, resp, acks)
                 if done is not None:
                     waits.append((done[0], done[1], resp))
             any_error = any_error or resp.error_code != 0
-            broker.replica_manager.topic_stats.record_produce(td.name, resp.error_code)  # metrics
+            if name:
+                broker.replica_manager.topic_stats.record_produce(name, resp.error_code)  # metrics
             parts_out.append(resp)
-        topics_out.append(TopicResp(name=td.name, partition_responses=parts_out))
+        topics_out.append(TopicResp(name=name, topic_id=td.topic_id, partition_responses=parts_out))
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed: closing so the client refreshes metadata")

@@ -194,8 +194,8 @@ class GroupCoordinator:
                 error = exc.code  # Kafka reports COORDINATOR_LOAD_IN_PROGRESS and lists the rest
         return error, out
 
-    async def describe_group(self, group_id: str, include_ops: bool) -> Any:
-        return await self.read(group_id, lambda s, now: s.describe_group(group_id, include_ops))
+    async def describe_group(self, group_id: str, include_ops: bool, version: int = 5) -> Any:
+        return await self.read(group_id, lambda s, now: s.describe_group(group_id, include_ops, version))
 
     async def delete_groups(self, group_ids: list[str]) -> list[tuple[str, int]]:
         by_partition: dict[int, list[str]] = {}
