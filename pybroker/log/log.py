@@ -484,14 +484,16 @@ class UnifiedLog:
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
                          timestamp_type: str | None = None, origin: str = "client",
-                         header: tuple | None = None) -> LogAppendInfo:
+                         header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
         """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
 
         `header` is the batch's parsed header when the caller has it (the produce path's
         LogValidator), so it is not parsed again. origin "coordinator" (Kafka's
         AppendOrigin.COORDINATOR: a coordinator's own transactional records, every batch at base
         sequence 0) checks the producer epoch only: no duplicate detection, no sequence check.
-        A control batch is an end-transaction marker: it completes its producer's transaction.
+        A control batch is an end-transaction marker: it completes its producer's transaction;
+        `transaction_version` is the marker's (WriteTxnMarkers v2, KIP-1228), 2 making its epoch check
+        strict (ProducerStateManager.check_end_txn_marker).
 
         Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
         InvalidProducerEpochError (47), OutOfOrderSequenceError (45),
@@ -522,7 +524,7 @@ class UnifiedLog:
             if is_control:
                 # only the transaction coordinator writes control batches: one marker record
                 marker = read_end_txn_marker(view, header)
-                psm.check_end_txn_marker(producer_id, producer_epoch, marker.coordinator_epoch)
+                psm.check_end_txn_marker(producer_id, producer_epoch, marker.coordinator_epoch, transaction_version)
             else:
                 duplicate = psm.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset,
                                         origin)

@@ -60,7 +60,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     # the transaction coordinator's markers to partition leaders (server/write_txn_markers.py)
-    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),  # v0 removed in Kafka 4 (KIP-896); v2: KIP-1228
     # ACLs: no authorizer, so SECURITY_DISABLED (server/acls.py); v0 removed in Kafka 4 (KIP-896)
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),

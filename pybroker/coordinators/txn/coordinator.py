@@ -244,7 +244,7 @@ class TransactionCoordinator:
                 return cur is not None and cur.state == md.state and cur.producer_epoch == md.producer_epoch
 
             if not await self.markers.send_markers(md.producer_id, md.producer_epoch, commit, ctx.epoch,
-                                                   md.partitions, still_valid):
+                                                   md.partitions, still_valid, md.client_transaction_version):
                 log.info("transaction %s: markers abandoned (the coordinator moved or was fenced)", transactional_id)
                 return
             await self._write(index, lambda s, now: s.complete(transactional_id, now))
