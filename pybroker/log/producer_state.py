@@ -277,6 +277,12 @@ class ProducerStateManager:
                     f"{base_sequence} (incoming), {entry.last_seq} (current end sequence)")
         return None
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """The producer has an open transaction here at this epoch (Kafka's
+        UnifiedLog.hasOngoingTransaction: its coordinator need not be asked again)."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset is not None
+
     def check_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1,
                              transaction_version: int = 0) -> None:
         """A marker's epoch may not be older than the producer's, nor its coordinator epoch older

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),
+    ApiKey.PRODUCE: (0, 13),
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),
@@ -55,10 +55,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     # transactions (KIP-98); AddPartitionsToTxn v4+ is the broker-to-broker batched form
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     # the transaction coordinator's markers to partition leaders (server/write_txn_markers.py)
     ApiKey.WRITE_TXN_MARKERS: (1, 2),  # v0 removed in Kafka 4 (KIP-896); v2: KIP-1228
     # ACLs: no authorizer, so SECURITY_DISABLED (server/acls.py); v0 removed in Kafka 4 (KIP-896)

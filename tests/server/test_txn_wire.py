@@ -61,10 +61,19 @@ def init(wire, tid, version=4, timeout_ms=30000):
     return r
 
 
-def add_partitions(wire, version, tid, pid, epoch, topic, partitions):
-    req = AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
+def add_partitions(wire, version, tid, pid, epoch, topic, partitions, verify_only=False):
+    """v4+ is the batched form brokers send (one transaction here; KIP-890)."""
+    Q = AddPartitionsToTxnRequest
+    if version >= 4:
+        req = Q(transactions=[Q.AddPartitionsToTxnTransaction(
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=verify_only,
+            topics=[Q.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])])
+        r = wire.request(ApiKey.ADD_PARTITIONS_TO_TXN, version, req)
+        assert r.error_code == 0 and [x.transactional_id for x in r.results_by_transaction] == [tid]
+        return {(t.name, p.partition_index): p.partition_error_code for x in r.results_by_transaction
+                for t in x.topic_results for p in t.results_by_partition}
+    req = Q(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[Q.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
     r = wire.request(ApiKey.ADD_PARTITIONS_TO_TXN, version, req)
     return {(t.name, p.partition_index): p.partition_error_code for t in r.results_by_topic_v3_and_below
             for p in t.results_by_partition}

@@ -163,10 +163,24 @@ class TransactionCoordinator:
         return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> int:
+                             partitions: list[tuple[str, int]], client_tv: int = 0) -> int:
         index = await self._index(transactional_id)
         return int(await self._write(index, lambda s, now: s.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now)))
+            transactional_id, producer_id, producer_epoch, partitions, now, client_tv)))
+
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn VerifyOnly: per partition 0 (in the ongoing transaction) or an error;
+        a coordinator error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) on each partition."""
+        if not transactional_id:
+            return dict.fromkeys(partitions, int(Errors.INVALID_REQUEST))
+        try:
+            index = await self._index(transactional_id)
+            result: dict[tuple[str, int], int] = self.runtime.read(index, lambda s, _now: s.verify_partitions(
+                transactional_id, producer_id, producer_epoch, partitions))
+        except KafkaError as exc:
+            return dict.fromkeys(partitions, int(exc.code))
+        return result
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction."""
@@ -175,14 +189,29 @@ class TransactionCoordinator:
         tp = (GROUP_METADATA_TOPIC_NAME, self.group_coordinator.partition_for(group_id))
         return await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      client_tv: int = 0) -> tuple[int, int, int]:
+        """(error, producer id, epoch): the id and epoch the producer goes on with for client_tv 2
+        (EndTxn v5), -1/-1 otherwise (Kafka's TV1 path answers NO_PRODUCER_ID / NO_PRODUCER_EPOCH)."""
         index = await self._index(transactional_id)
-        result = await self._write(index, lambda s, now: s.end_txn(transactional_id, producer_id, producer_epoch,
-                                                                     commit, now))
-        if result == "prepared":
-            await self._wait_completion(transactional_id)
-            return 0
-        return int(result)
+        new_pid = -1
+        for _ in range(2):
+            def end(s: TransactionCoordinatorShard, now: int, pid: int = new_pid) -> CoordinatorResult:
+                return s.end_txn(transactional_id, producer_id, producer_epoch, commit, now, client_tv, pid)
+            result = await self._write(index, end)
+            if client_tv < 2:
+                if result == "prepared":
+                    await self._wait_completion(transactional_id)
+                    return 0, -1, -1
+                return int(result), -1, -1
+            if result[0] == "need_pid":
+                new_pid = await self.producer_ids.generate()
+                continue
+            if result[0] == "prepared":
+                await self._wait_completion(transactional_id)
+                return 0, int(result[1]), int(result[2])
+            return int(result[0]), int(result[1]), int(result[2])
+        return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
 
     def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
         """The error for a transactional batch (0: allowed): the producer, when known here, must
