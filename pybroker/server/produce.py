@@ -19,9 +19,9 @@ Per partition (Kafka's KafkaApis.handleProduceRequest + ReplicaManager.appendRec
   being unreachable or loading, and before v12 CONCURRENT_TRANSACTIONS, -> NOT_ENOUGH_REPLICAS
   ("Unable to verify the partition has been added to the transaction. Underlying error: X").
   Transactional batches of two producers in one request fail it all with
-  INVALID_PRODUCER_ID_MAPPING. Verification (v0-11) asks only this node's coordinator (a producer
-  another node coordinates is let through: see server/txn.py); adding (v12+) asks the
-  coordinator wherever it is (coordinators/txn/add_partitions_manager.py);
+  INVALID_PRODUCER_ID_MAPPING. Verifying (v3-11, AddPartitionsToTxn VerifyOnly) and adding (v12+)
+  ask the transactional id's coordinator wherever it is (coordinators/txn/add_partitions_manager.py:
+  this node's directly, another node's over AddPartitionsToTxn v5);
 - acks=-1 needs min.insync.replicas;
 - producer-id/epoch/sequence checks and duplicate detection happen in the log's append.
 
@@ -39,7 +39,6 @@ import trio
 
 from pybroker._native import records as native_records
 from pybroker._native.errors import RecordError
-from pybroker.coordinators.txn.add_partitions_manager import client_code
 from pybroker.log.errors import LogError, RecordValidationError
 from pybroker.log.log_validator import validate_records
 from pybroker.net.connection import CloseConnection
@@ -142,11 +141,12 @@ def _transactional_producer(req: ProduceRequest) -> tuple[int, int] | None | boo
     return next(iter(found), None)
 
 
-async def _add_to_transaction(broker: Any, req: ProduceRequest, names: list[str], producer: tuple[int, int]
-                              ) -> dict[tuple[str, int], int]:
-    """Produce v12+ (ADD_PARTITION): the coordinator adds the transactional partitions this node
-    leads that the producer has no transaction open on yet; per partition the coordinator's
-    answer, mapped for the client (0: go ahead)."""
+async def _add_to_transaction(broker: Any, req: ProduceRequest, names: list[str], producer: tuple[int, int],
+                              version: int) -> dict[tuple[str, int], int]:
+    """Before appending (ReplicaManager.appendRecordsWithTransactionVerification): the transactional
+    partitions this node leads that the producer has no transaction open on yet go to its
+    coordinator, wherever it is: v12+ (ADD_PARTITION) to be added, older versions to be verified.
+    Per partition the coordinator's answer, mapped for the client (0: go ahead)."""
     pid, epoch = producer
     rm = broker.replica_manager
     wanted = []
@@ -162,9 +162,13 @@ async def _add_to_transaction(broker: Any, req: ProduceRequest, names: list[str]
                 wanted.append((name, pd.index))
     if not wanted:
         return {}
+    add = version >= 12
+    manager = broker.add_partitions_manager
+    if not add:  # TRANSACTION_ABORTABLE reaches clients from v11 on
+        return await manager.add_or_verify(req.transactional_id, pid, epoch, wanted, False, version >= 11)
     deadline = trio.current_time() + min(ADD_PARTITIONS_RETRY_MAX_S, broker.config["request.timeout.ms"] / 1000)
     while True:
-        codes = await broker.add_partitions_manager.add_or_verify(req.transactional_id, pid, epoch, wanted, True)
+        codes = await manager.add_or_verify(req.transactional_id, pid, epoch, wanted, True)
         if Errors.CONCURRENT_TRANSACTIONS not in codes.values() or trio.current_time() >= deadline:
             return codes
         await trio.sleep(ADD_PARTITIONS_RETRY_BACKOFF_S)
@@ -174,7 +178,8 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
                       resp: PartResp, acks: int, transactional_id: str | None = None,
                       added: dict[tuple[str, int], int] | None = None) -> Any:
     """Validate and append one partition's data; fills `resp`; returns the Partition on success.
-    `added`: Produce v12+, the coordinator's answers for the partitions it was asked to add."""
+    `added`: the coordinator's answers for the transactional partitions it was asked to add or verify
+    (None: the request has no transactional id)."""
     rm = broker.replica_manager
     partition = rm.get_partition(topic, index)
     if partition is None or not partition.is_leader:
@@ -212,13 +217,7 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
         return None
     header = validated.header
     if header.is_transactional and header.producer_id >= 0 and transactional_id is not None:
-        if added is not None:  # v12+: the coordinator was asked to add it (or it needs not)
-            code = added.get((topic, index), 0)
-        elif partition.log.producer_state.has_ongoing_transaction(header.producer_id, header.producer_epoch):
-            code = 0
-        else:
-            code = client_code(broker.txn_coordinator.verify_produce(
-                header.producer_id, header.producer_epoch, topic, index) or 0, version >= 11)
+        code = 0 if added is None else added.get((topic, index), 0)  # absent: already in the transaction
         if code:
             _fail(resp, *transaction_error(code, version))
             return None
@@ -282,9 +281,8 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     if producer is False and not denied_all:
         denied_all = int(Errors.INVALID_PRODUCER_ID_MAPPING)  # Kafka fails the whole request
     added = None
-    if (version >= 12 and isinstance(producer, tuple) and req.transactional_id is not None and not denied_all
-            and acks in (0, 1, -1)):
-        added = await _add_to_transaction(broker, req, names, producer)
+    if isinstance(producer, tuple) and req.transactional_id is not None and not denied_all and acks in (0, 1, -1):
+        added = await _add_to_transaction(broker, req, names, producer, version)
     for td, name in zip(req.topic_data, names, strict=True):
         parts_out = []
         for pd in td.partition_data:

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from pybroker.coordinators import record_serde as group_serde
 from pybroker.coordinators.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from pybroker.coordinators.shard import CoordinatorResult
-from pybroker.coordinators.txn.add_partitions_manager import client_code
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -308,18 +307,18 @@ async def _offsets_partition_in_transaction(broker: Broker, req: TxnOffsetCommit
     """Kafka's verification before a TxnOffsetCommit writes (so no pending offset is left without
     a marker): the group's __consumer_offsets partition must be in the producer's ongoing
     transaction. v5 (a transaction version 2 client) has the coordinator add it instead of
-    AddOffsetsToTxn; v0-4 verify, with this node's coordinator only (as the produce path). Skipped
-    when the producer already has a transaction open on that partition at that epoch."""
+    AddOffsetsToTxn; v0-4 verify (VerifyOnly), both with the coordinator wherever it is. A
+    partition this node does not lead fails first (ReplicaManager's getPartitionOrException and
+    Partition.maybeStartTransactionVerification: NOT_LEADER_OR_FOLLOWER, which the group
+    coordinator answers as NOT_COORDINATOR). Skipped when the producer already has a transaction
+    open on that partition at that epoch."""
     tp = (GROUP_METADATA_TOPIC_NAME, partition)
-    plog = broker.replica_manager.get_partition(*tp)
-    if plog is not None and plog.is_leader and plog.log.producer_state.has_ongoing_transaction(
-            req.producer_id, req.producer_epoch):
+    plog = broker.replica_manager.leader_partition(*tp)
+    if isinstance(plog, int):
+        return _OFFSETS_VERIFY_ERRORS.get(int(plog), int(plog))
+    if plog.log.producer_state.has_ongoing_transaction(req.producer_id, req.producer_epoch):
         return 0
-    if version >= 5:
-        codes = await broker.add_partitions_manager.add_or_verify(
-            req.transactional_id, req.producer_id, req.producer_epoch, [tp], True)
-        code = codes[tp]
-    else:
-        code = client_code(broker.txn_coordinator.verify_produce(req.producer_id, req.producer_epoch, *tp) or 0,
-                           version >= 4)
+    codes = await broker.add_partitions_manager.add_or_verify(
+        req.transactional_id, req.producer_id, req.producer_epoch, [tp], version >= 5, version >= 4)
+    code = codes[tp]
     return _OFFSETS_VERIFY_ERRORS.get(code, code)

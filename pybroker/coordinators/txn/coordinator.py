@@ -213,19 +213,6 @@ class TransactionCoordinator:
             return int(result[0]), int(result[1]), int(result[2])
         return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
 
-    def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
-        """The error for a transactional batch (0: allowed): the producer, when known here, must
-        have added the partition to its ongoing transaction (Kafka 4 verifies with
-        AddPartitionsToTxn v4; a producer this node does not coordinate is let through)."""
-        for ctx in list(self.runtime.shards.values()):
-            verify = getattr(ctx.shard, "verify_produce", None)
-            if verify is None:
-                continue
-            code = verify(producer_id, producer_epoch, topic, partition)
-            if code is not None:
-                return code
-        return 0
-
     # ------------------------------------------------------------------ admin reads (KIP-664)
 
     def list_transaction_states(self) -> tuple[int, list[tm.TransactionMetadata]]:

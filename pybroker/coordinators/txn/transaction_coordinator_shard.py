@@ -57,18 +57,13 @@ class TransactionCoordinatorShard:
         self.sweep_interval_ms = sweep_interval_ms
         self.on_prepared = on_prepared
         self.txns: dict[str, TransactionMetadata] = {}
-        self.by_pid: dict[int, str] = {}
 
     # ------------------------------------------------------------------ replay
 
     def replay(self, record: TxnRecord, offset: int = -1, now_ms: int | None = None) -> None:
-        old = self.txns.pop(record.transactional_id, None)
-        if old is not None and self.by_pid.get(old.producer_id) == record.transactional_id:
-            del self.by_pid[old.producer_id]
+        self.txns.pop(record.transactional_id, None)
         if record.value is not None:
-            md = record.value.copy()
-            self.txns[record.transactional_id] = md
-            self.by_pid[md.producer_id] = record.transactional_id
+            self.txns[record.transactional_id] = record.value.copy()
 
     def on_loaded(self, now_ms: int) -> None:
         self._schedule_sweep()
@@ -78,7 +73,6 @@ class TransactionCoordinatorShard:
 
     def on_unloaded(self) -> None:
         self.txns.clear()
-        self.by_pid.clear()
 
     def _schedule_sweep(self) -> None:
         self.timer.schedule(SWEEP_KEY, self.sweep_interval_ms, self._sweep, kind="task")
@@ -173,15 +167,6 @@ class TransactionCoordinatorShard:
             return dict.fromkeys(partitions, err)
         assert md is not None
         return {tp: 0 if tp in md.partitions else int(Errors.TRANSACTION_ABORTABLE) for tp in partitions}
-
-    def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int | None:
-        """None: this shard does not know the producer; else the coordinator's verification of a
-        transactional batch to the partition (0: part of the producer's ongoing transaction), as
-        verify_partitions answers it (the caller maps the codes for its client)."""
-        tid = self.by_pid.get(producer_id)
-        if tid is None:
-            return None
-        return self.verify_partitions(tid, producer_id, producer_epoch, [(topic, partition)])[(topic, partition)]
 
     # ------------------------------------------------------------------ EndTxn
 

@@ -69,7 +69,7 @@ def test_init_allocates_then_bumps_epoch():
     h = Harness()
     assert h.init() == (0, 77, 0, False)
     assert h.init() == (0, 77, 1, False)
-    assert h.state() == S.EMPTY and h.shard.by_pid == {77: TID}
+    assert h.state() == S.EMPTY and h.shard.get(TID).producer_id == 77
 
 
 def test_commit_cycle_and_retries():
@@ -117,20 +117,6 @@ def test_reinit_fences_ongoing_transaction():
     assert h.init() == (0, 77, 2, False)
 
 
-def test_verify_produce():
-    """The coordinator's own codes (Kafka's handleVerifyPartitionsInTransaction); the produce path
-    maps them for its client (server/produce.py)."""
-    h = Harness()
-    assert h.shard.verify_produce(77, 0, "t", 0) is None
-    h.init()
-    assert h.shard.verify_produce(77, 0, "t", 0) == Errors.TRANSACTION_ABORTABLE
-    h.add(77, 0, ("t", 0))
-    assert h.shard.verify_produce(77, 0, "t", 0) == 0
-    assert h.shard.verify_produce(77, 0, "t", 1) == Errors.TRANSACTION_ABORTABLE
-    h.init()  # fences epoch 0
-    assert h.shard.verify_produce(77, 0, "t", 0) == Errors.PRODUCER_FENCED
-
-
 def test_timeout_sweep_aborts_with_bumped_epoch():
     h = Harness(sweep_ms=100)
     h.init(timeout=1000)
@@ -151,7 +137,7 @@ def test_epoch_exhaustion_allocates_new_producer_id():
     r = h.run(h.shard.init_producer_id(TID, 1000, -1, -1, -1, h.now))
     assert r[0] == "need_pid"
     assert h.run(h.shard.init_producer_id(TID, 1000, 99, -1, -1, h.now)) == (0, 99, 0, False)
-    assert h.shard.by_pid == {99: TID}
+    assert h.shard.get(TID).producer_id == 99
 
 
 def test_load_resumes_prepared_transactions():
@@ -192,7 +178,7 @@ def test_replaying_the_log_rebuilds_the_state(ops):
     fresh = TransactionCoordinatorShard(0, FakeTimer(lambda: h.now, lambda r: None), 100)
     for k, v in h.log:
         fresh.replay(tm.decode(k, v))
-    assert fresh.txns == h.shard.txns and fresh.by_pid == h.shard.by_pid
+    assert fresh.txns == h.shard.txns
 
 
 # ---------------------------------------------------------------------- transaction version 2 (KIP-890)
