@@ -1,8 +1,21 @@
 """ApiVersions: the versions this broker advertises, exactly those implemented and tested.
 
-Ranges follow Kafka 4.0 (with Produce advertised from 0 for librdkafka before 2.11.1,
-which enables compression only if Produce 0 is in range; v0-2 requests are answered
-UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is always v0.
+Ranges follow Kafka 4.2 (what a 4.2 broker advertises; kafka-python infers the broker version
+from them, so they must match to the version) with Produce advertised from 0 for librdkafka
+before 2.11.1, which enables compression only if Produce 0 is in range (v0-2 requests are
+answered UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is always v0.
+
+The shapes newer than ../shared/kafka-protocol come from the project's overlay specs
+(tools/kafka-protocol-overlay/). Versions worth knowing:
+- Produce 13, OffsetCommit 10, OffsetFetch 10 name topics by id (UNKNOWN_TOPIC_ID);
+- Produce 12, AddPartitionsToTxn 4-5, EndTxn 5, TxnOffsetCommit 5 (KIP-890): Kafka advertises
+  and answers them with transaction version 2's behaviour whatever transaction.version is
+  finalized (it stays 0 here), see server/txn.py; AddPartitionsToTxn 4+ is the broker form;
+- WriteTxnMarkers 1-2 (KIP-1228: v2 carries the transaction version; the marker channel sends it);
+- Fetch 18 / ListOffsets 11: tiered-storage fields, answered as a broker without tiered storage;
+- ListConfigResources 0-1 (KIP-1142; v0 was ListClientMetricsResources).
+Kafka 4.2 also advertises what is out of scope here: share groups (KIP-932), streams groups
+(KIP-1071), SASL and delegation tokens, the KRaft voter changes (KIP-853), UnregisterBroker.
 """
 
 from __future__ import annotations

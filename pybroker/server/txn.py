@@ -7,14 +7,31 @@ PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions older than the clien
 it (InitProducerId < 4, the others < 2); coordinator errors (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, ...) go where each API puts its error. AddPartitionsToTxn
 answers UNKNOWN_TOPIC_OR_PARTITION for partitions the cluster lacks and
-OPERATION_NOT_ATTEMPTED for the rest of that request. Not implemented (so not advertised):
-the batched broker-to-broker AddPartitionsToTxn (v4+) and transaction version 2 (EndTxn v5).
-AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 only allow TRANSACTION_ABORTABLE, which this
-broker never answers.
+OPERATION_NOT_ATTEMPTED for the rest of that request.
+
+KIP-890 versions, answered as Kafka 4.2 answers them. Kafka picks the transaction version of
+these paths from the request version, not from the finalized transaction.version
+(TransactionVersion.transactionVersionForEndTxn / ForAddPartitionsToTxn, KafkaApis'
+TxnOffsetCommit). The cluster keeps transaction.version 0 finalized and Kafka's clients pick
+these versions only when 2 is, but a request at these versions gets transaction version 2's
+behaviour:
+- AddPartitionsToTxn v4-5: the batched broker-to-coordinator form (needs CLUSTER_ACTION on the
+  cluster with an authorizer, else CLUSTER_AUTHORIZATION_FAILED for the whole request); each
+  transaction either VerifyOnly (Kafka's handleVerifyPartitionsInTransaction) or is added with
+  transaction version 2; v5 is answered as v4 (it tells that its sender knows
+  TRANSACTION_ABORTABLE);
+- EndTxn v5: each commit/abort bumps the producer epoch, and the answer carries the id and epoch
+  to go on with (a new producer id at epoch 0 once the epoch is exhausted); v0-4 answer -1/-1;
+- TxnOffsetCommit v5: the coordinator adds the group's offsets partition itself (no
+  AddOffsetsToTxn); v0-4 only verify it;
+- AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 may answer TRANSACTION_ABORTABLE (older versions
+  get INVALID_TXN_STATE for it).
+The verify/add requests of partition leaders reach the coordinator wherever it is
+(pybroker/coordinators/txn/add_partitions_manager.py, `local_add_or_verify` on this node).
 
 TxnOffsetCommit writes the offsets to __consumer_offsets as the producer's transactional batch
-(pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py);
-the producer must have added the group's partition (AddOffsetsToTxn), else INVALID_TXN_STATE.
+(pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py),
+once the offsets partition is verified in (or added to) the producer's ongoing transaction.
 
 A transaction may hold partitions led by any node and offsets of a group coordinated on any
 node: its markers reach their leaders with WriteTxnMarkers
