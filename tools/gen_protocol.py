@@ -22,8 +22,12 @@ Codegen choices, with the reason:
   leaves no half-written output and does not split the packed runs.
 
 Overlay: a spec in tools/kafka-protocol-overlay/<sub>/ replaces the same-named file of the
-specs directory. It holds the few messages that changed in Kafka after the specs snapshot and
-that pybroker needs at the newer shape (VoteRequest/VoteResponse v2, KIP-996 pre-vote).
+specs directory, or adds one it lacks. It holds the messages that changed in Kafka after the
+specs snapshot and that pybroker needs at the newer shape: VoteRequest/VoteResponse v2 (KIP-996
+pre-vote) and the versions Kafka 4.2 brokers advertise (server/api_versions.py). An overlay spec
+whose api key the snapshot gives another name (ListConfigResources, api 74, was
+ListClientMetricsResources) replaces that spec. The overlay files are pybroker's own, written
+from the facts in Kafka's specs; a header comment says what changed.
 
 Usage: python tools/gen_protocol.py [--specs DIR] [--check]
 --check writes nothing and exits 1 when the committed output differs from what the
@@ -43,7 +47,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SPECS = REPO.parent / "shared" / "kafka-protocol"
+# ../shared/kafka-protocol beside the checkout (a git worktree may sit deeper: the nearest one up)
+DEFAULT_SPECS = next((d / "shared" / "kafka-protocol" for d in REPO.parents if (d / "shared" / "kafka-protocol").is_dir()),
+                     REPO.parent / "shared" / "kafka-protocol")
 OVERLAY_SPECS = REPO / "tools" / "kafka-protocol-overlay"
 OUT_DIR = REPO / "pybroker" / "protocol" / "_generated"
 SPEC_DIRS = ("message", "metadata", "group-coordinator", "transaction-coordinator", "raft")
@@ -253,13 +259,20 @@ def build_spec(path: Path, rel: str) -> Spec:
 
 
 def load_specs(specs_dir: Path) -> list[Spec]:
+    if not (specs_dir / "message").is_dir():
+        raise SpecError(f"no specs at {specs_dir} (give --specs DIR)")
     specs = []
     for sub in SPEC_DIRS:
-        for path in sorted((specs_dir / sub).glob("*.json")):
-            newer = OVERLAY_SPECS / sub / path.name
-            if newer.is_file():
-                path = newer
-            spec = build_spec(path, f"{sub}/{path.name}")
+        base = {p.name: p for p in (specs_dir / sub).glob("*.json")}
+        newer = {p.name: p for p in (OVERLAY_SPECS / sub).glob("*.json")} if (OVERLAY_SPECS / sub).is_dir() else {}
+        chosen = [build_spec(newer.get(n, base.get(n)), f"{sub}/{n}") for n in sorted(base.keys() | newer.keys())]
+        # an API Kafka renamed (ListClientMetricsResources -> ListConfigResources, KIP-1142): the
+        # overlay's spec takes the api key, the old-named spec of the snapshot is dropped
+        renamed = {(s.api_key, s.kind) for s in chosen if s.source.split("/")[-1] in newer and s.api_key is not None}
+        for spec in chosen:
+            name = spec.source.split("/")[-1]
+            if name not in newer and (spec.api_key, spec.kind) in renamed:
+                continue
             spec.module = snake(spec.name)
             specs.append(spec)
     modules = [s.module for s in specs]

@@ -19,7 +19,9 @@ disturbs absolute rates), and writes DIR/consume.json.
 
 `--pin-client CPU` runs the consumer under `taskset -c CPU`: its fetcher and application
 threads then take turns on one CPU instead of running at once (see bench/README.md, "Consume
-speed", for why that moves the client's own cost per record).
+speed", for why that moves the client's own cost per record). `--pin-broker CPU` binds every
+thread of both brokers to that CPU (`taskset -a -p`) once they are up: with the client on the
+other, each side gets one CPU, the comparison of records per broker CPU the project aims at.
 
 Exit status: 2 when pybroker's compiled modules are missing (the run would measure the pure
 Python twins), 1 when a run failed.
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=run.BUILD / "results")
     p.add_argument("--pin-client", metavar="CPU", default=None,
                    help="run the consumer under `taskset -c CPU` (its threads then share one CPU)")
+    p.add_argument("--pin-broker", metavar="CPU", default=None,
+                   help="bind every thread of both brokers to CPU (`taskset -a -p`) once started")
     p.add_argument("-X", dest="extra", action="append", default=[],
                    help="an extra librdkafka consumer property (key=value)")
     args = p.parse_args(argv)
@@ -97,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                 wd.mkdir()
                 b = brokers[name] = run.BROKERS[name](wd)
                 b.start()
+                if args.pin_broker is not None:
+                    assert b.proc is not None
+                    subprocess.run(["taskset", "-a", "-p", "-c", args.pin_broker, str(b.proc.pid)], check=True,
+                                   stdout=subprocess.DEVNULL)
                 b.create_topics([f"consume-{c}" for c in codecs])
                 for c in codecs:
                     r = run.loadgen("produce", b.bootstrap, f"consume-{c}", args.records, "-a", "1", "-z", c,
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"median {summary[c]['median']}  max {summary[c]['max']}")
     out = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "records": args.records,
                     "rounds": args.rounds, "consumer": CONSUMER_SETTINGS + args.extra,
-                    "pin_client": args.pin_client,
+                    "pin_client": args.pin_client, "pin_broker": args.pin_broker,
                     "loadavg": os.getloadavg()},
            "runs": runs, "summary": summary}
     (args.out / "consume.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -382,14 +382,16 @@ class QuorumController:
             return results
 
     async def alter_partition_reassignments(
-            self, requested: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]]
+            self, requested: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]],
+            allow_rf_change: bool = True,
     ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
         """AlterPartitionReassignments: per topic, (partition, error, message); every change
-        commits as one batch (Kafka's ControllerResult.atomicOf)."""
+        commits as one batch (Kafka's ControllerResult.atomicOf). allow_rf_change: KIP-860."""
         async with self._lock:
             self._check_active()
             records: list[Any] = []
-            out = [(name, [(pid, *self.replication.alter_partition_reassignment(name, pid, target, records))
+            out = [(name, [(pid, *self.replication.alter_partition_reassignment(name, pid, target, records,
+                                                                                allow_rf_change))
                            for pid, target in partitions])
                    for name, partitions in requested]
             await self._commit(records)

@@ -8,9 +8,9 @@ Supported levels are what pybroker implements, not Kafka 4.2's:
 - metadata.version 7 (3.3-IV3, Kafka's minimum) .. 29 (4.2-IV1, Kafka 4.2's latest
   production level). pybroker writes PartitionRecord v2 and RegisterBrokerRecord v3, which
   Kafka writes from 4.0-IV1 (23); 24..29 change no metadata (didMetadataChange false): 26 only
-  makes ELR a format default, 27 moves the replica fetcher to Fetch v18 (there is no replica
-  fetcher on one node), 28 and 29 only make share.version / streams.version format defaults.
-  So 29 claims nothing the metadata log lacks.
+  makes ELR a format default, 27 moves the replica fetcher to Fetch v18 and 29 its ListOffsets
+  to v11 (replication/replica_fetcher.py follows both), 28 and 29 make share.version /
+  streams.version format defaults. So 29 claims nothing the metadata log lacks.
 - group.version 0..1: the KIP-848 consumer protocol is implemented.
 - eligible.leader.replicas.version 0..1 (KIP-966): ELR only ever holds replicas outside the
   ISR, and every partition here has one replica that is its whole ISR, so the ELR and the
@@ -18,8 +18,10 @@ Supported levels are what pybroker implements, not Kafka 4.2's:
   min.insync.replicas ConfigRecord and its alter rules (controller/broker_configs.py).
   Level 1 depends on metadata.version 24 (4.0-IV2), as in Kafka.
 - transaction.version 0 only: TV1 means the transaction coordinator writes flexible
-  TransactionLogValue v1 records and TV2 adds EndTxn v5 / AddPartitionsToTxn v5 epoch bumps;
-  pybroker writes v0 values and does not advertise those versions.
+  TransactionLogValue v1 records and TV2 has clients use the KIP-890 part 2 versions (Produce
+  12, EndTxn 5 with its epoch bumps, TxnOffsetCommit 5). pybroker writes v0 values; it
+  advertises those request versions as Kafka 4.2 does whatever is finalized, and answers them
+  as Kafka does, with transaction version 2's behaviour (server/txn.py).
 - kraft.version 0 only (no KIP-853 voter changes); share.version and streams.version 0 only
   (no share groups, no streams groups).
 Kafka's BrokerFeatures/QuorumFeatures list a feature only when its maximum supported level

@@ -310,9 +310,11 @@ class ReplicationControl:
         return None
 
     def alter_partition_reassignment(self, topic: str, partition: int, target: Sequence[int] | None,
-                                     records: list[Any]) -> tuple[int, str | None]:
+                                     records: list[Any], allow_rf_change: bool = True) -> tuple[int, str | None]:
         """(error, message) of one partition's reassignment (start, change or cancel); its
-        record, if any, is appended to `records`."""
+        record, if any, is appended to `records`. allow_rf_change False (KIP-860) refuses a target
+        whose size differs from the replica set the partition is heading for (its replicas, or
+        during a reassignment replicas + adding - removing) with INVALID_REPLICATION_FACTOR."""
         t = self.image.topics_by_name.get(topic)
         if t is None:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
@@ -338,6 +340,12 @@ class ReplicationControl:
             reason = self.validate_manual_assignment(target)
             if reason is not None:
                 return Errors.INVALID_REPLICA_ASSIGNMENT, reason
+            if not allow_rf_change:
+                heading = ((set(reg.replicas) | set(reg.adding_replicas)) - set(reg.removing_replicas)
+                           if reg.is_reassigning else reg.replicas)
+                if len(heading) != len(target):
+                    return Errors.INVALID_REPLICATION_FACTOR, (
+                        f"The replication factor is changed from {len(heading)} to {len(target)}")
             b.set_election(Election.ONLINE)
             current = list(reg.replicas)
             removing = sorted(set(current) - set(target))

@@ -32,6 +32,6 @@ class PartitionWriter(Protocol):
     def get_partition(self, topic: str, partition: int) -> Partition | None: ...
 
     def append(self, partition: Partition, batch: bytearray, timestamp_type: str | None = None,
-               origin: str = "client") -> LogAppendInfo:
+               origin: str = "client", header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
         """Append one batch as leader; raises pybroker.log.errors.LogError subclasses."""
         ...

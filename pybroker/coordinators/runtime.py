@@ -249,10 +249,11 @@ class CoordinatorRuntime:
         return result.response
 
     async def complete_transaction(self, index: int, producer_id: int, producer_epoch: int,
-                                   coordinator_epoch: int, commit: bool) -> None:
+                                   coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> None:
         """Write the producer's COMMIT/ABORT marker to partition `index`, replay it into the
         shard, return once the HW covers it. KafkaError NOT_COORDINATOR /
-        COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here."""
+        COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here; transaction_version is
+        the marker's (KIP-1228: 2 checks its epoch strictly)."""
         ctx = self.active(index)
         partition = self.rm.get_partition(self.topic, index)
         if partition is None or not partition.is_leader:
@@ -260,7 +261,7 @@ class CoordinatorRuntime:
         batch = build_marker_batch(producer_id, producer_epoch, COMMIT if commit else ABORT, coordinator_epoch,
                                    self.now_ms())
         self._note_committed(ctx, partition)
-        info = self.rm.append(partition, batch)
+        info = self.rm.append(partition, batch, transaction_version=transaction_version)
         replay_end = getattr(ctx.shard, "replay_end_transaction_marker", None)
         if replay_end is not None:
             replay_end(producer_id, producer_epoch, commit, offset=info.first_offset)

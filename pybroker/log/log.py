@@ -102,6 +102,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # KIP-1023, ListOffsets v11
 
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -488,14 +489,16 @@ class UnifiedLog:
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
                          timestamp_type: str | None = None, origin: str = "client",
-                         header: tuple | None = None) -> LogAppendInfo:
+                         header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
         """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
 
         `header` is the batch's parsed header when the caller has it (the produce path's
         LogValidator), so it is not parsed again. origin "coordinator" (Kafka's
         AppendOrigin.COORDINATOR: a coordinator's own transactional records, every batch at base
         sequence 0) checks the producer epoch only: no duplicate detection, no sequence check.
-        A control batch is an end-transaction marker: it completes its producer's transaction.
+        A control batch is an end-transaction marker: it completes its producer's transaction;
+        `transaction_version` is the marker's (WriteTxnMarkers v2, KIP-1228), 2 making its epoch check
+        strict (ProducerStateManager.check_end_txn_marker).
 
         Raises RecordTooLargeError (10), RecordBatchTooLargeError (18),
         InvalidProducerEpochError (47), OutOfOrderSequenceError (45),
@@ -526,7 +529,7 @@ class UnifiedLog:
             if is_control:
                 # only the transaction coordinator writes control batches: one marker record
                 marker = read_end_txn_marker(view, header)
-                psm.check_end_txn_marker(producer_id, producer_epoch, marker.coordinator_epoch)
+                psm.check_end_txn_marker(producer_id, producer_epoch, marker.coordinator_epoch, transaction_version)
             else:
                 duplicate = psm.prepare(producer_id, producer_epoch, base_sequence, last_sequence, first_offset,
                                         origin)
@@ -710,14 +713,16 @@ class UnifiedLog:
 
     # -- ListOffsets ---------------------------------------------------------------------
     def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max."""
+        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max. No tiered
+        storage: -4 earliest local is -2's answer; -5 latest tiered and -6 earliest pending upload
+        are "no offset" (offset -1, leader epoch -1), as Kafka answers for a topic without it."""
         if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             earliest = self.leader_epoch_cache.earliest_entry()
             epoch = earliest[0] if earliest is not None and earliest[1] <= self.log_start_offset else None
             return TimestampAndOffset(-1, self.log_start_offset, epoch)
         if target_timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch())
-        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+        if target_timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             return TimestampAndOffset(-1, -1, -1)
         if target_timestamp == MAX_TIMESTAMP:
             best = self.segments[0]

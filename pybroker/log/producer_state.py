@@ -277,17 +277,28 @@ class ProducerStateManager:
                     f"{base_sequence} (incoming), {entry.last_seq} (current end sequence)")
         return None
 
-    def check_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1) -> None:
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """The producer has an open transaction here at this epoch (Kafka's
+        UnifiedLog.hasOngoingTransaction: its coordinator need not be asked again)."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset is not None
+
+    def check_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1,
+                             transaction_version: int = 0) -> None:
         """A marker's epoch may not be older than the producer's, nor its coordinator epoch older
         than the last marker's (Kafka's appendEndTxnMarker / checkCoordinatorEpoch: a coordinator
-        that lost its __transaction_state partition is fenced).
+        that lost its __transaction_state partition is fenced). A transaction version 2 marker
+        (KIP-1228: the coordinator bumped the epoch to end the transaction) must be newer than the
+        producer's epoch, not merely as new: one at the current epoch is late or a duplicate.
         Raises InvalidProducerEpochError or TransactionCoordinatorFencedError."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if producer_epoch < entry.producer_epoch:
+        if producer_epoch < entry.producer_epoch or (transaction_version >= 2 and producer_epoch == entry.producer_epoch):
+            relation = "not newer than" if transaction_version >= 2 else "older than"
             raise InvalidProducerEpochError(
-                f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.producer_epoch}")
+                f"marker epoch {producer_epoch} of producer {producer_id} is {relation} {entry.producer_epoch} "
+                f"(TV{transaction_version})")
         if coordinator_epoch < entry.coordinator_epoch:
             raise TransactionCoordinatorFencedError(
                 f"coordinator epoch {coordinator_epoch} of a marker for producer {producer_id} is older than "

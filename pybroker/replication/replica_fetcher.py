@@ -13,7 +13,9 @@ after file.delete.delay.ms, and the last segment's file is cut before the next r
 
 Each partition is in one of two states (Kafka's Truncating / Fetching):
 
-- **fetching**: Fetch (v17, ReplicaState carries this broker's id and epoch) at the log end
+- **fetching**: Fetch (the version the finalized metadata.version fixes, as Kafka's
+  MetadataVersion.fetchRequestVersion: v18 from 4.1-IV1; from v15 ReplicaState carries this
+  broker's id and epoch; ListOffsets likewise, v11 from 4.2-IV1) at the log end
   offset with the epoch of our last batch (`last_fetched_epoch`), `replica.fetch.max.bytes` per
   partition, `replica.fetch.response.max.bytes`, `replica.fetch.min.bytes` and
   `replica.fetch.wait.max.ms`, in an incremental fetch session with the leader (KIP-227,
@@ -80,9 +82,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pybroker.replica.fetcher")
 
-FETCH_VERSION = 17
-OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-LIST_OFFSETS_VERSION = 7
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4  # Kafka's OffsetsForLeaderEpochRequest.Builder.forFollower
+
+
+def fetch_version(metadata_version: int) -> int:
+    """The replica Fetch version at a finalized metadata.version (MetadataVersion.fetchRequestVersion;
+    a follower names topics by id, so 13 at least)."""
+    for level, version in ((27, 18), (21, 17), (19, 16), (10, 15), (9, 14)):  # 4.1-IV1, 3.9-IV0, 3.7-IV4, 3.5-IV1/0
+        if metadata_version >= level:
+            return version
+    return 13
+
+
+def list_offsets_version(metadata_version: int) -> int:
+    """The replica ListOffsets version (MetadataVersion.listOffsetRequestVersion)."""
+    for level, version in ((29, 11), (25, 10), (21, 9), (9, 8)):  # 4.2-IV1, 4.0-IV3, 3.9-IV0, 3.5-IV0
+        if metadata_version >= level:
+            return version
+    return 7
 EARLIEST_TIMESTAMP = -2
 # errors after which a partition waits and asks again (the leader is not there yet, or moved)
 _RETRY_LATER = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH, Errors.FENCED_LEADER_EPOCH,
@@ -243,6 +260,10 @@ class ReplicaFetcher:
         state = self.partitions.pop(tp, None)
         self._changed.set()
         return state
+
+    def _metadata_version(self) -> int:
+        """The finalized metadata.version (the image has it before any partition; 4.2-IV1 else)."""
+        return int(self.rm.image.features.get("metadata.version", 29))
 
     def _current(self, state: PartitionFetchState) -> Any:
         """The local partition when `state` still stands (same fetch state, still a follower of
@@ -432,7 +453,7 @@ class ReplicaFetcher:
                 partition_index=s.partition, current_leader_epoch=s.leader_epoch, timestamp=EARLIEST_TIMESTAMP))
         req = ListOffsetsRequest(replica_id=self.rm.node_id, isolation_level=0, topics=[
             ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-        resp = await self.conn.request(address, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, req)
+        resp = await self.conn.request(address, ApiKey.LIST_OFFSETS, list_offsets_version(self._metadata_version()), req)
         answers = {(t.name, r.partition_index): r for t in resp.topics for r in t.partitions}
         for s in states:
             r = answers.get((s.topic, s.partition))
@@ -479,15 +500,16 @@ class ReplicaFetcher:
         data = builder.build()
         if not data.session_partitions and not data.to_forget:
             return False
-        req = FetchRequest(
-            replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id,
-                                                                   replica_epoch=self.manager.broker_epoch()),
+        version = fetch_version(self._metadata_version())
+        req = FetchRequest(  # the follower's id: in ReplicaState from v15, before that in ReplicaId
+            replica_id=self.rm.node_id if version < 15 else -1,
+            replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id, replica_epoch=self.manager.broker_epoch()),
             max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
             max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=data.session_id,
             session_epoch=data.epoch, topics=_fetch_topics(data.to_send),
             forgotten_topics_data=_forgotten_topics(data.to_forget + data.to_replace), rack_id="")
         try:
-            resp = await self.conn.request(address, ApiKey.FETCH, FETCH_VERSION, req)
+            resp = await self.conn.request(address, ApiKey.FETCH, version, req)
         except Exception:
             self.session.handle_error()  # the next request is a full one in a new session
             raise

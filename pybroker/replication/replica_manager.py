@@ -747,12 +747,12 @@ class ReplicaManager:
     # ------------------------------------------------------------------ append
 
     def append(self, partition: Partition, batch: bytearray | memoryview, timestamp_type: str | None = None,
-               origin: str = "client", header: tuple | None = None) -> LogAppendInfo:
+               origin: str = "client", header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
         """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses.
         origin: "client" or "coordinator"; header: the batch's parsed header when the caller
-        validated it (UnifiedLog.append_as_leader)."""
+        validated it (UnifiedLog.append_as_leader); transaction_version: a marker's (KIP-1228)."""
         info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin,
-                                              header)
+                                              header, transaction_version)
         # Kafka's appendToLocalLog marks MessagesIn/BytesIn for every append that succeeded, duplicates too
         stats = partition.stats
         stats.messages_in += info.last_offset - info.first_offset + 1

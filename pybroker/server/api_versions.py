@@ -1,8 +1,21 @@
 """ApiVersions: the versions this broker advertises, exactly those implemented and tested.
 
-Ranges follow Kafka 4.0 (with Produce advertised from 0 for librdkafka before 2.11.1,
-which enables compression only if Produce 0 is in range; v0-2 requests are answered
-UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is always v0.
+Ranges follow Kafka 4.2 (what a 4.2 broker advertises; kafka-python infers the broker version
+from them, so they must match to the version) with Produce advertised from 0 for librdkafka
+before 2.11.1, which enables compression only if Produce 0 is in range (v0-2 requests are
+answered UNSUPPORTED_VERSION per partition, as Kafka 4 does). The response header is always v0.
+
+The shapes newer than ../shared/kafka-protocol come from the project's overlay specs
+(tools/kafka-protocol-overlay/). Versions worth knowing:
+- Produce 13, OffsetCommit 10, OffsetFetch 10 name topics by id (UNKNOWN_TOPIC_ID);
+- Produce 12, AddPartitionsToTxn 4-5, EndTxn 5, TxnOffsetCommit 5 (KIP-890): Kafka advertises
+  and answers them with transaction version 2's behaviour whatever transaction.version is
+  finalized (it stays 0 here), see server/txn.py; AddPartitionsToTxn 4+ is the broker form;
+- WriteTxnMarkers 1-2 (KIP-1228: v2 carries the transaction version; the marker channel sends it);
+- Fetch 18 / ListOffsets 11: tiered-storage fields, answered as a broker without tiered storage;
+- ListConfigResources 0-1 (KIP-1142; v0 was ListClientMetricsResources).
+Kafka 4.2 also advertises what is out of scope here: share groups (KIP-932), streams groups
+(KIP-1071), SASL and delegation tokens, the KRaft voter changes (KIP-853), UnregisterBroker.
 """
 
 from __future__ import annotations
@@ -18,10 +31,10 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),
-    ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (1, 10),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.PRODUCE: (0, 13),
+    ApiKey.FETCH: (4, 18),
+    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -29,13 +42,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
     # admin: dynamic topic configs, DeleteRecords, DescribeLogDirs (v0 removed in Kafka 4)
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # v0 removed in Kafka 4 (KIP-896)
+    # KIP-1142: the config resources of every type (v0 was ListClientMetricsResources)
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
     # classic consumer groups; FindCoordinator/JoinGroup/SyncGroup/Heartbeat/LeaveGroup from 0
     # and OffsetFetch from 1 because librdkafka < 2.11.1 needs those exact versions in range
     ApiKey.FIND_COORDINATOR: (0, 6),
@@ -43,34 +58,34 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_COMMIT: (2, 10),
+    ApiKey.OFFSET_FETCH: (1, 10),
     ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     # KIP-848 consumer groups: librdkafka 2.16 needs ConsumerGroupHeartbeat 1 (CLIENTS.md pitfall 12)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     # transactions (KIP-98); AddPartitionsToTxn v4+ is the broker-to-broker batched form
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     # the transaction coordinator's markers to partition leaders (server/write_txn_markers.py)
-    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),  # v0 removed in Kafka 4 (KIP-896); v2: KIP-1228
     # ACLs: no authorizer, so SECURITY_DISABLED (server/acls.py); v0 removed in Kafka 4 (KIP-896)
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
     # controller partition admin on one node (server/partition_admin.py)
     ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     # KIP-664 hanging-transaction tooling (server/producers.py)
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
-    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
     # KIP-584 features and the KIP-595 quorum of this combined node (server/features.py, quorum.py)
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.UPDATE_FEATURES: (0, 2),

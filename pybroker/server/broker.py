@@ -59,6 +59,7 @@ from pybroker.controller.bootstrap_metadata import read_bootstrap_records, read_
 from pybroker.controller.controller import QuorumController
 from pybroker.controller.metadata_log import MetadataRecordSerde
 from pybroker.coordinators.group.coordinator import GroupCoordinator
+from pybroker.coordinators.txn.add_partitions_manager import AddPartitionsToTxnManager
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.coordinators.txn.marker_channel import TransactionMarkerChannelManager
 from pybroker.log.errors import LogError, MetaPropertiesError
@@ -93,6 +94,7 @@ from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
 from pybroker.server.quota import QuotaManagers
 from pybroker.server.snapshot_generator import SnapshotGenerator
+from pybroker.server.txn import local_add_or_verify
 from pybroker.server.write_txn_markers import write_txn_markers
 
 log = logging.getLogger("pybroker")
@@ -137,6 +139,7 @@ class Broker:
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
         self.txn_coordinator: TransactionCoordinator
+        self.add_partitions_manager: AddPartitionsToTxnManager
         self.server: SocketServer
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
@@ -386,6 +389,12 @@ class Broker:
                                                           self.image, self.producer_ids, self.group_coordinator,
                                                           nursery.start_soon, markers)
             loader.add_publisher("transaction coordinator", lambda _d: self.txn_coordinator.on_metadata())
+            # a partition leader asks a producer's transaction coordinator to verify or add a partition
+            # (KIP-890): this node's own coordinator directly, another's with AddPartitionsToTxn v5
+            self.add_partitions_manager = AddPartitionsToTxnManager(
+                node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
+                partition_for=self.txn_coordinator.partition_for,
+                local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"])
 
             def quotas(delta: Delta) -> None:
                 if delta.records is None:
@@ -552,7 +561,7 @@ class Broker:
         if self.controller_server is not None:  # last: the quorum needed it until now
             self.controller_server.begin_shutdown()
         for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None),
-                        self.alter_partition_channel):
+                        self.alter_partition_channel, getattr(self, "add_partitions_manager", None)):
             if channel is not None:
                 await channel.aclose()
         if self.raft is not None:

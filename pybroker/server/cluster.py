@@ -2,7 +2,8 @@
 
 DescribeCluster reports the unfenced brokers on the request's listener and, as the controller
 id, a random one of them (Kafka's KRaft brokers do: admin clients send controller requests to
-a broker, which forwards them).
+a broker, which forwards them). v2 (KIP-1073) lists fenced brokers too when asked
+(IncludeFencedBrokers) and marks each broker's IsFenced.
 
 Producer ids come in blocks of 1000 from the active controller (a ProducerIdsRecord in
 __cluster_metadata; AllocateProducerIds when the controller is another node: Kafka's
@@ -24,7 +25,7 @@ from pybroker.protocol.messages import (
     InitProducerIdResponse,
 )
 from pybroker.security.authorizer import Op, Res, cluster_authorized_operations
-from pybroker.server.metadata import broker_list, controller_id
+from pybroker.server.metadata import controller_id
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -38,9 +39,16 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: DescribeCl
                                        error_message="The target broker only supports broker endpoints",
                                        endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
                                        controller_id=-1, brokers=[])
-    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
-                                                             rack=b.rack)
-               for b in broker_list(broker, ctx.conn.listener_name)]
+    include_fenced = ctx.api_version >= 2 and req.include_fenced_brokers
+    brokers = []
+    for b in sorted(broker.image.brokers.values(), key=lambda b: b.broker_id):
+        # (this node while its controlled shutdown completes stays listed, as in Metadata: see broker_list)
+        if b.fenced and not include_fenced and not (b.broker_id == broker.node_id and broker.stopping):
+            continue
+        endpoint = next((e for e in b.endpoints if e[0] == ctx.conn.listener_name), None)
+        if endpoint is not None:
+            brokers.append(DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=b.broker_id, host=endpoint[1], port=endpoint[2], rack=b.rack, is_fenced=b.fenced))
     ops = cluster_authorized_operations(broker.authorizer, ctx) if req.include_cluster_authorized_operations \
         else AUTHORIZED_OPERATIONS_OMITTED
     return DescribeClusterResponse(

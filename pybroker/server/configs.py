@@ -7,6 +7,16 @@ override, then every layer that sets the broker property backing it (Kafka's Con
 server/dynamic_config.py). A BROKER resource is this node (every config) or "" (only the
 cluster-wide dynamic defaults). A GROUP resource lists its group configs
 (server/group_configs.py).
+
+ListConfigResources (74; v0 was ListClientMetricsResources, KIP-1142), as Kafka's
+KafkaApis.handleListConfigResources: DESCRIBE_CONFIGS on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED); the types a version knows are v0 CLIENT_METRICS (16), v1 TOPIC
+(2), BROKER (4), BROKER_LOGGER (8), CLIENT_METRICS and GROUP (32); no types asked means all of
+them, a type the version does not know fails the request with UNSUPPORTED_VERSION. Listed, in
+Kafka's order: groups with group configs, client-metrics resources (config resources of type 16
+in the metadata image: none, since client-metrics subscriptions cannot be configured here yet),
+then every registered broker with an endpoint on the request's listener (fenced ones too) as
+BROKER_LOGGER and as BROKER resources, then every topic.
 """
 
 from __future__ import annotations
@@ -15,7 +25,12 @@ from typing import TYPE_CHECKING
 
 from pybroker.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors
-from pybroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+from pybroker.protocol.messages import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 from pybroker.security.authorizer import Op
 from pybroker.server.group_configs import RESOURCE_GROUP, describe_group
 
@@ -27,6 +42,10 @@ CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_STATIC = 4
 CONFIG_SOURCE_DEFAULT = 5
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+# ListConfigResourcesRequest.supportedResourceTypes: the config resource types each version lists
+LISTABLE_TYPES = {0: (RESOURCE_CLIENT_METRICS,),
+                  1: (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)}
 
 _TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
           "password": 9}
@@ -94,3 +113,36 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: DescribeCo
             r.error_message = f"Unsupported resource type {res.resource_type}"
         results.append(r)
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def handle_list_config_resources(broker: Broker, ctx: RequestContext,
+                                 req: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
+    auth = broker.authorizer
+    if auth is not None and not auth.authorize_cluster(ctx, Op.DESCRIBE_CONFIGS):
+        return ListConfigResourcesResponse(throttle_time_ms=0, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                           config_resources=[])
+    supported = LISTABLE_TYPES[min(ctx.api_version, 1)]
+    wanted = set(req.resource_types if ctx.api_version >= 1 and req.resource_types else supported)
+    if not wanted <= set(supported):
+        return ListConfigResourcesResponse(throttle_time_ms=0, error_code=Errors.UNSUPPORTED_VERSION,
+                                           config_resources=[])
+    image = broker.image
+    R = ListConfigResourcesResponse.ConfigResource
+    out: list[ListConfigResourcesResponse.ConfigResource] = []
+
+    def configured(resource_type: int) -> list[str]:
+        return sorted(name for (t, name), configs in image.configs.items() if t == resource_type and configs)
+
+    if RESOURCE_GROUP in wanted:
+        out += [R(resource_name=g, resource_type=RESOURCE_GROUP) for g in configured(RESOURCE_GROUP)]
+    if RESOURCE_CLIENT_METRICS in wanted:
+        out += [R(resource_name=n, resource_type=RESOURCE_CLIENT_METRICS) for n in configured(RESOURCE_CLIENT_METRICS)]
+    # metadataCache.getBrokerNodes(listener): registered brokers with that listener, fenced or not
+    nodes = [str(b.broker_id) for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
+             if any(e[0] == ctx.conn.listener_name for e in b.endpoints)]
+    for resource_type in (RESOURCE_BROKER_LOGGER, RESOURCE_BROKER):
+        if resource_type in wanted:
+            out += [R(resource_name=n, resource_type=resource_type) for n in nodes]
+    if RESOURCE_TOPIC in wanted:
+        out += [R(resource_name=t, resource_type=RESOURCE_TOPIC) for t in sorted(image.topics_by_name)]
+    return ListConfigResourcesResponse(throttle_time_ms=0, error_code=0, config_resources=out)

@@ -1,8 +1,11 @@
-"""KIP-848 consumer groups: ConsumerGroupHeartbeat (68) v0-1 and ConsumerGroupDescribe (69) v0.
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat (68) v0-1 and ConsumerGroupDescribe (69) v0-1.
 
 Thin translations onto GroupCoordinator.consumer_group_heartbeat / consumer_group_describe; the
 rules live in pybroker/coordinators/group/consumer_group_manager.py. v0 heartbeats get a
-member id from the coordinator, v1 members bring their own. A coordinator error
+member id from the coordinator, v1 members bring their own. ConsumerGroupDescribe v1 adds each
+member's type (KIP-1099: 0 a classic-protocol member of a migrated group, 1 a consumer-protocol
+member); a group that is missing or not a consumer group is GROUP_ID_NOT_FOUND with Kafka's
+message at every version. A coordinator error
 (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) is the heartbeat's top-level error, and
 each described group's own error.
 """

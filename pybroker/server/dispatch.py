@@ -85,6 +85,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
     ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
+    ApiKey.LIST_CONFIG_RESOURCES: configs.handle_list_config_resources,
     ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     ApiKey.ALTER_CONFIGS: alter_configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle_incremental_alter_configs,

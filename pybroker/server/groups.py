@@ -1,6 +1,10 @@
 """Classic group membership and admin APIs: JoinGroup (11) v0-9, Heartbeat (12) v0-4,
-LeaveGroup (13) v0-5, SyncGroup (14) v0-5, DescribeGroups (15) v0-5, ListGroups (16) v0-5,
+LeaveGroup (13) v0-5, SyncGroup (14) v0-5, DescribeGroups (15) v0-6, ListGroups (16) v0-5,
 DeleteGroups (42) v0-2.
+
+DescribeGroups describes classic groups only, as Kafka's: a group that does not exist or is a
+KIP-848 consumer group is "Dead" without an error before v6, and GROUP_ID_NOT_FOUND with
+Kafka's message ("Group g not found." / "Group g is not a classic group.") from v6 (KIP-1043).
 
 Thin translations onto pybroker.coordinators.group.coordinator.GroupCoordinator; the rules
 live there. A coordinator error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) goes
@@ -109,7 +113,7 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Descr
     for gid in req.groups:
         try:
             check_group(broker, ctx, gid, Op.DESCRIBE)
-            out.append(await broker.group_coordinator.describe_group(gid, include_ops))
+            out.append(await broker.group_coordinator.describe_group(gid, include_ops, ctx.api_version))
             if include_ops and broker.authorizer is not None and not out[-1].error_code:
                 out[-1].authorized_operations = broker.authorizer.authorized_operations(ctx, Res.GROUP, gid)
         except KafkaError as exc:

@@ -1,17 +1,25 @@
 """ListOffsets (api 2) and OffsetForLeaderEpoch (api 23).
 
 ListOffsets targets: -1 latest (the high watermark, or the last stable offset for
-read_committed), -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+),
--5 latest tiered (v9+), else the first offset whose timestamp >= the target (offset -1
-when there is none below the high watermark). Leader epochs come from the partition's
-leader-epoch cache so they agree with Metadata and the batches (CLIENTS.md pitfall 10).
+read_committed), -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+), -5 latest tiered
+(v9+), -6 earliest pending upload (v11+, KIP-1023), else the first offset whose timestamp >= the
+target (offset -1 when there is none below the high watermark). No tiered storage: -5 and -6
+answer offset -1 with leader epoch -1, as Kafka does for a topic without it; a special
+timestamp below its first version is UNSUPPORTED_VERSION for that partition. Leader epochs
+come from the partition's leader-epoch cache so they agree with Metadata and the batches
+(CLIENTS.md pitfall 10).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pybroker.log.log import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
+from pybroker.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     ListOffsetsRequest,
@@ -27,7 +35,9 @@ if TYPE_CHECKING:
 
 LPart = ListOffsetsResponse.ListOffsetsPartitionResponse
 LTopic = ListOffsetsResponse.ListOffsetsTopicResponse
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
+# Kafka's ListOffsetsRequest: the first version each special timestamp may be sent at
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9,
+                EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
 
 
 def _list_one(broker: Broker, version: int, isolation: int, topic: str,

@@ -1,4 +1,4 @@
-"""Committed offsets: OffsetCommit (8) v2-9, OffsetFetch (9) v1-9, OffsetDelete (47) v0.
+"""Committed offsets: OffsetCommit (8) v2-10, OffsetFetch (9) v1-10, OffsetDelete (47) v0.
 
 OffsetFetch shapes: v0-7 one group (`topics` null from v2 = every committed partition),
 v8+ a batch of groups each with its own error. A partition without a commit answers offset
@@ -6,8 +6,13 @@ v8+ a batch of groups each with its own error. A partition without a commit answ
 transactional offsets (an open transaction's TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT
 with offset -1 in that partition, at every version (the group/top-level error stays 0), so the
 client retries; with topics null only committed partitions are listed (Kafka's
-fetchAllOffsets). Without require_stable the last committed offset is returned. Topic ids (OffsetCommit/OffsetFetch v10) are not
-advertised.
+fetchAllOffsets). Without require_stable the last committed offset is returned.
+
+OffsetCommit v10 / OffsetFetch v10 name topics by id (KIP-848), resolved through the metadata
+image as Kafka's KafkaApis does: an id the image lacks answers UNKNOWN_TOPIC_ID for each of its
+partitions (offset -1 in OffsetFetch) before any authorization; the answers carry the ids. An
+OffsetFetch v10 for all of a group's offsets lists only topics that still have an id (a deleted
+topic's offsets cannot be named).
 
 Coordinator errors go top-level where the version has one (OffsetFetch v2+, per group v8+,
 OffsetDelete), else on every partition. OffsetFetch v9 carries member id + epoch: a consumer
@@ -76,21 +81,53 @@ def _commit_error(req: OffsetCommitRequest, code: int) -> OffsetCommitResponse:
             for p in t.partitions]) for t in req.topics])
 
 
+def _names_for_ids(broker: Broker, topics: list[Any]) -> dict[str, bytes]:
+    """v10: set each request topic's name from its id ("" for an id the image lacks, or the zero
+    id); returns name -> id to put the ids back on the answer."""
+    by_id = broker.image.topics_by_id
+    ids: dict[str, bytes] = {}
+    for t in topics:
+        known = by_id.get(t.topic_id) if t.topic_id != bytes(16) else None
+        t.name = known.name if known is not None else ""
+        if t.name:
+            ids[t.name] = t.topic_id
+    return ids
+
+
+def _split_unknown_ids(req: Any, response_topic: Any, response_partition: Any, **fields: Any) -> list[Any]:
+    """Take the topics whose id resolved to no name out of `req`: UNKNOWN_TOPIC_ID on each partition."""
+    bad = [t for t in req.topics if not t.name]
+    req.topics = [t for t in req.topics if t.name]
+    return [response_topic(name="", topic_id=t.topic_id, partitions=[
+        response_partition(partition_index=getattr(p, "partition_index", p), error_code=Errors.UNKNOWN_TOPIC_ID,
+                           **fields) for p in getattr(t, "partitions", None) or getattr(t, "partition_indexes", [])])
+        for t in bad]
+
+
 async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
     auth = broker.authorizer
+    v = ctx.api_version
     denied: list[Any] = []
     if auth is not None:  # KafkaApis: READ on the group, then READ on each topic
         if not auth.authorize(ctx, Op.READ, Res.GROUP, req.group_id):
             return _commit_error(req, Errors.GROUP_AUTHORIZATION_FAILED)
+    ids = _names_for_ids(broker, req.topics) if v >= 10 else {}
+    unknown_ids = _split_unknown_ids(req, OffsetCommitResponse.OffsetCommitResponseTopic,
+                                     OffsetCommitResponse.OffsetCommitResponsePartition) if v >= 10 else []
+    if auth is not None:
         denied = _split_unauthorized_topics(auth, ctx, req)
-    unknown = denied + _split_unknown_partitions(broker, req)
+    unknown = unknown_ids + denied + _split_unknown_partitions(broker, req)
     if not req.topics and unknown:
-        return OffsetCommitResponse(throttle_time_ms=0, topics=unknown)
-    try:
-        resp = await broker.group_coordinator.commit_offsets(req, ctx.api_version)
-    except KafkaError as exc:
-        resp = _commit_error(req, exc.code)
-    resp.topics.extend(unknown)
+        resp = OffsetCommitResponse(throttle_time_ms=0, topics=unknown)
+    else:
+        try:
+            resp = await broker.group_coordinator.commit_offsets(req, v)
+        except KafkaError as exc:
+            resp = _commit_error(req, exc.code)
+        resp.topics.extend(unknown)
+    for t in resp.topics:
+        if t.name:
+            t.topic_id = ids.get(t.name, bytes(16))
     return resp
 
 
@@ -123,18 +160,28 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFe
     if v >= 8:
         groups_out = []
         for g in req.groups:
+            unknown_ids: list[Any] = []
+            if v >= 10 and g.topics is not None:
+                _names_for_ids(broker, g.topics)
+                unknown_ids = _split_unknown_ids(g, R.OffsetFetchResponseTopics, R.OffsetFetchResponsePartitions,
+                                                 committed_offset=-1, committed_leader_epoch=-1, metadata="")
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            if wanted == [] and unknown_ids:
+                groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=unknown_ids))
+                continue
             # v9: a consumer-protocol member names itself; its epoch is checked (KIP-848)
             member_id, member_epoch = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
             error, found = await _fetch_group(broker, ctx, g.group_id, wanted, member_id, member_epoch,
                                               req.require_stable)
-            groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
-                R.OffsetFetchResponseTopics(name=topic, partitions=[
-                    R.OffsetFetchResponsePartitions(
-                        partition_index=p, committed_offset=om.offset if om else -1,
-                        committed_leader_epoch=om.leader_epoch if om else -1,
-                        metadata=om.metadata if om else "", error_code=code)
-                    for p, om, code in parts]) for topic, parts in found]))
+            topics = [R.OffsetFetchResponseTopics(name=topic, partitions=[
+                R.OffsetFetchResponsePartitions(
+                    partition_index=p, committed_offset=om.offset if om else -1,
+                    committed_leader_epoch=om.leader_epoch if om else -1,
+                    metadata=om.metadata if om else "", error_code=code)
+                for p, om, code in parts]) for topic, parts in found]
+            if v >= 10:
+                topics = _with_topic_ids(broker, topics) + (unknown_ids if not error else [])
+            groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=topics))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
     wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
     error, found = await _fetch_group(broker, ctx, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)
@@ -146,6 +193,18 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFe
         for p, om, code in parts]) for topic, parts in found]
     return OffsetFetchResponse(throttle_time_ms=0, topics=topics_out, error_code=error if v >= 2 else 0,
                                groups=[])
+
+
+def _with_topic_ids(broker: Broker, topics: list[Any]) -> list[Any]:
+    """v10 answers name topics by id: each gets its id from the image; a topic without one (deleted
+    since the commit) cannot be named and is left out, as Kafka's fetchAllOffsetsForGroup does."""
+    out = []
+    for t in topics:
+        image_topic = broker.image.topic(t.name)
+        if image_topic is not None and image_topic.topic_id != bytes(16):
+            t.topic_id = image_topic.topic_id
+            out.append(t)
+    return out
 
 
 async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse:

@@ -1,4 +1,4 @@
-"""ElectLeaders (43) v0-2, AlterPartitionReassignments (45) v0, ListPartitionReassignments (46)
+"""ElectLeaders (43) v0-2, AlterPartitionReassignments (45) v0-1, ListPartitionReassignments (46)
 v0: the KRaft controller's partition-admin answers (Kafka's ReplicationControlManager behind
 QuorumController; a broker forwards these requests to it unchanged).
 
@@ -21,8 +21,10 @@ QuorumController; a broker forwards these requests to it unchanged).
   request. UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the cluster lacks; null replicas
   (cancel) on a partition not reassigning NO_REASSIGNMENT_IN_PROGRESS; a target replica list is
   validated as Kafka's validateManualPartitionAssignment (empty list, a broker that is not
-  registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT with Kafka's messages). An
-  empty topic list answers at once (top-level error message "" there, null otherwise, as
+  registered, a broker named twice -> INVALID_REPLICA_ASSIGNMENT with Kafka's messages); v1
+  with AllowReplicationFactorChange false (KIP-860) then refuses a target whose size differs
+  from the replica set the partition is heading for: INVALID_REPLICATION_FACTOR "The replication
+  factor is changed from N to M"; the answer echoes the flag. An empty topic list answers at once (top-level error message "" there, null otherwise, as
   Kafka's response defaults make it). timeout_ms is never waited on: the change commits before
   the answer; the new replicas catch up afterwards.
 - ListPartitionReassignments: the partitions with adding or removing replicas, every topic's
@@ -91,10 +93,12 @@ async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestConte
                                                ) -> AlterPartitionReassignmentsResponse:
     if not req.topics:
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message="", responses=[])
+    allow_rf_change = req.allow_replication_factor_change if ctx.api_version >= 1 else True
     results = await broker.controller.alter_partition_reassignments(
         [(t.name, [(p.partition_index, None if p.replicas is None else list(p.replicas)) for p in t.partitions])
-         for t in req.topics])
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, responses=[
+         for t in req.topics], allow_rf_change)
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                               allow_replication_factor_change=allow_rf_change, responses=[
         TopicResponse(name=name, partitions=[
             PartitionResponse(partition_index=pid, error_code=code, error_message=message)
             for pid, code, message in partitions])

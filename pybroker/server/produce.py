@@ -1,13 +1,28 @@
 """Produce (api 0): validate each partition's batch, append it as leader, answer per acks.
 
 Per partition (Kafka's KafkaApis.handleProduceRequest + ReplicaManager.appendRecords):
+- v13 names topics by id (KIP-516): an id the cluster lacks is UNKNOWN_TOPIC_ID, the answer
+  carries the request's ids; v12 has v11's shape (see the transactional rule below);
 - request-level rules (Kafka's ProduceRequest.validateRecords): v0-2 (old message formats) get
   UNSUPPORTED_VERSION, a missing batch INVALID_RECORD, zstd before v7 UNSUPPORTED_COMPRESSION_TYPE;
 - the batch's own rules and recompression are the log's: pybroker/log/log_validator.py (Kafka's
   LogValidator), whose errors this handler maps to the partition's response, with the per-record
   errors of v8+;
-- a transactional batch must belong to an ongoing transaction that added the partition (the
-  transaction coordinator's check), and acks=-1 needs min.insync.replicas;
+- a transactional batch must belong to an ongoing transaction that added the partition (KIP-890
+  part 1 verification, the transaction coordinator's check; skipped without a transactional id,
+  or when the producer already has a transaction open on the partition at that epoch). From v12
+  (a transaction version 2 client, Kafka's ADD_PARTITION operation) the coordinator *adds* the
+  partition instead, retrying CONCURRENT_TRANSACTIONS every 20 ms for up to 100 ms (Kafka's
+  add.partitions.to.txn.retry.backoff defaults). Coordinator answers become the client's as in
+  Kafka's ReplicaManager: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE ->
+  INVALID_TXN_STATE ("Partition was not added to the transaction") before v11; the coordinator
+  being unreachable or loading, and before v12 CONCURRENT_TRANSACTIONS, -> NOT_ENOUGH_REPLICAS
+  ("Unable to verify the partition has been added to the transaction. Underlying error: X").
+  Transactional batches of two producers in one request fail it all with
+  INVALID_PRODUCER_ID_MAPPING. Verifying (v3-11, AddPartitionsToTxn VerifyOnly) and adding (v12+)
+  ask the transactional id's coordinator wherever it is (coordinators/txn/add_partitions_manager.py:
+  this node's directly, another node's over AddPartitionsToTxn v5);
+- acks=-1 needs min.insync.replicas;
 - producer-id/epoch/sequence checks and duplicate detection happen in the log's append.
 
 acks=0 gets no response at all, and any error closes the connection instead (Kafka's way
@@ -20,6 +35,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import trio
+
+from pybroker._native import records as native_records
 from pybroker._native.errors import RecordError
 from pybroker.log.errors import LogError, RecordValidationError
 from pybroker.log.log_validator import validate_records
@@ -31,6 +49,8 @@ from pybroker.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
     CODEC_MASK,
+    H_PRODUCER_EPOCH,
+    H_PRODUCER_ID,
     TRANSACTIONAL_FLAG,
 )
 from pybroker.records.compression import ZSTD
@@ -84,9 +104,82 @@ def _fail(resp: PartResp, code: int, message: str | None = None, record_errors: 
         resp.record_errors = record_errors
 
 
+ADD_PARTITIONS_RETRY_BACKOFF_S = 0.02  # add.partitions.to.txn.retry.backoff.ms
+ADD_PARTITIONS_RETRY_MAX_S = 0.1  # add.partitions.to.txn.retry.backoff.max.ms
+_UNVERIFIED = frozenset(int(e) for e in (Errors.NETWORK_EXCEPTION, Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                                         Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR))
+
+
+def transaction_error(code: int, version: int) -> tuple[int, str | None]:
+    """A coordinator's verify/add answer (already mapped by client_code) as ReplicaManager reports
+    it for Produce `version`: (error code, error message)."""
+    if code == Errors.INVALID_TXN_STATE:
+        return code, "Partition was not added to the transaction"
+    if code in _UNVERIFIED or (code == Errors.CONCURRENT_TRANSACTIONS and version < 12):
+        return (int(Errors.NOT_ENOUGH_REPLICAS),
+                f"Unable to verify the partition has been added to the transaction. Underlying error: {Errors(code).name}")
+    return code, None
+
+
+def _transactional_producer(req: ProduceRequest) -> tuple[int, int] | None | bool:
+    """The (producer id, epoch) of the request's transactional batches; None if there are none,
+    False when they are two producers' (Kafka: InvalidPidMappingException for the request)."""
+    found: set[tuple[int, int]] = set()
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is None or len(r) < BATCH_HEADER_SIZE or not r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+                continue
+            try:
+                header = native_records.read_batch_header(r if isinstance(r, memoryview) else memoryview(r), 0)
+            except (RecordError, ValueError):
+                continue  # a malformed batch is the append path's to answer
+            if header[H_PRODUCER_ID] >= 0:
+                found.add((header[H_PRODUCER_ID], header[H_PRODUCER_EPOCH]))
+    if len(found) > 1:
+        return False
+    return next(iter(found), None)
+
+
+async def _add_to_transaction(broker: Any, req: ProduceRequest, names: list[str], producer: tuple[int, int],
+                              version: int) -> dict[tuple[str, int], int]:
+    """Before appending (ReplicaManager.appendRecordsWithTransactionVerification): the transactional
+    partitions this node leads that the producer has no transaction open on yet go to its
+    coordinator, wherever it is: v12+ (ADD_PARTITION) to be added, older versions to be verified.
+    Per partition the coordinator's answer, mapped for the client (0: go ahead)."""
+    pid, epoch = producer
+    rm = broker.replica_manager
+    wanted = []
+    for td, name in zip(req.topic_data, names, strict=True):
+        for pd in td.partition_data:
+            r = pd.records
+            if not name or r is None or len(r) < BATCH_HEADER_SIZE or not r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+                continue
+            partition = rm.get_partition(name, pd.index)
+            if partition is None or not partition.is_leader:
+                continue  # answered by the append path (NOT_LEADER_OR_FOLLOWER, unknown partition)
+            if not partition.log.producer_state.has_ongoing_transaction(pid, epoch):
+                wanted.append((name, pd.index))
+    if not wanted:
+        return {}
+    add = version >= 12
+    manager = broker.add_partitions_manager
+    if not add:  # TRANSACTION_ABORTABLE reaches clients from v11 on
+        return await manager.add_or_verify(req.transactional_id, pid, epoch, wanted, False, version >= 11)
+    deadline = trio.current_time() + min(ADD_PARTITIONS_RETRY_MAX_S, broker.config["request.timeout.ms"] / 1000)
+    while True:
+        codes = await manager.add_or_verify(req.transactional_id, pid, epoch, wanted, True)
+        if Errors.CONCURRENT_TRANSACTIONS not in codes.values() or trio.current_time() >= deadline:
+            return codes
+        await trio.sleep(ADD_PARTITIONS_RETRY_BACKOFF_S)
+
+
 def _append_partition(broker: Any, version: int, topic: str, index: int, records: Any, now_ms: int,
-                      resp: PartResp, acks: int) -> Any:
-    """Validate and append one partition's data; fills `resp`; returns the Partition on success."""
+                      resp: PartResp, acks: int, transactional_id: str | None = None,
+                      added: dict[tuple[str, int], int] | None = None) -> Any:
+    """Validate and append one partition's data; fills `resp`; returns the Partition on success.
+    `added`: the coordinator's answers for the transactional partitions it was asked to add or verify
+    (None: the request has no transactional id)."""
     rm = broker.replica_manager
     partition = rm.get_partition(topic, index)
     if partition is None or not partition.is_leader:
@@ -123,11 +216,10 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
         _fail(resp, exc.error_code, str(exc))
         return None
     header = validated.header
-    if header.is_transactional and header.producer_id >= 0:
-        code = broker.txn_coordinator.verify_produce(header.producer_id, header.producer_epoch, topic, index)
+    if header.is_transactional and header.producer_id >= 0 and transactional_id is not None:
+        code = 0 if added is None else added.get((topic, index), 0)  # absent: already in the transaction
         if code:
-            _fail(resp, code, f"Transactional batch for {topic}-{index} outside an ongoing transaction "
-                              "that added this partition")
+            _fail(resp, *transaction_error(code, version))
             return None
     if acks == -1 and len(partition.isr) < cfg.min_insync_replicas:
         _fail(resp, Errors.NOT_ENOUGH_REPLICAS,
@@ -156,7 +248,7 @@ def _has_transactional_records(req: ProduceRequest) -> bool:
     return False
 
 
-def _authorize(auth: Any, ctx: Any, req: ProduceRequest) -> tuple[int, set[str] | None]:
+def _authorize(auth: Any, ctx: Any, req: ProduceRequest, names: list[str]) -> tuple[int, set[str] | None]:
     """KafkaApis.handleProduceRequest: (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request, or
     0 and the topics the caller may WRITE). Idempotent producers need nothing here since Kafka 3.0
     (KIP-679): IDEMPOTENT_WRITE is checked at InitProducerId."""
@@ -164,7 +256,16 @@ def _authorize(auth: Any, ctx: Any, req: ProduceRequest) -> tuple[int, set[str] 
             req.transactional_id is None
             or not auth.authorize(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id)):
         return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
-    return 0, auth.filter_authorized(ctx, Op.WRITE, Res.TOPIC, (td.name for td in req.topic_data))
+    return 0, auth.filter_authorized(ctx, Op.WRITE, Res.TOPIC, (n for n in names if n))
+
+
+def _topic_names(broker: Any, req: ProduceRequest, version: int) -> list[str]:
+    """Each topic's name; v13 names topics by id (KIP-516): an id the image lacks gives "" (Kafka's
+    getTopicName(id).orElse(name), the name being empty at v13), answered UNKNOWN_TOPIC_ID."""
+    if version < 13:
+        return [td.name for td in req.topic_data]
+    by_id = broker.image.topics_by_id
+    return [getattr(by_id.get(td.topic_id), "name", "") for td in req.topic_data]
 
 
 async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceResponse | None:
@@ -174,26 +275,37 @@ async def handle_produce(broker: Any, ctx: Any, req: ProduceRequest) -> ProduceR
     topics_out: list[TopicResp] = []
     waits: list[tuple[Any, int, PartResp]] = []
     any_error = False
-    denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req)
-    for td in req.topic_data:
+    names = _topic_names(broker, req, version)
+    denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req, names)
+    producer = _transactional_producer(req)
+    if producer is False and not denied_all:
+        denied_all = int(Errors.INVALID_PRODUCER_ID_MAPPING)  # Kafka fails the whole request
+    added = None
+    if isinstance(producer, tuple) and req.transactional_id is not None and not denied_all and acks in (0, 1, -1):
+        added = await _add_to_transaction(broker, req, names, producer, version)
+    for td, name in zip(req.topic_data, names, strict=True):
         parts_out = []
         for pd in td.partition_data:
             resp = PartResp(index=pd.index, error_code=0, base_offset=-1, log_append_time_ms=-1,
                             log_start_offset=-1, record_errors=[], error_message=None)
             if denied_all:
                 _fail(resp, denied_all)
-            elif writable is not None and td.name not in writable:
+            elif not name:  # v13: an unknown topic id (before authorization, as Kafka)
+                _fail(resp, Errors.UNKNOWN_TOPIC_ID)
+            elif writable is not None and name not in writable:
                 _fail(resp, Errors.TOPIC_AUTHORIZATION_FAILED)
             elif acks not in (0, 1, -1):
                 _fail(resp, Errors.INVALID_REQUIRED_ACKS)
             else:
-                done = _append_partition(broker, version, td.name, pd.index, pd.records, now_ms, resp, acks)
+                done = _append_partition(broker, version, name, pd.index, pd.records, now_ms, resp, acks,
+                                         req.transactional_id, added)
                 if done is not None:
                     waits.append((done[0], done[1], resp))
             any_error = any_error or resp.error_code != 0
-            broker.replica_manager.topic_stats.record_produce(td.name, resp.error_code)  # metrics
+            if name:
+                broker.replica_manager.topic_stats.record_produce(name, resp.error_code)  # metrics
             parts_out.append(resp)
-        topics_out.append(TopicResp(name=td.name, partition_responses=parts_out))
+        topics_out.append(TopicResp(name=name, topic_id=td.topic_id, partition_responses=parts_out))
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed: closing so the client refreshes metadata")

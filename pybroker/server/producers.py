@@ -1,4 +1,4 @@
-"""DescribeProducers (61) v0, DescribeTransactions (65) v0, ListTransactions (66) v0-1: the
+"""DescribeProducers (61) v0, DescribeTransactions (65) v0, ListTransactions (66) v0-2: the
 KIP-664 tooling APIs for finding hanging transactions, answered as Kafka's KafkaApis does.
 
 DescribeProducers, per requested partition, lists the partition log's producer state
@@ -17,7 +17,11 @@ coordinates (COORDINATOR_LOAD_IN_PROGRESS while one loads), excluding Dead ones:
 filters only those states (names Kafka's TransactionState.name; unknown names are echoed in
 unknown_state_filters and match nothing), with producer id filters only those ids, and from v1
 with duration_filter >= 0 only transactions whose start is more than that many ms ago (Kafka
-compares now - txnStartTimestamp, so a transaction that never started, start -1, passes).
+compares now - txnStartTimestamp, so a transaction that never started, start -1, passes), and
+from v2 with a non-empty transactional_id_pattern only ids the regular expression matches whole
+(KIP-1152; Kafka's RE2/J matcher().matches()); a pattern that does not compile answers
+INVALID_REGULAR_EXPRESSION with no states, and so does one using what Python's re has and RE2
+lacks (lookarounds, backreferences, atomic groups, possessive quantifiers, conditionals).
 
 DescribeTransactions answers each id from its coordinator partition: "" -> INVALID_REQUEST;
 partition not served here -> NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS; unknown or Dead
@@ -29,6 +33,7 @@ Concurrency: reads on the trio thread (the owner of logs and coordinator shards)
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from pybroker.controller.controller import validate_topic_name
@@ -97,11 +102,49 @@ def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Describe
 # -------------------------------------------------------------------------- ListTransactions
 
 
+def re2_compile(pattern: str) -> re.Pattern[str]:
+    """`pattern` compiled by Python's re, refusing (re.error) the constructs RE2 does not have, so
+    the patterns accepted are RE2/J's (Kafka's) as far as clients use them."""
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and pattern[i + 1:i + 2] in tuple("123456789"):
+                raise re.error("backreferences are not supported by RE2")
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 1
+            if pattern[i:i + 1] == "^":
+                i += 1
+            if pattern[i:i + 1] == "]":  # a ']' first in the class is a literal
+                i += 1
+            continue
+        elif c == "(" and pattern[i + 1:i + 2] == "?":
+            head = pattern[i + 2:i + 4]
+            if head[:1] in ("=", "!", ">", "(") or head in ("<=", "<!", "P="):
+                raise re.error("lookarounds, atomic groups, conditionals and named backreferences are not RE2")
+        elif c in "*+?}" and pattern[i + 1:i + 2] == "+":
+            raise re.error("possessive quantifiers are not RE2")
+        i += 1
+    return re.compile(pattern)
+
+
 def handle_list_transactions(broker: Broker, ctx: RequestContext, req: ListTransactionsRequest) -> ListTransactionsResponse:
     error, states = broker.txn_coordinator.list_transaction_states()
     if error:
         return ListTransactionsResponse(throttle_time_ms=0, error_code=error, unknown_state_filters=[],
                                         transaction_states=[])
+    pattern = None
+    if ctx.api_version >= 2 and req.transactional_id_pattern:  # KIP-1152; null or empty: no filter
+        try:
+            pattern = re2_compile(req.transactional_id_pattern)
+        except re.error:
+            return ListTransactionsResponse(throttle_time_ms=0, error_code=Errors.INVALID_REGULAR_EXPRESSION,
+                                            unknown_state_filters=[], transaction_states=[])
     wanted_names = list(dict.fromkeys(req.state_filters))  # Kafka takes a set of the names
     unknown = [n for n in wanted_names if n not in STATES_BY_NAME]
     wanted_states = {STATES_BY_NAME[n] for n in wanted_names if n in STATES_BY_NAME}
@@ -115,6 +158,8 @@ def handle_list_transactions(broker: Broker, ctx: RequestContext, req: ListTrans
         if wanted_pids and md.producer_id not in wanted_pids:
             return False
         if wanted_names and md.state not in wanted_states:
+            return False
+        if pattern is not None and not pattern.fullmatch(md.transactional_id):
             return False
         return not (duration >= 0 and now - md.txn_start_ms <= duration)
 

@@ -1,5 +1,5 @@
-"""Transaction APIs: InitProducerId (22) with a transactional id, AddPartitionsToTxn (24) v0-3,
-AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-4, TxnOffsetCommit (28) v0-4.
+"""Transaction APIs: InitProducerId (22) with a transactional id, AddPartitionsToTxn (24) v0-5,
+AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-5, TxnOffsetCommit (28) v0-5.
 
 The state machine lives in pybroker/coordinators/txn/. Errors as Kafka's KafkaApis: a
 transaction timeout above transaction.max.timeout.ms is INVALID_TRANSACTION_TIMEOUT;
@@ -7,14 +7,31 @@ PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions older than the clien
 it (InitProducerId < 4, the others < 2); coordinator errors (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, ...) go where each API puts its error. AddPartitionsToTxn
 answers UNKNOWN_TOPIC_OR_PARTITION for partitions the cluster lacks and
-OPERATION_NOT_ATTEMPTED for the rest of that request. Not implemented (so not advertised):
-the batched broker-to-broker AddPartitionsToTxn (v4+) and transaction version 2 (EndTxn v5).
-AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 only allow TRANSACTION_ABORTABLE, which this
-broker never answers.
+OPERATION_NOT_ATTEMPTED for the rest of that request.
+
+KIP-890 versions, answered as Kafka 4.2 answers them. Kafka picks the transaction version of
+these paths from the request version, not from the finalized transaction.version
+(TransactionVersion.transactionVersionForEndTxn / ForAddPartitionsToTxn, KafkaApis'
+TxnOffsetCommit). The cluster keeps transaction.version 0 finalized and Kafka's clients pick
+these versions only when 2 is, but a request at these versions gets transaction version 2's
+behaviour:
+- AddPartitionsToTxn v4-5: the batched broker-to-coordinator form (needs CLUSTER_ACTION on the
+  cluster with an authorizer, else CLUSTER_AUTHORIZATION_FAILED for the whole request); each
+  transaction either VerifyOnly (Kafka's handleVerifyPartitionsInTransaction) or is added with
+  transaction version 2; v5 is answered as v4 (it tells that its sender knows
+  TRANSACTION_ABORTABLE);
+- EndTxn v5: each commit/abort bumps the producer epoch, and the answer carries the id and epoch
+  to go on with (a new producer id at epoch 0 once the epoch is exhausted); v0-4 answer -1/-1;
+- TxnOffsetCommit v5: the coordinator adds the group's offsets partition itself (no
+  AddOffsetsToTxn); v0-4 only verify it;
+- AddOffsetsToTxn/EndTxn/TxnOffsetCommit v4 may answer TRANSACTION_ABORTABLE (older versions
+  get INVALID_TXN_STATE for it).
+The verify/add requests of partition leaders reach the coordinator wherever it is
+(pybroker/coordinators/txn/add_partitions_manager.py, `local_add_or_verify` on this node).
 
 TxnOffsetCommit writes the offsets to __consumer_offsets as the producer's transactional batch
-(pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py);
-the producer must have added the group's partition (AddOffsetsToTxn), else INVALID_TXN_STATE.
+(pending until the transaction's marker, pybroker/coordinators/group/offset_metadata_manager.py),
+once the offsets partition is verified in (or added to) the producer's ongoing transaction.
 
 A transaction may hold partitions led by any node and offsets of a group coordinated on any
 node: its markers reach their leaders with WriteTxnMarkers
@@ -90,10 +107,74 @@ def _unwritable(broker: Broker, ctx: RequestContext, op: int, names: list[str]) 
     return set() if auth is None else set(names) - auth.filter_authorized(ctx, op, Res.TOPIC, names)
 
 
+def _result(transactional_id: str, codes: dict[tuple[str, int], int]) -> AddPartitionsToTxnResponse.AddPartitionsToTxnResult:
+    """AddPartitionsToTxnResponse.resultForTransaction: the codes grouped by topic."""
+    R = AddPartitionsToTxnResponse
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (t, p), code in codes.items():
+        by_topic.setdefault(t, []).append((p, code))
+    return R.AddPartitionsToTxnResult(transactional_id=transactional_id, topic_results=[
+        R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=[
+            R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=c) for p, c in parts])
+        for t, parts in by_topic.items()])
+
+
+async def _add_or_verify(broker: Broker, txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+                         ) -> AddPartitionsToTxnResponse.AddPartitionsToTxnResult:
+    """One transaction of a v4+ request (KafkaApis.handleAddPartitionsToTxnRequest, from another
+    broker: no WRITE checks). A partition the cluster lacks fails the transaction
+    (UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED); else VerifyOnly checks that
+    the partitions are in the ongoing transaction, and otherwise they are added with transaction
+    version 2 (Kafka's transactionVersionForAddPartitionsToTxn for v4+)."""
+    wanted = list(dict.fromkeys((t.name, p) for t in txn.topics for p in t.partitions))
+    unknown = set()
+    for name, p in wanted:
+        topic = broker.image.topic(name)
+        if topic is None or p not in topic.partitions:
+            unknown.add((name, p))
+    if unknown:
+        return _result(txn.transactional_id, {
+            tp: int(Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED)
+            for tp in wanted})
+    coordinator = broker.txn_coordinator
+    if txn.verify_only:
+        return _result(txn.transactional_id, await coordinator.verify_partitions(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted))
+    try:
+        code = await coordinator.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                                                client_tv=2) if txn.transactional_id else int(Errors.INVALID_REQUEST)
+    except KafkaError as exc:
+        code = exc.code
+    return _result(txn.transactional_id, dict.fromkeys(wanted, int(code)))
+
+
+async def local_add_or_verify(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: list[tuple[str, int]], add: bool) -> dict[tuple[str, int], int]:
+    """The AddPartitionsToTxnManager's call to this node's own coordinator: what an AddPartitionsToTxn
+    v5 for the one transaction would answer, per partition."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    Q = AddPartitionsToTxnRequest
+    result = await _add_or_verify(broker, Q.AddPartitionsToTxnTransaction(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=not add,
+        topics=[Q.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
+    return {(t.name, p.partition_index): int(p.partition_error_code)
+            for t in result.topic_results for p in t.results_by_partition}
+
+
 async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest
                                        ) -> AddPartitionsToTxnResponse:
     v = ctx.api_version
     R = AddPartitionsToTxnResponse
+    if v >= 4:
+        # the batched form brokers send to a transaction coordinator (KIP-890 part 1): CLUSTER_ACTION,
+        # else the whole request fails with CLUSTER_AUTHORIZATION_FAILED at the top level
+        if broker.authorizer is not None and not broker.authorizer.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            return R(throttle_time_ms=0, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[],
+                     results_by_topic_v3_and_below=[])
+        return R(throttle_time_ms=0, error_code=0, results_by_topic_v3_and_below=[],
+                 results_by_transaction=[await _add_or_verify(broker, txn) for txn in req.transactions])
     wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
     code: int
     try:
@@ -144,14 +225,17 @@ async def handle_add_offsets_to_txn(broker: Broker, ctx: RequestContext, req: Ad
 
 
 async def handle_end_txn(broker: Broker, ctx: RequestContext, req: EndTxnRequest) -> EndTxnResponse:
+    # v5 is the client of transaction version 2 (Kafka's transactionVersionForEndTxn), whatever
+    # transaction.version the cluster finalized: the coordinator bumps the epoch and answers it
+    client_tv = 2 if ctx.api_version >= 5 else 0
     try:
         _check_txn(broker, ctx, req.transactional_id)
-        code = await broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                    req.committed)
+        code, pid, epoch = await broker.txn_coordinator.end_txn(req.transactional_id, req.producer_id,
+                                                                req.producer_epoch, req.committed, client_tv)
     except KafkaError as exc:
-        code = exc.code
+        code, pid, epoch = exc.code, -1, -1
     return EndTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx.api_version, 2),
-                          producer_id=-1, producer_epoch=-1)
+                          producer_id=pid, producer_epoch=epoch)
 
 
 def _validate_member(shard: Any, req: TxnOffsetCommitRequest, version: int) -> int:
@@ -213,13 +297,45 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Txn
         _check_txn(broker, ctx, req.transactional_id, req.group_id)
         if not await gc.ensure_topic():
             raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
-        # Kafka verifies with the transaction coordinator that the producer's ongoing transaction
-        # holds the group's partition (AddOffsetsToTxn), so no pending offset is left without a marker
-        verify = broker.txn_coordinator.verify_produce(req.producer_id, req.producer_epoch,
-                                                       GROUP_METADATA_TOPIC_NAME, gc.partition_for(req.group_id))
-        if verify:
-            raise KafkaError(verify)
+        code = await _offsets_partition_in_transaction(broker, req, v, gc.partition_for(req.group_id))
+        if code:
+            raise KafkaError(code)
         return await gc.write(req.group_id, op, req.producer_id, req.producer_epoch)
     except KafkaError as exc:
         code = exc.code
+    if v < 2 and code == Errors.COORDINATOR_LOAD_IN_PROGRESS:
+        code = int(Errors.COORDINATOR_NOT_AVAILABLE)  # KafkaApis: clients before 2.0 would crash on it
     return respond(lambda _t, _p: code)
+
+
+# GroupCoordinatorService.handleOperationException: what a failed verification becomes
+_OFFSETS_VERIFY_ERRORS = {
+    int(Errors.NETWORK_EXCEPTION): int(Errors.COORDINATOR_LOAD_IN_PROGRESS),
+    int(Errors.NOT_ENOUGH_REPLICAS): int(Errors.COORDINATOR_NOT_AVAILABLE),
+    int(Errors.UNKNOWN_TOPIC_OR_PARTITION): int(Errors.COORDINATOR_NOT_AVAILABLE),
+    int(Errors.REQUEST_TIMED_OUT): int(Errors.COORDINATOR_NOT_AVAILABLE),
+    int(Errors.NOT_LEADER_OR_FOLLOWER): int(Errors.NOT_COORDINATOR),
+    int(Errors.KAFKA_STORAGE_ERROR): int(Errors.NOT_COORDINATOR),
+}
+
+
+async def _offsets_partition_in_transaction(broker: Broker, req: TxnOffsetCommitRequest, version: int,
+                                            partition: int) -> int:
+    """Kafka's verification before a TxnOffsetCommit writes (so no pending offset is left without
+    a marker): the group's __consumer_offsets partition must be in the producer's ongoing
+    transaction. v5 (a transaction version 2 client) has the coordinator add it instead of
+    AddOffsetsToTxn; v0-4 verify (VerifyOnly), both with the coordinator wherever it is. A
+    partition this node does not lead fails first (ReplicaManager's getPartitionOrException and
+    Partition.maybeStartTransactionVerification: NOT_LEADER_OR_FOLLOWER, which the group
+    coordinator answers as NOT_COORDINATOR). Skipped when the producer already has a transaction
+    open on that partition at that epoch."""
+    tp = (GROUP_METADATA_TOPIC_NAME, partition)
+    plog = broker.replica_manager.leader_partition(*tp)
+    if isinstance(plog, int):
+        return _OFFSETS_VERIFY_ERRORS.get(int(plog), int(plog))
+    if plog.log.producer_state.has_ongoing_transaction(req.producer_id, req.producer_epoch):
+        return 0
+    codes = await broker.add_partitions_manager.add_or_verify(
+        req.transactional_id, req.producer_id, req.producer_epoch, [tp], version >= 5, version >= 4)
+    code = codes[tp]
+    return _OFFSETS_VERIFY_ERRORS.get(code, code)

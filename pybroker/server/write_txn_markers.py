@@ -1,9 +1,12 @@
-"""WriteTxnMarkers (api 27) v0-1: a transaction coordinator asks the leader of each partition of
+"""WriteTxnMarkers (api 27) v1-2: a transaction coordinator asks the leader of each partition of
 a finished transaction to append the producer's COMMIT/ABORT control batch (Kafka's
-KafkaApis.handleWriteTxnMarkersRequest).
+KafkaApis.handleWriteTxnMarkersRequest). v0 is no longer advertised (Kafka 4 removed it).
 
-Format: request = markers of (producer id, producer epoch, result, coordinator epoch, topics);
-response = per marker, per partition, an error code.
+Format: request = markers of (producer id, producer epoch, result, coordinator epoch, topics,
+and from v2 the transaction version, KIP-1228); response = per marker, per partition, an error
+code. A transaction version 2 marker carries the epoch its coordinator bumped to end the
+transaction, so the leader refuses one whose epoch is not above the producer's
+(INVALID_PRODUCER_EPOCH), where a version 0/1 marker only may not be older.
 
 Per partition:
 - `__consumer_offsets`: the group coordinator's runtime writes the marker and replays it, so
@@ -16,7 +19,7 @@ Per partition:
   epoch is INVALID_PRODUCER_EPOCH, a stale coordinator epoch TRANSACTION_COORDINATOR_FENCED,
   other storage errors their codes) and, like an acks=all produce, the answer waits until the
   high watermark covers it (REQUEST_TIMED_OUT after request.timeout.ms).
-Authorisation: CLUSTER_ACTION on the cluster, as Kafka (only brokers send this request). Nodes
+Authorisation: ALTER or CLUSTER_ACTION on the cluster, as Kafka (only brokers send this request). Nodes
 talk over PLAINTEXT as User:ANONYMOUS (no SASL yet), so with an authorizer on a multi-node
 cluster that principal needs CLUSTER_ACTION or super.users, as a Kafka PLAINTEXT cluster with
 ACLs needs it; until then the sender logs the refusal and retries.
@@ -58,7 +61,9 @@ def _response(req: WriteTxnMarkersRequest, codes: list[dict[tuple[str, int], int
 async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: WriteTxnMarkersRequest
                                    ) -> WriteTxnMarkersResponse:
     auth = broker.authorizer
-    if auth is not None and not auth.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+    # KafkaApis: ALTER on the cluster, else CLUSTER_ACTION
+    if auth is not None and not auth.authorize_cluster(ctx, Op.ALTER) and not auth.authorize_cluster(
+            ctx, Op.CLUSTER_ACTION):
         denied = int(Errors.CLUSTER_AUTHORIZATION_FAILED)
         return _response(req, [{(t.name, p): denied for t in m.topics for p in t.partition_indexes}
                                for m in req.markers])
@@ -89,7 +94,8 @@ async def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> Writ
                                                COMMIT if m.transaction_result else ABORT, m.coordinator_epoch,
                                                rm.clock.wall_ms())
                     try:
-                        info = rm.append(partition, batch, origin="coordinator")
+                        info = rm.append(partition, batch, origin="coordinator",
+                                         transaction_version=m.transaction_version)
                     except LogError as exc:
                         codes[tp] = int(exc.code)
                     else:
@@ -108,7 +114,8 @@ async def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> Writ
 async def _complete_group(broker: Broker, partition: int, m: Any) -> int:
     try:
         await broker.group_coordinator.complete_transaction(partition, m.producer_id, m.producer_epoch,
-                                                            m.coordinator_epoch, m.transaction_result)
+                                                            m.coordinator_epoch, m.transaction_result,
+                                                            m.transaction_version)
     except KafkaError as exc:
         code = int(exc.code)
         return int(Errors.NOT_LEADER_OR_FOLLOWER) if code in _COORDINATOR_ERRORS else code

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka import TopicPartition
 from kafka import errors as Errors
-from kafka.admin import ConfigResource, OffsetSpec
+from kafka.admin import ConfigResource, NewTopic, OffsetSpec
 
 from .adapters import (
     kafka_python_admin,
@@ -220,3 +220,44 @@ def test_auto_create_on_metadata(broker, admin, topic):
     finally:
         producer.close(timeout=5)
     assert partition_ids(admin, topic) == [0]
+
+
+# -- what the client infers from ApiVersions ---------------------------------------------------
+
+
+def test_broker_version_inferred_as_kafka_4_2(broker):
+    """kafka-python matches the advertised ranges against the ones real brokers advertise
+    (upstream test_kafka_version_infer with KAFKA_VERSION=4.2.0)."""
+    from kafka.protocol.broker_version_data import BrokerVersionData
+
+    consumer = kafka_python_consumer(broker.bootstrap, api_version=None)
+    try:
+        assert consumer.config["api_version"] == BrokerVersionData((4, 2, 0)).broker_version
+        assert consumer.config["api_version"] == (4, 2)
+    finally:
+        consumer.close(autocommit=False)
+    admin = kafka_python_admin(broker.bootstrap, api_version=None)
+    try:
+        assert admin.get_broker_version_data(1).broker_version == (4, 2)
+    finally:
+        admin.close()
+
+
+def test_list_config_resources(broker, admin, topic):
+    """ListConfigResources v1: every listable type by default, or only the asked ones; a group
+    is listed once it has a dynamic config."""
+    group = f"{topic}-g"
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    result = admin.alter_configs(
+        [ConfigResource("GROUP", group, {"consumer.session.timeout.ms": "50000"})]
+    )
+    assert result == {"group": {group: "OK"}}
+    listed = admin.list_config_resources()
+    assert listed["broker"] == ["1"]
+    assert listed["broker_logger"] == ["1"]
+    assert topic in listed["topic"]
+    assert group in listed["group"]
+    assert "client_metrics" not in listed  # none are configured
+    assert set(admin.list_config_resources(["TOPIC"])) == {"topic"}
+    only = admin.list_config_resources(["BROKER", "GROUP"])
+    assert only["broker"] == ["1"] and group in only["group"] and set(only) == {"broker", "group"}

@@ -8,6 +8,7 @@ __consumer_offsets partition of a group coordinated on yet another node."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -34,10 +35,12 @@ from pybroker.protocol.messages import (
     MetadataRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    ProduceRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
+from pybroker.records.batch import build_batch
 from tests.clients import adapters
 
 from .harness import Cluster, wait_until
@@ -349,6 +352,63 @@ def test_kafka_python_and_aiokafka_transactions_over_nodes_with_offsets_of_a_rem
     for part in range(3):
         got = read_committed("confluent", cluster.bootstrap, topic, part, 2)
         assert got == [f"k{part}".encode(), f"y{part}".encode()], part
+
+
+def test_kip890_request_versions_add_partitions_through_a_coordinator_on_another_node(cluster: Cluster):
+    """Produce v12 and TxnOffsetCommit v5 (the versions Kafka answers with transaction version 2,
+    whatever is finalized): each partition's leader has the coordinator add the partition itself
+    (AddPartitionsToTxn v5 to the coordinator's node, or locally); EndTxn v5 bumps the epoch at
+    each end. A commit, an abort and a commit: read_committed readers see only the committed
+    records and the group's offset is the first commit's. Each new epoch starts at sequence 0."""
+    topic, leaders = three_node_topic(cluster, "tv2")
+    tid = key_on(internal_leaders(cluster, TXNS), 1, "tv2")
+    group = key_on(internal_leaders(cluster, GROUPS), 2, "tv2g")
+    for node in (1, 2, 3):
+        wait_until(lambda node=node: sees_topic(cluster, node, topic), 30, f"node {node} to see {topic}")
+    with connection(cluster, 1) as coord:
+        init = coord.send(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=30000,
+                                                producer_id=-1, producer_epoch=-1), version=5)
+    assert init.error_code == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def transaction(value: str, commit: bool, offset: int | None = None) -> None:
+        nonlocal epoch
+        for part in range(3):
+            records = build_batch([(int(time.time() * 1000), None, f"{value}{part}".encode(), ())], producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=0, transactional=True)
+            req = ProduceRequest(acks=-1, timeout_ms=10000, transactional_id=tid, topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    ProduceRequest.PartitionProduceData(index=part, records=records)])])
+            with connection(cluster, leaders[part]) as conn:
+                resp = conn.send(req, version=12)
+            assert resp.responses[0].partition_responses[0].error_code == 0, (part, leaders[part], resp)
+        if offset is not None:
+            T = TxnOffsetCommitRequest
+            with connection(cluster, 2) as conn:
+                r = conn.send(T(transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                                generation_id=-1, member_id="", group_instance_id=None, topics=[
+                                    T.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                                        T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                                          committed_leader_epoch=-1,
+                                                                          committed_metadata="")])]), version=5)
+            assert r.topics[0].partitions[0].error_code == 0, r
+        with connection(cluster, 1) as coord:
+            r = coord.send(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                         committed=commit), version=5)
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
+        epoch = r.producer_epoch
+
+    transaction("c", commit=True, offset=11)
+    transaction("a", commit=False, offset=22)
+    transaction("d", commit=True)
+    for part in range(3):
+        assert read_committed("kafka-python", cluster.bootstrap, topic, part, 2) == [f"c{part}".encode(),
+                                                                                   f"d{part}".encode()], part
+    with connection(cluster, 2) as conn:
+        r = conn.send(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])],
+            require_stable=True), version=8)
+    assert r.groups[0].topics[0].partitions[0].committed_offset == 11
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "gen_protocol.py"
-SPECS = REPO.parent / "shared" / "kafka-protocol"
+SPECS = next((d / "shared" / "kafka-protocol" for d in REPO.parents if (d / "shared" / "kafka-protocol").is_dir()),
+             REPO.parent / "shared" / "kafka-protocol")
 
 pytestmark = pytest.mark.skipif(not SPECS.is_dir(), reason=f"specs not found at {SPECS}")
 

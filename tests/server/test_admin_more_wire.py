@@ -257,7 +257,7 @@ def test_alter_partition_reassignments_every_version(wire, broker):
                                            "Unable to find a topic named more-no-such-topic."),
         }
         # the no-op changed nothing and started nothing
-        assert list_reassignments(wire, v, None).topics == []
+        assert list_reassignments(wire, 0, None).topics == []
         md = wire.request(ApiKey.METADATA, 12, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t)]))
         assert [(p.partition_index, p.leader_id, p.replica_nodes) for p in md.topics[0].partitions] == [
             (0, NODE_ID, [NODE_ID]), (1, NODE_ID, [NODE_ID])]

@@ -1,4 +1,4 @@
-"""KIP-848 on the wire: ConsumerGroupHeartbeat v0-1 and ConsumerGroupDescribe v0 (every
+"""KIP-848 on the wire: ConsumerGroupHeartbeat v0-1 and ConsumerGroupDescribe v0-1 (every
 advertised version), OffsetCommit/OffsetFetch v9 member epochs, ListGroups/DescribeGroups of a
 consumer group, and a group that survives a restart."""
 
@@ -67,14 +67,14 @@ def owned_of(resp) -> dict[bytes, list[int]]:
     return {tp.topic_id: list(tp.partitions) for tp in resp.assignment.topic_partitions}
 
 
-def describe(c: WireClient, group: str, include_ops: bool = False):
-    return c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, ConsumerGroupDescribeRequest(
+def describe(c: WireClient, group: str, include_ops: bool = False, v: int = 0):
+    return c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, v, ConsumerGroupDescribeRequest(
         group_ids=[group], include_authorized_operations=include_ops)).groups[0]
 
 
 def test_advertised_ranges():
     assert SUPPORTED[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
-    assert SUPPORTED[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 0)
+    assert SUPPORTED[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
 
 
 @pytest.mark.parametrize("v", [0, 1])
@@ -119,9 +119,21 @@ def test_regex_subscription_on_the_wire(wire):
     assert r.error_code == 0 and owned_of(r) == {tid: [0, 1]}
 
 
-def test_describe_unknown_group(wire):
-    d = describe(wire, "cgw-never")
-    assert d.error_code == Errors.GROUP_ID_NOT_FOUND
+@pytest.mark.parametrize("v", [0, 1])
+def test_describe_unknown_group(wire, v):
+    d = describe(wire, "cgw-never", v=v)
+    assert (d.error_code, d.error_message) == (Errors.GROUP_ID_NOT_FOUND, "Group cgw-never not found.")
+
+
+@pytest.mark.parametrize("v", [0, 1])
+def test_describe_every_version_member_type(wire, v):
+    """v1 (KIP-1099) tells each member's protocol: 1 for a consumer-protocol member (0 is a classic
+    member of a migrated group, tests/unit/coordinators/test_group_migration.py); v0 has no such field."""
+    create_topic(wire, f"cgw-mt-{v}", 1)
+    join(wire, f"cgw-mt-g{v}", "m-1", [f"cgw-mt-{v}"])
+    d = describe(wire, f"cgw-mt-g{v}", v=v)
+    assert d.error_code == 0 and [m.member_id for m in d.members] == ["m-1"]
+    assert d.members[0].member_type == (1 if v >= 1 else -1)  # -1: the field's default, not on v0's wire
 
 
 def test_offsets_v9_member_epochs_and_group_listing(wire):
@@ -159,6 +171,12 @@ def test_offsets_v9_member_epochs_and_group_listing(wire):
     dg = wire.request(ApiKey.DESCRIBE_GROUPS, 5, DescribeGroupsRequest(groups=["cgw-og"],
                                                                        include_authorized_operations=False))
     assert dg.groups[0].group_state == "Dead" and dg.groups[0].members == []
+    assert dg.groups[0].error_code == 0
+    # v6 (KIP-1043): a consumer group is not a classic group, so DescribeGroups does not find it
+    dg = wire.request(ApiKey.DESCRIBE_GROUPS, 6, DescribeGroupsRequest(groups=["cgw-og"],
+                                                                       include_authorized_operations=False))
+    assert (dg.groups[0].error_code, dg.groups[0].error_message, dg.groups[0].group_state) == (
+        Errors.GROUP_ID_NOT_FOUND, "Group cgw-og is not a classic group.", "Dead")
 
 
 def test_consumer_group_survives_a_restart_then_its_silent_member_is_fenced():

@@ -2,8 +2,8 @@
 
 Each version's request is built with our codec and the answer decoded at that version:
 FindCoordinator 0-6, JoinGroup 0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5,
-OffsetCommit 2-9, OffsetFetch 1-9, ListGroups 0-5, DescribeGroups 0-5, DeleteGroups 0-2,
-OffsetDelete 0.
+OffsetCommit 2-10, OffsetFetch 1-10 (v10 by topic id), ListGroups 0-5, DescribeGroups 0-6,
+DeleteGroups 0-2, OffsetDelete 0.
 """
 
 from __future__ import annotations
@@ -41,12 +41,15 @@ def versions(api: ApiKey) -> list[int]:
     return list(range(lo, hi + 1))
 
 
+TOPIC_IDS: dict[str, bytes] = {}
+
+
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker(overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}) as b:
         # commits are only accepted for partitions that exist (UNKNOWN_TOPIC_OR_PARTITION otherwise)
         c = WireClient("127.0.0.1", b.port)
-        create_topic(c, "topic-a", partitions=2)
+        TOPIC_IDS["topic-a"] = create_topic(c, "topic-a", partitions=2)
         c.close()
         yield b
 
@@ -54,8 +57,8 @@ def broker():
 def test_advertised_group_ranges():
     assert {api: SUPPORTED[api] for api in GROUP_APIS} == {
         ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5),
-        ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 9),
-        ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 5), ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 10),
+        ApiKey.OFFSET_FETCH: (1, 10), ApiKey.LIST_GROUPS: (0, 5), ApiKey.DESCRIBE_GROUPS: (0, 6),
         ApiKey.DELETE_GROUPS: (0, 2), ApiKey.OFFSET_DELETE: (0, 0)}
 
 
@@ -160,9 +163,11 @@ def test_leave_group(wire, v):
 
 
 def _commit(wire, v, group, offset, metadata, generation=-1, member_id=""):
+    # v10 names the topic by id only (the name is not on the wire)
     req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
                               group_instance_id=None, retention_time_ms=-1, topics=[
-                                  OffsetCommitRequest.OffsetCommitRequestTopic(name="topic-a", partitions=[
+                                  OffsetCommitRequest.OffsetCommitRequestTopic(
+                                      name="topic-a", topic_id=TOPIC_IDS["topic-a"], partitions=[
                                       OffsetCommitRequest.OffsetCommitRequestPartition(
                                           partition_index=0, committed_offset=offset, committed_leader_epoch=4,
                                           committed_metadata=metadata, commit_timestamp=-1)])])
@@ -174,10 +179,12 @@ def _fetch(wire, v, group, topics=None):
         req = OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
             group_id=group, member_id=None, member_epoch=-1,
             topics=None if topics is None else [OffsetFetchRequest.OffsetFetchRequestTopics(
-                name=t, partition_indexes=ps) for t, ps in topics])], require_stable=True)
+                name=t, topic_id=TOPIC_IDS[t], partition_indexes=ps) for t, ps in topics])], require_stable=True)
         resp = wire.request(ApiKey.OFFSET_FETCH, v, req)
         assert resp.groups[0].group_id == group and resp.groups[0].error_code == 0
-        return {(t.name, p.partition_index): (p.committed_offset, p.metadata, p.committed_leader_epoch)
+        names = {tid: name for name, tid in TOPIC_IDS.items()}
+        return {(names[t.topic_id] if v >= 10 else t.name, p.partition_index):
+                (p.committed_offset, p.metadata, p.committed_leader_epoch)
                 for t in resp.groups[0].topics for p in t.partitions}
     req = OffsetFetchRequest(group_id=group, require_stable=False,
                              topics=None if topics is None else [OffsetFetchRequest.OffsetFetchRequestTopic(
@@ -251,7 +258,12 @@ def test_describe_groups(wire, v):
     assert (g.error_code, g.group_state, g.protocol_type, g.protocol_data) == (0, "Stable", "consumer", "range")
     assert [(m.member_id, bytes(m.member_assignment), m.client_id) for m in g.members] == [(mid, b"A", "wire-test")]
     assert (only.error_code, only.group_state) == (0, "Empty")
-    assert (missing.error_code, missing.group_state) == (0, "Dead")
+    if v >= 6:  # KIP-1043
+        assert (missing.error_code, missing.error_message, missing.group_state) == (
+            Errors.GROUP_ID_NOT_FOUND, f"Group missing-{v} not found.", "Dead")
+        assert missing.authorized_operations == -2147483648
+    else:
+        assert (missing.error_code, missing.group_state) == (0, "Dead")
     if v >= 3:
         assert g.authorized_operations != -2147483648
 

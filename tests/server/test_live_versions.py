@@ -58,11 +58,13 @@ def create_topic(wire, name, partitions=1):
     return resp.topics[0].topic_id
 
 
-def produce(wire, topic, values, version=9, partition=0, now=None):
+def produce(wire, topic, values, version=9, partition=0, now=None, topic_id=bytes(16)):
+    """v13+ names the topic by `topic_id` only (the name is not on the wire)."""
     now = now if now is not None else int(time.time() * 1000)
     batch = build_batch([(now, b"k", v, [("h", b"1")]) for v in values])
     req = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
-        name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
+        name=topic, topic_id=topic_id,
+        partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
     resp = wire.request(ApiKey.PRODUCE, version, req)
     return resp.responses[0].partition_responses[0]
 
@@ -91,6 +93,8 @@ def test_metadata_every_version_auto_creates_and_describes(wire):
             assert t.topic_id != bytes(16)
         if v >= 1:
             assert resp.controller_id == 1
+        if v >= 13:  # KIP-1102: the top-level error code; a Kafka broker answers 0
+            assert resp.error_code == 0
     # v4+ with auto-creation off leaves an unknown topic unknown
     resp = wire.request(ApiKey.METADATA, 12, MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name="lv-md-none")], allow_auto_topic_creation=False))
@@ -185,7 +189,7 @@ def test_produce_every_version_then_fetch_every_version(wire):
     tid = create_topic(wire, topic)
     offsets = []
     for v in versions(ApiKey.PRODUCE):
-        r = produce(wire, topic, [b"v%d" % v], version=v)
+        r = produce(wire, topic, [b"v%d" % v], version=v, topic_id=tid)
         if v < 3:
             assert r.error_code == Errors.UNSUPPORTED_VERSION
         else:
@@ -204,7 +208,9 @@ def test_produce_every_version_then_fetch_every_version(wire):
         (pd,) = resp.responses[0].partitions
         assert pd.error_code == 0 and pd.high_watermark == n
         values = [r.value for _, b in iter_batches(bytes(pd.records)) for r in iter_batch_records(b)[1]]
-        assert values == [b"v%d" % v for v in range(3, 12)]
+        assert values == [b"v%d" % v for v in range(3, versions(ApiKey.PRODUCE)[-1] + 1)]
+        if v >= 13:
+            assert resp.responses[0].topic_id == tid
 
 
 def test_list_offsets_every_version(wire):
@@ -233,6 +239,14 @@ def test_list_offsets_every_version(wire):
             assert (mx.error_code, mx.offset, mx.timestamp) == (0, 4, now - 1000)
         else:
             assert mx.error_code == Errors.UNSUPPORTED_VERSION
+        # tiered-storage timestamps on a node without tiered storage: -5 latest tiered (v9+) and -6
+        # earliest pending upload (v11+, KIP-1023) have no offset; older versions may not ask
+        for special, first in ((-5, 9), (-6, 11)):
+            got = ask(special)
+            if v >= first:
+                assert (got.error_code, got.offset, got.timestamp, got.leader_epoch) == (0, -1, -1, -1)
+            else:
+                assert (got.error_code, got.offset) == (Errors.UNSUPPORTED_VERSION, -1)
 
 
 def test_offset_for_leader_epoch_every_version(wire):
@@ -291,9 +305,11 @@ def test_describe_configs_every_version(wire):
 
 def test_describe_cluster_every_version(wire):
     for v in versions(ApiKey.DESCRIBE_CLUSTER):
-        r = wire.request(ApiKey.DESCRIBE_CLUSTER, v, DescribeClusterRequest())
-        assert r.error_code == 0 and r.controller_id == 1 and len(r.cluster_id) == 22
-        assert [(b.broker_id, b.host) for b in r.brokers] == [(1, "127.0.0.1")]
+        for include_fenced in (False, True):
+            r = wire.request(ApiKey.DESCRIBE_CLUSTER, v, DescribeClusterRequest(include_fenced_brokers=include_fenced)
+                             if v >= 2 else DescribeClusterRequest())
+            assert r.error_code == 0 and r.controller_id == 1 and len(r.cluster_id) == 22
+            assert [(b.broker_id, b.host, b.is_fenced) for b in r.brokers] == [(1, "127.0.0.1", False)]
 
 
 def test_acl_apis_every_version_answer_security_disabled(wire):
@@ -323,11 +339,14 @@ def test_partition_admin_every_version(wire):
         assert [(p.partition_id, p.error_code) for p in r.replica_election_results[0].partition_result] == [
             (0, Errors.ELECTION_NOT_NEEDED), (1, Errors.ELECTION_NOT_NEEDED)]
     for v in versions(ApiKey.ALTER_PARTITION_REASSIGNMENTS):
-        r = wire.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, v, AlterPartitionReassignmentsRequest(
-            timeout_ms=5000, topics=[AlterPartitionReassignmentsRequest.ReassignableTopic(name="lv-pa", partitions=[
-                AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[1]),
-                AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=1, replicas=None)])]))
-        assert [p.error_code for p in r.responses[0].partitions] == [0, Errors.NO_REASSIGNMENT_IN_PROGRESS]
+        for allow in (True, False) if v >= 1 else (True,):
+            r = wire.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, v, AlterPartitionReassignmentsRequest(
+                timeout_ms=5000, allow_replication_factor_change=allow, topics=[
+                    AlterPartitionReassignmentsRequest.ReassignableTopic(name="lv-pa", partitions=[
+                        AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[1]),
+                        AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=1, replicas=None)])]))
+            assert [p.error_code for p in r.responses[0].partitions] == [0, Errors.NO_REASSIGNMENT_IN_PROGRESS]
+            assert r.allow_replication_factor_change == allow  # v1 echoes the request's flag
     for v in versions(ApiKey.LIST_PARTITION_REASSIGNMENTS):
         r = wire.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, v, ListPartitionReassignmentsRequest(
             timeout_ms=5000, topics=None))
@@ -350,8 +369,13 @@ def test_transaction_tooling_every_version(wire):
         assert [(s.producer_id, s.producer_epoch, s.last_sequence) for s in p.active_producers] == [(pid, 0, 0)]
     for v in versions(ApiKey.LIST_TRANSACTIONS):
         r = wire.request(ApiKey.LIST_TRANSACTIONS, v, ListTransactionsRequest(
-            state_filters=["NoSuchState"], producer_id_filters=[], duration_filter=-1))
+            state_filters=["NoSuchState"], producer_id_filters=[], duration_filter=-1,
+            transactional_id_pattern=".*" if v >= 2 else None))
         assert (r.error_code, r.unknown_state_filters, r.transaction_states) == (0, ["NoSuchState"], [])
+        if v >= 2:  # KIP-1152: an invalid pattern fails the whole listing
+            r = wire.request(ApiKey.LIST_TRANSACTIONS, v, ListTransactionsRequest(
+                state_filters=[], producer_id_filters=[], duration_filter=-1, transactional_id_pattern="(unclosed"))
+            assert (r.error_code, r.transaction_states) == (Errors.INVALID_REGULAR_EXPRESSION, [])
     for v in versions(ApiKey.DESCRIBE_TRANSACTIONS):
         r = wire.request(ApiKey.DESCRIBE_TRANSACTIONS, v, DescribeTransactionsRequest(transactional_ids=[""]))
         assert [s.error_code for s in r.transaction_states] == [Errors.INVALID_REQUEST]
@@ -455,3 +479,35 @@ def test_alter_replica_log_dirs_every_version(wire):
         req.dirs = req.dirs[:1]
         resp = wire.request(ApiKey.ALTER_REPLICA_LOG_DIRS, v, req)
         assert resp.results[0].partitions[0].error_code == Errors.NONE
+
+
+def test_list_config_resources_every_version(wire):
+    """KIP-1142: v0 lists client-metrics resources only (none can be configured here), v1 every
+    type it knows: groups with configs, client metrics, brokers as BROKER_LOGGER and BROKER, topics."""
+    from pybroker.protocol.messages import (
+        IncrementalAlterConfigsRequest,
+        ListConfigResourcesRequest,
+    )
+
+    create_topic(wire, "lv-lcr")
+    alter = IncrementalAlterConfigsRequest
+    r = wire.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter(validate_only=False, resources=[
+        alter.AlterConfigsResource(resource_type=32, resource_name="lv-lcr-group", configs=[
+            alter.AlterableConfig(name="consumer.session.timeout.ms", config_operation=0, value="50000")])]))
+    assert r.responses[0].error_code == 0, r
+    for v in versions(ApiKey.LIST_CONFIG_RESOURCES):
+        req = ListConfigResourcesRequest(resource_types=[]) if v >= 1 else ListConfigResourcesRequest()
+        r = wire.request(ApiKey.LIST_CONFIG_RESOURCES, v, req)
+        assert r.error_code == 0
+        listed = [(c.resource_type, c.resource_name) for c in r.config_resources]
+        if v == 0:
+            assert listed == []
+            continue
+        assert listed[:3] == [(32, "lv-lcr-group"), (8, "1"), (4, "1")]
+        assert (2, "lv-lcr") in listed and all(t == 2 for t, _ in listed[3:])
+        only = wire.request(ApiKey.LIST_CONFIG_RESOURCES, v, ListConfigResourcesRequest(resource_types=[4, 32]))
+        assert [(c.resource_type, c.resource_name) for c in only.config_resources] == [(32, "lv-lcr-group"),
+                                                                                     (4, "1")]
+        # a type the version does not know (here UNKNOWN 0) fails the request
+        bad = wire.request(ApiKey.LIST_CONFIG_RESOURCES, v, ListConfigResourcesRequest(resource_types=[2, 0]))
+        assert (bad.error_code, bad.config_resources) == (Errors.UNSUPPORTED_VERSION, [])

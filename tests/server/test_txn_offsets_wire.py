@@ -19,6 +19,7 @@ from pybroker.protocol.messages import (
     AddOffsetsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
+    MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     TxnOffsetCommitRequest,
@@ -77,16 +78,23 @@ def end(wire, tid, pid, epoch, commit):
         transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)).error_code
 
 
+def topic_ids(wire) -> dict[str, bytes]:
+    return {t.name: t.topic_id for t in wire.request(ApiKey.METADATA, 12, MetadataRequest(topics=None)).topics}
+
+
 def fetch(wire, version, group, topics, require_stable=True):
-    """(top-level or group error, {(topic, partition): (offset, error)}); topics None = all."""
+    """(top-level or group error, {(topic, partition): (offset, error)}); topics None = all.
+    v10 names topics by id (KIP-848): the ids go out and come back, translated here."""
     if version >= 8:
+        ids = topic_ids(wire) if version >= 10 else {}
         req = OffsetFetchRequest(require_stable=require_stable, groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
             group_id=group, member_id=None, member_epoch=-1,
             topics=None if topics is None else [OffsetFetchRequest.OffsetFetchRequestTopics(
-                name=t, partition_indexes=ps) for t, ps in topics])])
+                name=t, topic_id=ids.get(t, bytes(16)), partition_indexes=ps) for t, ps in topics])])
         g = wire.request(ApiKey.OFFSET_FETCH, version, req).groups[0]
-        return g.error_code, {(t.name, p.partition_index): (p.committed_offset, p.error_code)
-                              for t in g.topics for p in t.partitions}
+        names = {i: n for n, i in ids.items()}
+        return g.error_code, {(names[t.topic_id] if version >= 10 else t.name, p.partition_index):
+                              (p.committed_offset, p.error_code) for t in g.topics for p in t.partitions}
     req = OffsetFetchRequest(group_id=group, require_stable=require_stable, topics=None if topics is None else [
         OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in topics])
     r = wire.request(ApiKey.OFFSET_FETCH, version, req)

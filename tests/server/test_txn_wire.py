@@ -61,19 +61,28 @@ def init(wire, tid, version=4, timeout_ms=30000):
     return r
 
 
-def add_partitions(wire, version, tid, pid, epoch, topic, partitions):
-    req = AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
+def add_partitions(wire, version, tid, pid, epoch, topic, partitions, verify_only=False):
+    """v4+ is the batched form brokers send (one transaction here; KIP-890)."""
+    Q = AddPartitionsToTxnRequest
+    if version >= 4:
+        req = Q(transactions=[Q.AddPartitionsToTxnTransaction(
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=verify_only,
+            topics=[Q.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])])
+        r = wire.request(ApiKey.ADD_PARTITIONS_TO_TXN, version, req)
+        assert r.error_code == 0 and [x.transactional_id for x in r.results_by_transaction] == [tid]
+        return {(t.name, p.partition_index): p.partition_error_code for x in r.results_by_transaction
+                for t in x.topic_results for p in t.results_by_partition}
+    req = Q(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[Q.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
     r = wire.request(ApiKey.ADD_PARTITIONS_TO_TXN, version, req)
     return {(t.name, p.partition_index): p.partition_error_code for t in r.results_by_topic_v3_and_below
             for p in t.results_by_partition}
 
 
-def produce_txn(wire, topic, values, pid, epoch, seq, partition=0):
+def produce_txn(wire, tid, topic, values, pid, epoch, seq, partition=0):
     batch = build_batch([(int(time.time() * 1000), None, v, ()) for v in values], producer_id=pid,
                         producer_epoch=epoch, base_sequence=seq, transactional=True)
-    req = ProduceRequest(acks=-1, timeout_ms=5000, transactional_id="x", topic_data=[ProduceRequest.TopicProduceData(
+    req = ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=tid, topic_data=[ProduceRequest.TopicProduceData(
         name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
     return wire.request(ApiKey.PRODUCE, 9, req).responses[0].partition_responses[0]
 
@@ -140,7 +149,7 @@ def test_end_txn_every_version(wire, v):
     pid, epoch = r.producer_id, r.producer_epoch
     assert end(wire, v, tid, pid, epoch, True) == Errors.INVALID_TXN_STATE  # nothing begun
     assert add_partitions(wire, 3, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-    assert produce_txn(wire, topic, [b"x"], pid, epoch, 0).error_code == 0
+    assert produce_txn(wire, tid, topic, [b"x"], pid, epoch, 0).error_code == 0
     fenced = Errors.PRODUCER_FENCED if v >= 2 else Errors.INVALID_PRODUCER_EPOCH
     assert end(wire, v, tid, pid, epoch - 1 if epoch else epoch + 5, True) == fenced
     assert end(wire, v, tid, pid, epoch, True) == 0
@@ -167,10 +176,15 @@ def test_transactional_produce_needs_add_partitions(wire):
     tid = f"verify-{uuid.uuid4().hex[:6]}"
     r = init(wire, tid)
     pid, epoch = r.producer_id, r.producer_epoch
-    assert produce_txn(wire, topic, [b"x"], pid, epoch, 0).error_code == Errors.INVALID_TXN_STATE
+    assert produce_txn(wire, tid, topic, [b"x"], pid, epoch, 0).error_code == Errors.INVALID_TXN_STATE
     assert add_partitions(wire, 3, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-    assert produce_txn(wire, topic, [b"x"], pid, epoch, 0, partition=1).error_code == Errors.INVALID_TXN_STATE
-    assert produce_txn(wire, topic, [b"x"], pid, epoch, 0, partition=0).error_code == 0
+    assert produce_txn(wire, tid, topic, [b"x"], pid, epoch, 0, partition=1).error_code == Errors.INVALID_TXN_STATE
+    assert produce_txn(wire, tid, topic, [b"x"], pid, epoch, 0, partition=0).error_code == 0
+    # the coordinator verifies the request's transactional id with the batch's producer
+    other = f"verify-{uuid.uuid4().hex[:6]}"
+    init(wire, other)
+    assert produce_txn(wire, other, topic, [b"y"], pid, epoch, 0, partition=1).error_code == (
+        Errors.INVALID_PRODUCER_ID_MAPPING)
 
 
 @pytest.mark.parametrize("fetch_version", [4, 11, 12])
@@ -181,7 +195,7 @@ def test_read_committed_fetch_lso_and_aborted_transactions(wire, fetch_version):
     r = init(wire, tid)
     pid, epoch = r.producer_id, r.producer_epoch
     assert add_partitions(wire, 3, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-    assert produce_txn(wire, topic, [b"a", b"b"], pid, epoch, 0).error_code == 0  # offsets 0-1
+    assert produce_txn(wire, tid, topic, [b"a", b"b"], pid, epoch, 0).error_code == 0  # offsets 0-1
     open_ = fetch(wire, topic, 1, version=fetch_version)
     assert (open_.high_watermark, open_.last_stable_offset) == (2, 0)
     assert not _records(open_.records) or sum(len(x) for x in _records(open_.records)) == 0
@@ -262,11 +276,11 @@ def test_reinit_aborts_ongoing_transaction_and_fences_old_epoch(wire):
     r = init(wire, tid)
     pid, epoch = r.producer_id, r.producer_epoch
     assert add_partitions(wire, 3, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-    assert produce_txn(wire, topic, [b"zombie"], pid, epoch, 0).error_code == 0
+    assert produce_txn(wire, tid, topic, [b"zombie"], pid, epoch, 0).error_code == 0
     r2 = init(wire, tid)
     assert r2.error_code == 0 and r2.producer_id == pid and r2.producer_epoch == epoch + 2
     assert end(wire, 3, tid, pid, epoch, True) == Errors.PRODUCER_FENCED
-    assert produce_txn(wire, topic, [b"late"], pid, epoch, 1).error_code == Errors.INVALID_PRODUCER_EPOCH
+    assert produce_txn(wire, tid, topic, [b"late"], pid, epoch, 1).error_code == Errors.INVALID_PRODUCER_EPOCH
     p = fetch(wire, topic, 1)
     assert p.last_stable_offset == 2 and [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [
         (pid, 0)]

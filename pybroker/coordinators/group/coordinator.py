@@ -165,14 +165,14 @@ class GroupCoordinator:
         return await self.read(group_id, op)
 
     async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
-                                   coordinator_epoch: int, commit: bool) -> None:
+                                   coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> None:
         """The transaction coordinator's COMMIT/ABORT marker for __consumer_offsets-`partition_index`
         (Kafka's onTransactionCompleted): written and replayed by the runtime. KafkaError
         NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here (the
         marker sender retries: WriteTxnMarkers answers them as NOT_LEADER_OR_FOLLOWER), or the
         log's error (a stale producer or coordinator epoch)."""
         await self.runtime.complete_transaction(partition_index, producer_id, producer_epoch, coordinator_epoch,
-                                                commit)
+                                                commit, transaction_version)
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Any:
         def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:
@@ -194,8 +194,8 @@ class GroupCoordinator:
                 error = exc.code  # Kafka reports COORDINATOR_LOAD_IN_PROGRESS and lists the rest
         return error, out
 
-    async def describe_group(self, group_id: str, include_ops: bool) -> Any:
-        return await self.read(group_id, lambda s, now: s.describe_group(group_id, include_ops))
+    async def describe_group(self, group_id: str, include_ops: bool, version: int = 5) -> Any:
+        return await self.read(group_id, lambda s, now: s.describe_group(group_id, include_ops, version))
 
     async def delete_groups(self, group_ids: list[str]) -> list[tuple[str, int]]:
         by_partition: dict[int, list[str]] = {}

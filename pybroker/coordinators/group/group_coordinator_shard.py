@@ -240,7 +240,10 @@ class GroupCoordinatorShard:
                             subscribed_topic_names=sorted(m.subscribed_topic_names),
                             subscribed_topic_regex=m.subscribed_topic_regex,
                             assignment=assignment(m.assigned_partitions),
-                            target_assignment=assignment(cg.target_assignment.get(m.member_id, {})))
+                            target_assignment=assignment(cg.target_assignment.get(m.member_id, {})),
+                            # v1 (KIP-1099): how the member joined -- 0 classic protocol (a member left
+                            # over from an online migration), 1 consumer protocol
+                            member_type=0 if m.use_classic_protocol else 1)
                    for m in cg.members.values()]
         return D.DescribedGroup(error_code=0, error_message=None, group_id=group_id, group_state=cg.state.value,
                                 group_epoch=cg.group_epoch, assignment_epoch=cg.target_assignment_epoch,
@@ -249,15 +252,22 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ DescribeGroups
 
-    def describe_group(self, group_id: str, include_authorized_operations: bool
+    def describe_group(self, group_id: str, include_authorized_operations: bool, version: int = 5
                        ) -> DescribeGroupsResponse.DescribedGroup:
         ops = GROUP_OPERATIONS if include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
         g = self.groups.group(group_id)
         if g is None or g.state == S.DEAD:
-            # DescribeGroups v0-5: an unknown group is described as Dead, without an error
+            # a group that does not exist, or is not a classic group (a KIP-848 consumer group): Dead,
+            # without an error before v6; from v6 GROUP_ID_NOT_FOUND with Kafka's message (KIP-1043)
+            error, message = 0, None
+            if version >= 6:
+                error = int(Errors.GROUP_ID_NOT_FOUND)
+                message = (f"Group {group_id} is not a classic group." if self.consumer.group(group_id) is not None
+                           else f"Group {group_id} not found.")
             return DescribeGroupsResponse.DescribedGroup(
-                error_code=0, group_id=group_id, group_state=S.DEAD.value, protocol_type="", protocol_data="",
-                members=[], authorized_operations=ops)
+                error_code=error, error_message=message, group_id=group_id, group_state=S.DEAD.value,
+                protocol_type="", protocol_data="", members=[],
+                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED if error else ops)
         stable = g.state == S.STABLE
         members = []
         for m in g.members.values():

@@ -163,10 +163,24 @@ class TransactionCoordinator:
         return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> int:
+                             partitions: list[tuple[str, int]], client_tv: int = 0) -> int:
         index = await self._index(transactional_id)
         return int(await self._write(index, lambda s, now: s.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now)))
+            transactional_id, producer_id, producer_epoch, partitions, now, client_tv)))
+
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn VerifyOnly: per partition 0 (in the ongoing transaction) or an error;
+        a coordinator error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) on each partition."""
+        if not transactional_id:
+            return dict.fromkeys(partitions, int(Errors.INVALID_REQUEST))
+        try:
+            index = await self._index(transactional_id)
+            result: dict[tuple[str, int], int] = self.runtime.read(index, lambda s, _now: s.verify_partitions(
+                transactional_id, producer_id, producer_epoch, partitions))
+        except KafkaError as exc:
+            return dict.fromkeys(partitions, int(exc.code))
+        return result
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction."""
@@ -175,27 +189,29 @@ class TransactionCoordinator:
         tp = (GROUP_METADATA_TOPIC_NAME, self.group_coordinator.partition_for(group_id))
         return await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      client_tv: int = 0) -> tuple[int, int, int]:
+        """(error, producer id, epoch): the id and epoch the producer goes on with for client_tv 2
+        (EndTxn v5), -1/-1 otherwise (Kafka's TV1 path answers NO_PRODUCER_ID / NO_PRODUCER_EPOCH)."""
         index = await self._index(transactional_id)
-        result = await self._write(index, lambda s, now: s.end_txn(transactional_id, producer_id, producer_epoch,
-                                                                     commit, now))
-        if result == "prepared":
-            await self._wait_completion(transactional_id)
-            return 0
-        return int(result)
-
-    def verify_produce(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> int:
-        """The error for a transactional batch (0: allowed): the producer, when known here, must
-        have added the partition to its ongoing transaction (Kafka 4 verifies with
-        AddPartitionsToTxn v4; a producer this node does not coordinate is let through)."""
-        for ctx in list(self.runtime.shards.values()):
-            verify = getattr(ctx.shard, "verify_produce", None)
-            if verify is None:
+        new_pid = -1
+        for _ in range(2):
+            def end(s: TransactionCoordinatorShard, now: int, pid: int = new_pid) -> CoordinatorResult:
+                return s.end_txn(transactional_id, producer_id, producer_epoch, commit, now, client_tv, pid)
+            result = await self._write(index, end)
+            if client_tv < 2:
+                if result == "prepared":
+                    await self._wait_completion(transactional_id)
+                    return 0, -1, -1
+                return int(result), -1, -1
+            if result[0] == "need_pid":
+                new_pid = await self.producer_ids.generate()
                 continue
-            code = verify(producer_id, producer_epoch, topic, partition)
-            if code is not None:
-                return code
-        return 0
+            if result[0] == "prepared":
+                await self._wait_completion(transactional_id)
+                return 0, int(result[1]), int(result[2])
+            return int(result[0]), int(result[1]), int(result[2])
+        return int(Errors.CONCURRENT_TRANSACTIONS), -1, -1
 
     # ------------------------------------------------------------------ admin reads (KIP-664)
 
@@ -244,7 +260,7 @@ class TransactionCoordinator:
                 return cur is not None and cur.state == md.state and cur.producer_epoch == md.producer_epoch
 
             if not await self.markers.send_markers(md.producer_id, md.producer_epoch, commit, ctx.epoch,
-                                                   md.partitions, still_valid):
+                                                   md.partitions, still_valid, md.client_transaction_version):
                 log.info("transaction %s: markers abandoned (the coordinator moved or was fenced)", transactional_id)
                 return
             await self._write(index, lambda s, now: s.complete(transactional_id, now))

@@ -1,7 +1,8 @@
 """Sends a transaction's COMMIT/ABORT markers to the leaders of its partitions (Kafka's
 TransactionMarkerChannelManager + TransactionMarkerRequestCompletionHandler).
 
-`send_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions, still_valid)`
+`send_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions, still_valid,
+transaction_version)`
 returns True once every partition of the transaction has its marker written (and replicated:
 the receiving broker answers after the high watermark covers it), False when the attempt was
 abandoned because the coordinator no longer owns the transaction (`still_valid()` turned
@@ -10,7 +11,7 @@ markers when it loads the Prepare* state) or a broker answered that this coordin
 producer epoch is fenced.
 
 Each round groups the pending partitions by their leader in the metadata image and sends one
-WriteTxnMarkers (v1) per leader, all leaders at once: to another node over its inter-broker
+WriteTxnMarkers (v2: the markers carry the transaction's version, KIP-1228) per leader, all leaders at once: to another node over its inter-broker
 listener (one connection per node, one request in flight on it), to this node by a direct call
 of the same handler (`local_write`). Per partition, as Kafka's completion handler:
 
@@ -44,7 +45,9 @@ from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 
 log = logging.getLogger("pybroker.txn.markers")
 
-WRITE_TXN_MARKERS_VERSION = 1
+# every pybroker node speaks v2 (outbound.py: no ApiVersions exchange between nodes; Kafka 4.2's
+# marker sender negotiates it, KAFKA-20322)
+WRITE_TXN_MARKERS_VERSION = 2
 MAX_BACKOFF_S = 1.0
 FENCED = frozenset({int(Errors.INVALID_PRODUCER_EPOCH), int(Errors.TRANSACTION_COORDINATOR_FENCED)})
 RETRIABLE = frozenset(int(e) for e in (
@@ -57,14 +60,14 @@ NETWORK_ERRORS = CONNECTION_ERRORS
 
 
 def marker_request(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                   partitions: Iterable[TopicPartition]) -> WriteTxnMarkersRequest:
+                   partitions: Iterable[TopicPartition], transaction_version: int = 0) -> WriteTxnMarkersRequest:
     by_topic: dict[str, list[int]] = {}
     for topic, p in sorted(partitions):
         by_topic.setdefault(topic, []).append(p)
     R = WriteTxnMarkersRequest
     return R(markers=[R.WritableTxnMarker(
         producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-        coordinator_epoch=coordinator_epoch,
+        coordinator_epoch=coordinator_epoch, transaction_version=transaction_version,
         topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
 
 
@@ -121,7 +124,8 @@ class TransactionMarkerChannelManager:
     # ------------------------------------------------------------------ sending
 
     async def send_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                           partitions: Iterable[TopicPartition], still_valid: Callable[[], bool]) -> bool:
+                           partitions: Iterable[TopicPartition], still_valid: Callable[[], bool],
+                           transaction_version: int = 0) -> bool:
         pending = set(partitions)
         backoff = self.retry_backoff_s
         while pending:
@@ -140,7 +144,8 @@ class TransactionMarkerChannelManager:
             async def send_one(node: int, tps: list[TopicPartition],
                                results: dict[TopicPartition, int] = results) -> None:
                 results.update(await self._send(node, marker_request(producer_id, producer_epoch, commit,
-                                                                      coordinator_epoch, tps), tps))
+                                                                      coordinator_epoch, tps, transaction_version),
+                                                 tps))
 
             async with trio.open_nursery() as nursery:
                 for node, tps in by_node.items():

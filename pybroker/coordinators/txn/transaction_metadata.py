@@ -9,6 +9,13 @@ a tombstone. Replaying the records in order rebuilds every transactional id's st
 States (the byte in the record, Kafka's ids): Empty 0, Ongoing 1, PrepareCommit 2,
 PrepareAbort 3, CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7.
 
+The fields KIP-890 added (the client's transaction version, the previous and next producer id,
+the last producer epoch) are tagged fields of TransactionLogValue v1, which Kafka writes only once
+transaction.version >= 1 is finalized. This cluster finalizes transaction.version 0, so the
+records are v0, as Kafka's then are: those fields live in memory only (the record objects carry
+them through replay when written) and a loaded record has their defaults, exactly what a Kafka
+coordinator at transaction.version 0 has after a failover.
+
 Stateless helpers; TransactionMetadata objects belong to one shard (one thread).
 """
 
@@ -59,11 +66,17 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     txn_start_ms: int = -1
     txn_last_update_ms: int = -1
+    # KIP-890 (in memory only at transaction.version 0, see the module docstring)
+    client_transaction_version: int = 0  # 2 once an AddPartitionsToTxn v4+ / EndTxn v5 set it
+    last_producer_epoch: int = -1
+    prev_producer_id: int = -1
+    next_producer_id: int = -1
 
     def copy(self, **changes: object) -> TransactionMetadata:
         out = TransactionMetadata(self.transactional_id, self.producer_id, self.producer_epoch,
                                   self.txn_timeout_ms, self.state, set(self.partitions), self.txn_start_ms,
-                                  self.txn_last_update_ms)
+                                  self.txn_last_update_ms, self.client_transaction_version,
+                                  self.last_producer_epoch, self.prev_producer_id, self.next_producer_id)
         for k, v in changes.items():
             setattr(out, k, v)
         return out

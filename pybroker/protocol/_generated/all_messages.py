@@ -143,8 +143,8 @@ from pybroker.protocol._generated.leader_and_isr_response import LeaderAndIsrRes
 from pybroker.protocol._generated.leader_change_message import LeaderChangeMessage
 from pybroker.protocol._generated.leave_group_request import LeaveGroupRequest
 from pybroker.protocol._generated.leave_group_response import LeaveGroupResponse
-from pybroker.protocol._generated.list_client_metrics_resources_request import ListClientMetricsResourcesRequest
-from pybroker.protocol._generated.list_client_metrics_resources_response import ListClientMetricsResourcesResponse
+from pybroker.protocol._generated.list_config_resources_request import ListConfigResourcesRequest
+from pybroker.protocol._generated.list_config_resources_response import ListConfigResourcesResponse
 from pybroker.protocol._generated.list_groups_request import ListGroupsRequest
 from pybroker.protocol._generated.list_groups_response import ListGroupsResponse
 from pybroker.protocol._generated.list_offsets_request import ListOffsetsRequest
@@ -389,8 +389,8 @@ __all__ = [
     'LeaderChangeMessage',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
-    'ListClientMetricsResourcesRequest',
-    'ListClientMetricsResourcesResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',

@@ -150,6 +150,25 @@ def test_consumer_heartbeat_upgrades_a_classic_group_in_one_batch():
     assert group_view(h.rebuilt(), "g") == group_view(h.shard, "g")
 
 
+def test_describe_tells_classic_members_from_consumer_members():
+    """ConsumerGroupDescribe v1 (KIP-1099): MemberType 0 for the classic member a migration kept, 1
+    for the consumer-protocol member; DescribeGroups does not describe the (now consumer) group:
+    Dead before v6, GROUP_ID_NOT_FOUND from v6 (KIP-1043)."""
+    h = MixedHarness(GroupConfig(initial_rebalance_delay_ms=0, consumer_group_session_timeout_ms=CONSUMER_SESSION_MS))
+    h.image.create("t", 4)
+    mid, _gen, c = upgraded(h)
+    d = h.shard.consumer_group_describe("g", False)
+    assert d.error_code == 0
+    assert {m.member_id: m.member_type for m in d.members} == {mid: 0, c.member_id: 1}
+    v5 = h.shard.describe_group("g", False, 5)
+    assert (v5.error_code, v5.error_message, v5.group_state) == (0, None, "Dead")
+    v6 = h.shard.describe_group("g", False, 6)
+    assert (v6.error_code, v6.error_message, v6.group_state) == (
+        Errors.GROUP_ID_NOT_FOUND, "Group g is not a classic group.", "Dead")
+    missing = h.shard.describe_group("nope", False, 6)
+    assert (missing.error_code, missing.error_message) == (Errors.GROUP_ID_NOT_FOUND, "Group nope not found.")
+
+
 def test_eager_classic_member_rejoins_and_the_partitions_move():
     h = MixedHarness()
     t = h.image.create("t", 4)

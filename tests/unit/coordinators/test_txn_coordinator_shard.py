@@ -20,7 +20,11 @@ TID = "tx"
 
 
 class Harness:
-    def __init__(self, now: int = 1_000_000, sweep_ms: int = 100) -> None:
+    """replay_objects: replay the written record objects, as the runtime does when it writes (so the
+    in-memory KIP-890 fields survive); otherwise the decoded bytes, as a load does."""
+
+    def __init__(self, now: int = 1_000_000, sweep_ms: int = 100, replay_objects: bool = False) -> None:
+        self.replay_objects = replay_objects
         self.now = now
         self.log: list[tuple[bytes, bytes | None]] = []
         self.prepared: list[str] = []
@@ -33,7 +37,7 @@ class Harness:
             k, v = record.encode()
             self.log.append((k, v))
             if result.replay:
-                self.shard.replay(tm.decode(k, v))
+                self.shard.replay(record if self.replay_objects else tm.decode(k, v))
         if result.on_committed is not None:
             result.on_committed()
         return result.response
@@ -65,7 +69,7 @@ def test_init_allocates_then_bumps_epoch():
     h = Harness()
     assert h.init() == (0, 77, 0, False)
     assert h.init() == (0, 77, 1, False)
-    assert h.state() == S.EMPTY and h.shard.by_pid == {77: TID}
+    assert h.state() == S.EMPTY and h.shard.get(TID).producer_id == 77
 
 
 def test_commit_cycle_and_retries():
@@ -113,18 +117,6 @@ def test_reinit_fences_ongoing_transaction():
     assert h.init() == (0, 77, 2, False)
 
 
-def test_verify_produce():
-    h = Harness()
-    assert h.shard.verify_produce(77, 0, "t", 0) is None
-    h.init()
-    assert h.shard.verify_produce(77, 0, "t", 0) == Errors.INVALID_TXN_STATE
-    h.add(77, 0, ("t", 0))
-    assert h.shard.verify_produce(77, 0, "t", 0) == 0
-    assert h.shard.verify_produce(77, 0, "t", 1) == Errors.INVALID_TXN_STATE
-    h.init()  # fences epoch 0
-    assert h.shard.verify_produce(77, 0, "t", 0) == Errors.INVALID_PRODUCER_EPOCH
-
-
 def test_timeout_sweep_aborts_with_bumped_epoch():
     h = Harness(sweep_ms=100)
     h.init(timeout=1000)
@@ -145,7 +137,7 @@ def test_epoch_exhaustion_allocates_new_producer_id():
     r = h.run(h.shard.init_producer_id(TID, 1000, -1, -1, -1, h.now))
     assert r[0] == "need_pid"
     assert h.run(h.shard.init_producer_id(TID, 1000, 99, -1, -1, h.now)) == (0, 99, 0, False)
-    assert h.shard.by_pid == {99: TID}
+    assert h.shard.get(TID).producer_id == 99
 
 
 def test_load_resumes_prepared_transactions():
@@ -186,4 +178,92 @@ def test_replaying_the_log_rebuilds_the_state(ops):
     fresh = TransactionCoordinatorShard(0, FakeTimer(lambda: h.now, lambda r: None), 100)
     for k, v in h.log:
         fresh.replay(tm.decode(k, v))
-    assert fresh.txns == h.shard.txns and fresh.by_pid == h.shard.by_pid
+    assert fresh.txns == h.shard.txns
+
+
+# ---------------------------------------------------------------------- transaction version 2 (KIP-890)
+
+
+def end2(h: Harness, pid: int, epoch: int, commit: bool, new_pid: int = -1):
+    return h.run(h.shard.end_txn(TID, pid, epoch, commit, h.now, client_tv=2, new_producer_id=new_pid))
+
+
+def test_v2_end_bumps_the_epoch_and_answers_it():
+    h = Harness(replay_objects=True)
+    h.init()
+    assert h.run(h.shard.add_partitions(TID, 77, 0, [("t", 0)], h.now, client_tv=2)) == 0
+    assert h.shard.get(TID).client_transaction_version == 2
+    assert end2(h, 77, 0, True) == ("prepared", 77, 1)
+    md = h.shard.get(TID)
+    assert (md.state, md.producer_epoch, md.last_producer_epoch, md.client_transaction_version) == (
+        S.PREPARE_COMMIT, 1, 0, 2)
+    # while the markers go out: the same end again (epoch + 1 is stored) is CONCURRENT_TRANSACTIONS,
+    # the other end INVALID_TXN_STATE, the bumped epoch (not yet the producer's) PRODUCER_FENCED
+    assert end2(h, 77, 0, True) == (Errors.CONCURRENT_TRANSACTIONS, -1, -1)
+    assert end2(h, 77, 0, False) == (Errors.INVALID_TXN_STATE, -1, -1)
+    assert end2(h, 77, 1, True) == (Errors.PRODUCER_FENCED, -1, -1)
+    h.complete()
+    assert (h.state(), h.shard.get(TID).producer_epoch) == (S.COMPLETE_COMMIT, 1)
+    assert end2(h, 77, 0, True) == (0, 77, 1)  # a retry: the epoch it got
+    assert end2(h, 77, 0, False) == (Errors.INVALID_TXN_STATE, -1, -1)
+    assert end2(h, 77, 1, True) == (Errors.INVALID_TXN_STATE, -1, -1)
+    # aborting a finished transaction is allowed with TV2: a new bump, no partitions
+    assert end2(h, 77, 1, False) == ("prepared", 77, 2)
+    assert h.shard.get(TID).txn_start_ms == h.now and h.shard.get(TID).partitions == set()
+
+
+def test_v2_finished_states_follow_kafkas_table():
+    h = Harness(replay_objects=True)
+    h.init()  # Empty at epoch 0
+    assert end2(h, 77, 0, True) == (Errors.INVALID_TXN_STATE, -1, -1)
+    assert end2(h, 77, -1, False) == (Errors.PRODUCER_FENCED, -1, -1)
+    assert end2(h, 77, 0, False) == ("prepared", 77, 1)
+    h.complete()
+    assert h.state() == S.COMPLETE_ABORT
+    assert end2(h, 77, 0, False) == (0, 77, 1)  # retry
+    assert end2(h, 77, 0, True) == (Errors.INVALID_TXN_STATE, -1, -1)
+    assert end2(h, 77, 1, True) == (Errors.INVALID_TXN_STATE, -1, -1)
+    assert end2(h, 78, 1, False) == (Errors.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    assert h.run(h.shard.end_txn("other", 77, 0, True, h.now, client_tv=2)) == (
+        Errors.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+
+
+def test_v2_exhausted_epoch_moves_to_the_next_producer_id():
+    h = Harness(replay_objects=True)
+    h.init()
+    md = h.shard.get(TID)
+    h.shard.replay(tm.TxnRecord(TID, md.copy(producer_epoch=32766)))  # the last epoch a client may use
+    h.add(77, 32766, ("t", 0))
+    assert end2(h, 77, 32766, True) == ("need_pid",)
+    assert end2(h, 77, 32766, True, new_pid=99) == ("prepared", 99, 0)
+    md = h.shard.get(TID)
+    assert (md.producer_id, md.producer_epoch, md.next_producer_id) == (77, 32767, 99)  # markers at 32767
+    h.complete()
+    md = h.shard.get(TID)
+    assert (md.producer_id, md.producer_epoch, md.prev_producer_id, md.next_producer_id) == (99, 0, 77, -1)
+    assert end2(h, 77, 32766, True) == (0, 99, 0)  # a retry across the rotation
+
+
+def test_v2_fields_are_not_in_a_transaction_version_0_record():
+    """transaction.version 0: the records are TransactionLogValue v0, which has no field for the
+    client's transaction version, so a reloaded transaction is a classic one (as in Kafka)."""
+    h = Harness(replay_objects=True)
+    h.init()
+    h.add(77, 0, ("t", 0))
+    end2(h, 77, 0, True)
+    k, v = h.log[-1]
+    loaded = tm.decode(k, v).value
+    assert (loaded.state, loaded.producer_epoch, loaded.client_transaction_version) == (S.PREPARE_COMMIT, 1, 0)
+
+
+def test_verify_partitions():
+    h = Harness()
+    h.init()
+    h.add(77, 0, ("t", 0))
+    assert h.shard.verify_partitions(TID, 77, 0, [("t", 0), ("t", 1)]) == {
+        ("t", 0): 0, ("t", 1): Errors.TRANSACTION_ABORTABLE}
+    assert h.shard.verify_partitions(TID, 77, 1, [("t", 0)]) == {("t", 0): Errors.PRODUCER_FENCED}
+    assert h.shard.verify_partitions(TID, 78, 0, [("t", 0)]) == {("t", 0): Errors.INVALID_PRODUCER_ID_MAPPING}
+    assert h.shard.verify_partitions("nobody", 77, 0, [("t", 0)]) == {("t", 0): Errors.INVALID_PRODUCER_ID_MAPPING}
+    h.end(77, 0, True)
+    assert h.shard.verify_partitions(TID, 77, 0, [("t", 0)]) == {("t", 0): Errors.CONCURRENT_TRANSACTIONS}

@@ -56,8 +56,9 @@ class FakeReplicaManager:
         return self.partition if (topic, index) == (TOPIC, 0) else None
 
     def append(self, partition: FakePartition, batch: bytearray, timestamp_type: str | None = None,
-               origin: str = "client"):  # type: ignore[no-untyped-def]
-        info = partition.log.append_as_leader(batch, 0, NOW, timestamp_type, origin)
+               origin: str = "client", header: tuple | None = None,
+               transaction_version: int = 0):  # type: ignore[no-untyped-def]
+        info = partition.log.append_as_leader(batch, 0, NOW, timestamp_type, origin, header, transaction_version)
         partition.log.high_watermark = partition.log.log_end_offset
         return info
 
