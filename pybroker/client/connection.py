@@ -47,6 +47,20 @@ _INT32 = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 API_VERSIONS_MAX = VALID_VERSIONS[ApiKey.API_VERSIONS][1]
 
+# The newest version of each API these clients build requests for, whatever the codec and the
+# broker speak: newer versions name topics by id (Produce 13, OffsetCommit / OffsetFetch 10,
+# Fetch 13) or take KIP-890's transaction version 2 path (Produce 12, AddPartitionsToTxn 4+,
+# EndTxn 5, TxnOffsetCommit 5), which Kafka picks from the request version alone.
+CLIENT_MAX_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 11,
+    ApiKey.FETCH: 12,
+    ApiKey.OFFSET_COMMIT: 9,
+    ApiKey.OFFSET_FETCH: 9,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.END_TXN: 4,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+}
+
 T = TypeVar("T")
 
 
@@ -209,13 +223,16 @@ class BrokerConnection:
     # -- versions ---------------------------------------------------------------------
 
     def version_for(self, api_key: int, min_version: int = 0, max_version: int | None = None) -> int:
-        """The highest version of `api_key` both sides speak within [min_version, max_version].
+        """The highest version of `api_key` both sides speak within [min_version, max_version]
+        and CLIENT_MAX_VERSIONS.
 
         Raises UnsupportedVersionError (code UNSUPPORTED_VERSION) when there is none.
         """
         ours = VALID_VERSIONS[api_key]
         lo = max(ours[0], min_version)
-        hi = ours[1] if max_version is None else min(ours[1], max_version)
+        hi = min(ours[1], CLIENT_MAX_VERSIONS.get(api_key, ours[1]))
+        if max_version is not None:
+            hi = min(hi, max_version)
         theirs = self.api_versions.get(api_key)
         if theirs is not None:
             lo = max(lo, theirs[0])

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pybroker.client.connection import (
+    CLIENT_MAX_VERSIONS,
     BrokerConnection,
     BrokerConnectionError,
     RequestTimeoutError,
@@ -31,10 +32,13 @@ def connect(sock: FakeSocket, **kw) -> BrokerConnection:
 
 
 def test_negotiation_picks_the_highest_version_both_sides_speak():
-    sock = FakeSocket(serve({ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 7), ApiKey.FETCH: (4, 99)}))
+    sock = FakeSocket(serve({ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 7), ApiKey.FETCH: (4, 99),
+                             ApiKey.DESCRIBE_CONFIGS: (0, 99)}))
     conn = connect(sock)
     assert conn.version_for(ApiKey.METADATA) == 7  # theirs is lower
-    assert conn.version_for(ApiKey.FETCH) == VALID_VERSIONS[ApiKey.FETCH][1]  # ours is lower
+    assert conn.version_for(ApiKey.DESCRIBE_CONFIGS) == VALID_VERSIONS[ApiKey.DESCRIBE_CONFIGS][1]  # ours is lower
+    # what these clients build: Fetch 13+ names topics by id only
+    assert conn.version_for(ApiKey.FETCH) == CLIENT_MAX_VERSIONS[ApiKey.FETCH] == 12
     assert conn.version_for(ApiKey.METADATA, max_version=3) == 3
     resp = conn.send(MetadataRequest(topics=None))
     header, _ = sock.requests[-1]
