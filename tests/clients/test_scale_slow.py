@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 
 import pytest
 from server.wire import WireClient
@@ -37,16 +38,28 @@ def resources(pid: int) -> tuple[float, int]:
 
 
 def partition_fds(pid: int) -> list[str]:
-    """What the node's descriptors on partition files point at."""
+    """The partition files the node's descriptors point at (full paths). The background
+    checkpoint flusher's short-lived descriptors are left out: after a restart bumps leader
+    epochs it rewrites each leader-epoch-checkpoint through a `.tmp` file and fsyncs the
+    partition directory, and a listing catches a few of them (seen: 21 in 300 listings)."""
     out = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if "/scale-" in target:
-            out.append(os.path.basename(target))
+        if "/scale-" in target and not target.endswith(".tmp") and not os.path.isdir(target):
+            out.append(target)
     return out
+
+
+def check_one_log_fd_each(pid: int) -> None:
+    """One descriptor per partition, on its .log: index files are mapped without one."""
+    fds = partition_fds(pid)
+    names = sorted({os.path.basename(t) for t in fds})
+    assert names == ["00000000000000000000.log"], names
+    dup = sorted(t for t, n in Counter(fds).items() if n > 1)
+    assert len(fds) == PARTITIONS, (len(fds), dup[:5])
 
 
 def test_ten_thousand_partitions_create_recover_and_serve(tmp_path):
@@ -73,9 +86,8 @@ def test_ten_thousand_partitions_create_recover_and_serve(tmp_path):
             assert {p.error_code for p in resp.responses[0].partition_responses} == {0}
         rss1, fds1 = resources(node.pid)
         w.close()
-        # one descriptor per partition (its .log): index files are mapped without one
-        assert sorted(set(partition_fds(node.pid))) == ["00000000000000000000.log"]
-        assert len(partition_fds(node.pid)) == PARTITIONS and fds1 - fds0 <= PARTITIONS + 50
+        check_one_log_fd_each(node.pid)
+        assert fds1 - fds0 <= PARTITIONS + 50
         assert not list((tmp_path / "data" / "scale-0-0").glob("*.index"))  # no entry: no file
 
         node.kill()
@@ -83,7 +95,8 @@ def test_ten_thousand_partitions_create_recover_and_serve(tmp_path):
         node.start()
         restart_s = time.perf_counter() - t
         rss2, fds2 = resources(node.pid)
-        assert len(partition_fds(node.pid)) == PARTITIONS and fds2 - fds0 <= PARTITIONS + 50
+        check_one_log_fd_each(node.pid)
+        assert fds2 - fds0 <= PARTITIONS + 50
         w = WireClient("127.0.0.1", node.port, timeout_s=600)
         for name, n in topics.items():
             resp = w.request(ApiKey.FETCH, 12, FetchRequest(
