@@ -27,6 +27,7 @@ from .test_elections import create, metadata
 REQUESTS = "kafka_network_requestmetrics_requests_total"
 REQUEST_BYTES = "kafka_network_requestmetrics_requestbytes"
 SESSIONS = "kafka_server_fetchsessioncache_"
+PARKED = "kafka_server_delayedoperationpurgatory_numdelayedoperations"
 
 
 @pytest.fixture
@@ -42,6 +43,23 @@ def metrics_url(c: Cluster, node_id: int) -> str:
     found = METRICS_LINE.findall(c.nodes[node_id].output_path.read_text(errors="replace"))
     assert found, f"no metrics line in node {node_id}'s output"
     return str(found[-1])
+
+
+def wait_no_follower_fetch_parked(url: str) -> None:
+    """Until the leader holds no parked fetch and takes no new one (two scrapes in a row): the
+    stopped followers' last fetches have expired (replica.fetch.wait.max.ms), so what the leader
+    appends now reaches no follower. SIGSTOP alone does not ensure it: a fetch parked at the
+    leader is answered with the new records into the stopped follower's socket buffer, and the
+    follower reads them when it resumes (seen in CI: the "lost" tail survived on the new leader)."""
+    seen: list[tuple[float, float]] = []
+
+    def quiet(s: object) -> bool:
+        state = (s.value(PARKED, delayedOperation="Fetch"),  # type: ignore[attr-defined]
+                 s.total(REQUESTS, request="FetchFollower"))  # type: ignore[attr-defined]
+        seen.append(state)
+        return state[0] == 0 and len(seen) >= 2 and seen[-2] == state
+
+    wait_for(url, quiet, 30, "no follower fetch parked at the leader")
 
 
 def segment_bytes(c: Cluster, node_id: int, topic: str) -> bytes:
@@ -64,6 +82,7 @@ def test_an_old_leader_with_a_divergent_tail_truncates_from_the_fetch_response(m
     c.pause(a)
     c.pause(b)
     try:
+        wait_no_follower_fetch_parked(metrics_url(c, victim))
         tail = [Rec(None, b"lost-%d" % i) for i in range(3)]
         assert adapters.confluent_produce(c.address(victim), topic, tail, acks=1) == [5, 6, 7]
         c.kill(victim)
