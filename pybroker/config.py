@@ -147,6 +147,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000, at_least(0)),
     ConfigDef("controller.quorum.request.timeout.ms", "int", 2000, at_least(0)),
     ConfigDef("controller.quorum.retry.backoff.ms", "int", 20, at_least(0)),
+    # one attempt of a request forwarded to the active controller (Kafka's forwarding channel)
+    ConfigDef("controller.socket.timeout.ms", "int", 30000),
     ConfigDef("controller.quorum.append.linger.ms", "int", 25, at_least(0)),
     # broker membership (Kafka's BrokerLifecycleManager / BrokerHeartbeatManager)
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),

@@ -300,15 +300,18 @@ class Broker:
         async def local(api_key: int, version: int, body: Any) -> Any:
             return await controller_apis.handle(self, None, api_key, version, 0, f"node-{self.node_id}", body)
 
-        def channel(name: str) -> ControllerChannel:
+        def channel(name: str, attempt_timeout_ms: int = cfg["controller.quorum.request.timeout.ms"]
+                    ) -> ControllerChannel:
             return ControllerChannel(name=name, client_id=f"{name}-{self.node_id}",
                                      local_handler=local if cfg.is_controller else None,
                                      local_active=lambda: self.is_active_controller, leader=leader,
                                      wait_for_change=wait_for_change,
                                      retry_backoff_ms=max(100, cfg["controller.quorum.retry.backoff.ms"]),
-                                     attempt_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
+                                     attempt_timeout_ms=attempt_timeout_ms)
 
-        self.forwarding_channel = channel("forwarding")
+        # a forwarded admin request may keep the controller busy for a while (a CreateTopics of
+        # thousands of partitions): cut short, its retry would find its own work done
+        self.forwarding_channel = channel("forwarding", cfg["controller.socket.timeout.ms"])
         self.membership_channel = channel("heartbeat")
         # ISR changes have their own channel (Kafka's alter-partition channel): a slow CreateTopics
         # on the forwarding one must not hold back an ISR shrink

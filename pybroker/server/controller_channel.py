@@ -10,9 +10,14 @@ controller and returns its answer:
   itself), framed as any Kafka request (header v2, Kafka's versions).
 
 An answer carrying NOT_CONTROLLER (a leader change raced the request), a refused or broken
-connection and a leader not known yet are retried, after controller.quorum.retry.backoff.ms
-doubling up to 1 s, until `timeout_s` passes; then `ControllerUnavailable`. The request may
-have been applied when a retry or the timeout happens (as in Kafka: the answer is what tells).
+connection, an attempt that outlived its timeout or a Raft leader change, and a leader not
+known yet are retried, after controller.quorum.retry.backoff.ms doubling up to 1 s, until
+`timeout_s` passes; then `ControllerUnavailable`. The request may have been applied when a
+retry or the timeout happens (as in Kafka: the answer is what tells, e.g. a CreateTopics retried
+after its first attempt was applied answers TOPIC_ALREADY_EXISTS), so an attempt must not be cut
+short while the controller works on it: the forwarding channel's attempts last
+controller.socket.timeout.ms (Kafka's, 30 s), the membership channel's
+controller.quorum.request.timeout.ms (heartbeats are small and repeated).
 
 Concurrency: trio tasks; one connection and one request in flight per channel (a node keeps
 two: broker membership, and everything else, so a slow CreateTopics cannot delay heartbeats).
@@ -77,18 +82,35 @@ class ControllerChannel:
                 else:
                     leader_id, address = self.leader()
                     if address is not None:
-                        try:
-                            response = await self._conn.request(address, api_key, version, body,
-                                                                timeout_s=self.attempt_timeout_s)
-                        except CONNECTION_ERRORS as exc:
-                            log.debug("%s: request to controller %s at %s failed: %s", self.name, leader_id,
-                                      address, exc)
-                        else:
-                            if not is_not_controller(response):
-                                return response
+                        response = await self._attempt(leader_id, address, api_key, version, body)
+                        if response is not None and not is_not_controller(response):
+                            return response
                 await self.wait_for_change(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
         raise ControllerUnavailable(f"no active controller answered within {timeout_s:.1f}s")
+
+    async def _attempt(self, leader_id: int | None, address: tuple[str, int], api_key: int, version: int,
+                       body: ApiMessage) -> Any:
+        """One request to the controller at `address`: its answer, or None when the connection
+        failed, `attempt_timeout_s` passed, or the Raft leader changed meanwhile (a paused or
+        partitioned old controller keeps its socket open and never answers: the request goes to
+        the new one at once, as Kafka's channel re-sends on a controller change)."""
+        response = None
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                await self.wait_for_change(self.attempt_timeout_s)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            try:
+                response = await self._conn.request(address, api_key, version, body,
+                                                    timeout_s=self.attempt_timeout_s)
+            except CONNECTION_ERRORS as exc:
+                log.debug("%s: request to controller %s at %s failed: %s", self.name, leader_id, address, exc)
+            nursery.cancel_scope.cancel()
+        if response is None:
+            log.debug("%s: no answer from controller %s at %s", self.name, leader_id, address)
+        return response
 
     async def aclose(self) -> None:
         await self._conn.aclose()
