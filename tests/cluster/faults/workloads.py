@@ -334,6 +334,13 @@ class TransactionalCopy(Workload):
                 raise AssertionError("no transactional producer could be initialised within 120s")
             self.stop_event.wait(0.5)
 
+    @staticmethod
+    def _where(consumer: Any) -> str:
+        try:
+            return str(sorted((tp.partition, tp.offset) for tp in consumer.position(consumer.assignment())))
+        except Exception as exc:  # the diagnosis must not end the workload
+            return f"unknown ({exc})"
+
     def _rewind(self, consumer: Any) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -351,12 +358,23 @@ class TransactionalCopy(Workload):
             "isolation.level": "read_committed", "session.timeout.ms": 10_000, "fetch.wait.max.ms": 100}))
         consumer.subscribe([self.source])
         producer = None
+        idle_since, idle_notes = time.monotonic(), 0
         try:
             producer = self._producer()
             while not self.stop_event.is_set():
-                msgs = [m for m in consumer.consume(self.batch, 0.5) if m.error() is None]
+                got = consumer.consume(self.batch, 0.5)
+                for m in got:
+                    if m.error() is not None:
+                        self.note(f"copy consume: {m.error().name()}")
+                msgs = [m for m in got if m.error() is None]
                 if not msgs:
+                    if time.monotonic() - idle_since > 30 and idle_notes < 3:
+                        # a lead for a run that never copied anything (once in CI: no client
+                        # error, the producer initialised, no record ever consumed)
+                        idle_since, idle_notes = time.monotonic(), idle_notes + 1
+                        self.note(f"copy consumer idle 30s: assignment {self._where(consumer)}")
                     continue
+                idle_since = time.monotonic()
                 try:
                     producer.begin_transaction()
                     for m in msgs:
