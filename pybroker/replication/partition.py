@@ -173,7 +173,16 @@ class Partition:
         Kafka's isReplicaIsrEligible); True if it moved. It never goes back. A caught-up follower
         the controller would not take into the ISR must not hold the HW: a broker in controlled
         shutdown that fetched once on its way out held acks=all produces for
-        replica.lag.time.max.ms."""
+        replica.lag.time.max.ms.
+
+        Never while the committed ISR is smaller than the effective min.insync.replicas
+        (min(replicas, min ISR); Kafka's isUnderMinIsr, KIP-966): a record the HW covers may be
+        read, and an eligible leader replica (ELR) elected after the last ISR member dies need
+        not have what a lone leader appended. Advancing there made a consumer read records the
+        next leader lacked; librdkafka then saw a truncation and dropped what it had fetched
+        but not yet handed out (a transactional copy skipped 563 records in a fault campaign)."""
+        if len(self.isr) < min(len(self.replicas), self.log.config.min_insync_replicas):
+            return False
         leo = self.log.log_end_offset
         new_hw = leo
         maximal = self.maximal_isr

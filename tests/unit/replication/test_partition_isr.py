@@ -140,3 +140,26 @@ def test_a_leader_re_elected_at_a_new_epoch_keeps_its_followers_offsets(leader: 
     leader.leader_epoch = 5
     leader.make_leader(now_ms=3_000)  # a new leader: nothing known
     assert leader.remote[2].log_end_offset == -1 and leader.remote[2].log_start_offset == -1
+
+
+def test_the_high_watermark_stays_while_the_isr_is_under_min_insync(tmp_path: Path) -> None:
+    """Kafka's isUnderMinIsr (KIP-966): a leader alone in its ISR with min.insync.replicas=2
+    appends (acks=1, or acks=all answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) but exposes nothing
+    more to consumers: an eligible leader replica elected after it dies may lack those records.
+    The effective minimum is min(replicas, min ISR), so a one-replica partition still moves."""
+    log = UnifiedLog(tmp_path / "t-0", LogConfig(min_insync_replicas=2), topic="t", partition=0)
+    p = Partition("t", 0, b"\x01" * 16, log, local_id=1, leader_id=1, leader_epoch=3, partition_epoch=0,
+                  replicas=[1, 2, 3], isr=[1])
+    p.make_leader(now_ms=1_000)
+    append(p, 4)
+    assert not p.maybe_increment_high_watermark(1_100, LAG) and p.high_watermark == 0
+    p.isr = [1, 2]  # the follower caught up and the controller took it back in
+    p.update_follower_fetch_state(2, 4, 4, 1_200)
+    assert p.maybe_increment_high_watermark(1_200, LAG) and p.high_watermark == 4
+
+    single = UnifiedLog(tmp_path / "u-0", LogConfig(min_insync_replicas=2), topic="u", partition=0)
+    q = Partition("u", 0, b"\x02" * 16, single, local_id=1, leader_id=1, leader_epoch=0, partition_epoch=0,
+                  replicas=[1], isr=[1])
+    q.make_leader(now_ms=1_000)
+    append(q, 2)
+    assert q.maybe_increment_high_watermark(1_100, LAG) and q.high_watermark == 2
