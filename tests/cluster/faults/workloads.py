@@ -448,7 +448,13 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, *, committed: b
     """Every partition from its beginning to the end it had when asked (its high watermark,
     or the last stable offset with `committed`); returns the records and whether every
     partition was read to its end before the deadline."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        Consumer,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
 
     consumer = Consumer(_conf(bootstrap, **{
         "group.id": "fault-checker", "enable.auto.commit": False, "enable.partition.eof": True,
@@ -456,8 +462,21 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, *, committed: b
     out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
     try:
         ends = {}
+        deadline = time.monotonic() + deadline_s
         for p in range(partitions):
-            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            while True:
+                try:
+                    ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    break
+                except KafkaException as exc:
+                    # a leader moving just then (NOT_LEADER_FOR_PARTITION): the client learns
+                    # the new one from its next metadata refresh; ask again until the deadline
+                    err = exc.args[0]
+                    moving = err.code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                            KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+                    if not (err.retriable() or moving) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         pending = {p for p in range(partitions) if ends[p] > 0}
         deadline = time.monotonic() + deadline_s
