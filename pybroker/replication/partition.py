@@ -109,6 +109,12 @@ class Partition:
             return self.isr
         return self.isr + [r for r in pending if r not in self.isr]
 
+    @property
+    def effective_min_isr(self) -> int:
+        """min.insync.replicas, capped at the replica count (Kafka's effectiveMinIsr): a
+        threshold above the replication factor could never be met."""
+        return min(len(self.replicas), self.log.config.min_insync_replicas)
+
     # ------------------------------------------------------------------ leadership
 
     def make_leader(self, now_ms: int, is_new_leader: bool = True) -> None:
@@ -181,7 +187,7 @@ class Partition:
         not have what a lone leader appended. Advancing there made a consumer read records the
         next leader lacked; librdkafka then saw a truncation and dropped what it had fetched
         but not yet handed out (a transactional copy skipped 563 records in a fault campaign)."""
-        if len(self.isr) < min(len(self.replicas), self.log.config.min_insync_replicas):
+        if len(self.isr) < self.effective_min_isr:
             return False
         leo = self.log.log_end_offset
         new_hw = leo

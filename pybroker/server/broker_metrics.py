@@ -139,7 +139,7 @@ async def _replica_manager(broker: Broker) -> list[Family]:
         lead = p.leader_id == p.local_id
         if lead:
             leaders += 1
-            min_isr = min(plog.config.min_insync_replicas, replicas)
+            min_isr = p.effective_min_isr
             ur, um, am = replicas > isr, isr < min_isr, isr == min_isr
             under_replicated += ur
             under_min_isr += um

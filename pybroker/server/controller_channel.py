@@ -108,8 +108,6 @@ class ControllerChannel:
             except CONNECTION_ERRORS as exc:
                 log.debug("%s: request to controller %s at %s failed: %s", self.name, leader_id, address, exc)
             nursery.cancel_scope.cancel()
-        if response is None:
-            log.debug("%s: no answer from controller %s at %s", self.name, leader_id, address)
         return response
 
     async def aclose(self) -> None:

@@ -462,7 +462,7 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, *, committed: b
     out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
     try:
         ends = {}
-        deadline = time.monotonic() + deadline_s
+        ask_until = time.monotonic() + deadline_s
         for p in range(partitions):
             while True:
                 try:
@@ -474,7 +474,7 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, *, committed: b
                     err = exc.args[0]
                     moving = err.code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                                             KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
-                    if not (err.retriable() or moving) or time.monotonic() > deadline:
+                    if not (err.retriable() or moving) or time.monotonic() > ask_until:
                         raise
                     time.sleep(0.2)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
