@@ -222,12 +222,25 @@ class CoordinatorRuntime:
             raise KafkaError(Errors.COORDINATOR_LOAD_IN_PROGRESS)
         return ctx
 
-    def read(self, index: int, op: Callable[[Any, int], Any]) -> Any:
+    def read(self, index: int, op: Callable[[Any, int], Any], all_acknowledged: bool = False) -> Any:
         """Run `op` on the shard; a shard with `set_committed_offset` first learns the high
         watermark, so that it answers only what is committed (Kafka's reads at the last
-        committed offset: a leader's unreplicated tail may yet be truncated away)."""
+        committed offset: a leader's unreplicated tail may yet be truncated away).
+
+        all_acknowledged: COORDINATOR_LOAD_IN_PROGRESS (clients retry it) while the partition's
+        high watermark is below the start offset of its leader epoch. A new leader's high
+        watermark is the one it last heard as a follower, up to a fetch behind the previous
+        leader's, so a read at it could miss a write the previous leader acknowledged (an
+        OffsetFetch answering an older offset than the commit the consumer saw succeed). Kafka's
+        runtime reads at that watermark; we wait for it, as ListOffsets does (KIP-207's
+        OFFSET_NOT_AVAILABLE)."""
         ctx = self.active(index)
-        self._note_committed(ctx, self.rm.get_partition(self.topic, index))
+        partition = self.rm.get_partition(self.topic, index)
+        if all_acknowledged and partition is not None and \
+                partition.high_watermark < partition.leader_epoch_start_offset:
+            raise KafkaError(Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                             "the new leader's high watermark has not reached its leader epoch's start")
+        self._note_committed(ctx, partition)
         return op(ctx.shard, self.now_ms())
 
     @staticmethod

@@ -111,9 +111,10 @@ class GroupCoordinator:
             log.warning("write for group %s failed: %s", group_id, exc)
             raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
 
-    async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], Any]) -> Any:
+    async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], Any],
+                   all_acknowledged: bool = False) -> Any:
         index = await self._index(group_id)
-        return self.runtime.read(index, op)
+        return self.runtime.read(index, op, all_acknowledged)
 
     # ------------------------------------------------------------------ membership
 
@@ -162,7 +163,8 @@ class GroupCoordinator:
             if code:
                 raise KafkaError(code)
             return s.offsets.fetch_with_errors(group_id, topics, require_stable)
-        return await self.read(group_id, op)
+        # after a leader change, not before the offsets the previous leader acknowledged are readable
+        return await self.read(group_id, op, all_acknowledged=True)
 
     async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> None:

@@ -317,3 +317,53 @@ def test_a_follower_waiting_in_sync_group_is_answered_not_coordinator_when_the_n
         await wire_b.stream.aclose()
 
     run_virtual({}, scenario)
+
+
+def commit_request(group: str, topic: str, offset: int) -> OffsetCommitRequest:
+    """A simple (generation -1) commit, as a manually assigned consumer sends it."""
+    return OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                             committed_leader_epoch=-1, committed_metadata="")])])
+
+
+def test_a_new_leader_answers_offset_fetch_only_once_its_high_watermark_reaches_its_epoch_start() -> None:
+    """A new leader's high watermark is what it last heard as a follower, up to a fetch behind
+    the previous leader's: a read at it missed a commit the previous leader had acknowledged
+    (a fault campaign's consumer was answered offset 462 after its commit of 512 succeeded).
+    Here this node's partition takes leadership back with its high watermark one commit short,
+    as a follower's would be: OffsetFetch is COORDINATOR_LOAD_IN_PROGRESS until the watermark
+    reaches the epoch's start offset, then it answers the last acknowledged commit."""
+    async def scenario(broker: Broker, wire: AsyncWire, clock: TrioClock) -> None:
+        group, topic = "g-hw", "t-hw"
+        await create_topic(wire, topic)
+        await find_coordinator(wire, group, 0)
+        for offset in (7, 9):
+            commit = await until(lambda offset=offset: wire.request(ApiKey.OFFSET_COMMIT, 8,
+                                                                    commit_request(group, topic, offset)),
+                                 code=lambda r: r.topics[0].partitions[0].error_code)
+            assert commit.topics[0].partitions[0].error_code == 0
+        p = broker.replica_manager.get_partition(GROUPS, 0)
+        assert p is not None
+        end = p.log.log_end_offset
+        move_leadership(broker, GROUPS, OTHER_NODE)
+        p.log.high_watermark = end - 1  # a follower that has not yet heard the HW over the last commit
+        p.leader_id = broker.node_id  # elected: what the metadata publisher does for a new leader
+        p.leader_epoch += 1
+        p.make_leader(clock.wall_ms())
+        broker.group_coordinator.on_metadata()
+        assert p.leader_epoch_start_offset == end and p.high_watermark == end - 1
+        for _ in range(200):  # the reload replays the partition in a worker thread
+            if broker.group_coordinator.runtime.shards[0].status == ShardStatus.ACTIVE:
+                break
+            await trio.sleep(0.05)
+        assert broker.group_coordinator.runtime.shards[0].status == ShardStatus.ACTIVE
+        fetched = await wire.request(ApiKey.OFFSET_FETCH, 8, offset_fetch(group, topic))
+        assert fetched.groups[0].error_code == Errors.COORDINATOR_LOAD_IN_PROGRESS  # loaded, watermark short
+        assert p.maybe_increment_high_watermark(clock.wall_ms())  # a one-replica ISR: the HW is the LEO
+        fetched = await wire.request(ApiKey.OFFSET_FETCH, 8, offset_fetch(group, topic))
+        part = fetched.groups[0].topics[0].partitions[0]
+        assert (fetched.groups[0].error_code, part.error_code, part.committed_offset) == (0, 0, 9)
+
+    run_virtual({}, scenario)
