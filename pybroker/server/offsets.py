@@ -181,11 +181,15 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFe
                 for p, om, code in parts]) for topic, parts in found]
             if v >= 10:
                 topics = _with_topic_ids(broker, topics) + (unknown_ids if not error else [])
+            if error:  # a group-level error carries no topics (Kafka's handleOffsetFetchException)
+                topics = []
             groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=topics))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
     wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
     error, found = await _fetch_group(broker, ctx, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)
     per_partition_error = error if v < 2 else 0
+    if error and v >= 2:  # the top-level error alone, as Kafka answers (v0/v1 have no top-level error)
+        found = []
     topics_out = [R.OffsetFetchResponseTopic(name=topic, partitions=[
         R.OffsetFetchResponsePartition(partition_index=p, committed_offset=om.offset if om else -1,
                                        committed_leader_epoch=om.leader_epoch if om else -1,

@@ -222,6 +222,14 @@ class GroupConsumers(Workload):
                 if msg.error() is not None:
                     if msg.error().code() != PARTITION_EOF:
                         self.note(f"consume: {msg.error().name()}")
+                    if offsets_never_fetched(msg.error()):
+                        self.note(f"client bug worked around: librdkafka#5586 ({msg.error().name()})")
+                        if since:
+                            self._commit(consumer)
+                            since = 0
+                        consumer.close()
+                        consumer = self.consumer()
+                        consumer.subscribe([self.topic])
                     continue
                 with self.lock:
                     self.consumed.append(msg.value().decode())
@@ -272,6 +280,15 @@ def close_quietly(client: Any) -> None:
         client.close(5)
     except Exception:
         pass
+
+
+def offsets_never_fetched(error: Any) -> bool:
+    """A consumer error that leaves partitions of the assignment unfetched for good: librdkafka
+    neither retries an OffsetFetch answered NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) as a
+    whole nor starts the fetchers of its partitions, until the next rebalance
+    (confluentinc/librdkafka#5586, open). Kafka answers so when the group's coordinator moves
+    under the request, as the nemesis makes it do; the workloads then start a new consumer."""
+    return "Failed to fetch committed offsets for" in str(error)
 
 
 class ClientHung(Exception):
@@ -350,23 +367,37 @@ class TransactionalCopy(Workload):
         for tp in consumer.committed(assigned, timeout=10):
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
-    def _run(self) -> None:
-        from confluent_kafka import Consumer, KafkaException
+    def _consumer(self) -> Any:
+        from confluent_kafka import Consumer
 
         consumer = Consumer(_conf(self.bootstrap, **{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "session.timeout.ms": 10_000, "fetch.wait.max.ms": 100}))
         consumer.subscribe([self.source])
+        return consumer
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        consumer = self._consumer()
         producer = None
         idle_since, idle_notes = time.monotonic(), 0
         try:
             producer = self._producer()
             while not self.stop_event.is_set():
                 got = consumer.consume(self.batch, 0.5)
+                stuck = False
                 for m in got:
                     if m.error() is not None:
                         self.note(f"copy consume: {m.error().name()}")
+                        stuck = stuck or offsets_never_fetched(m.error())
                 msgs = [m for m in got if m.error() is None]
+                if stuck:  # no transaction is open here: the new consumer starts from the committed offsets
+                    self.note("client bug worked around: librdkafka#5586 (copy consumer)")
+                    consumer.close()
+                    consumer = self._consumer()
+                    idle_since = time.monotonic()
+                    continue
                 if not msgs:
                     if time.monotonic() - idle_since > 30 and idle_notes < 3:
                         # a lead for a run that never copied anything (once in CI: no client

@@ -156,6 +156,7 @@ def test_a_group_coordinator_resigns_with_not_coordinator_and_reloads_its_partit
         assert hb.error_code == Errors.NOT_COORDINATOR
         fetched = await wire.request(ApiKey.OFFSET_FETCH, 8, offset_fetch(group, topic))
         assert fetched.groups[0].error_code == Errors.NOT_COORDINATOR
+        assert fetched.groups[0].topics == []  # a group-level error carries no topics, as in Kafka
 
         gate = LoadGate(monkeypatch)
         move_leadership(broker, GROUPS, broker.node_id)  # leader again, one epoch later: a reload
