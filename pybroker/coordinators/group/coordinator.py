@@ -163,7 +163,7 @@ class GroupCoordinator:
             if code:
                 raise KafkaError(code)
             return s.offsets.fetch_with_errors(group_id, topics, require_stable)
-        # after a leader change, not before the offsets the previous leader acknowledged are readable
+        # after a leader change, only once every commit the previous leader acknowledged is readable
         return await self.read(group_id, op, all_acknowledged=True)
 
     async def complete_transaction(self, partition_index: int, producer_id: int, producer_epoch: int,
