@@ -157,6 +157,14 @@ def test_a_group_coordinator_resigns_with_not_coordinator_and_reloads_its_partit
         fetched = await wire.request(ApiKey.OFFSET_FETCH, 8, offset_fetch(group, topic))
         assert fetched.groups[0].error_code == Errors.NOT_COORDINATOR
         assert fetched.groups[0].topics == []  # a group-level error carries no topics, as in Kafka
+        single = await wire.request(ApiKey.OFFSET_FETCH, 7, OffsetFetchRequest(
+            group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])],
+            require_stable=False))
+        assert (single.error_code, single.topics) == (Errors.NOT_COORDINATOR, [])  # v2-v7: the top-level error
+        old_style = await wire.request(ApiKey.OFFSET_FETCH, 1, OffsetFetchRequest(
+            group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]))
+        # v0/v1 have no top-level error: it is each partition's
+        assert [p.error_code for t in old_style.topics for p in t.partitions] == [Errors.NOT_COORDINATOR]
 
         gate = LoadGate(monkeypatch)
         move_leadership(broker, GROUPS, broker.node_id)  # leader again, one epoch later: a reload
