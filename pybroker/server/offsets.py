@@ -173,6 +173,9 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFe
             member_id, member_epoch = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
             error, found = await _fetch_group(broker, ctx, g.group_id, wanted, member_id, member_epoch,
                                               req.require_stable)
+            if error:  # a group-level error carries no topics (Kafka's handleOffsetFetchException)
+                groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[]))
+                continue
             topics = [R.OffsetFetchResponseTopics(name=topic, partitions=[
                 R.OffsetFetchResponsePartitions(
                     partition_index=p, committed_offset=om.offset if om else -1,
@@ -180,10 +183,8 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: OffsetFe
                     metadata=om.metadata if om else "", error_code=code)
                 for p, om, code in parts]) for topic, parts in found]
             if v >= 10:
-                topics = _with_topic_ids(broker, topics) + (unknown_ids if not error else [])
-            if error:  # a group-level error carries no topics (Kafka's handleOffsetFetchException)
-                topics = []
-            groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=topics))
+                topics = _with_topic_ids(broker, topics) + unknown_ids
+            groups_out.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=0, topics=topics))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups_out, topics=[], error_code=0)
     wanted = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
     error, found = await _fetch_group(broker, ctx, req.group_id, wanted, require_stable=v >= 7 and req.require_stable)

@@ -144,8 +144,8 @@ def test_a_leader_re_elected_at_a_new_epoch_keeps_its_followers_offsets(leader: 
 
 def test_the_high_watermark_stays_while_the_isr_is_under_min_insync(tmp_path: Path) -> None:
     """Kafka's isUnderMinIsr (KIP-966): a leader alone in its ISR with min.insync.replicas=2
-    appends (acks=1, or acks=all answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) but exposes nothing
-    more to consumers: an eligible leader replica elected after it dies may lack those records.
+    appends (acks=1; an acks=all produce waits and times out) but exposes nothing more to
+    consumers: an eligible leader replica elected after it dies may lack those records.
     The effective minimum is min(replicas, min ISR), so a one-replica partition still moves."""
     log = UnifiedLog(tmp_path / "t-0", LogConfig(min_insync_replicas=2), topic="t", partition=0)
     p = Partition("t", 0, b"\x01" * 16, log, local_id=1, leader_id=1, leader_epoch=3, partition_epoch=0,
