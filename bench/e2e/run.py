@@ -523,9 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--consume-rounds", type=int, default=3,
                    help="reads of each consume topic; the median one is reported (default 3)")
     p.add_argument("--client-malloc", default="glibc",
-                   help=f"one of {', '.join(CLIENT_MALLOCS)}: the load generator's memory allocator (LD_PRELOAD; default: glibc, the "
-                        "client as built): see bench/README.md, \"Consume speed\"")
+                   help=f"one of {', '.join(CLIENT_MALLOCS)}: the load generator's memory "
+                        "allocator (LD_PRELOAD; default: glibc, the client as built): see "
+                        "bench/README.md, \"Consume speed\"")
     args = p.parse_args(argv)
+    if args.consume_rounds < 1:
+        p.error("--consume-rounds must be at least 1")
     client_malloc_env(args.client_malloc)  # exit 2 now, not mid-run, when it is not installed
     args.records = args.records or (100_000 if args.quick else 1_000_000)
     args.latency_seconds = args.latency_seconds or (2 if args.quick else 6)
