@@ -112,12 +112,11 @@ def summarise(runs: list[dict], codecs: list[str], mallocs: list[str], rounds: i
         summary[c] = {}
         best: list[float] = []
         for rnd in range(rounds):
-            rate = {(r["broker"], r["malloc"]): r["records_per_s"] for r in ok
-                    if r["codec"] == c and r["round"] == rnd}
-            fastest = {b: max((v for (bb, _), v in rate.items() if bb == b), default=None)
-                       for b in ("pybroker", "tansu")}
-            if fastest["pybroker"] and fastest["tansu"]:
-                best.append(fastest["pybroker"] / fastest["tansu"])
+            ours, peer = (max((r["records_per_s"] for r in ok
+                               if r["codec"] == c and r["round"] == rnd and r["broker"] == b), default=0)
+                          for b in ("pybroker", "tansu"))
+            if ours and peer:
+                best.append(ours / peer)
         for m in mallocs:
             ratios = []
             for rnd in range(rounds):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -108,6 +109,15 @@ CLIENT_MALLOCS = {"glibc": None, "tcmalloc": "tcmalloc_minimal", "jemalloc": "je
 MALLOC_PACKAGES = {"tcmalloc": "libtcmalloc-minimal4", "jemalloc": "libjemalloc2"}
 
 
+@functools.cache
+def _find_library(lib: str) -> str | None:
+    """The soname from ldconfig's cache (find_library runs `ldconfig -p`: once per library, not
+    once per loadgen run); the library is never loaded into this process."""
+    import ctypes.util
+
+    return ctypes.util.find_library(lib)
+
+
 def client_malloc_env(name: str) -> dict[str, str] | None:
     """The environment that gives loadgen allocator `name` (None: inherit), or SystemExit(2)
     with one line when the name is unknown or its library is not installed."""
@@ -118,9 +128,7 @@ def client_malloc_env(name: str) -> dict[str, str] | None:
     lib = CLIENT_MALLOCS[name]
     if lib is None:
         return None
-    import ctypes.util
-
-    found = ctypes.util.find_library(lib)  # the soname from ldconfig's cache; never loaded here
+    found = _find_library(lib)
     if found is None:
         print(f"bench: client allocator {name} needs lib{lib}.so "
               f"(apt-get install {MALLOC_PACKAGES[name]})", file=sys.stderr)

@@ -22,6 +22,13 @@ sys.modules[_spec.name] = e2e  # its dataclasses look their module up there
 _spec.loader.exec_module(e2e)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_library_lookup():
+    e2e._find_library.cache_clear()  # each test patches find_library its own way
+    yield
+    e2e._find_library.cache_clear()
+
+
 def script(args):
     return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
