@@ -2,10 +2,21 @@
 FollowerState).
 
 Every successful Fetch/FetchSnapshot answer resets the fetch timer
-(controller.quorum.fetch.timeout.ms); when it expires a voter becomes Prospective. An
-EndQuorumEpoch from the leader shortens the timer by the follower's place among the preferred
-successors. While it has fetched from the leader at least once in this state, a follower
-rejects pre-votes (KIP-996): the leader is alive as far as it can tell.
+(controller.quorum.fetch.timeout.ms); when it expires a voter becomes Prospective.
+
+Leader lease (KIP-996's check-quorum rule, Raft thesis 9.6): while the follower has fetched
+from its leader within the fetch timeout and the leader has not said it stopped leading, it is
+*in lease*: it grants no pre-vote and moves to no other leader or epoch on a request (the
+client's `_in_lease`). A candidate that a majority still hears from a live leader cannot win, and
+a forged Vote or BeginQuorumEpoch cannot pull a healthy follower away.
+
+EndQuorumEpoch (the leader resigning) is a *claim* until the leader confirms it: Kafka shortens
+the fetch timer at once by the follower's place among the preferred successors, which let one
+forged frame to each follower move leadership. Here the backoff is kept (`resignation_backoff_ms`)
+and applied when the leader itself answers a Fetch with NOT_LEADER_OR_FOLLOWER or
+BROKER_NOT_AVAILABLE in this epoch (`leader_stopped_leading`), which a resigned leader does at
+once for every parked fetch. A real handover costs one fetch round trip more; a forged one
+changes nothing.
 
 The high watermark only moves forward; it is min(leader's high watermark, local log end).
 `fetching_snapshot` is the snapshot being downloaded (FetchSnapshot), `snapshot_freezing`
@@ -38,6 +49,8 @@ class FollowerState(EpochState):
         self.fetch_timeout_ms = fetch_timeout_ms
         self.fetch_timer = Timer(now_ms, fetch_timeout_ms)
         self.has_fetched_from_leader = False
+        self.leader_stopped_leading = False
+        self.resignation_backoff_ms: int | None = None
         self.fetching_snapshot: Any = None
         self.snapshot_freezing = False
 
@@ -48,6 +61,32 @@ class FollowerState(EpochState):
                        pre_vote: bool) -> bool:
         return pre_vote and not self.has_fetched_from_leader and log_up_to_date
 
+    def in_lease(self, now_ms: int) -> bool:
+        """The leader answered a fetch within the fetch timeout and still leads, as far as this
+        follower can tell (see the module docstring)."""
+        return (self.has_fetched_from_leader and not self.leader_stopped_leading
+                and not self.fetch_timer.is_expired(now_ms))
+
+    def claim_resignation(self, now_ms: int, backoff_ms: int) -> None:
+        """An EndQuorumEpoch named this follower's leader: apply `backoff_ms` once the leader
+        confirms it stopped leading (at once if it already has)."""
+        self.resignation_backoff_ms = backoff_ms
+        if self.leader_stopped_leading:
+            self._apply_resignation(now_ms)
+
+    def on_leader_stopped_leading(self, now_ms: int) -> None:
+        """The leader answered a fetch of this epoch with NOT_LEADER_OR_FOLLOWER or
+        BROKER_NOT_AVAILABLE: it resigned or is shutting down."""
+        self.leader_stopped_leading = True
+        if self.resignation_backoff_ms is not None:
+            self._apply_resignation(now_ms)
+
+    def _apply_resignation(self, now_ms: int) -> None:
+        assert self.resignation_backoff_ms is not None
+        self.override_fetch_timeout(now_ms, min(self.resignation_backoff_ms,
+                                                self.fetch_timer.remaining_ms(now_ms)))
+        self.resignation_backoff_ms = None
+
     def has_fetch_timeout_expired(self, now_ms: int) -> bool:
         return self.fetch_timer.is_expired(now_ms)
 
@@ -57,6 +96,7 @@ class FollowerState(EpochState):
     def reset_fetch_timeout_for_successful_fetch(self, now_ms: int) -> None:
         self.fetch_timer.reset(now_ms, self.fetch_timeout_ms)
         self.has_fetched_from_leader = True
+        self.leader_stopped_leading = False
 
     def override_fetch_timeout(self, now_ms: int, timeout_ms: int) -> None:
         self.fetch_timer.reset(now_ms, timeout_ms)

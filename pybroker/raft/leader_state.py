@@ -16,7 +16,9 @@ high watermark, and are forgotten 5 minutes after their last fetch (Kafka's
 OBSERVER_SESSION_TIMEOUT_MS).
 
 Timers: BeginQuorumEpoch is re-sent to every voter each fetch.timeout / 2; the leader resigns
-when no majority fetched within 1.5 x fetch.timeout (check quorum).
+when no majority fetched within 1.5 x fetch.timeout (check quorum). While a majority fetched
+within one fetch.timeout the leader is *in lease* (`in_lease`): like a follower that hears it, it
+moves to no higher epoch on a Vote, BeginQuorumEpoch or EndQuorumEpoch (see follower_state).
 
 Concurrency: Raft client thread only.
 """
@@ -31,6 +33,9 @@ from pybroker.raft.epoch_state import NO_DEADLINE, EpochState, Timer
 from pybroker.raft.voter_set import VoterSet
 
 OBSERVER_SESSION_TIMEOUT_MS = 300_000
+# Fetches carry any replica id a peer likes; past this many observers the one that fetched least
+# recently is forgotten, so made-up ids cost bounded memory (a cluster has far fewer brokers).
+MAX_OBSERVERS = 10_000
 CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
 
 
@@ -82,6 +87,8 @@ class LeaderState(EpochState):
         self._fetched_voters: set[int] = set()
         self.check_quorum_timeout_ms = int(fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
         self.check_quorum_timer = Timer(now_ms, self.check_quorum_timeout_ms)
+        self.fetch_timeout_ms = fetch_timeout_ms
+        self.majority_contact_ms = now_ms  # elected by a majority just now
         self.begin_quorum_epoch_timeout_ms = fetch_timeout_ms // 2
         self.begin_quorum_epoch_timer = Timer(now_ms, 0)
         self.resign_requested = False
@@ -105,6 +112,10 @@ class LeaderState(EpochState):
             return NO_DEADLINE
         return self.check_quorum_timer.remaining_ms(now_ms)
 
+    def in_lease(self, now_ms: int) -> bool:
+        """A majority of the voters fetched within the last fetch.timeout."""
+        return len(self.voter_states) == 1 or now_ms - self.majority_contact_ms < self.fetch_timeout_ms
+
     def update_check_quorum_for_following_voter(self, replica_id: int, now_ms: int) -> None:
         if replica_id == self.local_id:
             raise ValueError("a Fetch from the leader itself")
@@ -116,6 +127,7 @@ class LeaderState(EpochState):
         if len(self._fetched_voters) >= majority:
             self._fetched_voters.clear()
             self.check_quorum_timer.reset(now_ms, self.check_quorum_timeout_ms)
+            self.majority_contact_ms = now_ms
 
     # -- progress --------------------------------------------------------------------------
     def update_local_state(self, durable_end_offset: int) -> bool:
@@ -140,7 +152,13 @@ class LeaderState(EpochState):
         if is_voter:
             state = self.voter_states[replica_id]
         else:
-            state = self.observer_states.setdefault(replica_id, ReplicaState(replica_id, directory_id))
+            # most recently fetched last (dict order), so the first is the one to forget
+            observer = self.observer_states.pop(replica_id, None)
+            if observer is None:
+                observer = ReplicaState(replica_id, directory_id)
+                if len(self.observer_states) >= MAX_OBSERVERS:
+                    del self.observer_states[next(iter(self.observer_states))]
+            self.observer_states[replica_id] = state = observer
         leader_end = self.voter_states[self.local_id].end_offset if self.local_id in self.voter_states else None
         state.update_follower_state(now_ms, fetch_offset, leader_end)
         self.update_check_quorum_for_following_voter(replica_id, now_ms)

@@ -12,7 +12,8 @@ version 0, kraft.version 1 (KIP-853) version 1::
 -1 means "none" for leaderId and votedId; the zero Uuid means no voted directory id. Writes go
 to `quorum-state.tmp`, are fsynced, renamed over the file and the directory is fsynced, so a
 crash leaves the old or the new state. A missing file reads as None (first start); an
-unreadable one raises `QuorumStateError` naming the file.
+unreadable one, or one whose numbers the protocol cannot carry (ids and epochs are int32; an epoch
+at MAX_EPOCH leaves none to elect in), raises `QuorumStateError` naming the file.
 
 Concurrency: `write` blocks on fsync: the Raft driver calls it from a worker thread, never two
 at once. `MemoryQuorumStateStore` is the simulation's stand-in: `write` is what the driver
@@ -33,6 +34,7 @@ from pybroker.raft.election_state import ElectionState
 QUORUM_STATE_FILE = "quorum-state"
 ZERO_UUID = bytes(16)
 SUPPORTED_DATA_VERSIONS = (0, 1)
+MAX_EPOCH = 2**31 - 1  # raft_util.MAX_EPOCH (kept here: raft_util imports the codec)
 
 
 class QuorumStateError(Exception):
@@ -83,10 +85,17 @@ def decode_quorum_state(data: bytes, source: str = "quorum-state") -> ElectionSt
     if version not in SUPPORTED_DATA_VERSIONS:
         raise QuorumStateError(f"{source}: data_version {version} is not within 0 and 1")
     try:
-        leader_id = int(obj.get("leaderId", -1))
-        epoch = int(obj["leaderEpoch"])
-        voted_id = int(obj.get("votedId", -1))
+        leader_id = _int32(obj.get("leaderId", -1), "leaderId")
+        epoch = _int32(obj["leaderEpoch"], "leaderEpoch")
+        voted_id = _int32(obj.get("votedId", -1), "votedId")
         voted_dir = uuid_from_str(obj["votedDirectoryId"]) if version >= 1 else ZERO_UUID
+        if epoch < 0:
+            raise ValueError(f"leaderEpoch {epoch} is negative")
+        if epoch >= MAX_EPOCH:
+            # no election can follow it (a candidate's epoch + 1 would not encode): only a forged
+            # request could have led a node here (before pybroker refused such epochs)
+            raise ValueError(f"leaderEpoch {epoch} leaves no epoch to elect a leader in "
+                             f"(the largest usable is {MAX_EPOCH - 1})")
         return ElectionState(
             epoch=epoch,
             leader_id=None if leader_id < 0 else leader_id,
@@ -95,6 +104,14 @@ def decode_quorum_state(data: bytes, source: str = "quorum-state") -> ElectionSt
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise QuorumStateError(f"{source} is malformed: {exc}") from None
+
+
+def _int32(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {value!r} is not an integer")
+    if not -2**31 <= value < 2**31:
+        raise ValueError(f"{name} {value} does not fit the protocol's 32 bits")
+    return value
 
 
 class FileQuorumStateStore:

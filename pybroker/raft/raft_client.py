@@ -103,7 +103,8 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
                  local_listeners: Mapping[str, tuple[str, int]] | None = None,
                  voters: VoterSet | None = None, followers_always_flush: bool = False,
                  kraft_version: int = 0, max_fetch_bytes: int = MAX_FETCH_SIZE_BYTES,
-                 log_cleaner_interval_ms: int = LOG_CLEANER_INTERVAL_MS) -> None:
+                 log_cleaner_interval_ms: int = LOG_CLEANER_INTERVAL_MS, strict: bool = False,
+                 peer_fault_hook: Callable[[str], None] | None = None) -> None:
         self.node_id = node_id
         self.config = config
         self.log = log
@@ -121,6 +122,12 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         self.followers_always_flush = followers_always_flush
         self.kraft_version = kraft_version
         self.max_fetch_bytes = max_fetch_bytes
+        # strict: a handler's unexpected exception propagates (tests, the simulation) instead of
+        # being logged and answered UNKNOWN_SERVER_ERROR / dropped (a node in production)
+        self.strict = strict
+        # called with a description when a peer contradicts this node (_peer_fault)
+        self.peer_fault_hook = peer_fault_hook
+        self._epoch_exhausted_logged = False
         self._bootstrap_addresses: dict[int, tuple[str, int]] = {}
         if config.bootstrap_servers:
             for i, address in enumerate(config.bootstrap_servers):
@@ -505,6 +512,14 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
             self._on_become_leader(now_ms)
 
     def _transition_to_candidate(self, now_ms: int) -> None:
+        if self.quorum.epoch + 1 >= ru.MAX_EPOCH:
+            # never reached by honest nodes (2^31 elections); requests at MAX_EPOCH are refused,
+            # so this node could not be followed in the next epoch: stay prospective
+            if not self._epoch_exhausted_logged:
+                log.error("node %s: cannot start an election: epoch %d is the last the protocol can "
+                          "follow", self.node_id, self.quorum.epoch)
+                self._epoch_exhausted_logged = True
+            return
         self.quorum.transition_to_candidate(now_ms)
         self._maybe_fire_leader_change()
         self._on_become_candidate(now_ms)
@@ -572,11 +587,31 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         return (epoch != self.quorum.epoch or leader_id is None or self.quorum.leader_id is None
                 or leader_id == self.quorum.leader_id)
 
+    def _peer_fault(self, message: str) -> None:
+        """A peer told this node something that contradicts what it knows (a buggy, stale or
+        lying peer, or one that was lied to): the message is ignored, never fatal."""
+        if self.peer_fault_hook is not None:
+            self.peer_fault_hook(message)
+        else:
+            log.warning("node %s: %s", self.node_id, message)
+
     def _maybe_transition(self, leader_id: int | None, epoch: int,
-                          endpoints: Mapping[str, tuple[str, int]], now_ms: int) -> None:
+                          endpoints: Mapping[str, tuple[str, int]], now_ms: int) -> bool:
+        """Follow what a request or response says of `epoch` and its leader; False (nothing
+        changed) when it contradicts this node (Kafka throws and the node stops)."""
+        if epoch >= ru.MAX_EPOCH:
+            self._peer_fault(f"epoch {epoch} from a peer is past the last usable epoch")
+            return False
         if not self._has_consistent_leader(epoch, leader_id):
-            raise RaftSafetyError(f"node {self.node_id}: leader {leader_id} of epoch {epoch} "
-                                  f"contradicts {self.quorum.state}")
+            if leader_id == self.node_id and epoch > self.quorum.epoch:
+                # Only this node can know it leads: a newer epoch said to be led by it is a lie, or
+                # one a peer repeats in good faith. The epoch is real to that peer; the leader is not.
+                self._peer_fault(f"a peer says this node leads epoch {epoch}; moving to that epoch "
+                                 f"without a leader")
+                leader_id = None
+            else:
+                self._peer_fault(f"leader {leader_id} of epoch {epoch} contradicts {self.quorum.state}")
+                return False
         if epoch > self.quorum.epoch:
             if leader_id is not None and leader_id != self.node_id and endpoints:
                 self._transition_to_follower(epoch, leader_id, endpoints, now_ms)
@@ -587,36 +622,49 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
                 self.quorum.leader_id is None
                 or len(endpoints) > len(self.quorum.leader_endpoints)):
             self._transition_to_follower(epoch, leader_id, endpoints, now_ms)
+        return True
 
     def _leader_endpoints(self, leader_id: int | None, node_endpoints: list[Any]
                           ) -> Mapping[str, tuple[str, int]]:
+        """A leader's endpoints: the voter set's (static and trusted), else what the peer said."""
         if leader_id is None:
             return {}
+        node = self.voters.voter(leader_id)
+        if node is not None and node.listeners:
+            return dict(node.listeners)
         for e in node_endpoints or ():
             if e.node_id == leader_id:
                 return {self.listener_name: (e.host, e.port)}
-        node = self.voters.voter(leader_id)
-        return dict(node.listeners) if node is not None else {}
+        return {}
 
     def _maybe_handle_common_response(self, error: int, leader_id: int | None, epoch: int,
                                       endpoints: Mapping[str, tuple[str, int]],
                                       now_ms: int) -> bool | None:
         """Kafka's maybeHandleCommonResponse: None when the API's own handler should run,
         else whether the response counts as a success for the request manager."""
+        if leader_id is not None and self.voters.voter(leader_id) is None:
+            self._peer_fault(f"a peer names {leader_id}, not a voter, leader of epoch {epoch}")
+            leader_id, endpoints = None, {}
         if epoch < self.quorum.epoch or error == ru.UNKNOWN_LEADER_EPOCH:
-            return True
+            # Deliberate difference: Kafka counts these as handled and asks again at once; a peer
+            # in an older epoch (one in lease refuses to move: see follower_state) would then be
+            # asked in a tight loop. Back off instead.
+            return False
         if epoch > self.quorum.epoch or error in (ru.FENCED_LEADER_EPOCH, ru.NOT_LEADER_OR_FOLLOWER):
-            self._maybe_transition(leader_id, epoch, endpoints, now_ms)
-            return True
+            return self._maybe_transition(leader_id, epoch, endpoints, now_ms)
         if leader_id is not None and self.quorum.leader_id is None and leader_id != self.node_id:
+            if not endpoints:
+                self._peer_fault(f"leader {leader_id} of epoch {epoch} has no known endpoints")
+                return False
             self._transition_to_follower(epoch, leader_id, endpoints, now_ms)
             return None if error == ru.NONE else True
         if error == ru.BROKER_NOT_AVAILABLE:
             return False
         if error == ru.INVALID_VOTER_KEY:
             return True
-        if error == ru.INVALID_REQUEST:
-            raise RaftSafetyError("a peer answered INVALID_REQUEST to a request of ours")
+        if error in (ru.INVALID_REQUEST, ru.INCONSISTENT_VOTER_SET, ru.UNKNOWN_SERVER_ERROR):
+            self._peer_fault(f"a peer answered error {error} to a request of ours")
+            return False
         return None
 
     # -- leader progress and local API -------------------------------------------------------

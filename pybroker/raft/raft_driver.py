@@ -77,11 +77,13 @@ class RaftDriver:
     # -- the loop --------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled or shut down; `task_status.started()` once initialized."""
+        # before the nursery: an unusable quorum-state file (QuorumStateError) reaches the caller
+        # of nursery.start as itself, not inside an exception group
+        self.client.initialize(self.now_ms())
         async with trio.open_nursery() as nursery:
             self._channel = KafkaNetworkChannel(
                 nursery, self._deliver_response, request_timeout_ms=self.client.config.request_timeout_ms,
                 client_id=f"{CLIENT_ID_PREFIX}{self.client.node_id}")
-            self.client.initialize(self.now_ms())
             task_status.started()
             try:
                 await self._loop()

@@ -8,6 +8,23 @@ leader-only rules, answering errors with the responder's epoch and leader so the
 catch up. Answers go out through the client's outbox (`_respond`), after any election state or
 log change they depend on has been made durable.
 
+Anyone who reaches the controller listener can send these, so a request is input, never a
+command (deliberate differences from Kafka, which trusts its peers and stops the node when one
+contradicts it; pinned by tests/unit/raft/test_raft_input.py and the simulation's Byzantine
+mode). Before any state changes:
+- an epoch at or above MAX_EPOCH (it could not be followed by a new one), or more than
+  MAX_EPOCH_JUMP ahead of this node's, is INVALID_REQUEST;
+- a Vote, BeginQuorumEpoch or EndQuorumEpoch naming a replica outside the static voter set, or
+  reaching a node that is not a voter, is INCONSISTENT_VOTER_SET (Kafka before KIP-853); one that
+  names this node itself as the sender, or as the leader of an epoch it does not lead, or another
+  leader for the epoch whose leader it knows, is INVALID_REQUEST;
+- a node in lease (a follower that hears its leader, a leader that hears a majority) moves to no
+  other epoch or leader: it answers with what it knows, vote not granted (see follower_state);
+- a Fetch or FetchSnapshot claiming to come from this node is INVALID_REQUEST;
+- a leader's endpoints come from the voter set, never from the request.
+If a handler still raises, the request is answered UNKNOWN_SERVER_ERROR and the error logged
+(`strict` clients, in tests and the simulation, raise instead).
+
 A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads.
 Concurrency: Raft client thread only.
 """
@@ -15,6 +32,7 @@ Concurrency: Raft client thread only.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +41,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.raft import raft_util as ru
 from pybroker.raft.epoch_state import NO_DEADLINE
 from pybroker.raft.follower_state import FollowerState
-from pybroker.raft.leader_state import LeaderState, ReplicaState
+from pybroker.raft.leader_state import MAX_OBSERVERS, LeaderState, ReplicaState
 from pybroker.raft.offset_and_epoch import OffsetAndEpoch, ValidKind
 from pybroker.raft.raft_message import InboundRequest
 from pybroker.raft.snapshots import BOOTSTRAP_SNAPSHOT_ID
@@ -50,7 +68,18 @@ class _ParkedFetch:
 class RaftRequestHandlers(_Base):
     _hw_sent: dict[int, int]  # replica id -> the high watermark last sent to it (this leadership)
     def handle_request(self, request: InboundRequest, now_ms: int) -> None:
-        """Answer (now, or for a parked Fetch later) through take_io()."""
+        """Answer (now, or for a parked Fetch later) through take_io(); never raises unless
+        the client is `strict`."""
+        try:
+            self._dispatch_request(request, now_ms)
+        except Exception:
+            if self.strict:
+                raise
+            log.exception("node %s: internal error answering Raft request %s", self.node_id,
+                          request.api_key)
+            self._respond(request, ru.error_response(request.api_key, ru.UNKNOWN_SERVER_ERROR))
+
+    def _dispatch_request(self, request: InboundRequest, now_ms: int) -> None:
         api_key = request.api_key
         body = request.body
         if api_key == ApiKey.FETCH:
@@ -76,9 +105,34 @@ class RaftRequestHandlers(_Base):
     def _validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
         if request_epoch < self.quorum.epoch:
             return ru.FENCED_LEADER_EPOCH
-        if remote_id < 0:
+        if remote_id < 0 or remote_id == self.node_id or request_epoch >= ru.MAX_EPOCH \
+                or request_epoch - self.quorum.epoch > ru.MAX_EPOCH_JUMP:
             return ru.INVALID_REQUEST
+        if not self.quorum.is_voter() or self.voters.voter(remote_id) is None:
+            return ru.INCONSISTENT_VOTER_SET
         return None
+
+    def _in_lease(self, now_ms: int) -> bool:
+        """A follower that hears its leader, or a leader that hears a majority: such a node
+        moves to no other epoch or leader on a request (see follower_state)."""
+        state = self.quorum.state
+        if isinstance(state, (LeaderState, FollowerState)):
+            return state.in_lease(now_ms)
+        return False
+
+    def _known_leader_endpoints(self, leader_id: int, offered: list[Any]) -> Mapping[str, tuple[str, int]]:
+        """The voter set's endpoints of a voter; a request's own list only for a leader the
+        voter set has no address of (so a forged request cannot point a follower elsewhere)."""
+        node = self.voters.voter(leader_id)
+        if node is not None and node.listeners:
+            return dict(node.listeners)
+        return {e.name: (e.host, e.port) for e in offered} if offered else {}
+
+    def _contradicts_known_leader(self, leader_id: int, epoch: int) -> bool:
+        """Another leader than the one this node knows for `epoch` (Raft elects one per epoch;
+        Kafka stops the node here)."""
+        known = self.quorum.leader_id
+        return epoch == self.quorum.epoch and known is not None and known != leader_id
 
     def _validate_leader_only_request(self, request_epoch: int) -> int | None:
         if request_epoch < self.quorum.epoch:
@@ -119,6 +173,11 @@ class RaftRequestHandlers(_Base):
         error = self._validate_voter_only_request(p.replica_id, p.replica_epoch)
         if error is not None:
             return response(error, False)
+        if self._in_lease(now_ms):
+            log.info("node %s: %svote request from %s in epoch %d rejected: the leader of epoch "
+                     "%d is alive", self.node_id, "pre-" if pre_vote else "", p.replica_id,
+                     p.replica_epoch, self.quorum.epoch)
+            return response(ru.NONE, False)
         if p.replica_epoch > self.quorum.epoch:
             self._transition_to_unattached(p.replica_epoch, None, now_ms)
         if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
@@ -146,15 +205,25 @@ class RaftRequestHandlers(_Base):
         p = ru.single_partition(body.topics)
         if p is None:
             return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INVALID_REQUEST)
-        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
+        error = self._validate_leader_announcement(p.leader_id, p.leader_epoch, now_ms)
         if error is not None:
             return response(error)
-        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
-                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
-        self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
+        if p.leader_epoch == self.quorum.epoch or not self._in_lease(now_ms):
+            endpoints = self._known_leader_endpoints(p.leader_id, body.leader_endpoints)
+            self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
         if not self._is_valid_voter_key(body.voter_id, p.voter_directory_id):
             return response(ru.INVALID_VOTER_KEY)
         return response(ru.NONE)
+
+    def _validate_leader_announcement(self, leader_id: int, epoch: int, now_ms: int) -> int | None:
+        """BeginQuorumEpoch and EndQuorumEpoch: the voter-only rules, then the leader they name
+        must not contradict what this node knows."""
+        error = self._validate_voter_only_request(leader_id, epoch)
+        if error is None and self._contradicts_known_leader(leader_id, epoch):
+            log.warning("node %s: refused a claim that %s leads epoch %d (this node: %s)",
+                        self.node_id, leader_id, epoch, self.quorum.state)
+            error = ru.INVALID_REQUEST
+        return error
 
     def _handle_end_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
         def response(error: int) -> Any:
@@ -166,11 +235,12 @@ class RaftRequestHandlers(_Base):
         p = ru.single_partition(body.topics)
         if p is None:
             return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INVALID_REQUEST)
-        error = self._validate_voter_only_request(p.leader_id, p.leader_epoch)
+        error = self._validate_leader_announcement(p.leader_id, p.leader_epoch, now_ms)
         if error is not None:
             return response(error)
-        endpoints = ({e.name: (e.host, e.port) for e in body.leader_endpoints}
-                     if body.leader_endpoints else self._leader_endpoints(p.leader_id, []))
+        if p.leader_epoch > self.quorum.epoch and self._in_lease(now_ms):
+            return response(ru.NONE)
+        endpoints = self._known_leader_endpoints(p.leader_id, body.leader_endpoints)
         self._maybe_transition(p.leader_id, p.leader_epoch, endpoints, now_ms)
         state = self.quorum.state
         if isinstance(state, FollowerState) and state.leader_id == p.leader_id:
@@ -178,7 +248,8 @@ class RaftRequestHandlers(_Base):
                          else list(p.preferred_successors))
             position = preferred.index(self.node_id) if self.node_id in preferred else len(preferred)
             backoff = self._strict_exponential_election_backoff_ms(position, len(preferred))
-            state.override_fetch_timeout(now_ms, backoff)
+            # a claim until the leader's own fetch answers confirm it (follower_state)
+            state.claim_resignation(now_ms, backoff)
         return response(ru.NONE)
 
     def _handle_fetch_request(self, request: InboundRequest, now_ms: int) -> None:
@@ -190,11 +261,12 @@ class RaftRequestHandlers(_Base):
         if p is None:
             self._respond(request, ru.error_response(ApiKey.FETCH, ru.INVALID_REQUEST))
             return
+        replica_id = ru.fetch_replica_id(body)
         if body.max_wait_ms < 0 or p.fetch_offset < 0 or p.last_fetched_epoch < 0 \
-                or p.last_fetched_epoch > p.current_leader_epoch:
+                or p.last_fetched_epoch > p.current_leader_epoch \
+                or (replica_id >= 0 and replica_id == self.node_id):
             self._respond(request, self._empty_fetch_response(ru.INVALID_REQUEST))
             return
-        replica_id = ru.fetch_replica_id(body)
         directory_id = ru.optional_directory(p.replica_directory_id)
         response = self._try_complete_fetch_request(replica_id, directory_id, p.current_leader_epoch,
                                                     p.fetch_offset, p.last_fetched_epoch, now_ms)
@@ -205,7 +277,7 @@ class RaftRequestHandlers(_Base):
         news = part.high_watermark >= 0 and part.high_watermark > self._hw_sent.get(replica_id, -1)
         if part.error_code != ru.NONE or part.records or body.max_wait_ms == 0 or news \
                 or part.diverging_epoch is not None or part.snapshot_id is not None:
-            self._hw_sent[replica_id] = max(self._hw_sent.get(replica_id, -1), part.high_watermark)
+            self._note_hw_sent(replica_id, part.high_watermark)
             self._respond(request, response)
             return
         self._parked.append(_ParkedFetch(request, replica_id, directory_id, p.fetch_offset,
@@ -263,9 +335,14 @@ class RaftRequestHandlers(_Base):
         response = self._try_complete_fetch_request(
             parked.replica_id, parked.directory_id, p.current_leader_epoch, p.fetch_offset,
             p.last_fetched_epoch, now_ms)
-        hw = response.responses[0].partitions[0].high_watermark
-        self._hw_sent[parked.replica_id] = max(self._hw_sent.get(parked.replica_id, -1), hw)
+        self._note_hw_sent(parked.replica_id, response.responses[0].partitions[0].high_watermark)
         self._respond(parked.request, response)
+
+    def _note_hw_sent(self, replica_id: int, hw: int) -> None:
+        sent = self._hw_sent
+        if replica_id not in sent and len(sent) >= 2 * MAX_OBSERVERS:
+            sent.clear()  # made-up replica ids: forgetting costs at most an early answer each
+        sent[replica_id] = max(sent.get(replica_id, -1), hw)
 
     def _expire_parked_fetches(self, now_ms: int) -> int:
         if not self._parked:
@@ -294,6 +371,8 @@ class RaftRequestHandlers(_Base):
             t = body.topics[0]
             return ru.fetch_snapshot_response(ru.UNKNOWN_TOPIC_OR_PARTITION, *leader, topic=t.name,
                                               partition_index=t.partitions[0].partition, **common)
+        if body.max_bytes < 0 or (body.replica_id >= 0 and body.replica_id == self.node_id):
+            return ru.fetch_snapshot_response(ru.INVALID_REQUEST, *leader, **common)
         error = self._validate_leader_only_request(p.current_leader_epoch)
         if error is not None:
             return ru.fetch_snapshot_response(error, *leader, **common)

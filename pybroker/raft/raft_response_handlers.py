@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.raft import raft_util as ru
 from pybroker.raft.candidate_state import CandidateState
-from pybroker.raft.errors import RaftSafetyError
 from pybroker.raft.follower_state import FollowerState
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.offset_and_epoch import OffsetAndEpoch
@@ -64,13 +63,27 @@ class RaftResponseHandlers(_Base):
                 log.warning("node %s: %s answered top-level error %d", self.node_id,
                             response.source, body.error_code)
         else:
-            success = handler(response.source, body, now_ms)
+            try:
+                success = handler(response.source, body, now_ms)
+            except Exception:
+                if self.strict:
+                    raise
+                log.exception("node %s: internal error handling a response from %s to api %s",
+                              self.node_id, response.source, response.api_key)
+                success = False
         rm.on_response_result(response.source, response.correlation_id, success, now_ms)
 
     def _handle_vote_response(self, source: int, body: Any, now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
             return False
         p = body.topics[0].partitions[0]
+        state = self.quorum.state
+        if p.error_code == ru.NONE and not p.vote_granted and isinstance(state, CandidateState) \
+                and p.leader_epoch < state.epoch:
+            # the voter stays in its older epoch: it is in lease with a live leader (see
+            # follower_state). That is its answer for our epoch: a rejection.
+            self._record_vote(state, source, False, now_ms)
+            return True
         leader_id = None if p.leader_id < 0 else p.leader_id
         handled = self._maybe_handle_common_response(
             p.error_code, leader_id, p.leader_epoch, self._leader_endpoints(leader_id, body.node_endpoints),
@@ -81,18 +94,26 @@ class RaftResponseHandlers(_Base):
             return False
         state = self.quorum.state
         if isinstance(state, (ProspectiveState, CandidateState)):
-            if p.vote_granted:
-                state.record_granted_vote(source)
-                self._maybe_transition_forward(now_ms)
-            else:
-                state.record_rejected_vote(source)
-                if state.epoch_election.is_vote_rejected():
-                    if isinstance(state, ProspectiveState):
-                        self._prospective_transition_after_election_loss(state, now_ms)
-                    elif not state.is_backing_off:
-                        # gridlocked: back off now instead of waiting for the election timeout
-                        state.start_backing_off(now_ms, self._binary_exponential_election_backoff_ms(state.retries))
+            self._record_vote(state, source, p.vote_granted, now_ms)
         return True
+
+    def _record_vote(self, state: ProspectiveState | CandidateState, source: int, granted: bool,
+                     now_ms: int) -> None:
+        election = state.epoch_election
+        if source in (election.rejecting_voters() if granted else election.granting_voters()):
+            self._peer_fault(f"voter {source} changed its vote in epoch {state.epoch}")
+            return
+        if granted:
+            state.record_granted_vote(source)
+            self._maybe_transition_forward(now_ms)
+            return
+        state.record_rejected_vote(source)
+        if election.is_vote_rejected():
+            if isinstance(state, ProspectiveState):
+                self._prospective_transition_after_election_loss(state, now_ms)
+            elif not state.is_backing_off:
+                # gridlocked: back off now instead of waiting for the election timeout
+                state.start_backing_off(now_ms, self._binary_exponential_election_backoff_ms(state.retries))
 
     def _handle_begin_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
@@ -135,6 +156,20 @@ class RaftResponseHandlers(_Base):
         current = p.current_leader
         leader_id = None if current is None or current.leader_id < 0 else current.leader_id
         epoch = -1 if current is None else current.leader_epoch
+        state = self.quorum.state
+        if isinstance(state, FollowerState) and source == state.leader_id:
+            if epoch == state.epoch and p.error_code in (ru.NOT_LEADER_OR_FOLLOWER, ru.BROKER_NOT_AVAILABLE):
+                # the leader itself says it no longer leads this epoch (resigned, shutting down)
+                state.on_leader_stopped_leading(now_ms)
+            elif (epoch < state.epoch or p.error_code == ru.UNKNOWN_LEADER_EPOCH) \
+                    and self.quorum.is_voter() and self._shutdown_deadline is None:
+                # The node this one follows has not reached its epoch, so it cannot lead it: what
+                # named it leader was a forged BeginQuorumEpoch (or EndQuorumEpoch). A leader's
+                # epoch never goes back. Ask for pre-votes now instead of after a fetch timeout.
+                log.info("node %s: %s does not know epoch %d it was said to lead; asking for "
+                         "pre-votes", self.node_id, source, state.epoch)
+                self._transition_to_prospective(now_ms)
+                return False
         handled = self._maybe_handle_common_response(
             p.error_code, leader_id, epoch, self._leader_endpoints(leader_id, body.node_endpoints), now_ms)
         if handled is not None:
@@ -149,8 +184,11 @@ class RaftResponseHandlers(_Base):
         if diverging is not None and diverging.epoch >= 0:
             target = OffsetAndEpoch(diverging.end_offset, diverging.epoch)
             if state.high_watermark is not None and target.offset < state.high_watermark:
-                raise RaftSafetyError(f"node {self.node_id}: leader asked for truncation to "
-                                      f"{target.offset}, below the high watermark {state.high_watermark}")
+                # Kafka stops the node. Truncating would drop committed records: refuse, keep
+                # asking; a real leader never says this (the simulation fails on it).
+                self._peer_fault(f"leader {source} asked for truncation to {target.offset}, below "
+                                 f"the high watermark {state.high_watermark}")
+                return False
             offset = self.log.truncate_to_end_offset(target)
             self._log_dirty = True
             log.info("node %s: truncated to %d after a diverging epoch from leader %s",
@@ -183,7 +221,13 @@ class RaftResponseHandlers(_Base):
     def _update_follower_high_watermark(self, state: FollowerState, high_watermark: int | None) -> None:
         if high_watermark is None:
             return
-        if state.update_high_watermark(min(high_watermark, self.log.end_offset)):
+        high_watermark = min(high_watermark, self.log.end_offset)
+        if state.high_watermark is not None and high_watermark < state.high_watermark:
+            # the leader's high watermark never goes back in an epoch (Kafka throws)
+            self._peer_fault(f"leader {state.leader_id} sent high watermark {high_watermark}, below "
+                             f"{state.high_watermark}")
+            return
+        if state.update_high_watermark(high_watermark):
             self.log.update_high_watermark(state.high_watermark)  # type: ignore[arg-type]
 
     def _handle_fetch_snapshot_response(self, source: int, body: Any, now_ms: int) -> bool:
@@ -214,16 +258,21 @@ class RaftResponseHandlers(_Base):
             return False
         snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
         if writer is None or writer.snapshot_id != snapshot_id or writer.size_in_bytes != p.position:
-            raise RaftSafetyError(f"node {self.node_id}: unexpected FetchSnapshot answer {snapshot_id} "
-                                  f"at {p.position} for {writer and writer.snapshot_id}")
+            self._peer_fault(f"unexpected FetchSnapshot answer {snapshot_id} at {p.position} for "
+                             f"{writer and writer.snapshot_id}")
+            return False
         data = p.unaligned_records
         if data is not None and len(data) > 0:
+            if writer.size_in_bytes + len(data) > p.size:
+                # a chunk past the size the leader announced: start the download over
+                self._peer_fault(f"snapshot {snapshot_id} would grow past its size {p.size}")
+                writer.close()
+                state.fetching_snapshot = None
+                return False
             writer.append(data)
         if writer.size_in_bytes == p.size:
             state.snapshot_freezing = True
             self._pending_freeze.append(writer)
-        elif writer.size_in_bytes > p.size:
-            raise RaftSafetyError(f"snapshot {snapshot_id} grew past its size {p.size}")
         state.reset_fetch_timeout_for_successful_fetch(now_ms)
         return True
 

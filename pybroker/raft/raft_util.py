@@ -59,9 +59,22 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 INCONSISTENT_CLUSTER_ID = 104
+INCONSISTENT_VOTER_SET = 94
 SNAPSHOT_NOT_FOUND = 98
 POSITION_OUT_OF_RANGE = 99
 INVALID_VOTER_KEY = 116
+
+# Epochs are int32 on the wire. A node never adopts an epoch it could not follow with one of its
+# own: a request naming an epoch at or above MAX_EPOCH is refused (INVALID_REQUEST) before
+# anything is persisted, so a candidate's epoch + 1 always encodes.
+MAX_EPOCH = 2**31 - 1
+# How far ahead of this node's epoch a Vote, BeginQuorumEpoch or EndQuorumEpoch may be. Epochs
+# only advance by elections a majority takes part in, so an honest peer is rarely more than a few
+# ahead; one further ahead is refused (INVALID_REQUEST) and this node learns the epoch from its
+# own requests' answers instead (its fetch or pre-vote is answered with the current epoch). It
+# keeps a forged request from spending the epoch space: it takes a million of them, each landing
+# while no leader is in lease, instead of one (deliberate; Kafka follows any epoch).
+MAX_EPOCH_JUMP = 1000
 
 
 def _dir(directory_id: bytes | None) -> bytes:

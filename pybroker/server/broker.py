@@ -74,6 +74,7 @@ from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.raft.kafka_metadata_log import METADATA_DIR
 from pybroker.raft.quorum_config import QuorumConfig
+from pybroker.raft.quorum_state_store import QuorumStateError
 from pybroker.raft.raft_manager import RaftManager, metadata_log_settings
 from pybroker.raft.snapshot_policy import SnapshotPolicy
 from pybroker.replication.alter_partition_manager import (
@@ -273,7 +274,13 @@ class Broker:
                 log_cleaner_interval_ms=int(os.environ.get("PYBROKER_METADATA_CLEANER_INTERVAL_MS", "60000")))
         except (LogError, OSError, ValueError) as exc:
             raise StartupError(f"cannot open the metadata log in {cfg.metadata_log_dir}: {exc}") from None
-        await nursery.start(self.raft.driver.run)
+        try:
+            await nursery.start(self.raft.driver.run)
+        except QuorumStateError as exc:
+            raise StartupError(
+                f"{exc}. Stop every node whose quorum-state file is unusable, move those files "
+                f"away and start the nodes again: each resumes from its metadata log's last "
+                f"epoch") from None
         self.raft_ready.set()
         client = self.raft.client
         self.loader = MetadataLoader(self.image, lambda: client.high_watermark)

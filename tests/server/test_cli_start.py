@@ -125,3 +125,26 @@ def test_unknown_replica_selector_class_is_refused_with_kafkas_message(tmp_path)
     assert ("Invalid value com.example.NearestSelector for configuration replica.selector.class: "
             "Class com.example.NearestSelector could not be found.") in errors[0]
     assert "Traceback" not in r.stderr
+
+
+def test_unusable_quorum_state_file_is_a_one_line_error_with_the_way_out(tmp_path):
+    # what a forged Vote at epoch 2^31-1 left behind before such epochs were refused: every
+    # restart crashed encoding epoch 2^31, until the file was edited by hand
+    data = tmp_path / "d"
+    overrides = ["--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={data}"]
+    proc, _, _ = start(overrides, cwd=tmp_path)
+    assert stop(proc) == 0
+    state = data / "__cluster_metadata-0" / "quorum-state"
+    assert state.exists()
+    state.write_text('{"clusterId":"","leaderId":-1,"leaderEpoch":2147483648,"votedId":1,'
+                     '"appliedOffset":0,"currentVoters":[{"voterId":1}],"data_version":0}')
+    r = run_to_exit(overrides, tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("pybroker:")]
+    assert len(errors) == 1, r.stderr
+    assert str(state) in errors[0] and "2147483648" in errors[0] and "move those files away" in errors[0]
+    # the way out works: without the file the node starts from its log's last epoch
+    state.rename(tmp_path / "quorum-state.bad")
+    proc, _, _ = start(overrides, cwd=tmp_path)
+    assert stop(proc) == 0

@@ -22,6 +22,17 @@ snapshot when it has to. Invariants are checked after every event (cheap ones) a
 
 A failure raises `InvariantViolation` whose message starts with the seed, so a run replays with
 PYBROKER_SIM_SEED=<seed>.
+
+Byzantine-input mode (`run_byzantine_scenario`): an `Adversary` that can reach every node's
+controller listener injects Raft requests as a non-voter or as a spoofed voter: forged Votes,
+pre-votes, BeginQuorumEpoch and EndQuorumEpoch (other leaders, the receiver itself, the epochs
+around the receiver's, the last int32 epochs), Fetch and FetchSnapshot from the leader's own id
+and made-up ids, and field-level mutations of all of them, each through the wire codec. Honest
+nodes then contradict each other at times (a lie repeated in good faith); those peer faults are
+counted, not fatal. Every node runs `strict`: any exception out of a handler fails the run. The
+invariants are the same, progress included. One forgery is out of the model: a Fetch in a voter's
+name claiming more than that voter has, which would count as its acknowledgement; without
+authentication of the controller listener (the security issue) no rule can tell it apart.
 """
 
 from __future__ import annotations
@@ -33,7 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.frame import decode_request, decode_response, encode_request, encode_response
+from pybroker.raft import raft_util as ru
 from pybroker.raft.batch import Batch
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.listener import LeaderAndEpoch
@@ -142,13 +155,20 @@ class SimNode:
         self.client = KafkaRaftClient(
             node_id=self.id, config=c.quorum_config, log=self.log, store=self.store,
             cluster_id=CLUSTER_ID, random=random.Random(c.random.getrandbits(64)),
-            max_fetch_bytes=c.max_fetch_bytes, log_cleaner_interval_ms=c.cleaner_interval_ms)
+            max_fetch_bytes=c.max_fetch_bytes, log_cleaner_interval_ms=c.cleaner_interval_ms,
+            strict=True, peer_fault_hook=self.on_peer_fault)
         self.machine = SimStateMachine(self)
         self.policy = SnapshotPolicy(max_bytes_between_snapshots=c.snapshot_bytes,
                                      max_interval_ms=c.snapshot_interval_ms, now_ms=c.now)
         self.client.register(self.machine)
         self.client.initialize(c.now)
         c.step(self)
+
+    def on_peer_fault(self, message: str) -> None:
+        """A peer contradicted this node: a bug among honest nodes, expected under lies."""
+        self.cluster.peer_faults += 1
+        if not self.cluster.byzantine:
+            self.cluster.fail(f"node {self.id}: {message}")
 
     def crash(self, lose_unflushed: bool) -> None:
         self.alive = False
@@ -227,6 +247,10 @@ class Cluster:
         self.max_committed = 0
         self.events_run = 0
         self.appends = True
+        self.byzantine = False  # set by run_byzantine_scenario: lies make peer faults expected
+        self.peer_faults = 0
+        self.adversary: Adversary | None = None
+        self.adversary_answers = 0
 
     # -- failures ----------------------------------------------------------------------------
     def fail(self, message: str) -> None:
@@ -258,6 +282,14 @@ class Cluster:
         if event.kind == "append":
             self._appends()
             self._schedule(self.now + self.append_interval_ms, "append", 0)
+            return
+        if event.kind == "forge":
+            adversary = self.adversary
+            if adversary is not None and adversary.active:
+                node_id, request = adversary.forge()
+                if node_id is not None:
+                    self._schedule(self.now + self._delay(), "request", node_id, request)
+                self._schedule(self.now + adversary.next_gap_ms(), "forge", 0)
             return
         node = self.nodes[event.node]
         if event.kind == "io_done":
@@ -362,6 +394,9 @@ class Cluster:
             self._schedule(self.now + self._delay(), "request", dest.id, inbound)
 
     def _send_response(self, node: SimNode, response: OutboundResponse) -> None:
+        if response.request.token == ADVERSARY:
+            self.adversary_answers += 1
+            return
         src, incarnation, correlation_id, api_key, version = response.request.token
         if not self.connected(node.id, src) or self.random.random() < self.network.drop_probability:
             return
@@ -594,3 +629,238 @@ def _require_progress(cluster: Cluster, mark: int, what: str) -> None:
         states = {n.id: (repr(n.client.quorum.state) if n.client else "down")
                   for n in cluster.nodes.values()}
         cluster.fail(f"no commit during {STABLE_MS} ms after {what} with a healthy majority: {states}")
+
+
+# -- Byzantine input ---------------------------------------------------------------------------
+ADVERSARY = "adversary"  # the token of a forged request: its answers go nowhere
+INT32_MAX = 2**31 - 1
+NON_VOTER_IDS = (99, 1000, -1, -2, INT32_MAX)
+
+
+class Adversary:
+    """Forges Raft requests to the nodes (see the module docstring).
+
+    `forge()` picks a live node and builds one request as a real peer would have built it, then
+    lies in it: the sender's id, the leader it names, the epoch, the offsets. A quarter of the
+    requests also get one numeric field replaced by an edge value. Every request goes through the
+    wire codec, so what reaches a node is what could cross a socket.
+    """
+
+    FIELD_EDGES = (-1, 0, 1, 2, INT32_MAX - 1, INT32_MAX, -(2**31))
+
+    def __init__(self, cluster: Cluster, rng: random.Random, *, mean_gap_ms: int = 20) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.mean_gap_ms = mean_gap_ms
+        self.active = True
+        self.sent: dict[str, int] = {}
+
+    def next_gap_ms(self) -> int:
+        return max(1, int(self.rng.expovariate(1 / self.mean_gap_ms)))
+
+    def _epoch(self, around: int) -> int:
+        rng = self.rng
+        return rng.choice([around, around, around + 1, around + 1, around + 2, max(0, around - 1),
+                           around + rng.randint(3, 1000), INT32_MAX - 2, INT32_MAX - 1, INT32_MAX])
+
+    def _id(self, target: int, voters: list[int]) -> int:
+        rng = self.rng
+        pool = [*voters, target, *NON_VOTER_IDS]
+        return rng.choice(pool)
+
+    def forge(self) -> tuple[int | None, InboundRequest | None]:
+        cluster, rng = self.cluster, self.rng
+        live = [n for n in cluster.nodes.values() if n.alive and n.client is not None]
+        if not live:
+            return None, None
+        target = rng.choice(live)
+        client = target.client
+        assert client is not None
+        voters = sorted(v for v, n in cluster.nodes.items() if n.voter)
+        epoch = self._epoch(client.epoch)
+        kind = rng.choice(["vote", "pre-vote", "begin", "end", "fetch", "fetch", "snapshot"])
+        end = client.log.end_offset
+        last = OffsetAndEpoch(rng.choice([0, end, end + rng.randint(1, 50), max(0, end - 3)]),
+                              rng.choice([0, client.log.last_fetched_epoch(), epoch - 1, epoch]))
+        cluster_id = rng.choice([CLUSTER_ID, CLUSTER_ID, None])
+        if kind in ("vote", "pre-vote"):
+            api_key = ApiKey.VOTE
+            body = ru.vote_request(cluster_id, epoch, self._id(target.id, voters), None,
+                                   rng.choice([target.id, -1, target.id]), None,
+                                   OffsetAndEpoch(max(0, last.offset), max(0, min(last.epoch, epoch - (kind == "vote")))),
+                                   kind == "pre-vote")
+        elif kind == "begin":
+            api_key = ApiKey.BEGIN_QUORUM_EPOCH
+            body = ru.begin_quorum_epoch_request(cluster_id, epoch, self._id(target.id, voters),
+                                                 rng.choice([target.id, -1]), None,
+                                                 rng.choice([{}, {"CONTROLLER": ("evil", 6666)}]))
+        elif kind == "end":
+            api_key = ApiKey.END_QUORUM_EPOCH
+            others = [v for v in voters if v != target.id]
+            preferred = rng.sample([*voters, 99], rng.randint(0, len(voters)))
+            leader = rng.choice([client.quorum.leader_id or rng.choice(voters), *others, target.id, 99])
+            body = ru.end_quorum_epoch_request(cluster_id, epoch, leader, preferred, {})
+        elif kind == "fetch":
+            api_key = ApiKey.FETCH
+            replica = self._fetch_replica(target, voters)
+            offset, fetched_epoch = self._fetch_position(target, replica, last)
+            body = ru.fetch_request(cluster_id, replica, None, rng.choice([client.epoch, epoch]),
+                                    offset, fetched_epoch, rng.choice([0, 0, 50, 500]), 2048)
+        else:
+            api_key = ApiKey.FETCH_SNAPSHOT
+            latest = client.log.latest_snapshot_id() or OffsetAndEpoch(rng.randint(0, 100), 1)
+            body = ru.fetch_snapshot_request(cluster_id, self._fetch_replica(target, voters), None,
+                                             rng.choice([client.epoch, epoch]), latest,
+                                             rng.choice([0, 10, -1, 1 << 30]), rng.choice([1024, 0, 1]))
+        if rng.random() < 0.25:
+            self._mutate(body)
+        version = ru.RAFT_API_VERSIONS[api_key]
+        try:
+            frame = encode_request(api_key, version, 1, "forger", body)
+        except Exception:  # noqa: BLE001 - a mutation the codec cannot carry never reaches a socket
+            return None, None
+        _, body = decode_request(memoryview(frame)[4:])
+        self.sent[kind] = self.sent.get(kind, 0) + 1
+        return target.id, InboundRequest(api_key, version, body, 1, token=ADVERSARY)
+
+    def _fetch_replica(self, target: SimNode, voters: list[int]) -> int:
+        """The leader's own id, a non-voter or observer id, or a voter's name."""
+        return self.rng.choice([target.id, *NON_VOTER_IDS, *voters])
+
+    def _fetch_position(self, target: SimNode, replica: int, last: OffsetAndEpoch) -> tuple[int, int]:
+        """Anything for made-up ids; in a voter's name, no more than the leader already knows
+        that voter has (claiming more would forge its acknowledgement: out of the model)."""
+        client = target.client
+        assert client is not None
+        state = client.quorum.state
+        if replica != target.id and isinstance(state, LeaderState) and replica in state.voter_states:
+            known = state.voter_states[replica].end_offset or 0
+            offset = self.rng.randint(0, known)
+            # the epoch of the record before that offset, as the voter would have sent it
+            epoch = 0
+            for _base, last_offset, batch_epoch in client.log.batches():
+                if last_offset < offset:
+                    epoch = batch_epoch
+            if offset < client.log.start_offset:
+                epoch = self.rng.randint(0, client.epoch)
+            return offset, epoch
+        return max(0, last.offset), max(0, last.epoch)
+
+    def _mutate(self, body: Any) -> None:
+        """Replace one int field, anywhere in the message, with an edge value."""
+        holders: list[tuple[Any, str]] = []
+
+        def walk(obj: Any, depth: int) -> None:
+            if depth > 4 or not hasattr(obj, "__slots__"):
+                return
+            for name in obj.__slots__:
+                value = getattr(obj, name, None)
+                if isinstance(value, bool):
+                    continue
+                if isinstance(value, int):
+                    holders.append((obj, name))
+                elif isinstance(value, list):
+                    for item in value:
+                        walk(item, depth + 1)
+                else:
+                    walk(value, depth + 1)
+
+        walk(body, 0)
+        if holders:
+            obj, name = self.rng.choice(holders)
+            setattr(obj, name, self.rng.choice(self.FIELD_EDGES))
+
+
+@dataclass
+class ByzantineReport:
+    seed: int
+    forged: dict[str, int] = field(default_factory=dict)
+    answered: int = 0
+    peer_faults: int = 0
+    committed: int = 0
+    leader_epochs: int = 0
+    faults: list[str] = field(default_factory=list)
+
+
+def run_byzantine_scenario(seed: int, *, phases: int = 3) -> ByzantineReport:
+    """Forged requests against a cluster, with honest faults (crashes, partitions, resignations).
+
+    Progress is required where the model says it must hold: with a leader in lease the cluster
+    keeps committing while the adversary forges at full rate (a healthy quorum cannot be moved);
+    after each repair it must commit once left alone. While no leader is in lease, a fast enough
+    forger can keep an unauthenticated quorum from electing one (each forged Vote or
+    BeginQuorumEpoch looks like an election to its receiver), so those windows check safety only.
+    At the end the forger stops and every node must converge.
+    """
+    rng = random.Random(seed * 104729 + 7)
+    cluster = Cluster(seed, voters=rng.choice([3, 3, 5]), observers=rng.choice([0, 1]),
+                      network=NetworkConfig(max_delay_ms=rng.choice([3, 10])))
+    cluster.byzantine = True
+    adversary = cluster.adversary = Adversary(cluster, random.Random(seed ^ 0x5EED),
+                                              mean_gap_ms=rng.choice([5, 20, 50]))
+    report = ByzantineReport(seed)
+
+    def forge(on: bool) -> None:
+        if on and not adversary.active:
+            cluster._schedule(cluster.now + 1, "forge", 0)
+        adversary.active = on
+
+    cluster.start()
+    adversary.active = False
+    forge(True)
+    cluster.run_for(STABLE_MS // 3)  # the first election under forgeries: safety only
+    forge(False)
+    mark = cluster.max_committed
+    cluster.run_for(STABLE_MS)
+    _require_progress(cluster, mark, "the first election once left alone")
+    voter_ids = [n for n, node in cluster.nodes.items() if node.voter]
+    for _ in range(phases):
+        # a leader in lease holds against anything forged
+        leader = cluster.leader()
+        forge(True)
+        mark = cluster.max_committed
+        cluster.run_for(STABLE_MS)
+        _require_progress(cluster, mark, "forgeries against a leader in lease")
+        if leader is not None and leader.client is not None and cluster.leader() is not leader:
+            cluster.fail(f"forged requests moved leadership away from {leader.id}")
+        # an honest fault while forging, then left alone
+        leader = cluster.leader()
+        victim = leader.id if leader is not None and rng.random() < 0.6 else rng.choice(voter_ids)
+        fault = rng.choice(["crash", "crash-lose", "partition", "resign", "shutdown"])
+        report.faults.append(f"{fault}:{victim}")
+        down = rng.randint(200, 4000)
+        if fault in ("crash", "crash-lose"):
+            cluster.crash(victim, lose_unflushed=fault == "crash-lose")
+            cluster.run_for(down)
+            cluster.restart(victim)
+        elif fault == "partition":
+            cluster.partition({victim})
+            cluster.run_for(down)
+            cluster.heal()
+        elif fault == "resign" and leader is not None and leader.client is not None:
+            leader.client.resign(leader.client.epoch)
+            cluster.run_for(down)
+        elif fault == "shutdown" and leader is not None and leader.client is not None:
+            leader.client.begin_shutdown(5000, cluster.now)
+            cluster.step(leader)
+            cluster.run_for(down)
+            cluster.crash(leader.id, lose_unflushed=False)
+            cluster.restart(leader.id)
+        cluster.run_for(STABLE_MS // 5)
+        forge(False)
+        mark = cluster.max_committed
+        cluster.run_for(STABLE_MS)
+        _require_progress(cluster, mark, f"repairing {report.faults[-1]}, left alone")
+        cluster.check_logs_agree()
+    cluster.heal()
+    for n in list(cluster.nodes):
+        cluster.restart(n)
+    cluster.appends = False
+    cluster.run_for(STABLE_MS)
+    cluster.check_converged()
+    report.forged = dict(adversary.sent)
+    report.answered = cluster.adversary_answers
+    report.peer_faults = cluster.peer_faults
+    report.committed = cluster.max_committed
+    report.leader_epochs = len(cluster.leaders)
+    return report

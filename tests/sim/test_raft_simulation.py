@@ -14,7 +14,7 @@ import pytest
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.prospective_state import ProspectiveState
 
-from .raft_sim import STABLE_MS, Cluster, NetworkConfig, run_random_scenario
+from .raft_sim import STABLE_MS, Cluster, NetworkConfig, run_byzantine_scenario, run_random_scenario
 
 REPLAY = os.environ.get("PYBROKER_SIM_SEED")
 DEFAULT_SEEDS = [int(REPLAY)] if REPLAY else [11, 37, 52]
@@ -184,3 +184,25 @@ def test_five_voters_survive_two_crashes_and_lossy_links() -> None:
     cluster.appends = False
     cluster.run_for(STABLE_MS)
     cluster.check_converged()
+
+
+# -- Byzantine input (issue 18): forged Raft requests from non-voters and spoofed voters ------------
+BYZANTINE_SEEDS = [int(REPLAY)] if REPLAY else [4]
+
+
+@pytest.mark.parametrize("seed", BYZANTINE_SEEDS)
+def test_forged_requests_crash_no_node_and_break_no_invariant(seed: int) -> None:
+    """Every node strict (a handler exception fails the run); the leader in lease keeps leading and
+    committing while the forger sends at full rate; repairs commit once left alone."""
+    report = run_byzantine_scenario(seed, phases=1)
+    assert report.answered > 1000 and set(report.forged) == {
+        "vote", "pre-vote", "begin", "end", "fetch", "snapshot"}, report
+    assert report.committed > 1000, report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", range(4))
+def test_forged_requests_many_seeds(block: int) -> None:
+    """5 seeds per block from 5000 + block * 5, 3 phases each."""
+    for seed in range(5000 + block * 5, 5000 + block * 5 + 5):
+        run_byzantine_scenario(seed, phases=3)

@@ -58,8 +58,10 @@ class Ctx:
         self.log = log if log is not None else MemoryLog()
         self.store = MemoryQuorumStateStore(election)
         self.config = QuorumConfig(voters={v: ("localhost", 9000 + v) for v in voters}, **config)
+        self.peer_faults: list[str] = []
         self.client = KafkaRaftClient(node_id=local_id, config=self.config, log=self.log,
-                                      store=self.store, cluster_id=CLUSTER, random=random.Random(seed))
+                                      store=self.store, cluster_id=CLUSTER, random=random.Random(seed),
+                                      strict=True, peer_fault_hook=self.peer_faults.append)
         self.recorder = Recorder()
         self.client.register(self.recorder)
         self.sent: list[OutboundRequest] = []

@@ -40,3 +40,17 @@ def test_unreadable_state_names_the_file(tmp_path: Path, content: str) -> None:
     path.write_text(content)
     with pytest.raises(QuorumStateError, match="quorum-state"):
         FileQuorumStateStore(path).read()
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("leaderEpoch", 2**31, "32 bits"), ("leaderEpoch", 2**31 - 1, "no epoch to elect"),
+    ("leaderEpoch", -1, "negative"), ("votedId", 2**40, "32 bits"), ("leaderId", "1", "not an integer")])
+def test_numbers_the_protocol_cannot_carry_make_the_state_unusable(tmp_path: Path, field: str,
+                                                                  value: object, match: str) -> None:
+    obj = {"clusterId": "", "leaderId": 1, "leaderEpoch": 5, "votedId": -1, "appliedOffset": 0,
+           "currentVoters": [{"voterId": 1}], "data_version": 0}
+    obj[field] = value
+    path = tmp_path / "quorum-state"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(QuorumStateError, match=match):
+        FileQuorumStateStore(path).read()

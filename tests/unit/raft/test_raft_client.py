@@ -322,10 +322,16 @@ def test_graceful_shutdown_hands_leadership_to_the_preferred_successor() -> None
     assert ctx.client.shutdown_complete and not ctx.client.shutdown_timed_out
 
 
-def test_end_quorum_epoch_lets_the_first_preferred_successor_start_at_once() -> None:
+def test_end_quorum_epoch_lets_the_first_preferred_successor_start_once_the_leader_confirms() -> None:
     ctx = Ctx(3, (1, 2, 3), election=ElectionState(4, leader_id=1))
+    ctx.step()
+    fetch = ctx.drain_sent(ApiKey.FETCH)[0]
     body = ru.end_quorum_epoch_request("test-cluster", 4, 1, [3, 2], {})
     assert ctx.request(ApiKey.END_QUORUM_EPOCH, body).topics[0].partitions[0].error_code == 0
+    ctx.advance(0)
+    # a claim until the leader itself says it stopped leading (a forged one must not move the quorum)
+    assert isinstance(ctx.state, FollowerState)
+    ctx.respond(fetch, ctx.fetch_response(4, 1, error=ru.NOT_LEADER_OR_FOLLOWER))
     ctx.advance(0)
     assert isinstance(ctx.state, ProspectiveState)
 
