@@ -97,10 +97,10 @@ def _preprocess(broker: Broker, resources: list[Any], incremental: bool) -> dict
             outcome = _broker_change(broker, r, incremental)
             if outcome is not None:
                 done[i] = outcome
-        elif r.resource_type in _TYPE_NAMES and (incremental or r.resource_type != RESOURCE_BROKER_LOGGER):
+        elif r.resource_type in _TYPE_NAMES and not (r.resource_type == RESOURCE_BROKER_LOGGER and not incremental):
             done[i] = (Errors.INVALID_REQUEST,
                        f"Resource type {_TYPE_NAMES[r.resource_type]} is not supported by this broker")
-        else:  # legacy AlterConfigs has no BROKER_LOGGER either (ConfigAdminManager)
+        else:  # Kafka's ConfigResource.Type.UNKNOWN, and BROKER_LOGGER in the legacy API
             done[i] = (Errors.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
     return done
 
