@@ -42,6 +42,13 @@ class EmbeddedBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def controller_port(self) -> int:
+        """The port of the node's first controller listener (started with one in `listeners` and
+        `controller.listener.names`), else -1."""
+        bound = self._broker.controller_bound if self._broker is not None else []
+        return bound[0].port if bound else -1
+
+    @property
     def metrics_url(self) -> str | None:
         """http://host:port/metrics when started with a `metrics.listener` override, else None."""
         return self._broker.metrics_url if self._broker is not None else None

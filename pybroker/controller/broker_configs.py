@@ -26,7 +26,8 @@ Pure functions over the image's config map; the caller (QuorumController) holds 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from pybroker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, format_value
@@ -35,6 +36,7 @@ from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 
 RESOURCE_BROKER = 4
+_INT32_TEXT = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.valueOf parses (range checked apart)
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -61,6 +63,24 @@ def static_min_insync_replicas(config: BrokerConfig) -> int:
         return int(d.parse(raw))
     except ConfigError:  # the static config was validated at start; keep Kafka's default
         return int(d.default)
+
+
+def broker_name_error(name: str, node_ids: Container[int]) -> tuple[int, str] | None:
+    """ControllerConfigurationValidator.validateBrokerName, then QuorumController's
+    ConfigResourceExistenceChecker: a BROKER resource is "" (cluster default) or a base-10 int32
+    naming a registered broker or a controller (`node_ids`). A name a broker listener would have
+    refused can still reach the controller on its own listener; kept out of the log, since every
+    reader of these records takes a non-empty name for a node id."""
+    if not name:
+        return None
+    if not _INT32_TEXT.fullmatch(name) or not -2**31 <= int(name) < 2**31:
+        return Errors.INVALID_REQUEST, "Unable to parse broker name as a base 10 number."
+    node_id = int(name)
+    if node_id < 0:
+        return Errors.INVALID_REQUEST, "Invalid negative broker ID."
+    if node_id not in node_ids:
+        return Errors.BROKER_ID_NOT_REGISTERED, f"No node with id {node_id} found."
+    return None
 
 
 def _record(name: str, key: str, value: str | None) -> Any:

@@ -759,13 +759,20 @@ class QuorumController:
 
     async def alter_broker_configs(self, resources: Sequence[tuple[str, Any]], incremental: bool,
                                    validate_only: bool = False) -> list[tuple[int, str | None]]:
-        """BROKER resources the broker has validated: (name, [(key, op, value)]) when
-        incremental, else (name, {key: value}). ConfigRecords as controller/broker_configs.py
-        decides them, one batch; one (error, message) per resource, in order."""
+        """BROKER resources: (name, [(key, op, value)]) when incremental, else (name, {key: value}),
+        keys and values validated by the broker that received them (none when sent to the
+        controller listener directly, as in Kafka); names checked here (broker_name_error).
+        ConfigRecords as controller/broker_configs.py decides them, one batch; one (error,
+        message) per resource, in order."""
         async with self._lock:
             out: list[tuple[int, str | None]] = []
             records: list[Any] = []
+            node_ids = {*self.image.brokers, *self.config.quorum_voters, self.config.node_id}
             for name, change in resources:
+                refused = broker_configs.broker_name_error(name, node_ids)
+                if refused is not None:
+                    out.append(refused)
+                    continue
                 build = broker_configs.incremental_records if incremental else broker_configs.legacy_records
                 code, msg, recs = build(self.image.configs, self.image.features, name, change)
                 out.append((code, msg))

@@ -35,6 +35,12 @@ Load path: in a worker thread, read the partition from its log start to its end,
 every record and replay it into a fresh shard whose timer is suspended; the trio thread
 then installs the shard, resumes its timer and calls `on_loaded`.
 
+A write that fails (the append refused: `revert` undoes the handler's in-memory changes; or not
+committed in time, or the shard unloaded) runs the result's `on_failed`; `write` then raises
+REQUEST_TIMED_OUT / NOT_COORDINATOR / the log's error, which the services turn into what Kafka
+answers (shard.operation_error). `write_detached` returns the handler's response without waiting
+for the high watermark (JoinGroup).
+
 Deadlines: each shard gets a PurgatoryTimer on the broker's SystemTimer; the result of a
 timer operation is written like a request's (`_write_now`).
 
@@ -255,10 +261,33 @@ class CoordinatorRuntime:
         producer_id >= 0: the records are that producer's transactional batch."""
         ctx = self.active(index)
         result = op(ctx.shard, self.now_ms())
-        end = self._append(ctx, result, producer_id, producer_epoch)
-        await self._wait_replicated(ctx, end)
+        end = self._append_or_fail(ctx, result, producer_id, producer_epoch)
+        try:
+            await self._wait_replicated(ctx, end)
+        except KafkaError as exc:
+            if result.on_failed is not None:
+                result.on_failed(exc)
+            raise
         if result.on_committed is not None:
             result.on_committed()
+        return result.response
+
+    def write_detached(self, index: int, op: Callable[[Any, int], CoordinatorResult]) -> Any:
+        """Run `op` on the shard and append its records like `write`, but return its response
+        at once: the handler answers through it (a Future), and the commit is awaited in the
+        background before `on_committed` or `on_failed` runs (Kafka's JoinGroup, whose answer is
+        a future of its own: MEMBER_ID_REQUIRED is sent before the write of the group it created
+        is replicated). A refused append runs `revert` and `on_failed`, which must then answer;
+        without `on_failed` its KafkaError is raised. KafkaError NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS when the shard is not active here."""
+        ctx = self.active(index)
+        result = op(ctx.shard, self.now_ms())
+        try:
+            self._write_appended(ctx, result, self._append_or_fail(ctx, result))
+        except KafkaError as exc:
+            if result.on_failed is None:
+                raise
+            log.warning("%s-%d: a write failed (%s); the operation answers it", self.topic, ctx.partition, exc)
         return result.response
 
     async def complete_transaction(self, index: int, producer_id: int, producer_epoch: int,
@@ -294,36 +323,56 @@ class CoordinatorRuntime:
                 await wait.wait()
         finally:
             ctx.waits.discard(wait)
-        if wait.abandoned:
-            raise KafkaError(Errors.NOT_COORDINATOR, "the coordinator moved before the write was replicated")
-        if wait.expired:
-            raise KafkaError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
+        failure = _wait_failure(wait)
+        if failure is not None:
+            raise failure
 
     def _write_now(self, ctx: ShardContext, result: CoordinatorResult) -> None:
         """Write a timer operation's result (nobody awaits it)."""
         if self.shards.get(ctx.partition) is not ctx or ctx.status != ShardStatus.ACTIVE:
             return
-        end = self._append(ctx, result)
-        if result.on_committed is None:
+        self._write_appended(ctx, result, self._append_or_fail(ctx, result))
+
+    def _write_appended(self, ctx: ShardContext, result: CoordinatorResult, end: int | None) -> None:
+        """After the append of a write nobody awaits: `on_committed` once the HW covers `end`
+        (at once when there is nothing to wait for), `on_failed` if it does not in time."""
+        if result.on_committed is None and result.on_failed is None:
             return
         partition = self.rm.get_partition(self.topic, ctx.partition)
         if end is None or partition is None or partition.high_watermark >= end:
-            result.on_committed()
-        else:
-            wait = DelayedAppend(self.commit_timeout_ms, partition, end)
-            on_committed = result.on_committed
+            if result.on_committed is not None:
+                result.on_committed()
+            return
+        wait = DelayedAppend(self.commit_timeout_ms, partition, end)
+        ctx.waits.add(wait)
 
-            ctx.waits.add(wait)
+        async def later() -> None:
+            try:
+                if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
+                    await wait.wait()
+            finally:
+                ctx.waits.discard(wait)
+            failure = _wait_failure(wait)
+            if failure is None:
+                if result.on_committed is not None:
+                    result.on_committed()
+            elif result.on_failed is not None:
+                result.on_failed(failure)
+        self.spawn(later)
 
-            async def later() -> None:
-                try:
-                    if not self.rm.produce_purgatory.try_complete_else_watch(wait, [(self.topic, ctx.partition)]):
-                        await wait.wait()
-                finally:
-                    ctx.waits.discard(wait)
-                if not wait.expired and not wait.abandoned:
-                    on_committed()
-            self.spawn(later)
+    def _append_or_fail(self, ctx: ShardContext, result: CoordinatorResult, producer_id: int = -1,
+                        producer_epoch: int = -1) -> int | None:
+        """`_append`; when the partition refuses the batch, the handler's in-memory changes are
+        reverted and `on_failed` runs before the error is raised (Kafka's failed batch: the
+        snapshot reverted, its events completed exceptionally)."""
+        try:
+            return self._append(ctx, result, producer_id, producer_epoch)
+        except KafkaError as exc:
+            if result.revert is not None:
+                result.revert()
+            if result.on_failed is not None:
+                result.on_failed(exc)
+            raise
 
     def _append(self, ctx: ShardContext, result: CoordinatorResult, producer_id: int = -1,
                 producer_epoch: int = -1) -> int | None:
@@ -352,6 +401,14 @@ class CoordinatorRuntime:
                 else:
                     ctx.shard.replay(record, info.first_offset + i, now)
         return info.last_offset + 1
+
+
+def _wait_failure(wait: DelayedAppend) -> KafkaError | None:
+    if wait.abandoned:
+        return KafkaError(Errors.NOT_COORDINATOR, "the coordinator moved before the write was replicated")
+    if wait.expired:
+        return KafkaError(Errors.REQUEST_TIMED_OUT, "coordinator write was not replicated in time")
+    return None
 
 
 def load_shard(shard: Any, plog: Any, read_bytes: int = LOAD_READ_BYTES,

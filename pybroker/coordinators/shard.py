@@ -5,7 +5,8 @@ groups). Its handlers are synchronous and take the time as `now_ms`; each return
 `CoordinatorResult`: the records to append to that partition and the response. The
 runtime appends the records as one batch, then — when `replay` is set — applies them with
 the same `replay()` that rebuilds the shard when the partition is loaded, and answers once
-the high watermark covers them (`on_committed` runs at that point).
+the high watermark covers them (`on_committed` runs at that point; `revert` and `on_failed`
+when they cannot be appended or committed).
 
 `replay=False` is for handlers that already changed their in-memory state and write a
 record only to persist it (Kafka does the same for classic groups): loading replays those
@@ -24,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pybroker.errors import Errors, KafkaError
+
 
 class ShardRecord(Protocol):
     """A record of a coordinator topic (CoordinatorRecord for groups, TxnRecord for transactions)."""
@@ -35,10 +38,40 @@ class ShardRecord(Protocol):
 
 @dataclass
 class CoordinatorResult:
+    """`revert` undoes what the handler changed in memory when the partition refuses the
+    append (`replay=False` handlers change their state before it; Kafka's runtime reverts its
+    timeline snapshot instead). `on_failed` runs when the records are not committed: the append
+    refused, the high watermark not there within offsets.commit.timeout.ms, or the shard unloaded
+    meanwhile (Kafka's appendFuture completed exceptionally); it gets the runtime's KafkaError."""
+
     records: Sequence[ShardRecord] = field(default_factory=list)
     response: Any = None
     replay: bool = True
     on_committed: Callable[[], object] | None = None
+    revert: Callable[[], object] | None = None
+    on_failed: Callable[[KafkaError], object] | None = None
+
+
+# Kafka's CoordinatorOperationExceptionHelper.handleOperationException: what a client is told
+# when a coordinator operation fails for a reason of the partition under it (anything else is
+# answered as is). REQUEST_TIMED_OUT is a write the high watermark did not cover in
+# offsets.commit.timeout.ms; clients look the coordinator up again and retry.
+_OPERATION_ERRORS: dict[int, int] = {
+    Errors.NETWORK_EXCEPTION: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
+}
+
+
+def operation_error(code: int) -> int:
+    """The error code a client gets for a coordinator operation that failed with `code`."""
+    return int(_OPERATION_ERRORS.get(code, code))
 
 
 EMPTY_RESULT = CoordinatorResult()

@@ -15,7 +15,20 @@ cluster-wide default): the broker validates names, keys and values
 controller writes the ConfigRecords (QuorumController.alter_broker_configs,
 controller/broker_configs.py). GROUP resources (KIP-848 group configs) go to the controller
 like TOPIC ones (QuorumController.alter_group_configs, controller/group_configs.py).
-BROKER_LOGGER and other resource types are not supported (INVALID_REQUEST).
+BROKER_LOGGER and CLIENT_METRICS are not supported (INVALID_REQUEST).
+
+The controller's own checks (Kafka's ControllerApis.handleLegacyAlterConfigs /
+handleIncrementalAlterConfigs) run on every request that reaches it on its listener, directly (an
+admin client with bootstrap.controllers) or in an Envelope: a resource type ConfigResource does
+not know (0, -1, 1, ...) -> UNSUPPORTED_VERSION "Unknown resource type N.", a resource named
+twice -> INVALID_REQUEST "Duplicate resource.", BROKER_LOGGER in the legacy API -> INVALID_REQUEST
+"Unexpected resource type BROKER_LOGGER.". A broker listener answers the same inputs per Kafka's
+ConfigAdminManager.preprocess instead (INVALID_REQUEST "Unknown resource type N", "Each resource
+must appear at most once."). One deliberate difference on both listeners: an
+IncrementalAlterConfigs operation other than SET/DELETE/APPEND/SUBTRACT on a TOPIC or GROUP is
+INVALID_REQUEST "Unknown operations type N" for that resource, as Kafka answers it on a BROKER
+resource; Kafka's controller looks such an operation up as null and fails the whole request
+(tests/server/test_alter_configs_listeners_wire.py).
 
 Forwarding (Kafka 4): the broker that receives the request checks BROKER resources against
 its own node id and static config first; the rest goes to the active controller, here when it
@@ -29,7 +42,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from pybroker.controller.controller import OP_DELETE
+from pybroker.controller.broker_configs import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
 from pybroker.controller.group_configs import RESOURCE_GROUP
 from pybroker.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 from pybroker.protocol.errors import Errors, KafkaError
@@ -47,7 +60,12 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 RESOURCE_BROKER_LOGGER = 8
-_TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", 16: "CLIENT_METRICS"}
+RESOURCE_CLIENT_METRICS = 16
+# the ConfigResource.Type ids this node knows but does not alter; any id outside
+# _KNOWN_TYPES is Kafka's ConfigResource.Type.UNKNOWN
+_TYPE_NAMES = {RESOURCE_BROKER_LOGGER: "BROKER_LOGGER", RESOURCE_CLIENT_METRICS: "CLIENT_METRICS"}
+_KNOWN_TYPES = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP, *_TYPE_NAMES})
+_OPERATIONS = frozenset({OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT})
 
 Outcome = tuple[int, str | None]
 
@@ -71,17 +89,47 @@ def _preprocess(broker: Broker, resources: list[Any], incremental: bool) -> dict
             done[i] = (Errors.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
             continue
         if r.resource_type in (RESOURCE_TOPIC, RESOURCE_GROUP):
+            unknown_op = _unknown_operation(r) if incremental else None
+            if unknown_op is not None:
+                done[i] = unknown_op
             continue  # validated and committed by the controller
         if r.resource_type == RESOURCE_BROKER:
             outcome = _broker_change(broker, r, incremental)
             if outcome is not None:
                 done[i] = outcome
+        elif r.resource_type in _TYPE_NAMES and not (r.resource_type == RESOURCE_BROKER_LOGGER and not incremental):
+            done[i] = (Errors.INVALID_REQUEST,
+                       f"Resource type {_TYPE_NAMES[r.resource_type]} is not supported by this broker")
+        else:  # Kafka's ConfigResource.Type.UNKNOWN, and BROKER_LOGGER in the legacy API
+            done[i] = (Errors.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
+    return done
+
+
+def _controller_checks(resources: list[Any], incremental: bool) -> dict[int, Outcome]:
+    """ControllerApis' checks before the controller (see the module docstring): results for
+    resources that never reach it, keyed by position in the request. What is left is a TOPIC,
+    BROKER or GROUP resource, the types `_persist` commits."""
+    done: dict[int, Outcome] = {}
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    for i, r in enumerate(resources):
+        if r.resource_type not in _KNOWN_TYPES:
+            done[i] = (Errors.UNSUPPORTED_VERSION, f"Unknown resource type {r.resource_type}.")
+        elif counts[(r.resource_type, r.resource_name)] > 1:
+            # Kafka answers the second one and drops the first; one answer per resource here
+            done[i] = (Errors.INVALID_REQUEST, "Duplicate resource.")
+        elif r.resource_type == RESOURCE_BROKER_LOGGER and not incremental:
+            done[i] = (Errors.INVALID_REQUEST, "Unexpected resource type BROKER_LOGGER.")
         elif r.resource_type in _TYPE_NAMES:
             done[i] = (Errors.INVALID_REQUEST,
                        f"Resource type {_TYPE_NAMES[r.resource_type]} is not supported by this broker")
-        else:
-            done[i] = (Errors.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
+        elif incremental and (unknown_op := _unknown_operation(r)) is not None:
+            done[i] = unknown_op
     return done
+
+
+def _unknown_operation(r: Any) -> Outcome | None:
+    ops = [c.config_operation for c in r.configs if c.config_operation not in _OPERATIONS]
+    return (Errors.INVALID_REQUEST, f"Unknown operations type {ops[0]}") if ops else None
 
 
 def _unauthorized(broker: Broker, ctx: RequestContext, resources: list[Any], done: dict[int, Outcome]) -> dict[int, Outcome]:
@@ -158,9 +206,13 @@ async def _controller_step(broker: Broker, ctx: RequestContext, req: Any, resour
 
 
 def _received(broker: Broker, ctx: RequestContext, resources: list[Any], incremental: bool) -> dict[int, Outcome]:
-    """The broker's own checks (ConfigAdminManager.preprocess, then authorization); a forwarded
-    request was checked by the broker that received it, the controller authorizes again."""
-    outcomes = {} if ctx.forwarded else _preprocess(broker, resources, incremental=incremental)
+    """The checks of the listener the request came in on, then authorization: a broker's
+    (ConfigAdminManager.preprocess), or for a request on the controller listener, direct or in
+    an Envelope, the controller's (ControllerApis)."""
+    if ctx.forwarded:
+        outcomes = _controller_checks(resources, incremental)
+    else:
+        outcomes = _preprocess(broker, resources, incremental=incremental)
     outcomes.update(_unauthorized(broker, ctx, resources, outcomes))
     return outcomes
 

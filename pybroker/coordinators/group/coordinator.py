@@ -10,9 +10,20 @@ offsets.topic.replication.factor (Kafka's: while fewer brokers are unfenced, cre
 the group APIs answer COORDINATOR_NOT_AVAILABLE), cleanup.policy=compact,
 segment.bytes=offsets.topic.segment.bytes. Creation is serialised by a lock.
 
-Errors: KafkaError(code) from the runtime (NOT_COORDINATOR,
-COORDINATOR_LOAD_IN_PROGRESS, REQUEST_TIMED_OUT) reach the server handlers, which put the
-code where each API wants it; a failed log append becomes COORDINATOR_NOT_AVAILABLE.
+Errors: KafkaError(code) from the runtime reach the server handlers, which put the code where
+each API wants it, mapped as Kafka's handleOperationException does (shard.operation_error): a
+write the high watermark did not cover in offsets.commit.timeout.ms (REQUEST_TIMED_OUT) is
+COORDINATOR_NOT_AVAILABLE, a storage error NOT_COORDINATOR; NOT_COORDINATOR and
+COORDINATOR_LOAD_IN_PROGRESS pass as they are.
+
+JoinGroup is answered when its shard answers, not when its write is replicated (Kafka's joinGroup:
+the response is a future of its own). The first JoinGroup of a new group gets MEMBER_ID_REQUIRED
+at once while the group's first record replicates; a brand-new __consumer_offsets partition
+whose followers have not fetched yet used to hold that answer until offsets.commit.timeout.ms,
+answer REQUEST_TIMED_OUT and keep the pending member id, so the client's rejoin took a second id
+and its rebalance waited a session timeout for the first (kafka-python on a fresh 3-node
+cluster). A join whose write fails is answered with the mapped error unless it was answered
+already; if the append itself is refused, the group it created goes again.
 
 Concurrency: trio thread; join/sync answers are awaited here (trio.Event per request).
 """
@@ -29,10 +40,11 @@ from pybroker.coordinators.group.classic_group import Future
 from pybroker.coordinators.group.consumer_group_manager import heartbeat_error, validate_heartbeat
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
+from pybroker.coordinators.group.group_metadata_manager import join_error
 from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
-from pybroker.coordinators.shard import CoordinatorResult
-from pybroker.log.errors import InvalidProducerEpochError, LogError
+from pybroker.coordinators.shard import CoordinatorResult, operation_error
+from pybroker.log.errors import InvalidProducerEpochError
 from pybroker.protocol.errors import Errors, KafkaError
 
 log = logging.getLogger("pybroker.group")
@@ -107,9 +119,12 @@ class GroupCoordinator:
             return await self.runtime.write(index, op, producer_id, producer_epoch)
         except InvalidProducerEpochError as exc:  # a transactional write by a fenced producer
             raise KafkaError(Errors.INVALID_PRODUCER_EPOCH) from exc
-        except LogError as exc:
+        except KafkaError as exc:
+            code = operation_error(exc.code)
+            if code == exc.code:
+                raise
             log.warning("write for group %s failed: %s", group_id, exc)
-            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE) from exc
+            raise KafkaError(code) from exc
 
     async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard, int], Any],
                    all_acknowledged: bool = False) -> Any:
@@ -119,8 +134,16 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ membership
 
     async def join_group(self, req: Any, version: int, client_id: str, client_host: str) -> Any:
-        fut: Future = await self.write(req.group_id,
-                                       lambda s, now: s.classic_join(req, version, client_id, client_host, now))
+        """The JoinGroup answer, once the shard has one (see the module docstring: the write of
+        the join's records is not awaited)."""
+        def join(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:
+            result = s.classic_join(req, version, client_id, client_host, now)
+            answer: Future = result.response
+            if result.on_failed is None:  # GroupCoordinatorService.joinGroup's exceptionally()
+                result.on_failed = lambda exc: answer.complete(join_error("", operation_error(exc.code)))
+            return result
+        index = await self._index(req.group_id)
+        fut: Future = self.runtime.write_detached(index, join)
         return await _await(fut)
 
     async def sync_group(self, req: Any, version: int) -> Any:
@@ -214,7 +237,7 @@ class GroupCoordinator:
                     out[gid] = code
             except KafkaError as exc:
                 for gid in groups:
-                    out[gid] = exc.code
+                    out[gid] = operation_error(exc.code)
         return [(g, out[g]) for g in group_ids]
 
     def on_metadata(self) -> None:

@@ -32,7 +32,7 @@ from pybroker.coordinators.group.classic_group import (
     Future,
 )
 from pybroker.coordinators.group.group_config import GroupConfig
-from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
+from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer, operation_error
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     HeartbeatRequest,
@@ -154,8 +154,26 @@ class GroupMetadataManager:
                 # a join refused before it created anything leaves no group behind
                 self.groups.pop(gid, None)
             else:
+                # the answer does not wait for this record (the service writes it detached, as
+                # Kafka answers MEMBER_ID_REQUIRED at once); if the partition refuses it, the group
+                # goes again, as Kafka's runtime reverts the snapshot it was created in
                 result.records = [serde.group_metadata_record(_empty_view(group)), *result.records]
+                result.revert = lambda: self._forget_new_group(group)
         return result
+
+    def _forget_new_group(self, group: ClassicGroup) -> None:
+        """Undo the JoinGroup that created `group` (its record could not be appended): the group,
+        its pending or joining member and their deadlines go. The join's own answer is the
+        write's error (the service's `on_failed`)."""
+        gid = group.group_id
+        if self.groups.get(gid) is not group:
+            return
+        del self.groups[gid]
+        for mid in list(group.members) + list(group.pending_members):
+            self.timer.cancel(heartbeat_key(gid, mid))
+        self.timer.cancel(join_key(gid))
+        self.timer.cancel(sync_key(gid))
+        group.state = S.DEAD
 
     def _new_member_id(self, client_id: str) -> str:
         return f"{client_id}-{uuid.uuid4()}"
@@ -242,6 +260,8 @@ class GroupMetadataManager:
                                fut: Future, now_ms: int) -> CoordinatorResult:
         old = group.members[old_id]
         old_metadata = old.metadata(group.protocol_name)
+        saved = (old.protocols, old.session_timeout_ms, old.rebalance_timeout_ms, old.join_version)
+        leader_before = group.leader_id
         for f in (old.join_future, old.sync_future):
             if f is not None:
                 f.complete(join_error(old_id, Errors.FENCED_INSTANCE_ID) if f is old.join_future
@@ -262,9 +282,27 @@ class GroupMetadataManager:
                 res.on_committed = lambda: fut.complete(
                     self._join_response(group, member, version, leader_gets_members=version >= 9,
                                         skip_assignment=group.leader_id == new_id))
+                res.on_failed = lambda exc: self._revert_static_replacement(
+                    group, instance_id, old_id, new_id, saved, leader_before, fut, exc.code)
                 return res
         member.join_future = fut
         return self._maybe_prepare_rebalance_or_check(group, fut, now_ms)
+
+    def _revert_static_replacement(self, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
+                                   saved: tuple[list[tuple[str, bytes]], int, int, int], leader_before: str | None,
+                                   fut: Future, code: int) -> None:
+        """The record naming a restarted static member's new id was not committed: the old id
+        takes the place back and the join is answered with the write's error (Kafka's
+        updateStaticMemberThenRebalanceOrCompleteJoin)."""
+        if self.groups.get(group.group_id) is group and group.static_member_id(instance_id) == new_id:
+            self.timer.cancel(heartbeat_key(group.group_id, new_id))
+            member = group.replace_static_member(instance_id, new_id, old_id)
+            member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms, member.join_version = saved
+            self._schedule_heartbeat(group, old_id, member.session_timeout_ms)
+        fut.complete(JoinGroupResponse(throttle_time_ms=0, error_code=operation_error(code),
+                                       generation_id=group.generation_id, protocol_type=group.protocol_type,
+                                       protocol_name=group.protocol_name, leader=leader_before or "",
+                                       skip_assignment=False, member_id="", members=[]))
 
     def _join_response(self, group: ClassicGroup, member: ClassicGroupMember, version: int,
                        leader_gets_members: bool, skip_assignment: bool = False) -> JoinGroupResponse:

@@ -2,7 +2,8 @@
 
 `ShardHarness.run(result)` does what the runtime does with a CoordinatorResult: append the
 records to `log` (encoded to bytes and decoded back, as the real log would hold them),
-replay them when asked, then run `on_committed`. `advance(ms)` moves time and runs due
+replay them when asked, then run `on_committed` (or, with `write_failure` set, what the runtime
+does when the write fails: `revert` and `on_failed`). `advance(ms)` moves time and runs due
 timer operations in deadline order, writing their results the same way.
 """
 
@@ -16,6 +17,7 @@ from pybroker.coordinators.group.classic_group import Future
 from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
 from pybroker.coordinators.shard import CoordinatorResult
+from pybroker.protocol.errors import KafkaError
 from pybroker.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -72,16 +74,31 @@ class ShardHarness:
         self.now = now_ms
         self.config = config or GroupConfig(initial_rebalance_delay_ms=0)
         self.log: list[tuple[bytes, bytes | None]] = []
+        # the next write with records fails: ("refused", error) as a refused append,
+        # ("not-committed", error) as one appended but not replicated in time
+        self.write_failure: tuple[str, KafkaError] | None = None
         self.timer = FakeTimer(lambda: self.now, self.run)
         self.shard = GroupCoordinatorShard(0, self.config, self.timer)
         self.shard.on_loaded(self.now)
 
     def run(self, result: CoordinatorResult) -> Any:
+        failure, self.write_failure = self.write_failure, None
+        if failure is not None and result.records:
+            how, error = failure
+            if how == "refused":  # the append fails: nothing reaches the log
+                if result.revert is not None:
+                    result.revert()
+                if result.on_failed is not None:
+                    result.on_failed(error)
+                return result.response
         for record in result.records:
             self.log.append(record.encode())
             if result.replay:
                 self.shard.replay(serde.decode(*record.encode()), len(self.log) - 1, self.now)
-        if result.on_committed is not None:
+        if failure is not None and result.records:  # appended, never committed
+            if result.on_failed is not None:
+                result.on_failed(failure[1])
+        elif result.on_committed is not None:
             result.on_committed()
         return result.response
 
