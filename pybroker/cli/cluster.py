@@ -41,6 +41,7 @@ from pybroker.cli.common import (
 )
 from pybroker.cli.storage import format_storage
 from pybroker.config import ConfigError, build_config, parse_overrides
+from pybroker.log.file_lock import LOCK_FILE, DirectoryLockedError, lock_dirs, release_all
 from pybroker.log.meta_properties import random_uuid_str, read_meta_properties
 
 START_TIMEOUT_S = 120.0
@@ -128,6 +129,11 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
         node_dir = directory / f"node-{node_id}"
         node_dir.mkdir(exist_ok=True)
         data = node_dir / "data"
+        if (data / LOCK_FILE).exists():
+            try:  # a node of an earlier `pybroker cluster` on this directory still runs
+                release_all(lock_dirs([data]))
+            except DirectoryLockedError as exc:
+                raise CliError(f"node {node_id}: {exc}") from None
         props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides)
         path = node_dir / "server.properties"
         _write_properties(path, props)

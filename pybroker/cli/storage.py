@@ -40,6 +40,7 @@ from pybroker.controller.bootstrap_metadata import (
     write_bootstrap_voters,
 )
 from pybroker.log.errors import MetaPropertiesError
+from pybroker.log.file_lock import DirectoryLockedError, lock_dirs, release_all
 from pybroker.log.meta_properties import (
     META_PROPERTIES,
     MetaProperties,
@@ -131,6 +132,22 @@ def format_storage(cfg: BrokerConfig, cluster_id: str, *, ignore_formatted: bool
         if int(value) > 0:
             records.append(m.FeatureLevelRecord(name=name, feature_level=int(value)))
     dirs = _directories(cfg)
+    try:
+        locks = lock_dirs(dirs)  # a running node's directories are not formatted under it
+    except DirectoryLockedError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot lock {', '.join(dirs)}: {exc.strerror or exc}") from None
+    try:
+        _format_locked(cfg, cluster_id, dirs, records, level, ignore_formatted=ignore_formatted,
+                       standalone=standalone, initial_controllers=initial_controllers, out=out)
+    finally:
+        release_all(locks)
+
+
+def _format_locked(cfg: BrokerConfig, cluster_id: str, dirs: list[str], records: list[m.FeatureLevelRecord],
+                   level: int, *, ignore_formatted: bool, standalone: bool, initial_controllers: str | None,
+                   out: TextIO) -> None:
     todo: list[str] = []
     for d in dirs:
         try:

@@ -133,6 +133,10 @@ class LogManager:
         self._dir_counts: dict[Path, int] = {}  # partitions per log dir, for _next_log_dir
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
+        # one writer of the checkpoint files at a time: the periodic checkpointer's worker thread
+        # and shutdown's raced on "<file>.tmp" (one renamed it from under the other)
+        self._checkpoint_lock = threading.Lock()
+        self._shut_down = False  # after shutdown's checkpoint, no periodic one overwrites it
         self.had_clean_shutdown: dict[Path, bool] = {}
         # the broker epoch every dir's clean-shutdown marker names, else -1 (Kafka's
         # readBrokerEpochFromCleanShutdownFiles): set by load()
@@ -521,6 +525,11 @@ class LogManager:
     # -- checkpoints -----------------------------------------------------------------------
     def checkpoint(self, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
         """Write recovery-point and log-start-offset checkpoints (and HWs when given). Blocking."""
+        with self._checkpoint_lock:
+            if not self._shut_down:
+                self._write_checkpoints(high_watermarks)
+
+    def _write_checkpoints(self, high_watermarks: dict[TopicPartition, int] | None) -> None:
         with self._lock:
             by_dir: dict[Path, list[tuple[TopicPartition, UnifiedLog]]] = {d: [] for d in self.log_dirs}
             for tp, log in self.logs.items():
@@ -543,9 +552,12 @@ class LogManager:
             by_dir: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
             for tp in self.logs:
                 by_dir[self._log_dir_of[tp]].append(tp)
-        for log_dir, tps in by_dir.items():
-            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
+        with self._checkpoint_lock:
+            if self._shut_down:
+                return
+            for log_dir, tps in by_dir.items():
+                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                    {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
 
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None,
                  broker_epoch: int = -1) -> None:
@@ -566,7 +578,9 @@ class LogManager:
         else:
             for plog in logs:
                 flush_and_close(plog)
-        self.checkpoint(high_watermarks)
+        with self._checkpoint_lock:
+            self._write_checkpoints(high_watermarks)
+            self._shut_down = True
         self.purge_deleted()
         content = f'{{"version":0,"brokerEpoch":{broker_epoch}}}'.encode()
         for log_dir in self.log_dirs:

@@ -63,6 +63,7 @@ from pybroker.coordinators.txn.add_partitions_manager import AddPartitionsToTxnM
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.coordinators.txn.marker_channel import TransactionMarkerChannelManager
 from pybroker.log.errors import LogError, MetaPropertiesError
+from pybroker.log.file_lock import DirectoryLockedError, lock_dirs, release_all
 from pybroker.log.manager import LogManager
 from pybroker.log.meta_properties import ensure_log_dirs, read_meta_properties, uuid_from_str
 from pybroker.metadata.image import MetadataImage
@@ -470,6 +471,22 @@ class Broker:
     # ------------------------------------------------------------------ the node
 
     async def run(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until request_shutdown(); every data directory is locked (`.lock`) throughout."""
+        dirs = [*self.config.log_dirs, self.config.metadata_log_dir]
+        try:
+            locks = await trio.to_thread.run_sync(lock_dirs, dirs)
+        except DirectoryLockedError as exc:
+            raise StartupError(str(exc)) from None
+        except OSError as exc:
+            raise StartupError(f"cannot lock the log dirs {', '.join(dict.fromkeys(dirs))}: "
+                               f"{exc.strerror or exc}") from None
+        try:
+            await self._run(task_status)
+        finally:
+            # after the clean shutdown marker: a next process may start only once this one is done
+            release_all(locks)
+
+    async def _run(self, task_status: trio.TaskStatus[list[Endpoint]]) -> None:
         cfg = self.config
         timer = SystemTimer()
         async with trio.open_nursery() as nursery:

@@ -142,3 +142,37 @@ def test_the_clean_shutdown_marker_carries_the_broker_epoch_to_the_next_start(tm
     mgr.load(now_ms=0)
     assert mgr.previous_broker_epoch == -1
     mgr.shutdown(now_ms=0)
+
+
+def test_checkpoints_from_two_threads_and_shutdown_never_race(tmp_path):
+    # the periodic checkpointer's worker thread and shutdown wrote the same "<file>.tmp" at once:
+    # one renamed it from under the other (FileNotFoundError at shutdown, seen in CI)
+    import threading
+
+    mgr = new_manager(tmp_path)
+    mgr.load(now_ms=0)
+    for p in range(20):
+        mgr.get_or_create_log("orders", p, bytes(16)).append_as_leader(make_batch(2), 0, 0)
+    hws = {("orders", p): 2 for p in range(20)}
+    errors = []
+    start = threading.Barrier(3)
+
+    def hammer(write):
+        start.wait()
+        try:
+            for _ in range(150):
+                write()
+        except Exception as exc:  # noqa: BLE001 - the assertion below reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(lambda: mgr.checkpoint_high_watermarks(hws),)),
+               threading.Thread(target=hammer, args=(lambda: mgr.checkpoint(hws),))]
+    for t in threads:
+        t.start()
+    start.wait()
+    mgr.shutdown(now_ms=0, high_watermarks={tp: 2 for tp in hws})
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert (tmp_path / "d1" / "replication-offset-checkpoint").read_text().startswith("0\n20\n")
+    assert not list((tmp_path / "d1").glob("*.tmp"))
