@@ -90,10 +90,10 @@ class DelayedProduce(DelayedOperation):
                 resp.error_code = Errors.REQUEST_TIMED_OUT
                 resp.base_offset = -1
                 resp.error_message = "Timed out waiting for the in-sync replicas"
-            elif len(p.isr) < p.log.config.min_insync_replicas:
+            elif len(p.isr) < p.effective_min_isr:
                 resp.error_code = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                 resp.error_message = (f"The size of the current ISR {len(p.isr)} is insufficient to satisfy the "
-                                      f"min.isr requirement of {p.log.config.min_insync_replicas}")
+                                      f"min.isr requirement of {p.effective_min_isr}")
 
 
 def _fail(resp: PartResp, code: int, message: str | None = None, record_errors: list[Any] | None = None) -> None:
@@ -221,10 +221,11 @@ def _append_partition(broker: Any, version: int, topic: str, index: int, records
         if code:
             _fail(resp, *transaction_error(code, version))
             return None
-    if acks == -1 and len(partition.isr) < cfg.min_insync_replicas:
+    # Kafka 4's effectiveMinIsr: min.insync.replicas capped at the replica count
+    if acks == -1 and len(partition.isr) < partition.effective_min_isr:
         _fail(resp, Errors.NOT_ENOUGH_REPLICAS,
               f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy the min.isr "
-              f"requirement of {cfg.min_insync_replicas}")
+              f"requirement of {partition.effective_min_isr}")
         return None
     try:
         info = rm.append(partition, validated.batch, header=header)
