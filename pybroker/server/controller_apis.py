@@ -167,15 +167,17 @@ async def _alter_partition(broker: Broker, version: int, req: Any) -> AlterParti
 async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> EnvelopeResponse:
     from pybroker.server.dispatch import HANDLERS
 
-    unwrapped = forwarding.unwrap(env, SUPPORTED)
-    if unwrapped is None:
-        return EnvelopeResponse(error_code=Errors.INVALID_REQUEST)
-    header, inner = unwrapped
+    try:
+        # Kafka's EnvelopeUtils order: principal, client address, then the inner request
+        principal = forwarding.decode_principal(env.request_principal)
+        peer = forwarding.forwarded_peer(env.client_host_address)
+        header, inner = forwarding.unwrap(env, SUPPORTED)
+    except KafkaError as exc:
+        return EnvelopeResponse(error_code=int(exc.code))
     api_key, version = header.request_api_key, header.request_api_version
     listener = conn.listener_name if conn is not None else "CONTROLLER"
-    ctx = RequestContext(ForwardedConnection(forwarding.forwarded_peer(env.client_host_address), listener),
-                         api_key, version, header.correlation_id, header.client_id, len(env.request_data),
-                         forwarded=True, principal=forwarding.decode_principal(env.request_principal))
+    ctx = RequestContext(ForwardedConnection(peer, listener), api_key, version, header.correlation_id,
+                         header.client_id, len(env.request_data), forwarded=True, principal=principal)
     try:
         if api_key == ApiKey.DESCRIBE_QUORUM:
             response = await handle(broker, conn, api_key, version, header.correlation_id, header.client_id, inner)
