@@ -26,8 +26,9 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pybroker.net.connection import CloseConnection
 from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
 from pybroker.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionResponse,
@@ -185,6 +186,13 @@ async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> Envelo
             if _controller(broker) is None:
                 return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)
             response = await _call(HANDLERS[api_key], broker, ctx, inner)
+    except (CloseConnection, ProtocolError) as exc:
+        # what closes a client's own connection (a request Kafka fails to parse, e.g. ACL filters
+        # with UNKNOWN elements) is, inside an envelope, the envelope's UNSUPPORTED_VERSION, as
+        # Kafka's EnvelopeUtils answers a forwarded request it cannot parse: the forwarding
+        # broker's connection serves other clients too
+        log.info("refusing an envelope's %s v%d: %s", ApiKey(api_key).name, version, exc)
+        return EnvelopeResponse(error_code=Errors.UNSUPPORTED_VERSION)
     except KafkaError as exc:
         if exc.code == Errors.NOT_CONTROLLER:
             return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)

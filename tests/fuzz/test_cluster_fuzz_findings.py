@@ -19,7 +19,9 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.frame import encode_request
 from pybroker.protocol.messages import (
     ApiVersionsRequest,
+    CreateAclsRequest,
     DefaultPrincipalData,
+    DeleteAclsRequest,
     DescribeQuorumRequest,
     EnvelopeRequest,
     EnvelopeResponse,
@@ -122,3 +124,24 @@ def test_a_valid_envelope_is_still_answered_with_the_inner_response(controller: 
         resp = envelope(controller, data, principal("User", "admin"), bytes(16))
         assert resp.error_code == 0
         assert struct.unpack_from(">i", resp.response_data)[0] == 41  # the inner correlation id
+
+
+ACL_WITH_UNKNOWN = [
+    inner(ApiKey.CREATE_ACLS, 2, CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=0, resource_name="t", resource_pattern_type=3, principal="User:a", host="*", operation=2,
+        permission_type=3)])),
+    inner(ApiKey.DELETE_ACLS, 2, DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=2, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+        host_filter=None, operation=0, permission_type=1)])),
+]
+
+
+@pytest.mark.parametrize("data", ACL_WITH_UNKNOWN, ids=["create-acls", "delete-acls"])
+def test_envelope_around_acls_with_unknown_elements_is_unsupported_version(controller: WireClient,
+                                                                          data: bytes) -> None:
+    """CreateAcls/DeleteAcls naming an UNKNOWN resource type or operation: Kafka fails to parse
+    them, and closes a client's own connection (as pybroker does); inside an envelope the
+    forwarding broker's connection was closed too. Kafka's EnvelopeUtils answers the envelope
+    UNSUPPORTED_VERSION."""
+    resp = envelope(controller, data, principal(), LOCALHOST)
+    assert (resp.error_code, resp.response_data) == (Errors.UNSUPPORTED_VERSION, None)
