@@ -5,7 +5,8 @@ and count what happened to each API's frames.
 drawn at random (a node's controller or broker listener), each carrying one to `per_connection`
 frames one after another (one in flight, as a peer sends them), then closed, half the time with
 an RST. A frame is answered (a whole response frame came back), closed (the node closed the
-connection: Kafka's answer to a frame it cannot parse or an API the listener does not serve) or
+connection: Kafka's answer to a frame it cannot parse or an API the listener does not serve, and
+wrong for a frame that `must_answer`: those are kept in `wrongly_closed`) or
 timed out (nothing within `answer_timeout_s`: a parked Raft fetch, a frame whose size prefix
 promises more; the connection is reset, a client vanishing mid-request). A half-frame is given
 a short wait before its reset: nothing can answer it. Every `refresh_every` frames the caller's
@@ -45,6 +46,9 @@ class CampaignStats:
     timed_out: Counter[str] = field(default_factory=Counter)
     by_target: Counter[str] = field(default_factory=Counter)
     connect_failures: int = 0
+    # frames a node closed the connection on although Kafka answers them (Frame.must_answer):
+    # (label, listener, node, the frame's bytes)
+    wrongly_closed: list[tuple[str, str, int, bytes]] = field(default_factory=list)
     seconds: float = 0.0
 
     def table(self) -> str:
@@ -126,7 +130,7 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
                 slot.sock.settimeout(5)
                 slot.sock.sendall(slot.frame.data)
                 slot.sock.setblocking(False)
-            except OSError:  # the node closed it already (an earlier frame)
+            except OSError:  # the node closed it already (its answer to an earlier frame)
                 stats.closed[slot.frame.label] += 1
                 close(slot, abort=False)
                 continue
@@ -158,6 +162,9 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
                     chunk = b""
                 if not chunk:
                     stats.closed[slot.frame.label] += 1
+                    if slot.frame.must_answer and slot.target is not None:
+                        stats.wrongly_closed.append((slot.frame.label, slot.target.listener, slot.target.node,
+                                                     slot.frame.data))
                     close(slot, abort=False)
                     start(slot)
                     continue

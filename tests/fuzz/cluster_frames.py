@@ -91,6 +91,9 @@ BROKER_LISTENER_APIS = frozenset({ApiKey.WRITE_TXN_MARKERS, ApiKey.FETCH, ApiKey
 class Frame:
     label: str  # the API's name, "+mutated" when its bytes were mutated, or "garbage"/"half-frame"
     data: bytes
+    # a well-formed request of an API the receiving listener serves: Kafka answers it, whatever
+    # it claims, so a node that closes the connection instead is wrong
+    must_answer: bool = False
 
 
 def mk(cls: type[ApiMessage], version: int, **values: Any) -> Any:
@@ -159,7 +162,8 @@ class ClusterFrames:
             for _ in range(self.rng.randint(1, 2)):
                 self.fuzz._mutate_frame(buf)
             return Frame(f"{name}+mutated", bytes(buf))
-        return Frame(name, data)
+        served = key in BROKER_LISTENER_APIS if listener == "broker" else key != ApiKey.WRITE_TXN_MARKERS
+        return Frame(name, data, must_answer=served)
 
     def pick_api(self, listener: str) -> int:
         keys = list(self.weights)

@@ -12,7 +12,9 @@ connections (cluster_campaign.py). Afterwards:
 - the quorum has a leader and commits: a CreateTopics succeeds;
 - the cluster still acknowledges the producer's writes, and every acknowledged record is read
   back, none twice (faults/checker.py);
-- no node logged a traceback, an ERROR or a CRITICAL line (harness.FORBIDDEN).
+- no node logged a traceback, an ERROR or a CRITICAL line (harness.FORBIDDEN);
+- no node closed the connection on a well-formed request of an API its listener serves (Kafka
+  answers those, whatever they claim).
 The run prints the seed, frames sent, connections, answered/closed/unanswered counts per API and
 every node's RSS before and after. `PYBROKER_FUZZ_SEED=<n>` replays a seed (a new one per run
 otherwise, printed). The default suite sends a few thousand frames; `-m slow` sends 60,000.
@@ -29,6 +31,7 @@ import re
 import resource
 import selectors
 import socket
+import struct
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -38,6 +41,9 @@ from typing import Any
 import pytest
 
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import ProtocolError
+from pybroker.protocol.frame import decode_request
 from pybroker.protocol.messages import MetadataRequest
 from tests.cluster.faults.checker import History, check
 from tests.cluster.faults.workloads import Producers, read_partitions
@@ -70,6 +76,18 @@ RSS_GROWTH_LIMIT_KIB = 256 * 1024
 def pending_elsewhere(block: list[str]) -> bool:
     return (any("pybroker/server/alter_configs.py" in line for line in block)
             and block[-1].startswith("KeyError"))
+
+
+def pending_elsewhere_frame(data: bytes) -> bool:
+    """An Envelope around an AlterConfigs or IncrementalAlterConfigs: the connection it closes
+    is the same bug (branch `ctrl`)."""
+    try:
+        header, body = decode_request(data[4:])
+    except ProtocolError:
+        return False
+    inner = bytes(body.request_data) if header.request_api_key == ApiKey.ENVELOPE else b""
+    return len(inner) >= 2 and struct.unpack_from(">h", inner)[0] in (
+        ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +250,12 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int) -> None:
         stats: CampaignStats = run_cluster_campaign(
             targets(cluster), frames, budget, seed=seed, refresh=lambda: observe(cluster, run.topic, view))
         report += [stats.summary(), stats.table()]
+        wrong = [(label, listener, node, data.hex()) for label, listener, node, data in stats.wrongly_closed
+                 if not pending_elsewhere_frame(data)]
+        if len(wrong) < len(stats.wrongly_closed):
+            report.append(f"tolerated until branch `ctrl` is merged: {len(stats.wrongly_closed) - len(wrong)} "
+                          "Envelopes around AlterConfigs closed unanswered")
+        assert not wrong, f"{len(wrong)} well-formed requests closed unanswered, e.g. {wrong[:5]}"
         assert sum(stats.answered.values()) > stats.sent // 4, "the frames reached the framing checks, not handlers"
         run.verify(report)
     finally:
