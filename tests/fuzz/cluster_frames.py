@@ -16,6 +16,8 @@ promises more than comes) and garbage.
 
 What the frames never do, because Kafka itself would obey them and the test's checks assume a
 cluster that keeps serving its clients (they are commands, not input):
+- a follower's Fetch never names a replica of a partition at an offset its leader holds (the
+  leader would count it as replicated there: `replica_fetch`);
 - a registration under a broker's real incarnation id changes nothing of its listeners (an
   "amend" that points a broker's clients and followers elsewhere until it restarts);
 - a heartbeat at a broker's real epoch never names its real log directories offline;
@@ -57,14 +59,16 @@ from pybroker.protocol.messages import (
     EnvelopeRequest,
     FetchRequest,
     FetchSnapshotRequest,
+    OffsetForLeaderEpochRequest,
     VoteRequest,
     WriteTxnMarkersRequest,
 )
 from pybroker.raft import raft_util as ru
+from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.controller_apis import CONTROLLER_SUPPORTED
 from pybroker.server.forwarding import ENVELOPED_APIS
 
-from .cluster_view import BrokerFacts, ClusterView, PartitionFacts
+from .cluster_view import BrokerFacts, ClusterView, PartitionFacts, ProducerFacts
 from .frames import FrameFuzzer
 
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
@@ -80,11 +84,24 @@ CLUSTER_APIS: dict[int, tuple[int, int]] = {
         ApiKey.DESCRIBE_QUORUM, ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT,
         ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE)}
 CLUSTER_APIS[ApiKey.WRITE_TXN_MARKERS] = (1, 2)
-BROKER_LISTENER_APIS = frozenset({ApiKey.WRITE_TXN_MARKERS, ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM})
 
 # AlterConfigs and IncrementalAlterConfigs on the controller listener (an Envelope's inner request
 # included) raise KeyError for unknown resource types: fixed on branch `ctrl`, not merged here
 # yet. The test tolerates exactly those tracebacks until then (test_cluster_fuzz.PENDING_ELSEWHERE).
+
+
+@dataclass(frozen=True)
+class Generator:
+    label: str
+    key: int
+    make: Callable[[int, int], Any]  # (version, receiving node) -> request body
+    weight: int
+    listeners: tuple[str, ...] = ("controller",)  # the listeners serving it
+    versions: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        if self.versions == (0, 0):
+            object.__setattr__(self, "versions", CLUSTER_APIS[self.key])
 
 
 @dataclass(frozen=True)
@@ -113,26 +130,26 @@ class ClusterFrames:
         self.inner.rng = self.rng
         self.correlation_id = 0
         self.mutating = False
-        self.targeted: dict[int, Callable[[int, int], Any]] = {
-            ApiKey.VOTE: self.vote,
-            ApiKey.BEGIN_QUORUM_EPOCH: self.begin_quorum_epoch,
-            ApiKey.END_QUORUM_EPOCH: self.end_quorum_epoch,
-            ApiKey.FETCH: self.raft_fetch,
-            ApiKey.FETCH_SNAPSHOT: self.fetch_snapshot,
-            ApiKey.DESCRIBE_QUORUM: self.describe_quorum,
-            ApiKey.BROKER_REGISTRATION: self.broker_registration,
-            ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
-            ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
-            ApiKey.ALTER_PARTITION: self.alter_partition,
-            ApiKey.ENVELOPE: self.envelope,
-            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
-        }
-        # how often each API is drawn: the Raft RPCs and AlterPartition carry the most state
-        self.weights = {ApiKey.VOTE: 12, ApiKey.BEGIN_QUORUM_EPOCH: 10, ApiKey.END_QUORUM_EPOCH: 10,
-                        ApiKey.FETCH: 12, ApiKey.FETCH_SNAPSHOT: 4, ApiKey.DESCRIBE_QUORUM: 2,
-                        ApiKey.BROKER_REGISTRATION: 8, ApiKey.BROKER_HEARTBEAT: 10,
-                        ApiKey.ALLOCATE_PRODUCER_IDS: 2, ApiKey.ALTER_PARTITION: 12, ApiKey.ENVELOPE: 10,
-                        ApiKey.WRITE_TXN_MARKERS: 8}
+        # label -> (api key, versions, generator, weight, listeners serving it); the Raft RPCs
+        # and AlterPartition carry the most state, so they are drawn the most
+        G = Generator
+        self.generators: dict[str, Generator] = {g.label: g for g in (
+            G("VOTE", ApiKey.VOTE, self.vote, 12),
+            G("BEGIN_QUORUM_EPOCH", ApiKey.BEGIN_QUORUM_EPOCH, self.begin_quorum_epoch, 10),
+            G("END_QUORUM_EPOCH", ApiKey.END_QUORUM_EPOCH, self.end_quorum_epoch, 10),
+            G("FETCH", ApiKey.FETCH, self.raft_fetch, 12, ("controller", "broker")),
+            G("FETCH_SNAPSHOT", ApiKey.FETCH_SNAPSHOT, self.fetch_snapshot, 4),
+            G("DESCRIBE_QUORUM", ApiKey.DESCRIBE_QUORUM, self.describe_quorum, 2, ("controller", "broker")),
+            G("BROKER_REGISTRATION", ApiKey.BROKER_REGISTRATION, self.broker_registration, 8),
+            G("BROKER_HEARTBEAT", ApiKey.BROKER_HEARTBEAT, self.broker_heartbeat, 10),
+            G("ALLOCATE_PRODUCER_IDS", ApiKey.ALLOCATE_PRODUCER_IDS, self.allocate_producer_ids, 2),
+            G("ALTER_PARTITION", ApiKey.ALTER_PARTITION, self.alter_partition, 12),
+            G("ENVELOPE", ApiKey.ENVELOPE, self.envelope, 10),
+            G("WRITE_TXN_MARKERS", ApiKey.WRITE_TXN_MARKERS, self.write_txn_markers, 8, ("broker",)),
+            G("FETCH(replica)", ApiKey.FETCH, self.replica_fetch, 8, ("broker",), versions=SUPPORTED[ApiKey.FETCH]),
+            G("OFFSET_FOR_LEADER_EPOCH", ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offset_for_leader_epoch, 3,
+              ("broker",), versions=(3, SUPPORTED[ApiKey.OFFSET_FOR_LEADER_EPOCH][1])),
+        )}
 
     # ------------------------------------------------------------------ frames
 
@@ -141,18 +158,17 @@ class ClusterFrames:
         r = self.rng.random()
         if r < 0.04:
             return Frame("garbage", self.garbage())
-        key = self.pick_api(listener)
-        name = ApiKey(key).name
+        g = self.pick(listener)
         if r < 0.14:
             try:
-                version = self.rng.randint(*CLUSTER_APIS[key])
-                body = self.fuzz._message(REQUEST_CLASSES[key], version)
-                data = self.encode(key, version, body)
+                version = self.rng.randint(*g.versions)
+                body = self.fuzz._message(REQUEST_CLASSES[g.key], version)
+                data = self.encode(g.key, version, body)
             except Exception:  # a value this version cannot carry
                 return Frame("garbage", self.garbage())
-            return Frame(f"{name}+random", data)
+            return Frame(f"{g.label}+random", data)
         self.mutating = r < 0.4  # a frame whose bytes will be cut or mutated
-        data = self.targeted_frame(key, receiver)
+        data = self.targeted_frame(g, receiver)
         self.mutating = False
         if r < 0.2:
             cut = self.rng.randrange(4, max(5, len(data)))
@@ -161,24 +177,21 @@ class ClusterFrames:
             buf = bytearray(data)
             for _ in range(self.rng.randint(1, 2)):
                 self.fuzz._mutate_frame(buf)
-            return Frame(f"{name}+mutated", bytes(buf))
-        served = key in BROKER_LISTENER_APIS if listener == "broker" else key != ApiKey.WRITE_TXN_MARKERS
-        return Frame(name, data, must_answer=served)
+            return Frame(f"{g.label}+mutated", bytes(buf))
+        return Frame(g.label, data, must_answer=listener in g.listeners)
 
-    def pick_api(self, listener: str) -> int:
-        keys = list(self.weights)
-        if listener == "broker" and self.rng.random() < 0.7:
-            keys = sorted(BROKER_LISTENER_APIS)
-        elif listener == "controller" and self.rng.random() < 0.9:
-            keys = [k for k in keys if k != ApiKey.WRITE_TXN_MARKERS]
-        return self.rng.choices(keys, [self.weights[k] for k in keys])[0]
+    def pick(self, listener: str) -> Generator:
+        """Mostly an API this listener serves; sometimes one it does not (closed, as Kafka does)."""
+        gens = list(self.generators.values())
+        if self.rng.random() < 0.9:
+            gens = [g for g in gens if listener in g.listeners]
+        return self.rng.choices(gens, [g.weight for g in gens])[0]
 
-    def targeted_frame(self, key: int, receiver: int) -> bytes:
-        lo, hi = CLUSTER_APIS[key]
+    def targeted_frame(self, g: Generator, receiver: int) -> bytes:
         for _ in range(20):
-            version = self.rng.randint(lo, hi)
+            version = self.rng.randint(*g.versions)
             try:
-                return self.encode(key, version, self.targeted[key](version, receiver))
+                return self.encode(g.key, version, g.make(version, receiver))
             except Exception:  # a made-up value this version cannot carry: draw again
                 continue
         return self.encode(ApiKey.DESCRIBE_QUORUM, 0, ru.describe_quorum_request())
@@ -289,7 +302,9 @@ class ClusterFrames:
         return self.rng.choice([[], [make(0), make(0)], [make(1)], [make(-1)]])
 
     def metadata_topic(self) -> str:
-        return METADATA_TOPIC if self.chance(0.9) else self.rng.choice(["", "__cluster_metadatA", self.workload_topic])
+        # never the workload's topic: a Raft Fetch reaching a broker listener is a follower's fetch
+        # of the topic it names (see replica_fetch)
+        return METADATA_TOPIC if self.chance(0.9) else self.rng.choice(["", "__cluster_metadatA", "__consumer_offsets"])
 
     # ------------------------------------------------------------------ the Raft RPCs
 
@@ -386,6 +401,60 @@ class ClusterFrames:
         return DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
             topic_name=self.metadata_topic(), partitions=self.metadata_partitions(part))
             for _ in range(self.rng.choice([1, 1, 1, 0, 2]))])
+
+    # ------------------------------------------------------------------ replication (broker listener)
+
+    def replica_fetch(self, version: int, receiver: int) -> Any:
+        """A follower's Fetch of the cluster's partitions, from an id that is no replica of them
+        (the leader's own, a made-up one, a consumer's -1), or from a replica at an offset outside
+        the leader's log. Never a replica's id at an offset the leader holds: the leader takes that
+        as the follower's log end and may advance the high watermark on it (a command)."""
+        ids = sorted(self.view.brokers) or list(self.view.voters)
+        # a frame to be mutated is a consumer's: mutated offsets could fall inside the log
+        replica = -1 if self.mutating else self.rng.choice([*ids, -1, -1, 99, INT32_MAX, -2])
+
+        def part() -> Any:
+            p = self.partition()
+            if p is None:
+                return None
+            if replica in p.replicas and replica != p.leader:
+                offset = self.rng.choice([-1, -2, 1 << 50, INT64_MAX, INT64_MIN])
+            else:
+                offset = self.rng.choice([0, 1, 100, 1 << 40, -1, INT64_MAX])
+            return p, mk(FetchRequest.FetchPartition, version,
+                         partition=p.partition if self.chance(0.9) else self.rng.choice([-1, 99]),
+                         current_leader_epoch=self.epoch(p.leader_epoch), fetch_offset=offset,
+                         last_fetched_epoch=self.rng.choice([-1, p.leader_epoch, p.leader_epoch - 1,
+                                                             p.leader_epoch + 1, INT32_MAX]),
+                         log_start_offset=self.rng.choice([-1, 0, 5, INT64_MAX]),
+                         partition_max_bytes=self.rng.choice([0, 1, 1 << 20, INT32_MAX, -1]),
+                         replica_directory_id=self.directory())
+
+        topics = []
+        for _ in range(self.rng.choice([1, 1, 2])):
+            parts = [x for x in (part() for _ in range(self.rng.choice([1, 1, 2, 3]))) if x is not None]
+            if not parts:
+                continue
+            pf = parts[0][0]
+            topics.append(mk(FetchRequest.FetchTopic, version, topic=pf.topic, topic_id=pf.topic_id,
+                             partitions=[fp for _, fp in parts]))
+        session = self.chance(0.2)
+        return mk(FetchRequest, version, cluster_id=self.cluster_id(), replica_id=replica,
+                  replica_state=FetchRequest.ReplicaState(replica_id=replica, replica_epoch=self.broker_epoch(replica)),
+                  max_wait_ms=self.rng.choice([0, 0, 10, 500, 60_000, -1]), min_bytes=self.rng.choice([0, 1, INT32_MAX]),
+                  max_bytes=self.rng.choice([0, 1 << 20, INT32_MAX, -1]), isolation_level=self.rng.choice([0, 1, 2, -1]),
+                  session_id=self.rng.choice([0, 1, INT32_MAX, -1]) if session else 0,
+                  session_epoch=self.rng.choice([0, 1, -1, INT32_MAX]) if session else -1,
+                  topics=topics, forgotten_topics_data=[], rack_id=self.rng.choice(["", "r1"]))
+
+    def offset_for_leader_epoch(self, version: int, receiver: int) -> Any:
+        ids = sorted(self.view.brokers) or list(self.view.voters)
+        parts = [p for p in (self.partition() for _ in range(self.rng.choice([1, 2, 3]))) if p is not None]
+        return mk(OffsetForLeaderEpochRequest, version, replica_id=self.rng.choice([*ids, -1, -2, 99]),
+                  topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=p.topic, partitions=[
+                      OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                          partition=p.partition, current_leader_epoch=self.epoch(p.leader_epoch),
+                          leader_epoch=self.epoch(p.leader_epoch))]) for p in parts])
 
     # ------------------------------------------------------------------ broker membership
 
@@ -507,7 +576,7 @@ class ClusterFrames:
         if r < 0.6:
             data = self.inner.request()
         elif r < 0.7:
-            data = self.targeted_frame(self.rng.choice(list(self.targeted)), -1)  # not forwardable
+            data = self.targeted_frame(self.rng.choice(list(self.generators.values())), -1)  # not forwardable
         elif r < 0.8:
             data = self.inner.frame()  # mutated
         elif r < 0.9:
@@ -531,27 +600,13 @@ class ClusterFrames:
     # ------------------------------------------------------------------ WriteTxnMarkers
 
     def write_txn_markers(self, version: int, receiver: int) -> Any:
-        real = {prod.producer_id: prod for prod in self.view.producers}
+        entries: dict[int, list[ProducerFacts]] = {}
+        for prod in self.view.producers:
+            entries.setdefault(prod.producer_id, []).append(prod)
 
         def marker() -> Any:
-            prod = self.rng.choice(self.view.producers) if real and not self.mutating and self.chance(0.5) else None
-            pid = prod.producer_id if prod is not None else self.rng.choice(
-                [-1, 0, 1, 1000, INT64_MAX, INT64_MIN, self.rng.randint(0, 1 << 40)])
-            prod = real.get(pid)
-            if prod is not None and self.mutating:
-                pid = INT64_MAX - self.rng.randint(0, 1000)  # mutated bytes could bump a real epoch
-                prod = None
-            if prod is not None:
-                # never a newer epoch the node would accept (module docstring): an older or the
-                # same one, or a newer one with a coordinator epoch older than the producer's
-                pepoch = max(-(2**15), prod.producer_epoch + self.rng.choice([-1, 0, 0, 1]))
-                cepoch = prod.coordinator_epoch + self.rng.choice([0, 1])
-                if pepoch > prod.producer_epoch:
-                    cepoch = self.rng.choice([prod.coordinator_epoch - 1, INT32_MIN])
-            else:
-                pepoch = self.rng.choice([-1, 0, 1, INT16_MAX, -(2**15)])
-                cepoch = self.rng.choice([-1, 0, 1, INT32_MAX, INT32_MIN])
             topics = []
+            where: set[tuple[str, int]] = set()
             for _ in range(self.rng.choice([1, 1, 2, 0])):
                 p = self.partition()
                 name, index = (p.topic, p.partition) if p is not None else (self.workload_topic, 0)
@@ -559,7 +614,25 @@ class ClusterFrames:
                     name = self.rng.choice(["__consumer_offsets", "__transaction_state", "nope", ""])
                 if self.chance(0.15):
                     index = self.rng.choice([-1, 100, INT32_MAX])
+                where.add((name, index))
                 topics.append(WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=[index]))
+            pid = self.rng.choice(list(entries)) if entries and not self.mutating and self.chance(0.5) else \
+                self.rng.choice([-1, 0, 1, 1000, INT64_MAX, INT64_MIN, self.rng.randint(0, 1 << 40)])
+            if pid in entries and self.mutating:
+                pid = INT64_MAX - self.rng.randint(0, 1000)  # mutated bytes could bump a live epoch
+            known = entries.get(pid)
+            if known is not None:
+                # never an epoch a leader would take as newer (module docstring): at most the
+                # producer's own, or a newer one with a coordinator epoch older than any the
+                # producer can have (>= -1), and only where its state is known to be
+                pepoch = max(-(2**15), min(k.producer_epoch for k in known) + self.rng.choice([-1, 0, 0]))
+                cepoch = max(k.coordinator_epoch for k in known) + self.rng.choice([0, 1])
+                if where <= {(k.topic, k.partition) for k in known} and self.chance(0.3):
+                    pepoch = min(INT16_MAX, pepoch + 2)
+                    cepoch = self.rng.choice([-2, INT32_MIN])
+            else:
+                pepoch = self.rng.choice([-1, 0, 1, INT16_MAX, -(2**15)])
+                cepoch = self.rng.choice([-1, 0, 1, INT32_MAX, INT32_MIN])
             return mk(WriteTxnMarkersRequest.WritableTxnMarker, version, producer_id=pid, producer_epoch=pepoch,
                       transaction_result=self.chance(0.5), topics=topics, coordinator_epoch=cepoch,
                       transaction_version=self.rng.choice([0, 1, 2, 2, -1, 127]))

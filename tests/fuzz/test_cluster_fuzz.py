@@ -32,6 +32,7 @@ import resource
 import selectors
 import socket
 import struct
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -241,15 +242,72 @@ class Run:
         assert_clean_logs(cluster, self.offsets, report)
 
 
-def fuzz_cluster(cluster: Cluster, seed: int, budget: int) -> None:
+class Elections:
+    """Quorum elections while the frames flow, so that they also meet nodes that are candidates,
+    prospective or unattached, not only a leader in lease and its followers: in its own thread,
+    pause the quorum leader (SIGSTOP) until another node leads, resume it, let `gap_s` pass (an
+    Event's bounded wait), again until stopped. A pause after which no other node led within
+    `timeout_s` is a failure (`failures`). Only this cluster's nodes are signalled, by PID."""
+
+    def __init__(self, cluster: Cluster, gap_s: float, timeout_s: float = 30.0) -> None:
+        self.cluster, self.gap_s, self.timeout_s = cluster, gap_s, timeout_s
+        self.stop_event = threading.Event()
+        self.held: list[tuple[int, int]] = []  # (paused leader, the leader after it)
+        self.failures: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="elections", daemon=True)
+
+    def __enter__(self) -> Elections:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join(self.timeout_s + 30)
+        assert not self.thread.is_alive(), "the elections thread did not stop"
+
+    def _leader(self, exclude: int | None = None) -> int | None:
+        for n in self.cluster.nodes:
+            if n == exclude:
+                continue
+            try:
+                leader = self.cluster.describe_quorum(n, timeout_s=3).topics[0].partitions[0].leader_id
+            except AssertionError:
+                continue
+            if leader >= 0 and leader != exclude:
+                return int(leader)
+        return None
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.gap_s):
+            leader = self._leader()
+            if leader is None:
+                continue
+            self.cluster.pause(leader)
+            try:
+                deadline = time.monotonic() + self.timeout_s
+                successor = None
+                while successor is None and time.monotonic() < deadline and not self.stop_event.is_set():
+                    successor = self._leader(exclude=leader)
+                if successor is not None:
+                    self.held.append((leader, successor))
+                elif not self.stop_event.is_set():
+                    self.failures.append(f"no node led within {self.timeout_s:.0f}s of pausing leader {leader}")
+            finally:
+                self.cluster.resume(leader)
+
+
+def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float) -> None:
     report = [f"seed {seed} (replay: PYBROKER_FUZZ_SEED={seed})"]
     try:
         run = Run(cluster, f"acked-{seed % 10_000}-{budget}")
         view = observe(cluster, run.topic)
         frames = ClusterFrames(seed, view, run.topic)
-        stats: CampaignStats = run_cluster_campaign(
-            targets(cluster), frames, budget, seed=seed, refresh=lambda: observe(cluster, run.topic, view))
-        report += [stats.summary(), stats.table()]
+        with Elections(cluster, gap_s=election_gap_s) as elections:
+            stats: CampaignStats = run_cluster_campaign(
+                targets(cluster), frames, budget, seed=seed, refresh=lambda: observe(cluster, run.topic, view))
+        report += [stats.summary(), stats.table(),
+                   f"elections while fuzzing (paused leader -> new leader): {elections.held}"]
+        assert not elections.failures, elections.failures
         wrong = [(label, listener, node, data.hex()) for label, listener, node, data in stats.wrongly_closed
                  if not pending_elsewhere_frame(data)]
         if len(wrong) < len(stats.wrongly_closed):
@@ -263,12 +321,12 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int) -> None:
 
 
 def test_cluster_rpc_fuzz(cluster: Cluster) -> None:
-    fuzz_cluster(cluster, SEED, budget=3000)
+    fuzz_cluster(cluster, SEED, budget=3000, election_gap_s=1.0)
 
 
 @pytest.mark.slow
 def test_long_cluster_rpc_fuzz(cluster: Cluster) -> None:
-    fuzz_cluster(cluster, SEED + 1, budget=60_000)
+    fuzz_cluster(cluster, SEED + 1, budget=60_000, election_gap_s=10.0)
 
 
 # ------------------------------------------------------------------------------- connection abuse
