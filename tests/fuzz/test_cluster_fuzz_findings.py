@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from clients.broker import BrokerProcess
@@ -18,8 +19,10 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.frame import encode_request
 from pybroker.protocol.messages import (
+    AlterPartitionRequest,
     ApiVersionsRequest,
     CreateAclsRequest,
+    CreateTopicsRequest,
     DefaultPrincipalData,
     DeleteAclsRequest,
     DescribeQuorumRequest,
@@ -28,8 +31,9 @@ from pybroker.protocol.messages import (
     ListPartitionReassignmentsRequest,
     MetadataRequest,
 )
-from tests.cluster.harness import free_ports
+from tests.cluster.harness import free_ports, wait_until
 
+from .cluster_view import read_metadata_image
 from .harness import assert_clean_output, output_size
 
 LOCALHOST = bytes([127, 0, 0, 1])
@@ -145,3 +149,38 @@ def test_envelope_around_acls_with_unknown_elements_is_unsupported_version(contr
     UNSUPPORTED_VERSION."""
     resp = envelope(controller, data, principal(), LOCALHOST)
     assert (resp.error_code, resp.response_data) == (Errors.UNSUPPORTED_VERSION, None)
+
+
+def test_alter_partition_with_an_invalid_leader_recovery_state_is_refused_and_never_written(
+        node: BrokerProcess, controller: WireClient) -> None:
+    """An AlterPartition from the partition's real leader at its real broker, leader and partition
+    epochs, whose leader recovery state is neither RECOVERED (0) nor RECOVERING (1): it was
+    accepted and the value written into a PartitionChangeRecord. Now INVALID_REQUEST for the
+    partition, and the metadata log keeps RECOVERED."""
+    w = WireClient("127.0.0.1", node.port)
+    try:
+        resp = w.request(ApiKey.CREATE_TOPICS, 5, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name="lrs", num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=30000,
+            validate_only=False))
+        assert resp.topics[0].error_code == 0
+    finally:
+        w.close()
+
+    def registration() -> tuple[Any, Any] | None:
+        image = read_metadata_image(node.log_dir)
+        topic = image.topics_by_name.get("lrs")
+        return (image, topic) if topic is not None and 1 in image.brokers else None
+
+    image, topic = wait_until(registration, 30, "the topic in the node's metadata log")
+    part = topic.partitions[0]
+    for state in (127, 2, -1):
+        req = AlterPartitionRequest(broker_id=1, broker_epoch=image.brokers[1].epoch, topics=[
+            AlterPartitionRequest.TopicData(topic_id=topic.topic_id, partitions=[AlterPartitionRequest.PartitionData(
+                partition_index=0, leader_epoch=part.leader_epoch, partition_epoch=part.partition_epoch,
+                new_isr_with_epochs=[AlterPartitionRequest.BrokerState(broker_id=1, broker_epoch=-1)],
+                leader_recovery_state=state)])])
+        resp = controller.request(ApiKey.ALTER_PARTITION, 3, req)
+        assert resp.error_code == 0
+        assert resp.topics[0].partitions[0].error_code == Errors.INVALID_REQUEST, state
+    after = read_metadata_image(node.log_dir).topics_by_name["lrs"].partitions[0]
+    assert (after.leader_recovery_state, after.partition_epoch) == (0, part.partition_epoch)
