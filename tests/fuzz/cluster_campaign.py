@@ -6,7 +6,9 @@ drawn at random (a node's controller or broker listener), each carrying one to `
 frames one after another (one in flight, as a peer sends them), then closed, half the time with
 an RST. A frame is answered (a whole response frame came back), closed (the node closed the
 connection: Kafka's answer to a frame it cannot parse or an API the listener does not serve, and
-wrong for a frame that `must_answer`: those are kept in `wrongly_closed`) or
+wrong for a frame that `must_answer`, unless a mutated frame, garbage or a frame of an API the
+listener does not serve went out on the connection before it: its bytes may not be what its size
+prefix says, and what is left over misframes the next; the others are kept in `wrongly_closed`) or
 timed out (nothing within `answer_timeout_s`: a parked Raft fetch, a frame whose size prefix
 promises more; the connection is reset, a client vanishing mid-request). A half-frame is given
 a short wait before its reset: nothing can answer it. Every `refresh_every` frames the caller's
@@ -37,6 +39,19 @@ class Target:
     port: int
 
 
+@dataclass(frozen=True)
+class Closed:
+    label: str
+    target: Target
+    data: bytes
+    opened: float  # time.monotonic() the connection was opened, the frame sent, the close seen
+    sent: float
+    closed: float
+    earlier: int  # frames answered on the connection before this one
+    previous: Frame  # the last of them
+    wall: float  # time.time() of the close, to find it in the node's log
+
+
 @dataclass
 class CampaignStats:
     sent: int = 0
@@ -46,9 +61,8 @@ class CampaignStats:
     timed_out: Counter[str] = field(default_factory=Counter)
     by_target: Counter[str] = field(default_factory=Counter)
     connect_failures: int = 0
-    # frames a node closed the connection on although Kafka answers them (Frame.must_answer):
-    # (label, listener, node, the frame's bytes)
-    wrongly_closed: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+    # frames a node closed the connection on although Kafka answers them (Frame.must_answer)
+    wrongly_closed: list[Closed] = field(default_factory=list)
     seconds: float = 0.0
 
     def table(self) -> str:
@@ -66,7 +80,8 @@ class CampaignStats:
 
 
 class _Slot:
-    __slots__ = ("sock", "target", "buf", "deadline", "frame", "left")
+    __slots__ = ("sock", "target", "buf", "deadline", "frame", "left", "opened", "sent", "answered", "previous",
+                 "tainted")
 
     def __init__(self) -> None:
         self.sock: socket.socket | None = None
@@ -75,6 +90,10 @@ class _Slot:
         self.deadline = 0.0
         self.frame = Frame("", b"")
         self.left = 0
+        self.opened = self.sent = 0.0
+        self.answered = 0
+        self.previous = Frame("", b"")
+        self.tainted = False  # a frame that may not be what its size prefix says went out on it
 
 
 def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: int, *, seed: int, slots: int = 12,
@@ -101,6 +120,7 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
         sock.setblocking(False)
         sel.register(sock, selectors.EVENT_READ, slot)
         slot.sock, slot.target, slot.left = sock, target, rng.randint(1, per_connection)
+        slot.opened, slot.answered, slot.tainted = time.monotonic(), 0, False
         stats.connections += 1
         return True
 
@@ -122,6 +142,7 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
                 refresh()
             slot.frame = frames.frame(slot.target.listener, slot.target.node)
             slot.buf = b""
+            slot.tainted = slot.tainted or not slot.frame.must_answer
             slot.left -= 1
             stats.sent += 1
             stats.by_target[slot.target.listener] += 1
@@ -135,7 +156,8 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
                 close(slot, abort=False)
                 continue
             wait = half_frame_wait_s if slot.frame.label == "half-frame" else answer_timeout_s
-            slot.deadline = time.monotonic() + wait
+            slot.sent = time.monotonic()
+            slot.deadline = slot.sent + wait
             return
 
     def done(slot: _Slot) -> None:
@@ -162,15 +184,18 @@ def run_cluster_campaign(targets: list[Target], frames: ClusterFrames, budget: i
                     chunk = b""
                 if not chunk:
                     stats.closed[slot.frame.label] += 1
-                    if slot.frame.must_answer and slot.target is not None:
-                        stats.wrongly_closed.append((slot.frame.label, slot.target.listener, slot.target.node,
-                                                     slot.frame.data))
+                    if slot.frame.must_answer and not slot.tainted and slot.target is not None:
+                        stats.wrongly_closed.append(Closed(slot.frame.label, slot.target, slot.frame.data,
+                                                           slot.opened, slot.sent, time.monotonic(), slot.answered,
+                                                           slot.previous, time.time()))
                     close(slot, abort=False)
                     start(slot)
                     continue
                 slot.buf += chunk
                 if len(slot.buf) >= 4 and len(slot.buf) >= 4 + struct.unpack_from(">i", slot.buf)[0]:
                     stats.answered[slot.frame.label] += 1
+                    slot.answered += 1
+                    slot.previous = slot.frame
                     done(slot)
             now = time.monotonic()
             for slot in pool:

@@ -524,11 +524,11 @@ class ClusterFrames:
 
         def pdata(index: int) -> Any:
             return mk(AlterPartitionRequest.PartitionData, version, partition_index=index,
-                      leader_epoch=self.epoch(p.leader_epoch), new_isr=isr,
+                      leader_epoch=p.leader_epoch if self.chance(0.4) else self.epoch(p.leader_epoch), new_isr=isr,
                       new_isr_with_epochs=[AlterPartitionRequest.BrokerState(
                           broker_id=b, broker_epoch=self.broker_epoch(b)) for b in isr],
                       leader_recovery_state=self.rng.choice([0, 0, 1, 2, -1, 127]),
-                      partition_epoch=self.epoch(p.partition_epoch))
+                      partition_epoch=p.partition_epoch if self.chance(0.4) else self.epoch(p.partition_epoch))
 
         index = p.partition if self.chance(0.8) else self.rng.choice([-1, p.partition + 100, INT32_MAX])
         parts = [pdata(index) for _ in range(self.rng.choice([1, 1, 1, 2, 0]))]
