@@ -7,7 +7,9 @@ to a topic of replication factor 3 and min.insync.replicas 2, while a seeded bud
 and mutated Raft, registration, heartbeat, AlterPartition, Envelope and WriteTxnMarkers frames
 (tests/fuzz/cluster_frames.py, built from the ids and epochs the cluster holds, re-read as it
 goes: cluster_view.py) goes to the controller and broker listeners of every node over many
-connections (cluster_campaign.py). Afterwards:
+connections (cluster_campaign.py), and the quorum leader is paused (SIGSTOP) until another node
+leads, again and again (`Elections`), so that frames also reach candidates and unattached
+voters. Afterwards:
 - no node exited;
 - the quorum has a leader and commits: a CreateTopics succeeds;
 - the cluster still acknowledges the producer's writes, and every acknowledged record is read
@@ -16,8 +18,10 @@ connections (cluster_campaign.py). Afterwards:
 - no node closed the connection on a well-formed request of an API its listener serves (Kafka
   answers those, whatever they claim).
 The run prints the seed, frames sent, connections, answered/closed/unanswered counts per API and
-every node's RSS before and after. `PYBROKER_FUZZ_SEED=<n>` replays a seed (a new one per run
-otherwise, printed). The default suite sends a few thousand frames; `-m slow` sends 60,000.
+every node's RSS before and after. `PYBROKER_FUZZ_SEED=<n>` replays a seed's frames (a new
+seed per run otherwise, printed; the interleaving with the cluster's own timing is not
+replayed). The default suite sends 3,000 frames (about ten seconds of them); `-m slow` sends
+60,000 (about a minute and a half).
 
 The connection abuse of the same issue (more connections than descriptors, idle connections,
 half-sent HTTP requests to the metrics endpoint) is `test_connection_abuse_leaves_the_cluster_serving`.
@@ -429,11 +433,15 @@ def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> 
         socks = open_many("127.0.0.1", cluster.client_ports[node_id - 1], 400)
         try:
             ports = {s.getsockname()[1] for s in socks}
-            wait_until(lambda: connections_from(pid, ports) >= 50, 30, "the node to accept what it can")
+            wait_until(lambda: connections_from(pid, ports) >= 50 or not node.is_running(), 30,
+                       "the node to accept what it can")
+            assert_all_running(cluster)
         finally:
             reset_all(socks)
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+            if node.is_running():
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
         wait_until(lambda: connections_from(pid, ports) == 0, 30, "the node to let go of them")
+        assert_all_running(cluster)
         prober = Prober(cluster.client_ports[node_id - 1], timeout_s=5)
         prober.round_trip()
         prober.close()
@@ -452,6 +460,7 @@ def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> 
                            f"node {n} to close its idle connections (connections.max.idle.ms={IDLE_MS})")
         finally:
             reset_all([s for _, s in idle])
+        assert_all_running(cluster)
         report.append(f"(2) {len(idle)} idle connections closed by the nodes")
 
         # (3) half-sent metrics requests
