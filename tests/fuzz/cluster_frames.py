@@ -1,10 +1,12 @@
 """Targeted adversarial frames for a live cluster's controller and broker listeners.
 
-`ClusterFrames(seed, view).frame(listener)` returns a `Frame` (label, bytes with size prefix)
-for a listener of kind "controller" or "broker". Most frames are requests of the APIs peers send
-each other (Vote, BeginQuorumEpoch, EndQuorumEpoch, Raft Fetch, FetchSnapshot, DescribeQuorum,
-BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition, Envelope, and to the
-broker listener WriteTxnMarkers), built from what `view` (tests/fuzz/cluster_view.py) says the
+`ClusterFrames(seed, view, workload_topic).frame(listener, receiver)` returns a `Frame` (label,
+bytes with size prefix, whether Kafka must answer it) for node `receiver`'s listener of kind
+"controller" or "broker". Most frames are requests of the APIs peers send each other (Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Raft Fetch, FetchSnapshot, DescribeQuorum, BrokerRegistration,
+BrokerHeartbeat, AllocateProducerIds, AlterPartition, Envelope; to the broker listener
+WriteTxnMarkers, a follower's Fetch and OffsetForLeaderEpoch), built from what `view`
+(tests/fuzz/cluster_view.py) says the
 cluster holds, and lying in it: voter and broker ids spoofed, non-voters, the receiver's own id,
 epochs around the current one and at the int32/int64 edges, stale and future broker epochs,
 incarnation ids of other brokers, AlterPartition for partitions the sender does not lead with
@@ -17,12 +19,13 @@ promises more than comes) and garbage.
 What the frames never do, because Kafka itself would obey them and the test's checks assume a
 cluster that keeps serving its clients (they are commands, not input):
 - a follower's Fetch never names a replica of a partition at an offset its leader holds (the
-  leader would count it as replicated there: `replica_fetch`);
+  leader would count it as replicated there: `replica_fetch`), and a Raft Fetch, which a broker
+  listener takes for a follower's, never names the workload's topic;
 - a registration under a broker's real incarnation id changes nothing of its listeners (an
   "amend" that points a broker's clients and followers elsewhere until it restarts);
 - a heartbeat at a broker's real epoch never names its real log directories offline;
 - an Envelope's inner request never names the workload's topic (deleting it, or its data
-  through retention configs, is an admin's right), and the name pool (frames.NAMES) lacks it.
+  through retention configs, is an admin's right), and the name pool (frames.NAMES) lacks it;
 - a WriteTxnMarkers for a live producer never carries an epoch the leader would take (a newer
   one with a coordinator epoch not older than the producer's): Kafka writes such a marker for a
   producer in no transaction and resets its sequences, and an idempotent producer then bumps its
@@ -87,7 +90,7 @@ CLUSTER_APIS[ApiKey.WRITE_TXN_MARKERS] = (1, 2)
 
 # AlterConfigs and IncrementalAlterConfigs on the controller listener (an Envelope's inner request
 # included) raise KeyError for unknown resource types: fixed on branch `ctrl`, not merged here
-# yet. The test tolerates exactly those tracebacks until then (test_cluster_fuzz.PENDING_ELSEWHERE).
+# yet. The test tolerates exactly those tracebacks until then (test_cluster_fuzz.pending_elsewhere).
 
 
 @dataclass(frozen=True)
