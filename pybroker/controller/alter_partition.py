@@ -13,8 +13,11 @@ Rules, in Kafka's order:
   partition's FENCED_LEADER_EPOCH; a sender that is not the leader INVALID_REQUEST; a partition
   epoch other than the partition's INVALID_UPDATE_VERSION; an ISR naming a non-replica
   INVALID_REQUEST, as is one without the leader, and (v1+) RECOVERING asked with more than the
-  leader or after RECOVERED; an ISR member that is not registered, is fenced, is in controlled shutdown or
-  (v3) has another broker epoch INELIGIBLE_REPLICA (OPERATION_NOT_ATTEMPTED before v1).
+  leader or after RECOVERED, or a leader recovery state that is neither (a deliberate difference:
+  Kafka fails the whole request with UNKNOWN_SERVER_ERROR; pinned by
+  tests/unit/controller/test_alter_partition.py); an ISR member that is not registered, is
+  fenced, is in controlled shutdown or (v3) has another broker epoch INELIGIBLE_REPLICA
+  (OPERATION_NOT_ATTEMPTED before v1).
 - An accepted ISR goes through the PartitionChangeBuilder (controller/partition_change.py), as
   Kafka's does: it keeps the ELR (KIP-966) in step with the new ISR, completes a reassignment
   whose adding replicas joined the ISR, and takes the leader recovery state the leader sends
@@ -98,6 +101,11 @@ def _validate(image: MetadataImage, sender: int, reg: Any, pd: Any, new_isr: lis
     if sender not in new_isr or len(set(new_isr)) != len(new_isr) or any(b not in reg.replicas for b in new_isr):
         return Errors.INVALID_REQUEST
     if version >= 1:
+        if pd.leader_recovery_state not in (RECOVERED, RECOVERING):
+            # Kafka's LeaderRecoveryState.of throws here (the whole request then fails with
+            # UNKNOWN_SERVER_ERROR and the controller renounces); what matters is that the value
+            # is never written: a PartitionChangeRecord holding it stops Kafka nodes replaying it
+            return Errors.INVALID_REQUEST
         # Kafka's validateAlterPartitionData: a leader still recovering after an unclean election
         # keeps an ISR of itself, and RECOVERED never goes back to RECOVERING
         if pd.leader_recovery_state == RECOVERING and reg.leader_recovery_state == RECOVERED:

@@ -26,8 +26,9 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pybroker.net.connection import CloseConnection
 from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
 from pybroker.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionResponse,
@@ -167,15 +168,17 @@ async def _alter_partition(broker: Broker, version: int, req: Any) -> AlterParti
 async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> EnvelopeResponse:
     from pybroker.server.dispatch import HANDLERS
 
-    unwrapped = forwarding.unwrap(env, SUPPORTED)
-    if unwrapped is None:
-        return EnvelopeResponse(error_code=Errors.INVALID_REQUEST)
-    header, inner = unwrapped
+    try:
+        # Kafka's EnvelopeUtils order: principal, client address, then the inner request
+        principal = forwarding.decode_principal(env.request_principal)
+        peer = forwarding.forwarded_peer(env.client_host_address)
+        header, inner = forwarding.unwrap(env, SUPPORTED)
+    except KafkaError as exc:
+        return EnvelopeResponse(error_code=int(exc.code))
     api_key, version = header.request_api_key, header.request_api_version
     listener = conn.listener_name if conn is not None else "CONTROLLER"
-    ctx = RequestContext(ForwardedConnection(forwarding.forwarded_peer(env.client_host_address), listener),
-                         api_key, version, header.correlation_id, header.client_id, len(env.request_data),
-                         forwarded=True, principal=forwarding.decode_principal(env.request_principal))
+    ctx = RequestContext(ForwardedConnection(peer, listener), api_key, version, header.correlation_id,
+                         header.client_id, len(env.request_data), forwarded=True, principal=principal)
     try:
         if api_key == ApiKey.DESCRIBE_QUORUM:
             response = await handle(broker, conn, api_key, version, header.correlation_id, header.client_id, inner)
@@ -183,6 +186,13 @@ async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> Envelo
             if _controller(broker) is None:
                 return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)
             response = await _call(HANDLERS[api_key], broker, ctx, inner)
+    except (CloseConnection, ProtocolError) as exc:
+        # what closes a client's own connection (a request Kafka fails to parse, e.g. ACL filters
+        # with UNKNOWN elements) is, inside an envelope, the envelope's UNSUPPORTED_VERSION, as
+        # Kafka's EnvelopeUtils answers a forwarded request it cannot parse: the forwarding
+        # broker's connection serves other clients too
+        log.info("refusing an envelope's %s v%d: %s", ApiKey(api_key).name, version, exc)
+        return EnvelopeResponse(error_code=Errors.UNSUPPORTED_VERSION)
     except KafkaError as exc:
         if exc.code == Errors.NOT_CONTROLLER:
             return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)

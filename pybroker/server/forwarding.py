@@ -14,10 +14,15 @@ the client connection is closed. IncrementalAlterConfigs and AlterConfigs check 
 resources on the receiving broker first and forward the rest from their handler
 (`forward_body`), as Kafka's ConfigAdminManager does.
 
-Controller side (`open_envelope`): the inner request runs through the same handler, with a
-context built from the envelope (its principal and client address, `forwarded=True`); a handler
-refusing with NOT_CONTROLLER makes the envelope answer NOT_CONTROLLER, so the forwarding broker
-retries at the new controller (Kafka's RequestChannel does the same).
+Controller side (server/controller_apis.py `_envelope`): the inner request runs through the same
+handler, with a context built from the envelope (its principal and client address,
+`forwarded=True`); a handler refusing with NOT_CONTROLLER makes the envelope answer NOT_CONTROLLER,
+so the forwarding broker retries at the new controller (Kafka's RequestChannel does the same).
+An envelope that cannot be opened is answered with the envelope's error code, as Kafka's
+EnvelopeUtils: an undecodable principal PRINCIPAL_DESERIALIZATION_FAILURE, a client address of
+other than 4 or 16 bytes INVALID_REQUEST, an inner request that does not parse at its version
+UNSUPPORTED_VERSION, one for an API that is not forwarded INVALID_REQUEST
+(`decode_principal`, `forwarded_peer`, `unwrap`).
 
 Concurrency: trio thread; a forwarded request holds its client connection until answered.
 """
@@ -30,12 +35,11 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from pybroker.net.connection import CloseConnection
-from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.api_keys import VALID_VERSIONS, ApiKey
 from pybroker.protocol.chunks import Chunk
-from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
+from pybroker.protocol.errors import Errors, KafkaError, ProtocolError, UnknownApiKeyError
 from pybroker.protocol.frame import decode_request, encode_request, encode_response
 from pybroker.protocol.messages import DefaultPrincipalData, EnvelopeRequest, EnvelopeResponse
-from pybroker.security.authorizer import ANONYMOUS
 from pybroker.server.controller_channel import ControllerUnavailable
 from pybroker.server.error_responses import ERROR_RESPONSES
 
@@ -68,10 +72,15 @@ def encode_principal(principal: str) -> bytes:
 
 
 def decode_principal(data: bytes | memoryview | None) -> str:
-    if not data:
-        return ANONYMOUS
-    (version,) = _INT16.unpack_from(data, 0)
-    body = DefaultPrincipalData.decode(memoryview(data)[2:], version)
+    """Kafka's DefaultKafkaPrincipalBuilder.deserialize: "type:name" from version-prefixed
+    DefaultPrincipalData. KafkaError(PRINCIPAL_DESERIALIZATION_FAILURE) for anything else (none,
+    too short, an unknown version, a malformed body), as Kafka's EnvelopeUtils answers."""
+    try:
+        (version,) = _INT16.unpack_from(data or b"", 0)
+        body = DefaultPrincipalData.decode(memoryview(data or b"")[2:], version)
+    except (struct.error, ProtocolError) as exc:
+        raise KafkaError(Errors.PRINCIPAL_DESERIALIZATION_FAILURE,
+                         f"Failed to deserialize client principal from envelope: {exc}") from None
     return f"{body.type}:{body.name}"
 
 
@@ -138,22 +147,33 @@ async def forward_body(broker: Broker, ctx: RequestContext, body: Any) -> Any:
 
 
 def forwarded_peer(address: bytes | memoryview) -> tuple[str, int]:
+    """The client's address an envelope carries (4 or 16 bytes, Java's InetAddress.getByAddress);
+    KafkaError(INVALID_REQUEST) for any other length."""
     try:
         return str(ipaddress.ip_address(bytes(address))), 0
     except ValueError:
-        return "0.0.0.0", 0
+        raise KafkaError(Errors.INVALID_REQUEST, "Failed to parse client address from envelope") from None
 
 
-def unwrap(env: EnvelopeRequest, supported: dict[int, tuple[int, int]]) -> tuple[Any, Any] | None:
-    """(inner header, inner body) of an envelope, None when it cannot be forwarded here."""
+def unwrap(env: EnvelopeRequest, supported: dict[int, tuple[int, int]]) -> tuple[Any, Any]:
+    """(inner header, inner body) of an envelope, or KafkaError with Kafka's EnvelopeUtils code:
+    UNSUPPORTED_VERSION when the inner header or body cannot be parsed at its version (so that
+    the envelope's own faults, INVALID_REQUEST, stay apart), INVALID_REQUEST for an API that is
+    not forwarded."""
     try:
         header, inner = decode_request(bytes(env.request_data), supported)
+    except UnknownApiKeyError as exc:
+        log.info("refusing an envelope: %s", exc)
+        if exc.api_key in VALID_VERSIONS:  # known, but not served here: not forwardable
+            raise KafkaError(Errors.INVALID_REQUEST, str(exc)) from None
+        raise KafkaError(Errors.UNSUPPORTED_VERSION, f"Failed to parse request header from envelope: {exc}") from None
     except ProtocolError as exc:
         log.info("refusing an envelope: %s", exc)
-        return None
+        raise KafkaError(Errors.UNSUPPORTED_VERSION, f"Failed to parse forwarded request: {exc}") from None
     if header.request_api_key not in ENVELOPED_APIS:
         log.info("refusing an envelope holding %s", ApiKey(header.request_api_key).name)
-        return None
+        raise KafkaError(Errors.INVALID_REQUEST,
+                         f"API {ApiKey(header.request_api_key).name} is not enabled or is not eligible for forwarding")
     return header, inner
 
 

@@ -100,3 +100,17 @@ def test_a_recovering_partition_takes_the_leaders_recovered(image: MetadataImage
     req.topics[0].partitions[0].leader_recovery_state = 0
     records, p = answer(image, req)
     assert p.error_code == 0 and p.leader_recovery_state == 0 and records[0].leader_recovery_state == 0
+
+
+@pytest.mark.parametrize("state", [2, -1, 127, -128])
+def test_a_leader_recovery_state_that_is_neither_recovered_nor_recovering_is_refused(
+        image: MetadataImage, state: int) -> None:
+    """Found by the cluster fuzzer: an AlterPartition from the real leader at the right epochs with
+    leader recovery state 127 was accepted, and 127 written into the partition's
+    PartitionChangeRecord (a value Kafka's LeaderRecoveryState cannot even read back)."""
+    for shrink in ([1, 2], [1, 2, 3]):  # with an ISR change, and with the state the only change
+        req = request(shrink)
+        req.topics[0].partitions[0].leader_recovery_state = state
+        records, p = answer(image, req)
+        assert records == [] and p.error_code == Errors.INVALID_REQUEST
+    assert image.topics_by_id[TID].partitions[0].leader_recovery_state == 0
