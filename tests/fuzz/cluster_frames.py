@@ -88,10 +88,6 @@ CLUSTER_APIS: dict[int, tuple[int, int]] = {
         ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE)}
 CLUSTER_APIS[ApiKey.WRITE_TXN_MARKERS] = (1, 2)
 
-# AlterConfigs and IncrementalAlterConfigs on the controller listener (an Envelope's inner request
-# included) raise KeyError for unknown resource types: fixed on branch `ctrl`, not merged here
-# yet. The test tolerates exactly those tracebacks until then (test_cluster_fuzz.pending_elsewhere).
-
 
 @dataclass(frozen=True)
 class Generator:

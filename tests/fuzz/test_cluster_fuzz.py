@@ -35,7 +35,6 @@ import re
 import resource
 import selectors
 import socket
-import struct
 import threading
 import time
 import urllib.request
@@ -46,9 +45,6 @@ from typing import Any
 import pytest
 
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
-from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.errors import ProtocolError
-from pybroker.protocol.frame import decode_request
 from pybroker.protocol.messages import MetadataRequest
 from tests.cluster.faults.checker import History, check
 from tests.cluster.faults.workloads import Producers, read_partitions
@@ -74,27 +70,6 @@ PARTITIONS = 3
 # Envelope's CreateTopics made), not with the frames' counts or claims.
 RSS_GROWTH_LIMIT_KIB = 256 * 1024
 
-# Tracebacks of a bug fixed on another branch, tolerated until it is merged here: AlterConfigs /
-# IncrementalAlterConfigs with an unknown resource type on the controller listener (or in an
-# Envelope) raise KeyError in server/alter_configs.py (branch `ctrl`). An ERROR line whose
-# traceback ends so is left out of the log check, and counted; remove this when `ctrl` is merged.
-def pending_elsewhere(block: list[str]) -> bool:
-    return (any("pybroker/server/alter_configs.py" in line for line in block)
-            and block[-1].startswith("KeyError"))
-
-
-def pending_elsewhere_frame(data: bytes) -> bool:
-    """An Envelope around an AlterConfigs or IncrementalAlterConfigs: the connection it closes
-    is the same bug (branch `ctrl`)."""
-    try:
-        header, body = decode_request(data[4:])
-    except ProtocolError:
-        return False
-    inner = bytes(body.request_data) if header.request_api_key == ApiKey.ENVELOPE else b""
-    return len(inner) >= 2 and struct.unpack_from(">h", inner)[0] in (
-        ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("cluster-fuzz"))
@@ -108,9 +83,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
-def forbidden_lines(text: str, tolerated: list[str] | None = None) -> list[str]:
+def forbidden_lines(text: str) -> list[str]:
     """The lines of `text` holding a FORBIDDEN word, a traceback's lines with the log line above
-    them; a block `pending_elsewhere` accepts goes to `tolerated` instead."""
+    them."""
     bad: list[str] = []
     lines = text.splitlines()
     i = 0
@@ -120,25 +95,17 @@ def forbidden_lines(text: str, tolerated: list[str] | None = None) -> list[str]:
             j += 1  # the traceback (or other continuation lines) under line i
         block = lines[i:j]
         if any(f in line for line in block for f in FORBIDDEN):
-            if pending_elsewhere(block):
-                if tolerated is not None:
-                    tolerated.append(block[-1])
-            else:
-                bad += block
+            bad += block
         i = j
     return bad
 
 
 def assert_clean_logs(cluster: Cluster, offsets: dict[int, int], report: list[str]) -> None:
-    tolerated: list[str] = []
     problems = []
     for node_id, node in cluster.nodes.items():
-        bad = forbidden_lines(output_since(node, offsets[node_id]), tolerated)
+        bad = forbidden_lines(output_since(node, offsets[node_id]))
         if bad:
             problems.append(f"node {node_id} logged:\n" + "\n".join(bad[:40]))
-    if tolerated:
-        report.append(f"tolerated until branch `ctrl` is merged: {len(tolerated)} AlterConfigs KeyError "
-                      f"tracebacks ({tolerated[0]})")
     assert not problems, "\n".join(problems)
 
 
@@ -330,10 +297,7 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float
         report += [stats.summary(), stats.table(),
                    f"elections while fuzzing (paused leader -> new leader): {elections.held}"]
         assert not elections.failures, elections.failures
-        wrong = [c for c in stats.wrongly_closed if not pending_elsewhere_frame(c.data)]
-        if len(wrong) < len(stats.wrongly_closed):
-            report.append(f"tolerated until branch `ctrl` is merged: {len(stats.wrongly_closed) - len(wrong)} "
-                          "Envelopes around AlterConfigs closed unanswered")
+        wrong = stats.wrongly_closed
         assert not wrong, f"{len(wrong)} well-formed requests closed unanswered: " + "; ".join(
             f"{c.label} to node {c.target.node}'s {c.target.listener} listener (connection opened at "
             f"{c.opened - started:.2f}s, {c.earlier} answered on it, sent at {c.sent - started:.2f}s, closed at "
