@@ -249,6 +249,20 @@ class QuorumState:
             voted_directory_id=voted_dir, high_watermark=current.high_watermark,
             fetch_timeout_ms=self.fetch_timeout_ms, now_ms=now_ms))
 
+    def correct_leader(self, epoch: int, leader_id: int, endpoints: Mapping[str, tuple[str, int]],
+                       now_ms: int) -> None:
+        """Follow `leader_id` instead of the leader this follower believed led `epoch`, which
+        told it so itself (its fetch answer names the real one): the belief came from a forged
+        BeginQuorumEpoch. The vote of the epoch is kept."""
+        current = self.state
+        if not isinstance(current, FollowerState) or epoch != current.epoch \
+                or leader_id in (current.leader_id, self.local_id) or not endpoints:
+            raise IllegalStateError(f"cannot correct {current} to leader {leader_id} in epoch {epoch}")
+        self._durable_transition_to(FollowerState(
+            epoch=epoch, leader_id=leader_id, leader_endpoints=endpoints, voted_id=current.voted_id,
+            voted_directory_id=current.voted_directory_id, high_watermark=current.high_watermark,
+            fetch_timeout_ms=self.fetch_timeout_ms, now_ms=now_ms))
+
     def transition_to_prospective(self, now_ms: int) -> None:
         current = self.state
         if not self.is_voter():

@@ -158,6 +158,18 @@ class RaftResponseHandlers(_Base):
         epoch = -1 if current is None else current.leader_epoch
         state = self.quorum.state
         if isinstance(state, FollowerState) and source == state.leader_id:
+            if epoch == state.epoch and p.error_code == ru.NOT_LEADER_OR_FOLLOWER and leader_id is not None \
+                    and leader_id not in (source, self.node_id) and self.voters.voter(leader_id) is not None:
+                # The node this one follows says another voter leads the epoch: what named it
+                # leader was a forged BeginQuorumEpoch. Its own answer is the better word.
+                endpoints = self._leader_endpoints(leader_id, body.node_endpoints)
+                if endpoints:
+                    log.info("node %s: %s says %s leads epoch %d; following it", self.node_id, source,
+                             leader_id, epoch)
+                    self.quorum.correct_leader(epoch, leader_id, endpoints, now_ms)
+                    self._maybe_fire_leader_change()
+                    self._on_become_follower(now_ms)
+                    return True
             if epoch == state.epoch and p.error_code in (ru.NOT_LEADER_OR_FOLLOWER, ru.BROKER_NOT_AVAILABLE):
                 # the leader itself says it no longer leads this epoch (resigned, shutting down)
                 state.on_leader_stopped_leading(now_ms)

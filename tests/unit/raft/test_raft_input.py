@@ -126,13 +126,17 @@ def test_a_peer_saying_this_node_leads_a_newer_epoch_moves_it_there_without_a_le
     assert any("leads epoch 5" in f for f in ctx.peer_faults)
 
 
-def test_a_peer_naming_another_leader_of_a_known_epoch_is_ignored() -> None:
-    ctx, fetch = follower_ctx()
+def test_only_the_followed_leader_itself_can_correct_who_leads_an_epoch() -> None:
+    # node 3 knows leader 1 of epoch 4 and asks for pre-votes; node 2 answers that it leads epoch 4:
+    # a third voter's word does not move the known leader (the next test: the leader's own does)
+    ctx, _ = follower_ctx(fetched=False)
+    ctx.advance(ctx.config.fetch_timeout_ms)
+    assert isinstance(ctx.state, ProspectiveState) and ctx.state.leader_id == 1
     before = ctx.store.persisted
-    ctx.respond(fetch, ctx.fetch_response(4, 2, error=ru.NOT_LEADER_OR_FOLLOWER))
-    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id == 1
-    unchanged(ctx, before)
-    assert ctx.peer_faults
+    vote = [v for v in ctx.drain_sent(ApiKey.VOTE) if v.destination == 2][0]
+    ctx.respond(vote, ctx.vote_response(4, False, leader=2))
+    assert ctx.state.election().leader_id == 1 and ctx.client.epoch == 4
+    assert ctx.store.persisted == before
 
 
 def test_invalid_request_from_a_peer_is_a_peer_fault_not_a_crash() -> None:
@@ -285,3 +289,20 @@ def test_a_follower_whose_leader_denies_the_epoch_asks_for_pre_votes_at_once() -
     fetch = [f for f in ctx.drain_sent(ApiKey.FETCH) if f.destination == 2][-1]
     ctx.respond(fetch, ctx.fetch_response(4, 1, error=ru.UNKNOWN_LEADER_EPOCH))
     assert isinstance(ctx.state, ProspectiveState) and ctx.client.epoch == 5
+
+
+def test_a_follower_whose_leader_names_another_leader_of_the_epoch_follows_that_one() -> None:
+    # during an election a forged BeginQuorumEpoch made node 3 follow node 1 in epoch 5; node 1
+    # follows node 2, the real leader of epoch 5, and says so in its fetch answer
+    ctx = Ctx(3, (1, 2, 3), election=ElectionState(4))
+    body = ru.begin_quorum_epoch_request(CLUSTER, 5, 1, 3, None, {})
+    assert part(ctx.request(ApiKey.BEGIN_QUORUM_EPOCH, body)).error_code == ru.NONE
+    assert (ctx.state.leader_id, ctx.state.epoch) == (1, 5)
+    fetch = [f for f in ctx.drain_sent(ApiKey.FETCH) if f.destination == 1][-1]
+    ctx.respond(fetch, ctx.fetch_response(5, 2, error=ru.NOT_LEADER_OR_FOLLOWER))
+    assert isinstance(ctx.state, FollowerState) and (ctx.state.leader_id, ctx.state.epoch) == (2, 5)
+    assert ctx.store.persisted == ElectionState(5, 2, None, None)
+    assert [f.destination for f in ctx.drain_sent(ApiKey.FETCH)] == [2]
+    # the real leader's own BeginQuorumEpoch is now consistent
+    body = ru.begin_quorum_epoch_request(CLUSTER, 5, 2, 3, None, {})
+    assert part(ctx.request(ApiKey.BEGIN_QUORUM_EPOCH, body)).error_code == ru.NONE
