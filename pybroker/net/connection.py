@@ -156,20 +156,25 @@ class Connection:
         while self._end - self._start < need:
             if len(self._buf) - self._start < need:
                 self._make_room(need)
-            try:
-                n = os.readv(self.fd, (memoryview(self._buf)[self._end:],))
-            except BlockingIOError:
-                # Plain non-blocking syscalls and trio's wait primitives: trio's socket wrappers
-                # cost a context manager and two checkpoints per call, a third of a small
-                # request's CPU. The view is taken again after the wait: the idle sweep may
-                # have released the buffer meanwhile.
-                self.waited = True
-                self.waits += 1
-                await trio.lowlevel.wait_readable(self.fd)
-                continue
+            buf = self._buf
+            view = memoryview(buf)
+            n = -1
+            while n < 0:
+                try:
+                    n = os.readv(self.fd, (view[self._end:],))
+                except BlockingIOError:
+                    # Plain non-blocking syscalls and trio's wait primitives: trio's socket
+                    # wrappers cost a context manager and two checkpoints per call, a third of a
+                    # small request's CPU.
+                    self.waited = True
+                    self.waits += 1
+                    await trio.lowlevel.wait_readable(self.fd)
+                    if self._buf is not buf:
+                        break  # the idle sweep released the buffer meanwhile: start over
             if n == 0:
                 raise ConnectionClosed()
-            self._end += n
+            if n > 0:
+                self._end += n
 
     def _make_room(self, need: int) -> None:
         """Make the buffer's tail hold `need` bytes from _start: grow it when it is smaller than
