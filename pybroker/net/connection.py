@@ -18,8 +18,8 @@ peer that sends faster than it is answered (pipelining) makes happen: such a con
 for the answer) empties the buffer with every frame and never grows it. `release_buffers()`
 (called by the server's idle sweep, net/server.py) drops the receive and frame buffers of a
 connection that has been quiet, so one that was busy once does not hold 256 KiB + its frame
-buffer for the rest of its life. The readers take their view of the buffer after every wait, so
-the sweep may swap it while the task waits with nothing buffered.
+buffer for the rest of its life. After every wait the reader checks whether the buffer was
+swapped, so the sweep may release it while the task waits with nothing buffered.
 
 Idle accounting for the sweep costs the hot path nothing new: `requests` already counts frames,
 and `waits` counts the reads that found nothing and parked (a wait costs an epoll round trip;
@@ -125,7 +125,7 @@ class Connection:
     def release_buffers(self) -> None:
         """Drop the receive and frame buffers of a quiet connection (the next read allocates
         `_RECV_MIN`). Leaves a receive buffer holding bytes alone. Safe while the connection's task
-        waits: its readers take a new view of the buffer after every wait."""
+        waits: after a wait, `_fill` starts over on the buffer it finds."""
         if self._start == self._end and len(self._buf) > 0:
             self._buf = bytearray()
             self._start = self._end = 0
