@@ -133,6 +133,9 @@ class LogManager:
         self._dir_counts: dict[Path, int] = {}  # partitions per log dir, for _next_log_dir
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
+        # one dir-checkpoint writer at a time (they share "<file>.tmp" names), none after shutdown
+        self._checkpoint_lock = threading.Lock()
+        self._shut_down = False
         self.had_clean_shutdown: dict[Path, bool] = {}
         # the broker epoch every dir's clean-shutdown marker names, else -1 (Kafka's
         # readBrokerEpochFromCleanShutdownFiles): set by load()
@@ -149,6 +152,7 @@ class LogManager:
     def load(self, now_ms: int) -> None:
         """Format/validate the dirs and open (recovering if needed) every log. Blocking."""
         started = time.monotonic()
+        self._shut_down = False
         self.cluster_id, self.meta = ensure_log_dirs(self.log_dirs, self.node_id, self.cluster_id)
         futures: list[tuple[Path, TopicPartition]] = []
         unclean: list[str] = []
@@ -520,7 +524,14 @@ class LogManager:
 
     # -- checkpoints -----------------------------------------------------------------------
     def checkpoint(self, high_watermarks: dict[TopicPartition, int] | None = None) -> None:
-        """Write recovery-point and log-start-offset checkpoints (and HWs when given). Blocking."""
+        """Write recovery-point and log-start-offset checkpoints (and HWs when given). Blocking.
+        A no-op once `shutdown` has written the last ones (a periodic checkpoint that was already
+        waiting must not overwrite them)."""
+        with self._checkpoint_lock:
+            if not self._shut_down:
+                self._write_checkpoints(high_watermarks)
+
+    def _write_checkpoints(self, high_watermarks: dict[TopicPartition, int] | None) -> None:
         with self._lock:
             by_dir: dict[Path, list[tuple[TopicPartition, UnifiedLog]]] = {d: [] for d in self.log_dirs}
             for tp, log in self.logs.items():
@@ -538,14 +549,17 @@ class LogManager:
 
     def checkpoint_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Write each dir's replication-offset-checkpoint (Kafka's checkpointHighWatermarks, every
-        replica.high.watermark.checkpoint.interval.ms). Blocking."""
-        with self._lock:
-            by_dir: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
-            for tp in self.logs:
-                by_dir[self._log_dir_of[tp]].append(tp)
-        for log_dir, tps in by_dir.items():
-            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
+        replica.high.watermark.checkpoint.interval.ms). Blocking; a no-op after `shutdown`."""
+        with self._checkpoint_lock:
+            if self._shut_down:
+                return
+            with self._lock:
+                by_dir: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
+                for tp in self.logs:
+                    by_dir[self._log_dir_of[tp]].append(tp)
+            for log_dir, tps in by_dir.items():
+                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                    {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
 
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None,
                  broker_epoch: int = -1) -> None:
@@ -566,7 +580,9 @@ class LogManager:
         else:
             for plog in logs:
                 flush_and_close(plog)
-        self.checkpoint(high_watermarks)
+        with self._checkpoint_lock:  # after a periodic checkpoint in progress, and the last one
+            self._write_checkpoints(high_watermarks)
+            self._shut_down = True
         self.purge_deleted()
         content = f'{{"version":0,"brokerEpoch":{broker_epoch}}}'.encode()
         for log_dir in self.log_dirs:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from pybroker.log.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from pybroker.log.config import LogConfig
 from pybroker.log.errors import MetaPropertiesError
 from pybroker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
@@ -142,3 +145,34 @@ def test_the_clean_shutdown_marker_carries_the_broker_epoch_to_the_next_start(tm
     mgr.load(now_ms=0)
     assert mgr.previous_broker_epoch == -1
     mgr.shutdown(now_ms=0)
+
+
+def test_periodic_and_shutdown_checkpoints_never_collide(tmp_path):
+    """The checkpointer's worker thread and shutdown's both wrote "<file>.tmp" and renamed it:
+    when they overlapped, one rename found no file and shutdown failed (FileNotFoundError, no
+    clean-shutdown marker). Writers now take turns, and none writes after shutdown."""
+    mgr = new_manager(tmp_path)
+    mgr.load(now_ms=0)
+    mgr.get_or_create_log("orders", 0, bytes(16))
+    errors: list[BaseException] = []
+
+    def periodic(hw: int) -> None:
+        try:
+            for _ in range(100):
+                mgr.checkpoint_high_watermarks({("orders", 0): hw})
+                mgr.checkpoint()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=periodic, args=(hw,)) for hw in (1, 2)]
+    for t in threads:
+        t.start()
+    for _ in range(100):
+        mgr.checkpoint({("orders", 0): 3})
+    mgr.shutdown(now_ms=0, high_watermarks={("orders", 0): 24})
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    # the periodic writers that came after shutdown left its checkpoint alone
+    assert OffsetCheckpointFile(tmp_path / "d1" / REPLICATION_OFFSET_CHECKPOINT).read() == {("orders", 0): 24}
+    assert (tmp_path / "d1" / CLEAN_SHUTDOWN_FILE).exists()
