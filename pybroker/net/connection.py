@@ -54,6 +54,7 @@ _SIZE = struct.Struct(">i")
 _RECV_MIN = 4 * 1024  # a new (or released) receive buffer
 _RECV_CHUNK = 256 * 1024  # the most a receive buffer grows to
 _SMALL_FRAME = 16 * 1024  # below this, slicing the receive buffer is cheaper than anything else
+_FRAME_MIN = 32 * 1024  # the first size of a frame buffer
 _REUSE_MAX = 8 * 1024 * 1024  # a larger frame buffer is not kept per connection
 _PREAD_MAX = 32 * 1024  # file regions up to this size are read and written with the header
 
@@ -228,9 +229,10 @@ class Connection:
         buf = self._free_frame_buffer(size)
         if buf is None:
             # Memory follows the bytes received, not the size a peer declares: start with what
-            # has arrived (at least one receive chunk) and double as more comes, up to the size.
-            # A peer that announces 100 MB and sends one byte costs 256 KiB, not 100 MB.
-            buf = bytearray(min(size, max(_RECV_CHUNK, 2 * have)))
+            # has arrived (at least _FRAME_MIN) and double as more comes, up to the size. A peer
+            # that announces 100 MB and sends one byte costs 32 KiB, not 100 MB. (The doublings
+            # are paid once: the buffer is kept for the connection's next large frame.)
+            buf = bytearray(min(size, max(_FRAME_MIN, 2 * have)))
         buf[:have] = self._buf[start:start + have]
         self._start = start + have
         if self._start == self._end:

@@ -40,6 +40,7 @@ from .harness import (
     output_size,
     reset,
     rss_kib,
+    unread_bytes,
     wait_until,
 )
 
@@ -215,10 +216,11 @@ def test_clients_keep_working_across_an_idle_close(idle_node: BrokerProcess) -> 
     assert_clean_output(idle_node, offset)
 
 
-def test_idle_connections_cost_kilobytes_each(tmp_path: Path) -> None:
-    """1,000 connections that sent one request and went idle: each held a 256 KiB receive buffer
-    (RSS 40 -> 299 MB). Now a receive buffer starts at 4 KiB."""
-    n = 1000
+def test_idle_and_slow_connections_cost_kilobytes_each(tmp_path: Path) -> None:
+    """1,000 connections that sent one request and went idle held a 256 KiB receive buffer each
+    (RSS 40 -> 299 MB), and 200 slow ones in the middle of a 1 MB request another 256 KiB of
+    frame buffer. Now a receive buffer starts at 4 KiB and a frame buffer at 32 KiB."""
+    idle, slow = 1000, 200
     node = BrokerProcess(tmp_path / "data")
     node.start()
     socks: list[socket.socket] = []
@@ -227,15 +229,22 @@ def test_idle_connections_cost_kilobytes_each(tmp_path: Path) -> None:
         warm = socket.create_connection(("127.0.0.1", node.port), timeout=10)
         api_versions(warm)  # the code paths of a request are loaded before measuring
         before = rss_kib(node.pid)
-        for i in range(n):
+        for i in range(idle):
             s = socket.create_connection(("127.0.0.1", node.port), timeout=10)
             api_versions(s, i + 1)
             socks.append(s)
+        for _ in range(slow):
+            s = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+            s.sendall(struct.pack(">i", 1_000_000) + bytes(1000))
+            socks.append(s)
         ports = {s.getsockname()[1] for s in socks}
-        assert len(peer_ports(node.pid, node.port) & ports) == n
+        wait_until(lambda: len(peer_ports(node.pid, node.port) & ports) == idle + slow
+                   and unread_bytes(node.pid, ports) == 0, 30, "the broker to read every connection's bytes")
         grown = rss_kib(node.pid) - before
-        # the old code grew by more than n x 256 KiB; a task, a socket and a 4 KiB buffer are ~10 KiB
-        assert grown < n * 32, f"RSS grew {grown} KiB for {n} idle connections"
+        # the old code grew by more than 256 KiB a connection; a task, a socket and a 4 KiB buffer
+        # are ~10 KiB, a slow one's frame buffer 32 KiB more
+        assert grown < (idle + slow) * 32, f"RSS grew {grown} KiB for {idle} idle and {slow} slow connections"
+        warm.close()
     finally:
         for s in socks:
             s.close()
