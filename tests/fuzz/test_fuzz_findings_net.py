@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import resource
 import socket
 import struct
@@ -26,11 +27,13 @@ from clients.broker import BrokerProcess
 from metrics.scrape import Scrape, metrics_url_from_log, scrape
 
 from pybroker.metrics import prometheus
+from pybroker.net.server import ACCEPT_BACKOFF_S
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.frame import decode_response, encode_request
 from pybroker.protocol.messages import ApiVersionsRequest, CreateTopicsRequest, FetchRequest
 
 from .harness import (
+    FORBIDDEN,
     Prober,
     assert_clean_output,
     client_round_trip,
@@ -122,7 +125,9 @@ def test_running_out_of_descriptors_does_not_end_the_node(tmp_path: Path) -> Non
             wait_until(lambda: "cannot accept connections" in output_since(node, offset), 30,
                        "the broker to log that accept failed")
             assert node.is_running(), node.output_tail()
-            for _ in range(3):  # an open connection is served meanwhile
+            # hold the burst for ten retries while an open connection keeps being served
+            held_until = time.monotonic() + 10 * ACCEPT_BACKOFF_S
+            while time.monotonic() < held_until:
                 prober.round_trip()
             assert open_fds(node.pid) >= 250
         finally:
@@ -137,8 +142,14 @@ def test_running_out_of_descriptors_does_not_end_the_node(tmp_path: Path) -> Non
         text = output_since(node, offset)
         warnings = [line for line in text.splitlines() if "cannot accept connections" in line]
         assert len(warnings) == 1 and " WARNING " in warnings[0], "\n".join(warnings[:5])
+        failed = re.search(r"accepting connections on \S+ again after [\d.]+ s \((\d+) accepts failed\)", text)
+        assert failed and int(failed.group(1)) > 1, text[-2000:]  # one line for a burst of failures
         assert node.is_running()
-        assert_clean_output(node, offset)
+        # Whatever else opened a file during the burst failed too (a high watermark checkpoint
+        # logs an ERROR and is written at the next tick): allowed, as long as that was the cause.
+        records = re.split(r"\n(?=\d{4}-\d\d-\d\d \d\d:)", text)
+        bad = [r for r in records if any(f in r for f in FORBIDDEN) and "[Errno 24] Too many open files" not in r]
+        assert not bad, "the broker logged:\n" + "\n".join(bad[:5])
     finally:
         node.close()
 
