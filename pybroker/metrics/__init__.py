@@ -6,7 +6,7 @@
 - broker_topic_stats.py  per-topic traffic counters bumped in place (Kafka's BrokerTopicStats)
 - event_loop.py          event-loop idle time from the loop thread's CPU clock (Kafka's idle percents)
 - registry.py            providers read at scrape time into plain `Family` data
-- prometheus.py          the HTTP endpoint (prometheus_client in its own thread)
+- prometheus.py          the HTTP endpoint (served on the loop, formatted in one worker thread)
 
 Which numbers a node exports, under Strimzi's names, is pybroker/server/broker_metrics.py (it reads
 the whole broker). Layering: the bottom layer; nothing here imports another pybroker package.

@@ -10,6 +10,22 @@ Concurrency: one request in flight per connection, answered in order (Kafka mute
 channel while its request is processed). Responses are lists of chunks: bytes go out with
 send, `FileRegion`s with sendfile straight from the page cache.
 
+Receive buffer: sized to what the connection receives. It starts at `_RECV_MIN` (4 KiB: most
+requests fit, and an idle connection costs kilobytes), grows to fit a small frame that does not
+fit, and doubles up to `_RECV_CHUNK` (256 KiB) whenever frames straddle its end, which only a
+peer that sends faster than it is answered (pipelining) makes happen: such a connection reads
+256 KiB per syscall after six doublings, as it always did. A lockstep client (one request, wait
+for the answer) empties the buffer with every frame and never grows it. `release_buffers()`
+(called by the server's idle sweep, net/server.py) drops the receive and frame buffers of a
+connection that has been quiet, so one that was busy once does not hold 256 KiB + its frame
+buffer for the rest of its life. After every wait the reader checks whether the buffer was
+swapped, so the sweep may release it while the task waits with nothing buffered.
+
+Idle accounting for the sweep costs the hot path nothing new: `requests` already counts frames,
+and `waits` counts the reads that found nothing and parked (a wait costs an epoll round trip;
+the increment is noise beside it). A connection whose `requests + waits` has not moved between
+two sweeps, and which is not `busy`, has done no I/O meanwhile.
+
 Quota throttling (KIP-219): a handler that throttles the client sets `throttle_deadline`
 (trio time); after writing the response the connection reads nothing more until then, as
 Kafka keeps a throttled channel muted. Shutdown cuts the wait short.
@@ -35,8 +51,10 @@ from pybroker.protocol.chunks import Chunk, FileRegion
 log = logging.getLogger("pybroker.net")
 
 _SIZE = struct.Struct(">i")
-_RECV_CHUNK = 256 * 1024
+_RECV_MIN = 4 * 1024  # a new (or released) receive buffer
+_RECV_CHUNK = 256 * 1024  # the most a receive buffer grows to
 _SMALL_FRAME = 16 * 1024  # below this, slicing the receive buffer is cheaper than anything else
+_FRAME_MIN = 32 * 1024  # the first size of a frame buffer
 _REUSE_MAX = 8 * 1024 * 1024  # a larger frame buffer is not kept per connection
 _PREAD_MAX = 32 * 1024  # file regions up to this size are read and written with the header
 
@@ -71,8 +89,8 @@ class Connection:
     """State of one client connection (what handlers may need to know about it)."""
 
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
-                 "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "fd", "waited",
-                 "throttle_deadline", "_throttle_scope", "request_meter", "remote_s")
+                 "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "waits", "fd", "waited",
+                 "throttle_deadline", "_throttle_scope", "request_meter", "remote_s", "idle_mark", "idle_since")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -80,12 +98,13 @@ class Connection:
         self.listener_name = listener_name
         self.client_software_name = ""
         self.client_software_version = ""
-        self._buf = bytearray(_RECV_CHUNK)
+        self._buf = bytearray(_RECV_MIN)
         self._start = 0
         self._end = 0
         self._frame_buf: bytearray | None = None
         self.busy = False
         self.requests = 0
+        self.waits = 0  # reads that found nothing and waited (idle accounting, see the module docstring)
         self.fd = sock.fileno()
         self.waited = False  # did this connection yield to the scheduler since the last check?
         self.throttle_deadline = 0.0  # trio time until which no request is read (quota throttling)
@@ -94,6 +113,24 @@ class Connection:
         # the dispatcher sets the meter of the request in hand; `park` adds its purgatory wait
         self.request_meter: RequestMeter | None = None
         self.remote_s = 0.0
+        # the idle sweep's bookkeeping (SocketServer): `requests + waits` when it last looked (-1:
+        # busy or not looked at yet), and the trio time from which the connection counts as quiet
+        self.idle_mark = -1
+        self.idle_since = 0.0
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of receive and frame buffer this connection holds."""
+        return len(self._buf) + (len(self._frame_buf) if self._frame_buf is not None else 0)
+
+    def release_buffers(self) -> None:
+        """Drop the receive and frame buffers of a quiet connection (the next read allocates
+        `_RECV_MIN`). Leaves a receive buffer holding bytes alone. Safe while the connection's task
+        waits: after a wait, `_fill` starts over on the buffer it finds."""
+        if self._start == self._end and len(self._buf) > 0:
+            self._buf = bytearray()
+            self._start = self._end = 0
+        self._frame_buf = None  # a frame being read is held by the reader, not by this cache
 
     def close_idle(self) -> None:
         """Shutdown: wake a connection parked waiting for its next request (it reads EOF)."""
@@ -116,29 +153,54 @@ class Connection:
     # ------------------------------------------------------------------ reading
 
     async def _fill(self, need: int) -> None:
-        """Ensure at least `need` (<= the buffer size) buffered bytes after _start."""
-        have = self._end - self._start
-        if have >= need:
-            return
-        if len(self._buf) - self._start < need:
-            # compact: move the partial frame to the front
-            self._buf[:have] = self._buf[self._start:self._end]
-            self._start, self._end = 0, have
-        view = memoryview(self._buf)
+        """Ensure at least `need` (<= _RECV_CHUNK) buffered bytes after _start."""
         while self._end - self._start < need:
-            n = await self._recv_into(view[self._end:])
+            if len(self._buf) - self._start < need:
+                self._make_room(need)
+            buf = self._buf
+            view = memoryview(buf)
+            n = -1
+            while n < 0:
+                try:
+                    n = os.readv(self.fd, (view[self._end:],))
+                except BlockingIOError:
+                    # Plain non-blocking syscalls and trio's wait primitives: trio's socket
+                    # wrappers cost a context manager and two checkpoints per call, a third of a
+                    # small request's CPU.
+                    self.waited = True
+                    self.waits += 1
+                    await trio.lowlevel.wait_readable(self.fd)
+                    if self._buf is not buf:
+                        break  # the idle sweep released the buffer meanwhile: start over
             if n == 0:
                 raise ConnectionClosed()
-            self._end += n
+            if n > 0:
+                self._end += n
+
+    def _make_room(self, need: int) -> None:
+        """Make the buffer's tail hold `need` bytes from _start: grow it when it is smaller than
+        _RECV_CHUNK (frames straddling its end mean the peer sends in bulk), else compact."""
+        have = self._end - self._start
+        size = len(self._buf)
+        if size < _RECV_CHUNK:
+            new_size = max(_RECV_MIN, 2 * size)
+            while new_size < need:
+                new_size *= 2
+            buf = bytearray(min(new_size, _RECV_CHUNK))
+            buf[:have] = memoryview(self._buf)[self._start:self._end]
+            self._buf = buf
+        else:
+            # compact: move the partial frame to the front
+            self._buf[:have] = self._buf[self._start:self._end]
+        self._start, self._end = 0, have
 
     async def _recv_into(self, view: memoryview) -> int:
-        # Plain non-blocking syscalls and trio's wait primitives: trio's socket wrappers cost
-        # a context manager and two checkpoints per call, a third of a small request's CPU.
         while True:
             try:
                 return os.readv(self.fd, (view,))
             except BlockingIOError:
                 self.waited = True
+                self.waits += 1
                 await trio.lowlevel.wait_readable(self.fd)
 
     async def read_frame(self, max_bytes: int) -> bytearray | memoryview | None:
@@ -148,7 +210,7 @@ class Connection:
         out of the receive buffer. Larger ones are read straight into a per-connection
         frame buffer that is reused once nothing refers to the previous frame any more, so
         a stream of 1 MiB produce requests neither copies each frame twice nor touches
-        fresh pages for every request; the receive buffer itself never grows.
+        fresh pages for every request; the receive buffer never grows for them.
         """
         await self._fill(4)
         (size,) = _SIZE.unpack_from(self._buf, self._start)
@@ -167,9 +229,10 @@ class Connection:
         buf = self._free_frame_buffer(size)
         if buf is None:
             # Memory follows the bytes received, not the size a peer declares: start with what
-            # has arrived (at least one receive chunk) and double as more comes, up to the size.
-            # A peer that announces 100 MB and sends one byte costs 256 KiB, not 100 MB.
-            buf = bytearray(min(size, max(_RECV_CHUNK, 2 * have)))
+            # has arrived (at least _FRAME_MIN) and double as more comes, up to the size. A peer
+            # that announces 100 MB and sends one byte costs 32 KiB, not 100 MB. (The doublings
+            # are paid once: the buffer is kept for the connection's next large frame.)
+            buf = bytearray(min(size, max(_FRAME_MIN, 2 * have)))
         buf[:have] = self._buf[start:start + have]
         self._start = start + have
         if self._start == self._end:

@@ -1,5 +1,20 @@
 """Listeners and the accept loop (Kafka's SocketServer, one trio task per connection).
 
+Out of descriptors: an accept that fails with EMFILE, ENFILE, ENOBUFS or ENOMEM leaves the
+connection in the listen backlog; the loop logs one WARNING for the burst, retries every
+`ACCEPT_BACKOFF_S` (trio's serve_listeners waits 100 ms too) while the existing connections keep
+being served, and logs one INFO line when an accept succeeds again.
+
+Idle connections (Kafka's Selector with its IdleExpiryManager): one sweep task per server looks
+at every connection each `sweep_period(connections.max.idle.ms)` (a tenth of it, between 50 ms
+and 10 s). A connection that has done no I/O since the previous sweep is quiet: its buffers are
+released (net/connection.py). One that stays quiet for connections.max.idle.ms, with no request
+in hand (a request parked in a purgatory, a long fetch, keeps it), is closed: the peer reads EOF
+between idle and idle + two periods after its last request, as Kafka closes it between idle and
+idle + one poll. Nothing is done per request for this: the sweep compares counters the request
+loop keeps anyway (Connection.requests + Connection.waits). A negative value turns expiry off
+(Kafka's NO_IDLE_TIMEOUT_MS); quiet connections still release their buffers.
+
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
 the answer, then closes. `wait_idle()` returns when every connection is gone.
@@ -7,6 +22,7 @@ the answer, then closes. `wait_idle()` returns when every connection is gone.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 
@@ -17,11 +33,27 @@ from pybroker.net.connection import Connection, Handler, serve_connection
 
 log = logging.getLogger("pybroker.net")
 
+# accept failures that mean "no resources right now", not a broken listener (trio's serve_listeners)
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_BACKOFF_S = 0.1
+SWEEP_MIN_S = 0.05
+SWEEP_MAX_S = 10.0
+_SWEEP_STEP = 1000  # connections looked at per task step of the sweep
+
+
+def sweep_period(max_idle_ms: int) -> float:
+    """Seconds between two idle sweeps for connections.max.idle.ms (negative: expiry off)."""
+    if max_idle_ms < 0:
+        return SWEEP_MAX_S
+    return min(SWEEP_MAX_S, max(SWEEP_MIN_S, max_idle_ms / 10_000))
+
 
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
-                 max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None) -> None:
+                 max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None,
+                 max_idle_ms: int = 600_000) -> None:
         self.endpoints = list(listeners)
+        self.max_idle_ms = max_idle_ms  # connections.max.idle.ms
         self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
         self.max_request_bytes = max_request_bytes
@@ -48,16 +80,67 @@ class SocketServer:
             async with trio.open_nursery() as accept_nursery:
                 for name, lst in all_listeners:
                     accept_nursery.start_soon(self._accept_loop, name, lst, nursery)
+                accept_nursery.start_soon(self._sweep_idle)
 
     async def _accept_loop(self, listener_name: str, listener: trio.SocketListener,
                            nursery: trio.Nursery) -> None:
         async with listener:
+            failing_since: float | None = None  # trio time of the first failed accept of a burst
+            failures = 0
             while True:
-                stream = await listener.accept()
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    if failing_since is None:
+                        failing_since = trio.current_time()
+                        log.warning("cannot accept connections on %s: %s; serving the %d open ones and retrying "
+                                    "every %d ms", self._address(listener_name, listener),
+                                    exc.strerror or errno.errorcode.get(exc.errno or 0, exc), len(self.connections),
+                                    ACCEPT_BACKOFF_S * 1000)
+                    failures += 1
+                    await trio.sleep(ACCEPT_BACKOFF_S)
+                    continue
+                if failing_since is not None:
+                    log.info("accepting connections on %s again after %.1f s (%d accepts failed)",
+                             self._address(listener_name, listener), trio.current_time() - failing_since, failures)
+                    failing_since, failures = None, 0
                 if len(self.connections) >= self.max_connections:
                     await stream.aclose()
                     continue
                 nursery.start_soon(self._run_connection, listener_name, stream)
+
+    @staticmethod
+    def _address(listener_name: str, listener: trio.SocketListener) -> str:
+        try:
+            host, port = listener.socket.getsockname()[:2]
+        except OSError:
+            return listener_name
+        return f"{listener_name}://{f'[{host}]' if ':' in str(host) else host}:{port}"
+
+    async def _sweep_idle(self) -> None:
+        """Release the buffers of quiet connections and close the idle ones (module docstring)."""
+        period = sweep_period(self.max_idle_ms)
+        max_idle_s = self.max_idle_ms / 1000 if self.max_idle_ms >= 0 else None
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            for i, conn in enumerate(list(self.connections)):
+                if i and i % _SWEEP_STEP == 0:
+                    await trio.lowlevel.checkpoint()
+                if conn.busy:
+                    conn.idle_mark = -1  # whatever it did, it counts as active until the next sweep
+                    continue
+                mark = conn.requests + conn.waits
+                if mark != conn.idle_mark:
+                    conn.idle_mark, conn.idle_since = mark, now
+                    continue
+                conn.release_buffers()  # quiet for a whole period at least
+                if max_idle_s is not None and now - conn.idle_since >= max_idle_s:
+                    log.debug("closing connection from %s: idle for more than connections.max.idle.ms (%d)",
+                              conn.peer, self.max_idle_ms)
+                    conn.close_idle()
 
     async def _run_connection(self, listener_name: str, stream: trio.SocketStream) -> None:
         sock = stream.socket

@@ -19,6 +19,13 @@ these as CONNECTION_ERRORS (trio.TooSlowError when it set a deadline). An encodi
 bug in the request, not a network failure: it raises RequestEncodingError and leaves the connection
 open, so a caller's retry loop does not mistake it for a dead peer and retry until its timeout.
 
+A kept connection the peer has closed meanwhile (its connections.max.idle.ms expiry: 10 minutes
+without a request, as between two transactions' AddPartitionsToTxn or markers) is noticed before
+it is used: one unused for `STALE_CHECK_S` or more is polled, and a readable one (EOF, a reset, or
+bytes nobody asked for) is replaced by a new connection instead of failing the request. (Kafka's
+NetworkClient closes its own connections idle that long instead.) A connection in steady use (a
+follower's fetches) never pays for the poll.
+
 Concurrency: a trio.Lock serialises requests of several tasks on one connection; the close on
 failure is shielded so a cancelled caller still releases the socket.
 """
@@ -26,6 +33,7 @@ failure is shielded so a cancelled caller still releases the socket.
 from __future__ import annotations
 
 import contextlib
+import select
 import struct
 from typing import Any
 
@@ -41,6 +49,7 @@ _INT32 = struct.Struct(">i")
 # by replica.fetch.response.max.bytes (10 MiB default) but a misconfigured node may ask for
 # more: large enough for any legitimate response, small enough to catch a desynchronised stream.
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+STALE_CHECK_S = 1.0  # a kept connection unused this long is polled for a close by the peer before use
 
 # What a failed exchange raises (the connection is closed by then).
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -84,6 +93,7 @@ class OutboundConnection:
         self._stream: trio.SocketStream | None = None
         self._address: tuple[str, int] | None = None
         self._correlation_id = 0
+        self._last_used = 0.0  # trio time the last exchange ended
 
     @property
     def connected(self) -> bool:
@@ -105,7 +115,7 @@ class OutboundConnection:
         async with self._lock:
             try:
                 with trio.fail_after(timeout_s) if timeout_s is not None else contextlib.nullcontext():
-                    if self._stream is None or self._address != address:
+                    if self._stream is None or self._address != address or self._closed_by_peer():
                         await self._close()
                         self._stream = await trio.open_tcp_stream(*address)
                         self._address = address
@@ -117,7 +127,17 @@ class OutboundConnection:
             except BaseException:
                 await self._close()
                 raise
+            self._last_used = trio.current_time()
             return response
+
+    def _closed_by_peer(self) -> bool:
+        """Is the kept connection, unused for STALE_CHECK_S or more, readable (closed by the peer)?
+        Nothing is due on it between two exchanges, so anything readable ends it."""
+        if self._stream is None or trio.current_time() - self._last_used < STALE_CHECK_S:
+            return False
+        poller = select.poll()
+        poller.register(self._stream.socket.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     async def _close(self) -> None:
         stream, self._stream = self._stream, None

@@ -496,11 +496,12 @@ class Broker:
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
-                                               cfg["max.connections"], timing)
+                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"])
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, ControllerDispatcher(self),
-                                                          cfg["socket.request.max.bytes"], cfg["max.connections"])
+                                                          cfg["socket.request.max.bytes"], cfg["max.connections"],
+                                                          max_idle_ms=cfg["connections.max.idle.ms"])
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"

@@ -373,8 +373,6 @@ def reset_all(socks: list[socket.socket]) -> None:
         reset(s)
 
 
-@pytest.mark.skip(reason="needs branch `net` (accept loop surviving EMFILE, connections.max.idle.ms enforced, "
-                         "a bounded metrics endpoint): the integrator removes this skip when merging `net`")
 def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> None:
     """While the producer runs: (1) 400 connections to a node whose RLIMIT_NOFILE leaves room for
     fewer (Kafka's acceptor logs and keeps accepting), (2) 1,000 idle connections over every

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+import trio.testing
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import ProtocolError
@@ -18,6 +19,7 @@ from pybroker.protocol.frame import decode_request, encode_response
 from pybroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 from pybroker.protocol.outbound import (
     CONNECTION_ERRORS,
+    STALE_CHECK_S,
     OutboundConnection,
     RequestEncodingError,
     receive_frame,
@@ -159,3 +161,34 @@ def test_a_caller_supplied_correlation_id_is_the_one_checked():
         assert resp.node_id == 77
 
     run(lambda n, cid: answer(cid, cid), body)
+
+
+def test_a_kept_connection_the_peer_closed_while_idle_is_replaced_before_use():
+    """A peer that closes an idle connection (its connections.max.idle.ms) between two requests:
+    the next request goes out on a new connection instead of failing."""
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        address = ("127.0.0.1", listeners[0].socket.getsockname()[1])
+        closed = trio.Event()
+        accepted: list[int] = []
+
+        async def answer_once_then_close(stream: trio.SocketStream) -> None:
+            accepted.append(1)
+            async with stream:
+                header, _body = decode_request(await receive_frame(stream))
+                await stream.send_all(answer(header.correlation_id, len(accepted)))
+            closed.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, answer_once_then_close, listeners)
+            conn = OutboundConnection("test-client")
+            with trio.fail_after(30):
+                assert (await conn.request(address, ApiKey.FIND_COORDINATOR, V, request())).node_id == 1
+                await closed.wait()
+                await trio.sleep(2 * STALE_CHECK_S)
+                assert (await conn.request(address, ApiKey.FIND_COORDINATOR, V, request())).node_id == 2
+            await conn.aclose()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.01))
