@@ -69,6 +69,8 @@ class Budget:
     nodeid: str
     slow: bool
     started: float = field(default_factory=time.monotonic)
+    # the test's report properties: the replay line there names the failing seed after a failure
+    properties: list[tuple[str, object]] = field(default_factory=list, repr=False)
 
     @property
     def seed_var(self) -> str:
@@ -96,8 +98,8 @@ class Budget:
         # xdist's loadgroup appends "@<group>" to a grouped test's id: not part of its name
         nodeid = request.node.nodeid.split("@", 1)[0]
         budget = cls(kind, int(env_seed) if env_seed else fresh_seed(), seconds, bool(env_seed), nodeid,
-                     request.node.get_closest_marker("slow") is not None)
-        request.node.user_properties.append((REPLAY_PROPERTY, budget.command()))
+                     request.node.get_closest_marker("slow") is not None, properties=request.node.user_properties)
+        budget.properties.append((REPLAY_PROPERTY, budget.command()))
         print(budget.describe())
         return budget
 
@@ -146,6 +148,8 @@ class Budget:
             yield
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, pytest.skip.Exception)):
+                self.properties[:] = [(k, v) for k, v in self.properties if k != REPLAY_PROPERTY]
+                self.properties.append((REPLAY_PROPERTY, self.command(seed)))
                 exc.add_note(f"{self.seed_var}={seed} failed after {self.elapsed():.1f}s"
                              + (f" of a {self.seconds:g}s budget" if self.seconds else "")
                              + f"; replay: {self.command(seed)}")

@@ -1,4 +1,5 @@
-"""Suite-wide hooks: the seeds of this run's randomized tests in the terminal summary.
+"""Suite-wide hooks: the seeds of this run's randomized tests in the terminal summary; no
+benchmarks here.
 
 Each test that took a Budget (tests/budget.py) left the command that replays its seed in its
 report's user_properties; they are printed at the end of the run, one line per test, passed or
@@ -13,6 +14,13 @@ import pytest
 from tests.budget import REPLAY_PROPERTY
 
 _replays: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the suites hold no benchmark (bench/ does): pytest-benchmark, disabled, no longer warns
+    # on every run that xdist disables it
+    if hasattr(config.option, "benchmark_disable"):
+        config.option.benchmark_disable = True
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
