@@ -133,6 +133,9 @@ class LogManager:
         self._dir_counts: dict[Path, int] = {}  # partitions per log dir, for _next_log_dir
         self._pending_deletes: list[tuple[Path, UnifiedLog | None]] = []
         self._lock = threading.Lock()
+        # the checkpoint files' writers (the periodic checkpointer's worker threads, shutdown's)
+        # take turns: they share each file's ".tmp" (Kafka's CheckpointFile writes under a lock)
+        self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[Path, bool] = {}
         # the broker epoch every dir's clean-shutdown marker names, else -1 (Kafka's
         # readBrokerEpochFromCleanShutdownFiles): set by load()
@@ -525,16 +528,17 @@ class LogManager:
             by_dir: dict[Path, list[tuple[TopicPartition, UnifiedLog]]] = {d: [] for d in self.log_dirs}
             for tp, log in self.logs.items():
                 by_dir[self._log_dir_of[tp]].append((tp, log))
-        for log_dir, entries in by_dir.items():
-            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: log.recovery_point for tp, log in entries})
-            # Kafka lists only logs whose start offset moved past their first segment.
-            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: log.log_start_offset for tp, log in entries
-                 if log.log_start_offset > log.segments[0].base_offset})
-            if high_watermarks is not None:
-                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                    {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
+        with self._checkpoint_lock:
+            for log_dir, entries in by_dir.items():
+                OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+                    {tp: log.recovery_point for tp, log in entries})
+                # Kafka lists only logs whose start offset moved past their first segment.
+                OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+                    {tp: log.log_start_offset for tp, log in entries
+                     if log.log_start_offset > log.segments[0].base_offset})
+                if high_watermarks is not None:
+                    OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                        {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
 
     def checkpoint_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Write each dir's replication-offset-checkpoint (Kafka's checkpointHighWatermarks, every
@@ -543,9 +547,10 @@ class LogManager:
             by_dir: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
             for tp in self.logs:
                 by_dir[self._log_dir_of[tp]].append(tp)
-        for log_dir, tps in by_dir.items():
-            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
+        with self._checkpoint_lock:
+            for log_dir, tps in by_dir.items():
+                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                    {tp: high_watermarks[tp] for tp in tps if tp in high_watermarks})
 
     def shutdown(self, now_ms: int, high_watermarks: dict[TopicPartition, int] | None = None,
                  broker_epoch: int = -1) -> None:

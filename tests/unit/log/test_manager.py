@@ -142,3 +142,34 @@ def test_the_clean_shutdown_marker_carries_the_broker_epoch_to_the_next_start(tm
     mgr.load(now_ms=0)
     assert mgr.previous_broker_epoch == -1
     mgr.shutdown(now_ms=0)
+
+
+def test_the_periodic_and_the_shutdown_checkpoints_do_not_race_on_their_files(tmp_path):
+    """The checkpointer's high-watermark write (a worker thread) may still run when shutdown writes
+    every checkpoint (another one): both write replication-offset-checkpoint through the same
+    ".tmp", and unserialised, one's rename found the other's temporary file gone
+    (FileNotFoundError at shutdown, seen under load in a virtual-time test)."""
+    import threading
+
+    mgr = new_manager(tmp_path)
+    mgr.load(now_ms=0)
+    log = mgr.get_or_create_log("orders", 0, bytes(16))
+    log.append_as_leader(make_batch(2), 0, 0)
+    hws = {("orders", 0): 2}
+    errors: list[BaseException] = []
+
+    def repeat(write) -> None:
+        try:
+            for _ in range(300):
+                write()
+        except BaseException as exc:
+            errors.append(exc)
+
+    writers = [threading.Thread(target=repeat, args=(lambda: mgr.checkpoint_high_watermarks(hws),)),
+               threading.Thread(target=repeat, args=(lambda: mgr.checkpoint(hws),))]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert errors == []
+    assert (tmp_path / "d1" / "replication-offset-checkpoint").read_text() == "0\n1\norders 0 2\n"
