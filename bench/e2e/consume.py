@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="an extra librdkafka consumer property (key=value)")
     args = p.parse_args(argv)
     mallocs = [m.strip() for m in args.client_malloc.split(",") if m.strip()]
+    run.require_native()  # first: it needs nothing installed, the allocator check does
     for m in mallocs:
         run.client_malloc_env(m)  # exit 2 now, not after the produce, when one is missing
-    run.require_native()
     run.build_loadgen()
     codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
