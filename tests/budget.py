@@ -19,12 +19,16 @@ FUZZ for tests/fuzz; a new suite picks a name of its own or shares one):
 Use, in a test (``request`` is pytest's fixture):
 
     budget = Budget.start(request, "FUZZ", default_s=60)
+    n = 0
     for seed in budget.seeds(at_least=4):  # budget.seed first; 4 whatever the time; then until spent
         with budget.replaying(seed):       # a failure's message gains the replay command
             run_one_campaign(seed)
+        n += 1
+    budget.covered(f"{n} campaigns")       # beside the seed in the run's summary
 
-or, for one seeded run that spends its time itself (a fault campaign stopping its nemesis once
-``budget.expired()``): ``with budget.replaying(budget.seed): ...``. The seeds of one run are
+or, for one seeded run that spends the time itself (a fault campaign's nemesis starts faults for
+``budget.seconds``): ``with budget.replaying(budget.seed): ...``; or, for a test that keeps a fixed
+count and wants only a fresh seed, ``default_s=None``. The seeds of one run are
 ``seed, seed + 1, ...``: any of them replays alone with PYBROKER_<KIND>_SEED. ``budget.deadline``
 is on time.monotonic()'s clock.
 
@@ -53,6 +57,7 @@ SCALE_VAR = "PYBROKER_BUDGET_SCALE"
 # the key under which a test's replay line travels in its report's user_properties (xdist
 # carries them from the worker to the controller, whose terminal summary prints them)
 REPLAY_PROPERTY = "pybroker_replay"
+COVERED_PROPERTY = "pybroker_covered"  # what the budget bought: faults, scenarios, frames
 
 
 def fresh_seed() -> int:
@@ -140,6 +145,12 @@ class Budget:
         origin = "replayed" if self.replay else "fresh"
         budget = f"budget {self.seconds:g}s ({self.budget_var})" if self.seconds else "no time budget"
         return f"{self.seed_var}={self.seed} ({origin}), {budget}; replay: {self.command()}"
+
+    def covered(self, what: str) -> None:
+        """Say what this run checked ("112 faults in 391 s"): printed, and beside the test's
+        seed in the run's summary, so a CI log shows what each budget bought."""
+        print(f"{self.seed_var}={self.seed}: {what}")
+        self.properties.append((COVERED_PROPERTY, what))
 
     @contextmanager
     def replaying(self, seed: int) -> Iterator[None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.budget import REPLAY_PROPERTY
+from tests.budget import COVERED_PROPERTY, REPLAY_PROPERTY
 
 _replays: dict[str, str] = {}
 
@@ -25,10 +25,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" or (report.when == "setup" and report.skipped):
-        for key, value in report.user_properties:
-            if key == REPLAY_PROPERTY:
-                outcome = "skipped" if report.skipped else report.outcome
-                _replays[report.nodeid] = f"{outcome}: {value}"
+        props = dict(report.user_properties)
+        if REPLAY_PROPERTY in props:
+            outcome = "skipped" if report.skipped else report.outcome
+            covered = f" [{props[COVERED_PROPERTY]}]" if COVERED_PROPERTY in props else ""
+            _replays[report.nodeid] = f"{outcome}: {props[REPLAY_PROPERTY]}{covered}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -64,6 +64,9 @@ LONG_AT_LEAST = 4  # campaigns of 25,000 frames: the 100,000 of the old fixed ru
 @pytest.mark.slow
 def test_long_fuzz_campaign(tmp_path, request: pytest.FixtureRequest) -> None:
     budget = Budget.start(request, "FUZZ", default_s=LONG_BUDGET_S)
+    campaigns = 0
     for seed in budget.seeds(at_least=LONG_AT_LEAST):
         with budget.replaying(seed):
             fuzz(tmp_path / str(seed), seed, frames=25000)
+        campaigns += 1
+    budget.covered(f"{campaigns} campaigns, {campaigns * 25000} frames in {budget.elapsed():.0f}s")

@@ -43,7 +43,7 @@ def test_random_faults_many_seeds(request: pytest.FixtureRequest) -> None:
         with budget.replaying(seed):
             run_random_scenario(seed, phases=5)
         checked += 1
-    print(f"{checked} scenarios from seed {budget.seed} in {budget.elapsed():.0f}s")
+    budget.covered(f"{checked} scenarios in {budget.elapsed():.0f}s")
 
 
 def started(seed: int, **kw: object) -> Cluster:

@@ -60,6 +60,7 @@ def test_a_short_campaign_loses_no_acknowledged_record(make_fault_cluster: Calla
         out = run_campaign(c, Campaign(seed=b.seed, faults=6, hold_s=(1.0, 3.0), gap_s=(0.5, 1.5), catch_up_s=60,
                                        transactions=False))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.nemesis.applied == 6 and out.verdict.acked > 0
 
@@ -74,6 +75,7 @@ def test_a_short_campaign_copies_exactly_once(make_fault_cluster: Callable[..., 
         out = run_campaign(c, Campaign(seed=b.seed, faults=4, hold_s=(1.0, 3.0), gap_s=(1.0, 2.0), catch_up_s=90,
                                        groups=False, producers=1))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.extra["txn_committed"] > 0
 
@@ -88,6 +90,7 @@ def test_a_long_campaign_of_over_a_hundred_faults_loses_no_acknowledged_record(
                                        hold_s=(0.5, 2.0), gap_s=(0.3, 1.0), produce_interval_s=0.02, snapshot_every=8,
                                        catch_up_s=180, transactions=False))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.nemesis.applied >= 105
 
@@ -102,6 +105,7 @@ def test_a_long_transactional_campaign_copies_exactly_once(make_fault_cluster: C
                                        hold_s=(0.5, 2.5), gap_s=(0.5, 1.5), produce_interval_s=0.02, snapshot_every=5,
                                        catch_up_s=180))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.nemesis.applied >= 10 and out.extra["txn_committed"] > 0
 
@@ -118,6 +122,7 @@ def test_leader_and_controller_kills_alone(make_fault_cluster: Callable[..., Fau
                                        hold_s=(0.3, 2.0), gap_s=(0.2, 1.0), produce_interval_s=0.02, snapshot_every=5,
                                        transactions=False, catch_up_s=180))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.nemesis.applied >= 10
 
@@ -137,5 +142,6 @@ def test_with_unclean_election_lost_records_are_counted_and_reported(
                                        unclean=True, kinds=("kill-leader", "isolate-leader", "pause-leader", "cut-oneway"),
                                        transactions=False, snapshot_every=4, catch_up_s=120))
         print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         print(f"UNCLEAN: {len(out.verdict.lost)} of {out.verdict.acked} acknowledged records lost")
         assert out.problems == [], out.report
