@@ -1,11 +1,14 @@
-"""A protocol fuzzer against a live broker process, with a fixed, seeded budget.
+"""A protocol fuzzer against a live broker process, seeded, with a budget of frames or of time.
 
 Frames come from the project's own message schemas, mutated (tests/fuzz/frames.py), and go out
 over many real connections at once (tests/fuzz/campaign.py). Whatever they hold: the process
 lives, it logs no traceback and no ERROR, a normal client (confluent-kafka) still produces and
 consumes, memory stays bounded, and once the fuzzer's connections are gone the broker holds none
-of them. The default run is a few thousand frames; the slow run (`-m slow`) a hundred thousand.
-`PYBROKER_FUZZ_SEED=<n>` replays one seed.
+of them. The default run is a few thousand frames from two fixed seeds. The slow run (`-m slow`)
+runs campaigns of 25,000 frames, each from a fresh seed: four whatever the time (the hundred
+thousand frames of its old fixed run), then more while PYBROKER_FUZZ_BUDGET_S lasts
+(tests/budget.py; 45 s by default, about what the four take on the CI machine).
+`PYBROKER_FUZZ_SEED=<n>` replays one seed (the default test, or the slow one: one campaign).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 
 import pytest
 from clients.broker import BrokerProcess
+
+from tests.budget import Budget
 
 from .campaign import run_campaign
 from .harness import assert_clean_output, client_round_trip, output_size, rss_kib
@@ -52,7 +57,16 @@ def test_fuzzed_frames_never_crash_hang_or_leak(tmp_path, seed: int) -> None:
     fuzz(tmp_path, seed, frames=1500)
 
 
+LONG_BUDGET_S = 45.0
+LONG_AT_LEAST = 4  # campaigns of 25,000 frames: the 100,000 of the old fixed run
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [101, 102, 103, 104])
-def test_long_fuzz_campaign(tmp_path, seed: int) -> None:
-    fuzz(tmp_path, seed, frames=25000)
+def test_long_fuzz_campaign(tmp_path, request: pytest.FixtureRequest) -> None:
+    budget = Budget.start(request, "FUZZ", default_s=LONG_BUDGET_S)
+    campaigns = 0
+    for seed in budget.seeds(at_least=LONG_AT_LEAST):
+        with budget.replaying(seed):
+            fuzz(tmp_path / str(seed), seed, frames=25000)
+        campaigns += 1
+    budget.covered(f"{campaigns} campaigns, {campaigns * 25000} frames in {budget.elapsed():.0f}s")

@@ -47,15 +47,17 @@ def test_time_retention_deletes_old_segments(tmp_path):
             values += [r.value[:5] for r in got]
             offset = got[-1].offset + 1
         assert values == [b"new-0", b"new-1"]
+        # a deleted segment is first renamed *.deleted, then removed by a worker thread: wait
+        # until both are done (under load the removal trails the rename)
         deadline = time.monotonic() + 15
-        logs = []
+        names: list[str] = []
         while time.monotonic() < deadline:
-            logs = sorted(p.name for p in (tmp_path / "ret-0").iterdir() if p.name.endswith(".log"))
-            if "00000000000000000000.log" not in logs:
+            names = sorted(p.name for p in (tmp_path / "ret-0").iterdir())
+            if "00000000000000000000.log" not in names and not [n for n in names if n.endswith(".deleted")]:
                 break
             time.sleep(0.1)
-        assert "00000000000000000000.log" not in logs
-        assert not [p for p in (tmp_path / "ret-0").iterdir() if p.name.endswith(".deleted")]
+        assert "00000000000000000000.log" not in names
+        assert not [n for n in names if n.endswith(".deleted")], names
         w.close()
 
 

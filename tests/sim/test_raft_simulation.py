@@ -2,7 +2,8 @@
 invariants checked after every event).
 
 A failure message starts with the seed; PYBROKER_SIM_SEED=<seed> replays exactly that run
-(test_random_faults then runs only that seed, with more phases when PYBROKER_SIM_PHASES is set).
+(test_random_faults then runs only that seed, with more phases when PYBROKER_SIM_PHASES is set;
+test_random_faults_many_seeds only it, with its 5 phases: the failure names the command).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.prospective_state import ProspectiveState
+from tests.budget import Budget
 
 from .raft_sim import STABLE_MS, Cluster, NetworkConfig, run_byzantine_scenario, run_random_scenario
 
@@ -27,17 +29,21 @@ def test_random_faults(seed: int) -> None:
     assert report.committed > 1000, report
 
 
-# seeds per block of the slow run: 15 x 10 blocks = 150 seeds, 5 fault phases each (~6 min of one
-# core in CI, which also runs the fault campaigns); PYBROKER_SIM_BLOCK_SEEDS=30 is the 300-seed run
-BLOCK_SEEDS = int(os.environ.get("PYBROKER_SIM_BLOCK_SEEDS", "15"))
+# the slow run: scenarios of 5 fault phases from fresh seeds (tests/budget.py) for
+# PYBROKER_SIM_BUDGET_S seconds, at least one; the simulation is deterministic, so a fixed seed
+# list would check the same scenarios on every run, and fresh ones check new ones on each
+MANY_SEEDS_BUDGET_S = 240.0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", range(10))
-def test_random_faults_many_seeds(block: int) -> None:
-    """BLOCK_SEEDS seeds from 1000 + block * 30, 5 fault phases each."""
-    for seed in range(1000 + block * 30, 1000 + block * 30 + BLOCK_SEEDS):
-        run_random_scenario(seed, phases=5)
+def test_random_faults_many_seeds(request: pytest.FixtureRequest) -> None:
+    budget = Budget.start(request, "SIM", default_s=MANY_SEEDS_BUDGET_S)
+    checked = 0
+    for seed in budget.seeds():
+        with budget.replaying(seed):
+            run_random_scenario(seed, phases=5)
+        checked += 1
+    budget.covered(f"{checked} scenarios in {budget.elapsed():.0f}s")
 
 
 def started(seed: int, **kw: object) -> Cluster:

@@ -23,7 +23,8 @@ from pyspark.sql.types import LongType  # noqa: E402
 from tests.spark import faults  # noqa: E402
 from tests.spark.helpers import consume_all  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# one SparkSession (a JVM) per xdist worker: the Spark suites share one worker (`--dist loadgroup`)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 BROKER_OVERRIDES = {"num.partitions": "3", "transaction.state.log.num.partitions": "4"}
 N = 200_000
 

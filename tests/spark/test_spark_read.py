@@ -12,7 +12,8 @@ import pytest
 
 from tests.spark.helpers import consume_all
 
-pytestmark = pytest.mark.slow
+# one SparkSession (a JVM) per xdist worker: the Spark suites share one worker (`--dist loadgroup`)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 BROKER_OVERRIDES = {"num.partitions": "2", "transaction.state.log.num.partitions": "4"}
 T0 = 1_700_000_000_000
 

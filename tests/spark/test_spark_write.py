@@ -15,7 +15,8 @@ import pytest
 from pybroker._native import pure
 from tests.spark.helpers import consume_all, partition_count
 
-pytestmark = pytest.mark.slow
+# one SparkSession (a JVM) per xdist worker: the Spark suites share one worker (`--dist loadgroup`)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 BROKER_OVERRIDES = {"num.partitions": "3"}
 
 

@@ -237,7 +237,10 @@ class OffsetMetadataManager:
         else:
             err = self._validate_commit(req, version, now_ms)
         retention = req.retention_time_ms if 2 <= version <= 4 else -1
-        expire = now_ms + retention if retention >= 0 else -1
+        # Kafka adds them as Java longs, so a retention near Long.MAX_VALUE wraps (a negative
+        # expiry, kept here as "none": the group's offsets.retention applies); unwrapped, the
+        # sum would not fit the record's int64 field
+        expire = (now_ms + retention + 2**63) % 2**64 - 2**63 if retention >= 0 else -1
         records = []
         topics_out = []
         for t in req.topics:

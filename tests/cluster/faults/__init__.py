@@ -17,7 +17,8 @@ real-client workloads and a checker of what was acknowledged.
     test_harness.py  the machinery proved on today's build (namespaces, both planes, nemesis,
                   checker, one-replica campaigns, the exactly-once copy)
     test_faults.py   the replication-factor-3 campaigns (short by default; slow: one of >100 faults, shorter
-                  transactional, kill-only and unclean ones, within a CI budget);
+                  transactional, kill-only and unclean ones, each for a time budget);
+                  every one from a fresh seed per run (tests/budget.py);
                   they skip with what Metadata showed while no ISR grows beyond its leader
     test_lone_leader.py  the unclean election forced (below), with it on (default suite) and off (slow)
 
@@ -41,5 +42,7 @@ Needs root and iproute2 (skips with the reason otherwise). Addresses are a free 
 10.213.0.0/16; the root namespace gains one veth while a cluster runs, and keeps one route,
 `unreachable 10.213.0.0/16` (made once, left in place), so that a client still retrying after
 its cluster is gone fails locally instead of following the default route off the machine.
-Replay a campaign with PYBROKER_FAULT_SEED=<seed>; pytest -s prints the fault log and verdict.
+Replay a campaign with PYBROKER_FAULT_SEED=<seed> (a campaign prints its seed and the command
+that replays it; a failure names both); PYBROKER_FAULT_BUDGET_S sets the slow campaigns' time
+budgets; pytest -s prints the fault log and verdict.
 """

@@ -11,7 +11,8 @@ a build without partition replication); with the transactional copy on several n
 fault-free probe transaction over partitions led by several nodes (`require_cross_node_transactions`,
 which skips with the client's error when that fails: a build without WriteTxnMarkers to other
 nodes); start the producers, the group consumers and the
-transactional copy; run the nemesis, taking a read snapshot of every partition after every
+transactional copy; run the nemesis (its whole schedule, or with `budget_s` the prefix of it
+that starts within that many seconds), taking a read snapshot of every partition after every
 `snapshot_every`th fault; stop the producers; heal everything and wait for every partition to
 be fully in sync; let the group and the copy catch up with the topic's end; read every
 partition from the beginning (the copy's output read_committed); stop the nodes and read each
@@ -68,6 +69,10 @@ class Campaign:
     snapshot_every: int = 1
     catch_up_s: float = 120.0
     lone_acks: int = 100  # kill-lone-leader: records its leader must acknowledge alone first
+    # a time budget for the nemesis (tests/budget.py): faults start for budget_s seconds, at
+    # least min_faults of them and at most `faults`; None: exactly `faults`
+    budget_s: float | None = None
+    min_faults: int = 1
 
 
 @dataclass
@@ -211,6 +216,8 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
                       schedule(cfg.seed, cfg.faults, cfg.kinds, cfg.hold_s, cfg.gap_s), after_fault=snapshot,
                       progress=producers.acked_on, lone_acks=cfg.lone_acks)
     started = time.monotonic()
+    if cfg.budget_s is not None:
+        nemesis.deadline, nemesis.min_faults = started + cfg.budget_s, cfg.min_faults
     try:
         nemesis.run()
     except BaseException:
@@ -232,6 +239,8 @@ def run_campaign(cluster: FaultCluster, cfg: Campaign) -> Outcome:
     ends = {p: (recs[-1][0] + 1 if recs else 0) for p, recs in final.items()}
 
     extra: dict[str, Any] = {"duration_s": round(time.monotonic() - started, 1)}
+    if cfg.budget_s is not None:
+        extra["budget_s"] = cfg.budget_s
     if group is not None:
         try:
             wait_until(lambda: group.committed(cfg.partitions) == ends, cfg.catch_up_s,

@@ -41,6 +41,9 @@ what it saw, and for an election outside the last ISR the new leader, its epoch 
 log took over (OffsetForLeaderEpoch of the last epoch the old leader led), which the checker
 needs to tell this loss from a bug.
 
+A time budget (`deadline`, `min_faults`) cuts the schedule short: a schedule's first k faults
+are the same whatever its length, so a budgeted run is the prefix of its seed's schedule that fit.
+
 Concurrency: `run` is driven from one thread (the test's or its own), stopping early when
 `stop` is set; `after_fault` (e.g. taking read snapshots) runs on that thread after each undo.
 """
@@ -152,6 +155,10 @@ class Nemesis:
     lone_acks: int = 100
     lone_timeout_s: float = 30.0
     lone: list[LoneLeader] = field(default_factory=list)
+    # a time budget (tests/budget.py): no fault starts after `deadline` (time.monotonic()) once
+    # `min_faults` have run; None runs every fault of the schedule
+    deadline: float | None = None
+    min_faults: int = 0
 
     def _log(self, text: str) -> None:
         self.log.append(f"{time.monotonic() - self.started:7.2f}s {text}")
@@ -340,6 +347,9 @@ class Nemesis:
         for i, f in enumerate(self.faults):
             if self.stop.is_set():
                 self._log(f"stopped before fault #{i}")
+                break
+            if self.deadline is not None and i >= self.min_faults and time.monotonic() >= self.deadline:
+                self._log(f"time budget spent before fault #{i}")
                 break
             self.run_one(i, f)
         self._log(f"done: {self.applied} faults applied")

@@ -150,13 +150,14 @@ class ShardHarness:
         return self.run(self.shard.groups.leave(req, version, self.now))
 
     def commit(self, group: str, offsets: dict[tuple[str, int], tuple[int, str | None]], generation: int = -1,
-               member_id: str = "", version: int = 8, instance_id: str | None = None) -> dict[tuple[str, int], int]:
+               member_id: str = "", version: int = 8, instance_id: str | None = None,
+               retention_ms: int = -1) -> dict[tuple[str, int], int]:
         by_topic: dict[str, list[Any]] = {}
         for (t, p), (off, meta) in offsets.items():
             by_topic.setdefault(t, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=off, committed_leader_epoch=3, committed_metadata=meta))
         req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-                                  group_instance_id=instance_id, retention_time_ms=-1,
+                                  group_instance_id=instance_id, retention_time_ms=retention_ms,
                                   topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                                           for t, ps in by_topic.items()])
         resp = self.run(self.shard.offsets.commit(req, version, self.now))

@@ -125,6 +125,17 @@ def test_offsets_of_empty_groups_expire_after_retention():
     assert h.rebuilt().groups.group("simple") is None
 
 
+def test_a_retention_time_past_the_int64_range_is_added_as_java_longs_and_commits():
+    """OffsetCommit v2-v4: Kafka's expiry is now + retention_time_ms in Java longs, which wrap; the
+    sum, a Python int, once overflowed the record's int64 field and the commit failed with an
+    internal error (the slow protocol fuzz, PYBROKER_FUZZ_SEED=666473316)."""
+    h = ShardHarness()
+    assert h.commit("g", {("t", 0): (5, None)}, version=2, retention_ms=2**63 - 1) == {("t", 0): 0}
+    assert h.fetch("g")[("t", 0)].offset == 5
+    assert h.commit("g", {("t", 0): (6, None)}, version=2, retention_ms=60_000) == {("t", 0): 0}
+    assert h.fetch("g")[("t", 0)].expire_timestamp_ms == h.now + 60_000
+
+
 def test_list_groups_filters_by_state_and_type():
     h = ShardHarness()
     h.commit("empty", {("t", 0): (1, "")})
