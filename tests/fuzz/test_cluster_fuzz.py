@@ -29,8 +29,6 @@ half-sent HTTP requests to the metrics endpoint) is `test_connection_abuse_leave
 
 from __future__ import annotations
 
-import os
-import random
 import re
 import resource
 import selectors
@@ -46,6 +44,7 @@ import pytest
 
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.protocol.messages import MetadataRequest
+from tests.budget import Budget
 from tests.cluster.faults.checker import History, check
 from tests.cluster.faults.workloads import Producers, read_partitions
 from tests.cluster.harness import Cluster, free_ports, wait_until
@@ -64,7 +63,6 @@ from .harness import (
     rss_kib,
 )
 
-SEED = int(os.environ.get("PYBROKER_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 PARTITIONS = 3
 # Memory may grow with what the fuzz legitimately creates (registrations, producer state, topics an
 # Envelope's CreateTopics made), not with the frames' counts or claims.
@@ -285,7 +283,7 @@ class Elections:
 
 
 def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float) -> None:
-    report = [f"seed {seed} (replay: PYBROKER_FUZZ_SEED={seed})"]
+    report = [f"seed {seed}"]
     try:
         run = Run(cluster, f"acked-{seed % 10_000}-{budget}")
         view = observe(cluster, run.topic)
@@ -311,13 +309,19 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float
         print("\n".join(report))
 
 
-def test_cluster_rpc_fuzz(cluster: Cluster) -> None:
-    fuzz_cluster(cluster, SEED, budget=3000, election_gap_s=1.0)
+def test_cluster_rpc_fuzz(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    budget = Budget.start(request, "FUZZ", default_s=None)  # a fresh seed, a fixed count
+    with budget.replaying(budget.seed):
+        fuzz_cluster(cluster, budget.seed, budget=3000, election_gap_s=1.0)
+    budget.covered("3000 frames")
 
 
 @pytest.mark.slow
-def test_long_cluster_rpc_fuzz(cluster: Cluster) -> None:
-    fuzz_cluster(cluster, SEED + 1, budget=60_000, election_gap_s=10.0)
+def test_long_cluster_rpc_fuzz(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    budget = Budget.start(request, "FUZZ", default_s=None)
+    with budget.replaying(budget.seed):
+        fuzz_cluster(cluster, budget.seed, budget=60_000, election_gap_s=10.0)
+    budget.covered("60000 frames")
 
 
 # ------------------------------------------------------------------------------- connection abuse
@@ -382,7 +386,7 @@ def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> 
     cluster = abuse_cluster
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    report = [f"seed {SEED}"]
+    report: list[str] = []
     run = Run(cluster, "acked-abuse")
     node_id = next(n for n in cluster.nodes if n != cluster.active_controller())
     node = cluster.nodes[node_id]

@@ -206,9 +206,18 @@ def test_forged_requests_crash_no_node_and_break_no_invariant(seed: int) -> None
     assert report.committed > 1000, report
 
 
+# the slow run: Byzantine scenarios of 3 phases from fresh seeds for PYBROKER_SIM_BUDGET_S (or
+# this default) seconds, at least 4
+BYZANTINE_BUDGET_S = 120.0
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block", range(4))
-def test_forged_requests_many_seeds(block: int) -> None:
-    """5 seeds per block from 5000 + block * 5, 3 phases each."""
-    for seed in range(5000 + block * 5, 5000 + block * 5 + 5):
-        run_byzantine_scenario(seed, phases=3)
+def test_forged_requests_many_seeds(request: pytest.FixtureRequest) -> None:
+    budget = Budget.start(request, "SIM", default_s=BYZANTINE_BUDGET_S)
+    checked = forged = 0
+    for seed in budget.seeds(at_least=4):
+        with budget.replaying(seed):
+            report = run_byzantine_scenario(seed, phases=3)
+        checked += 1
+        forged += sum(report.forged.values())
+    budget.covered(f"{checked} Byzantine scenarios, {forged} forged requests in {budget.elapsed():.0f}s")
