@@ -282,7 +282,9 @@ class Elections:
         return [f"{a - since:.2f}-{b - since:.2f}s" for n, a, b in self.pauses if n == node]
 
 
-def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float) -> None:
+def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float) -> str:
+    """Run one campaign and check the cluster after it; returns its one-line summary (frames,
+    connections, elections, every node's RSS) for the run's seed table."""
     report = [f"seed {seed}"]
     try:
         run = Run(cluster, f"acked-{seed % 10_000}-{budget}")
@@ -305,6 +307,9 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float
             for c in wrong[:5])
         assert sum(stats.answered.values()) > stats.sent // 4, "the frames reached the framing checks, not handlers"
         run.verify(report)
+        rss = next((line for line in report if line.startswith("rss KiB")), "")
+        return (f"{stats.sent} frames, {stats.connections} connections, {elections.held} elections; "
+                f"{rss}")
     finally:
         print("\n".join(report))
 
@@ -312,16 +317,14 @@ def fuzz_cluster(cluster: Cluster, seed: int, budget: int, election_gap_s: float
 def test_cluster_rpc_fuzz(cluster: Cluster, request: pytest.FixtureRequest) -> None:
     budget = Budget.start(request, "FUZZ", default_s=None)  # a fresh seed, a fixed count
     with budget.replaying(budget.seed):
-        fuzz_cluster(cluster, budget.seed, budget=3000, election_gap_s=1.0)
-    budget.covered("3000 frames")
+        budget.covered(fuzz_cluster(cluster, budget.seed, budget=3000, election_gap_s=1.0))
 
 
 @pytest.mark.slow
 def test_long_cluster_rpc_fuzz(cluster: Cluster, request: pytest.FixtureRequest) -> None:
     budget = Budget.start(request, "FUZZ", default_s=None)
     with budget.replaying(budget.seed):
-        fuzz_cluster(cluster, budget.seed, budget=60_000, election_gap_s=10.0)
-    budget.covered("60000 frames")
+        budget.covered(fuzz_cluster(cluster, budget.seed, budget=60_000, election_gap_s=10.0))
 
 
 # ------------------------------------------------------------------------------- connection abuse
