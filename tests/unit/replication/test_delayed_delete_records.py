@@ -200,3 +200,31 @@ def test_low_watermark_counts_every_live_replica_in_the_isr_or_not(tmp_path: Pat
     alive.discard(3)
     assert p.low_watermark_if_leader(alive.__contains__) == 6  # the leader's own start
     log.close()
+
+
+def test_delete_records_answers_each_partition_as_kafka(tmp_path: Path) -> None:
+    """ReplicaManager.delete_records and Partition.delete_records_on_leader without the wire:
+    Kafka's deleteRecordsOnLocalLog order, and the high watermark standing for offset -1."""
+
+    async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
+        statuses, op = await rm.delete_records(30_000, [
+            ("__consumer_offsets", 0, 1), ("t", 9, 1), ("t", 0, 11), ("t", 0, -5), ("t", 0, -1)])
+        assert [(s.error_code, s.low_watermark) for s in statuses] == [
+            (Errors.INVALID_TOPIC_EXCEPTION, -1), (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1),
+            (Errors.OFFSET_OUT_OF_RANGE, -1), (Errors.OFFSET_OUT_OF_RANGE, -1),
+            (Errors.REQUEST_TIMED_OUT, 0)]  # -1: the high watermark, 10; the followers are at 0
+        assert statuses[-1].required_offset == 10 and p.log.log_start_offset == 10
+        assert op is not None and not op.completed
+        for follower in (2, 3):
+            rm.update_follower_fetch_state(p, follower, 10, follower, 10)
+        assert op.completed and (statuses[-1].error_code, statuses[-1].low_watermark) == (0, 10)
+        # a compacted topic's records are not deleted; a follower deletes nothing as leader
+        p.log.config = LogConfig().with_overrides({"cleanup.policy": "compact"})
+        (s,), op = await rm.delete_records(30_000, [("t", 0, 10)])
+        assert op is None and s.error_code == Errors.POLICY_VIOLATION
+        p.log.config = LogConfig()
+        await rm.apply_metadata_records(change(image, leader=2))
+        (s,), op = await rm.delete_records(30_000, [("t", 0, 10)])
+        assert op is None and s.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+    run_leader(tmp_path, body)

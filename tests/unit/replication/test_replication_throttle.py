@@ -28,9 +28,9 @@ from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch
-from pybroker.replication.replica_fetcher import PartitionFetchState, ReplicaFetcher
 from pybroker.replication.delayed_fetch import DelayedFetch
 from pybroker.replication.fetch_params import FETCH_LOG_END, FetchParams, LogRead
+from pybroker.replication.replica_fetcher import PartitionFetchState, ReplicaFetcher
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.replication.replication_quota_manager import (
     LEADER_REPLICATION,

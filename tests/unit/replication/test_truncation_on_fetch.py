@@ -24,8 +24,8 @@ from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
-from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.fetch_params import FETCH_LOG_END, FetchParams, LogRead
+from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_manager import ReplicaManager
 
 from .in_process_leader import InProcessLeader, node_config, open_logs, open_node, register, write
