@@ -717,10 +717,9 @@ class ReplicaManager:
         Raises KafkaError INVALID_PRODUCER_ID_MAPPING (the whole request) when the transactional
         batches are two producers'. Awaits only the coordinator."""
         errors: dict[TopicPartition, tuple[int, str | None]] | None = None
-        if transactional_id is not None:
-            producer, txn_partitions = transactional_producer(entries)
-            if producer is not None and self.add_partitions_manager is not None:
-                errors = await self._verify_transaction(transactional_id, producer, txn_partitions, operation)
+        producer, txn_partitions = transactional_producer(entries)  # one byte per batch without any
+        if producer is not None and transactional_id is not None and self.add_partitions_manager is not None:
+            errors = await self._verify_transaction(transactional_id, producer, txn_partitions, operation)
         return self.append_records(timeout_ms, required_acks, entries, errors)
 
     async def _verify_transaction(self, transactional_id: str, producer: tuple[int, int],
