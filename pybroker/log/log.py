@@ -492,7 +492,7 @@ class UnifiedLog:
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, batch: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int,
                          timestamp_type: str | None = None, origin: str = "client",
-                         header: tuple | None = None, transaction_version: int = 0, *,
+                         header: tuple | None = None, transaction_version: int = 0,
                          validate: bool = False) -> LogAppendInfo:
         """Append one magic-2 batch (offsets are assigned in place: a writable buffer, copied
         when it is not and `validate` is set).
@@ -513,8 +513,9 @@ class UnifiedLog:
         TransactionCoordinatorFencedError (52: a marker from an older coordinator epoch).
         """
         if validate:
-            writable = batch if isinstance(batch, bytearray) else memoryview(batch).cast("B")
-            if isinstance(writable, memoryview) and writable.readonly:
+            # the request's own buffer when it may be written (a frame's memoryview), else a copy
+            writable = batch
+            if not isinstance(writable, bytearray) and (not isinstance(writable, memoryview) or writable.readonly):
                 writable = bytearray(writable)
             validated = validate_records(writable, self.config, now_ms, self.topic, self.partition)
             batch, header = validated.batch, validated.header

@@ -38,7 +38,7 @@ class FetchParams:
     __slots__ = ("replica_id", "replica_epoch", "max_wait_ms", "min_bytes", "max_bytes", "isolation",
                  "fetch_only_leader", "hard_max_bytes_limit", "client_rack", "listener_name")
 
-    def __init__(self, *, replica_id: int = -1, replica_epoch: int = -1, max_wait_ms: int = 0, min_bytes: int = 1,
+    def __init__(self, replica_id: int = -1, replica_epoch: int = -1, max_wait_ms: int = 0, min_bytes: int = 1,
                  max_bytes: int = 2**31 - 1, isolation: int = READ_UNCOMMITTED, fetch_only_leader: bool = True,
                  hard_max_bytes_limit: bool = False, client_rack: str | None = None,
                  listener_name: str = "") -> None:

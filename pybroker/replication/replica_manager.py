@@ -708,14 +708,15 @@ class ReplicaManager:
 
     async def handle_produce_append(self, timeout_ms: int, required_acks: int, entries: Sequence[ProduceEntry],
                                     transactional_id: str | None = None,
-                                    operation: TransactionSupportedOperation = TransactionSupportedOperation.ADD_PARTITION,
+                                    operation: int = TransactionSupportedOperation.ADD_PARTITION,
                                     ) -> tuple[list[ProducePartitionStatus], DelayedProduce | None]:
         """A Produce's data (Kafka's ReplicaManager.handleProduceAppend): with a transactional id,
         its transactional partitions are first verified with, or added to, the transaction
         (replication/transaction_verification.py, through `add_partitions_manager`); a partition
         the coordinator refuses is answered its error and not appended. Then `append_records`.
         Raises KafkaError INVALID_PRODUCER_ID_MAPPING (the whole request) when the transactional
-        batches are two producers'. Awaits only the coordinator."""
+        batches are two producers'. Awaits only the coordinator; a Produce without a transactional
+        id has nothing to verify and calls `append_records` directly."""
         errors: dict[TopicPartition, tuple[int, str | None]] | None = None
         producer, txn_partitions = transactional_producer(entries)  # one byte per batch without any
         if producer is not None and transactional_id is not None and self.add_partitions_manager is not None:
@@ -723,7 +724,7 @@ class ReplicaManager:
         return self.append_records(timeout_ms, required_acks, entries, errors)
 
     async def _verify_transaction(self, transactional_id: str, producer: tuple[int, int],
-                                  partitions: list[TopicPartition], operation: TransactionSupportedOperation
+                                  partitions: list[TopicPartition], operation: int
                                   ) -> dict[TopicPartition, tuple[int, str | None]]:
         """The coordinator's answers for the transactional partitions led here whose producer has
         no transaction open on them yet (KIP-890); only the refused ones, mapped for the client."""
@@ -754,7 +755,8 @@ class ReplicaManager:
                        pre_append_errors: dict[TopicPartition, tuple[int, str | None]] | None = None,
                        ) -> tuple[list[ProducePartitionStatus], DelayedProduce | None]:
         """Append each entry's batch as leader (Kafka's appendRecords + appendToLocalLog): one
-        status per entry, in order. Per partition: an error found before (the transaction
+        status per entry, in order. Raises KafkaError INVALID_PRODUCER_ID_MAPPING for the whole
+        request when its transactional batches are two producers'. Per partition: an error found before (the transaction
         coordinator's, `pre_append_errors`), not hosted here (`not_hosted_error`, with Kafka's
         "This server does not host this topic-partition." for an unknown one), then the
         partition's rules and the log's validation and append (`Partition.append_records_to_leader`,
@@ -767,6 +769,7 @@ class ReplicaManager:
         returned for the caller to await (`Connection.park`), after which the statuses hold the
         answers. Never awaits. All entries share one `now` from the injected clock (validation
         timestamps, LogAppendTime, segment rolls)."""
+        transactional_producer(entries)  # INVALID_PRODUCER_ID_MAPPING; one byte per batch without any
         now_ms = self.clock.wall_ms()
         partitions = self.partitions
         stats = self.topic_stats
@@ -793,7 +796,12 @@ class ReplicaManager:
                 except KafkaError as exc:  # the partition's own: not leader, not enough replicas
                     status.fail(exc.error_code, exc.message)
                 else:
-                    self._appended(p, info, len(records))
+                    # `_appended`, inlined: a call is a measurable share of a small request
+                    pstats = p.stats
+                    pstats.messages_in += info.last_offset - info.first_offset + 1
+                    pstats.bytes_in += len(records)
+                    if not info.duplicate:
+                        self.after_append(p)
                     status.base_offset = info.first_offset
                     status.log_append_time_ms = info.log_append_time
                     status.log_start_offset = info.log_start_offset

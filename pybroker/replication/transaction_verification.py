@@ -21,7 +21,6 @@ Pure functions and a Protocol; the replica manager awaits the verifier on the tr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import IntEnum
 from typing import Protocol
 
 from pybroker._native import records as native_records
@@ -44,20 +43,22 @@ _UNVERIFIED = frozenset(int(e) for e in (Errors.NETWORK_EXCEPTION, Errors.COORDI
                                          Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR))
 
 
-class TransactionSupportedOperation(IntEnum):
+class TransactionSupportedOperation:
     """What the client's Produce version lets the coordinator answer (Kafka's
     TransactionSupportedOperation): v0-10 the old errors only, v11 TRANSACTION_ABORTABLE too,
-    v12+ the partition is added rather than verified."""
+    v12+ the partition is added rather than verified. Plain ints: an IntEnum member lookup cost
+    half a microsecond on every Produce."""
 
     DEFAULT_ERROR = 0
     GENERIC_ERROR_SUPPORTED = 1
     ADD_PARTITION = 2
 
-    @classmethod
-    def for_produce_version(cls, version: int) -> TransactionSupportedOperation:
+    @staticmethod
+    def for_produce_version(version: int) -> int:
         if version >= 12:
-            return cls.ADD_PARTITION
-        return cls.GENERIC_ERROR_SUPPORTED if version >= 11 else cls.DEFAULT_ERROR
+            return TransactionSupportedOperation.ADD_PARTITION
+        return (TransactionSupportedOperation.GENERIC_ERROR_SUPPORTED if version >= 11
+                else TransactionSupportedOperation.DEFAULT_ERROR)
 
 
 class TransactionVerifier(Protocol):
@@ -80,6 +81,11 @@ def transactional_producer(entries: Iterable[ProduceEntry]) -> tuple[tuple[int, 
     none, and their partitions. Raises KafkaError INVALID_PRODUCER_ID_MAPPING when they are two
     producers' (Kafka fails the whole request). A batch whose header does not parse is left to
     the append, which answers it."""
+    for _, _, records in entries:  # the common case first: no transactional batch at all
+        if len(records) >= BATCH_HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+            break
+    else:
+        return None, []
     found: set[tuple[int, int]] = set()
     partitions: list[TopicPartition] = []
     for topic, index, records in entries:
@@ -98,7 +104,7 @@ def transactional_producer(entries: Iterable[ProduceEntry]) -> tuple[tuple[int, 
     return next(iter(found), None), partitions
 
 
-def transaction_error(code: int, operation: TransactionSupportedOperation) -> tuple[int, str | None]:
+def transaction_error(code: int, operation: int) -> tuple[int, str | None]:
     """A coordinator's verify/add answer (already mapped by the verifier) as the Produce response
     carries it: (error code, error message)."""
     if code == Errors.INVALID_TXN_STATE:

@@ -1,7 +1,7 @@
 """Produce (api 0): decode, authorize, hand the data to the replica manager, answer per acks.
 
 The handler keeps what Kafka's KafkaApis.handleProduceRequest decides; everything about the log
-is ReplicaManager.handle_produce_append's (replication/replica_manager.py). Per partition, in
+is the replica manager's (replication/replica_manager.py). Per partition, in
 Kafka's order:
 - transactional batches need WRITE on the transactional id, else the whole request is
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED. Idempotent producers need nothing here since Kafka 3.0
@@ -13,8 +13,9 @@ Kafka's order:
 - request-level rules (Kafka's ProduceRequest.validateRecords): v0-2 (old message formats) get
   UNSUPPORTED_VERSION, a missing batch INVALID_RECORD, zstd before v7 UNSUPPORTED_COMPRESSION_TYPE;
 - acks other than 0, 1, -1 is INVALID_REQUIRED_ACKS (Kafka's appendRecords);
-- the rest goes to the replica manager in one call: the KIP-890 transaction verification (v12+
-  adds the partition to the transaction), transactional batches of two producers
+- the rest goes to the replica manager in one call, ReplicaManager.handle_produce_append with a
+  transactional id, else append_records (no coordinator to await): the KIP-890 transaction
+  verification (v12+ adds the partition to the transaction), transactional batches of two producers
   (INVALID_PRODUCER_ID_MAPPING for the whole request), leadership (NOT_LEADER_OR_FOLLOWER, with
   KIP-951's leader hints from v10), min.insync.replicas for acks=all, the log's validator
   (log/log_validator.py: the batch rules, recompression; per-record errors from v8) and the
@@ -60,6 +61,7 @@ PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
 BatchError = ProduceResponse.BatchIndexAndErrorMessage
 _UNKNOWN_MESSAGE = "This server does not host this topic-partition."
+_VALID: tuple[int, str | None] = (0, None)
 
 
 def _fail(resp: PartResp, code: int, message: str | None = None) -> None:
@@ -141,13 +143,14 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: ProduceReques
             elif t is None or pd.index not in t.partitions:
                 _fail(resp, Errors.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_MESSAGE)
             else:
-                code, message = _request_error(version, pd.records)
+                records = pd.records
+                code, message = _VALID if version >= 7 and records else _request_error(version, records)
                 if code:
                     _fail(resp, code, message)
                 elif acks not in (0, 1, -1):
                     _fail(resp, Errors.INVALID_REQUIRED_ACKS)
                 else:
-                    entries.append((name, pd.index, pd.records))
+                    entries.append((name, pd.index, records))
                     targets.append(resp)
                     continue
             if name:
@@ -157,9 +160,12 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: ProduceReques
     statuses: list[ProducePartitionStatus] = []
     if entries:
         try:
-            statuses, delayed = await rm.handle_produce_append(
-                req.timeout_ms, acks, entries, req.transactional_id,
-                TransactionSupportedOperation.for_produce_version(version))
+            if req.transactional_id is None:  # nothing to verify: no coroutine on the common path
+                statuses, delayed = rm.append_records(req.timeout_ms, acks, entries)
+            else:
+                statuses, delayed = await rm.handle_produce_append(
+                    req.timeout_ms, acks, entries, req.transactional_id,
+                    TransactionSupportedOperation.for_produce_version(version))
         except KafkaError as exc:  # INVALID_PRODUCER_ID_MAPPING: Kafka fails the whole request
             refused = []
             for tr, (name, _) in zip(topics_out, topics, strict=True):
