@@ -125,7 +125,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: ProduceReques
     names = [name for name, _ in topics]
     denied_all, writable = (0, None) if broker.authorizer is None else _authorize(broker.authorizer, ctx, req, names)
     topics_out: list[TopicResp] = []
-    refused: list[tuple[str, PartResp]] = []  # answered here, counted in the metrics at the end
+    refused: list[tuple[str, PartResp]] = []  # failed here (each has an error), counted in the metrics at the end
     entries: list[ProduceEntry] = []
     targets: list[PartResp] = []  # the response entry of each entry
     for td, (name, t) in zip(req.topic_data, topics, strict=True):
@@ -153,8 +153,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: ProduceReques
                     entries.append((name, pd.index, records))
                     targets.append(resp)
                     continue
-            if name:
-                refused.append((name, resp))
+            refused.append((name, resp))
         topics_out.append(TopicResp(name=name, topic_id=td.topic_id, partition_responses=parts_out))
     delayed = None
     statuses: list[ProducePartitionStatus] = []
@@ -171,14 +170,14 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: ProduceReques
             for tr, (name, _) in zip(topics_out, topics, strict=True):
                 for resp in tr.partition_responses:
                     _fail(resp, exc.error_code)
-                    if name:
-                        refused.append((name, resp))
+                    refused.append((name, resp))
             targets = []
     stats = rm.topic_stats
     for name, resp in refused:
-        stats.record_produce(name, resp.error_code)  # metrics; the replica manager counts its own
+        if name:  # metrics; the replica manager counts its own
+            stats.record_produce(name, resp.error_code)
     if acks == 0:
-        if any(resp.error_code for _, resp in refused) or any(s.error_code for s in statuses):
+        if refused or any(s.error_code for s in statuses):
             raise CloseConnection("acks=0 produce failed: closing so the client refreshes metadata")
         if broker.quotas.produce.enabled:
             record_produce(broker.quotas.produce, ctx)  # mutes the connection, no response to carry it

@@ -18,6 +18,7 @@ from pybroker.config import BrokerConfig
 from pybroker.errors import Errors, KafkaError
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
+from pybroker.net.connection import CloseConnection
 from pybroker.protocol import messages as m
 from pybroker.protocol.messages import ProduceRequest
 from pybroker.purgatory.timer import SystemTimer
@@ -212,3 +213,30 @@ def test_acks_all_times_out_unacknowledged(tmp_path: Path) -> None:
         assert p.log.log_end_offset == 1  # in the log all the same, as in Kafka
 
     run_node(tmp_path, body, replicas=(1, 2), mock_clock=clock)
+
+
+def test_acks_zero_closes_the_connection_on_any_error(tmp_path: Path) -> None:
+    """Kafka answers nothing to acks=0 and closes the connection on an error instead, whichever
+    layer found it: an unknown topic id (v13), a partition the metadata lacks, the log's refusal."""
+
+    async def body(rm: ReplicaManager, image: MetadataImage, p: Partition) -> None:
+        broker = SimpleNamespace(replica_manager=rm, image=image, authorizer=None, quotas=QuotaManagers())
+
+        async def produce(version: int, records: bytearray, topic_id: bytes = TID, index: int = 0) -> Any:
+            td = ProduceRequest.TopicProduceData(name="t" if version < 13 else "", topic_id=topic_id, partition_data=[
+                ProduceRequest.PartitionProduceData(index=index, records=memoryview(records))])
+            req = ProduceRequest(acks=0, timeout_ms=1000, transactional_id=None, topic_data=[td])
+            return await handle_produce(broker, SimpleNamespace(api_version=version), req)  # type: ignore[arg-type]
+
+        assert await produce(13, batch()) is None and p.log.log_end_offset == 1
+        for version, records, topic_id, index in ((13, batch(), b"\x01" * 16, 0), (9, batch(), TID, 7),
+                                                  (9, bytearray(b"\x00" * 70), TID, 0)):
+            try:
+                await produce(version, records, topic_id, index)
+            except CloseConnection:
+                pass
+            else:
+                raise AssertionError(f"acks=0 error answered or ignored: v{version} {index}")
+        assert p.log.log_end_offset == 1
+
+    run_node(tmp_path, body)
