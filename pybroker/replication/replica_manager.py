@@ -62,6 +62,7 @@ from pybroker.metrics.histogram import Histogram
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
+from pybroker.records.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG
 from pybroker.replication.alter_partition_manager import AlterPartitionItem, AlterPartitionManager
 from pybroker.replication.delayed_delete_records import (
     DelayedDeleteRecords,
@@ -106,6 +107,7 @@ _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published
 _PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
 _PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
 _METADATA_RETRY_S = 10.0  # small checkpoints that failed to write are tried again this often
+_TXN_ATTRIBUTE_BYTE = ATTRIBUTES_OFFSET + 1  # the batch attributes' low byte: the transactional bit
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
 
@@ -769,7 +771,10 @@ class ReplicaManager:
         returned for the caller to await (`Connection.park`), after which the statuses hold the
         answers. Never awaits. All entries share one `now` from the injected clock (validation
         timestamps, LogAppendTime, segment rolls)."""
-        transactional_producer(entries)  # INVALID_PRODUCER_ID_MAPPING; one byte per batch without any
+        for _, _, records in entries:  # INVALID_PRODUCER_ID_MAPPING; inline: one byte per batch without any
+            if len(records) > _TXN_ATTRIBUTE_BYTE and records[_TXN_ATTRIBUTE_BYTE] & TRANSACTIONAL_FLAG:
+                transactional_producer(entries)
+                break
         now_ms = self.clock.wall_ms()
         partitions = self.partitions
         stats = self.topic_stats
