@@ -1,8 +1,8 @@
 """All partitions hosted here, kept in step with the metadata image (Kafka's ReplicaManager).
 
 The request paths' entry points, each called once by its handler (which decodes, authorizes
-and encodes): `handle_produce_append` / `append_records` (Produce: transaction verification,
-then Partition.append_records_to_leader per partition, then a DelayedProduce for acks=all),
+and encodes): `append_records` (Produce: Partition.append_records_to_leader per partition, then
+a DelayedProduce for acks=all; `handle_produce_append` verifies a transactional one first),
 `fetch_messages` / `read_from_log` (Fetch: Partition.fetch_records and read_records per
 partition, then a DelayedFetch below fetch.min.bytes, which completes through `read_from_log`
 too) and `delete_records` (DeleteRecords: Partition.delete_records_on_leader, then a
