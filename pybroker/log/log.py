@@ -8,11 +8,13 @@ Offsets: log_start_offset <= every readable offset < log_end_offset (LEO). The r
 the offset below which everything is known to be fsynced; recovery after a crash scans only the
 segments at or above it.
 
-Append (`append_as_leader`): one validated magic-2 batch per call. Producer-state checks run
-first (a duplicate returns the original offsets and writes nothing), then offsets are assigned
-in place (base_offset = LEO, partitionLeaderEpoch), LogAppendTime is stamped if configured, the
-active segment is rolled if needed, the batch is pwritten, and indexes, producer state and the
-leader epoch cache are updated. No fsync happens here.
+Append (`append_as_leader`): one magic-2 batch per call. A client's batch is validated first
+(`validate=True`: log_validator.py, Kafka's LogValidator, which may recompress it); the node's
+own writers (coordinators, transaction markers) hand in batches they built. Producer-state
+checks run next (a duplicate returns the original offsets and writes nothing), then offsets are
+assigned in place (base_offset = LEO, partitionLeaderEpoch), LogAppendTime is stamped if
+configured, the active segment is rolled if needed, the batch is pwritten, and indexes,
+producer state and the leader epoch cache are updated. No fsync happens here.
 
 Flush policy: flush.messages (unflushed message count) and flush.ms (time since last flush) are
 evaluated by `needs_flush(now_ms)`; a roll also asks for a flush of the now-inactive segments, as
@@ -60,6 +62,7 @@ from pybroker.log.errors import (
 from pybroker.log.fetch_data_info import FetchDataInfo, TimestampAndOffset
 from pybroker.log.leader_epoch_cache import LeaderEpochFileCache
 from pybroker.log.log_append_info import LogAppendInfo
+from pybroker.log.log_validator import validate_records
 from pybroker.log.meta_properties import uuid_from_str, uuid_to_str
 from pybroker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -487,13 +490,18 @@ class UnifiedLog:
         return self.producer_state.remove_expired_producers(now_ms)
 
     # -- append ----------------------------------------------------------------------------
-    def append_as_leader(self, batch: bytearray | memoryview, leader_epoch: int, now_ms: int,
+    def append_as_leader(self, batch: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int,
                          timestamp_type: str | None = None, origin: str = "client",
-                         header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
-        """Append one validated magic-2 batch (writable buffer; offsets are assigned in place).
+                         header: tuple | None = None, transaction_version: int = 0,
+                         validate: bool = False) -> LogAppendInfo:
+        """Append one magic-2 batch (offsets are assigned in place: a writable buffer, copied
+        when it is not and `validate` is set).
 
-        `header` is the batch's parsed header when the caller has it (the produce path's
-        LogValidator), so it is not parsed again. origin "coordinator" (Kafka's
+        `validate`: a client's Produce data, first checked and maybe recompressed by the
+        LogValidator (log_validator.py, as Kafka's appendAsLeader does with origin CLIENT) against
+        this log's config at `now_ms`; it raises CorruptRecordError, InvalidRecordError or
+        RecordValidationError. Without it the batch is the node's own (a coordinator's records, a
+        marker) and `header` its parsed header when the caller has one. origin "coordinator" (Kafka's
         AppendOrigin.COORDINATOR: a coordinator's own transactional records, every batch at base
         sequence 0) checks the producer epoch only: no duplicate detection, no sequence check.
         A control batch is an end-transaction marker: it completes its producer's transaction;
@@ -504,6 +512,13 @@ class UnifiedLog:
         InvalidProducerEpochError (47), OutOfOrderSequenceError (45),
         TransactionCoordinatorFencedError (52: a marker from an older coordinator epoch).
         """
+        if validate:
+            # the request's own buffer when it may be written (a frame's memoryview), else a copy
+            writable = batch
+            if not isinstance(writable, bytearray) and (not isinstance(writable, memoryview) or writable.readonly):
+                writable = bytearray(writable)
+            validated = validate_records(writable, self.config, now_ms, self.topic, self.partition)
+            batch, header = validated.batch, validated.header
         view = memoryview(batch).cast("B") if not isinstance(batch, bytearray) else batch
         size = len(view)
         if header is None:
@@ -702,6 +717,25 @@ class UnifiedLog:
                 return info
             i += 1
         return FetchDataInfo(fetch_offset=offset)
+
+    def offset_position(self, offset: int) -> tuple[int, int]:
+        """Where `offset` is in the log (Kafka's LogOffsetMetadata): (base offset of its segment,
+        file position of the batch holding it); the log end offset is the active segment's end.
+        Two of them on one segment give the bytes between, which is how a parked fetch counts
+        what arrived without reading it (Kafka's DelayedFetch). The segment's recent batches
+        answer a tailing fetch's offsets; an older one costs an index lookup and a header scan.
+        Raises OffsetOutOfRangeError outside [log start offset, log end offset]."""
+        if offset >= self.log_end_offset:
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(f"offset {offset} is beyond the log end offset {self.log_end_offset} "
+                                            f"of {self.topic}-{self.partition}")
+            active = self.segments[-1]
+            return active.base_offset, active.size
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} is below the log start offset {self.log_start_offset} "
+                                        f"of {self.topic}-{self.partition}")
+        segment = self.segments[self._segment_index_for(offset)]
+        return segment.base_offset, segment.position_of(offset)
 
     def _position_of(self, offset: int) -> tuple[int, int]:
         """(segment index, file position) where the batch holding `offset` starts."""

@@ -227,6 +227,15 @@ class LogSegment:
                 return position, header[H_BATCH_LENGTH] + LOG_OVERHEAD, header
         return None
 
+    def position_of(self, offset: int) -> int:
+        """File position of the batch holding `offset`, the end of the file when no batch here
+        does (UnifiedLog.offset_position): the recent batches first, then translate_offset."""
+        hit = self._recent.get(offset)
+        if hit is not None:
+            return hit[0]
+        found = self.translate_offset(offset)
+        return found[0] if found is not None else self._size
+
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo | None:
         """Batches from the one containing `start_offset`, at most max_size bytes (or the whole

@@ -1,5 +1,14 @@
 """All partitions hosted here, kept in step with the metadata image (Kafka's ReplicaManager).
 
+The request paths' entry points, each called once by its handler (which decodes, authorizes
+and encodes): `append_records` (Produce: Partition.append_records_to_leader per partition, then
+a DelayedProduce for acks=all; `handle_produce_append` verifies a transactional one first),
+`fetch_messages` / `read_from_log` (Fetch: Partition.fetch_records and read_records per
+partition, then a DelayedFetch below fetch.min.bytes, which completes through `read_from_log`
+too) and `delete_records` (DeleteRecords: Partition.delete_records_on_leader, then a
+DelayedDeleteRecords). Each returns its per-partition results and the delayed operation, if any,
+for the handler to await on its connection.
+
 Owns the produce, fetch and delete-records purgatories: an append completes waiting fetches on
 that partition at once (`check_and_complete`), acks=all produces wait in the produce purgatory
 until the high watermark passes their last offset, and a DeleteRecords waits in the
@@ -27,18 +36,18 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import trio
 
-from pybroker._native import records as _records
+from pybroker._native.errors import RecordError
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import BrokerConfig, format_value
+from pybroker.errors import KafkaError
 from pybroker.log.config import LogConfig
-from pybroker.log.errors import LogError
+from pybroker.log.errors import LogError, RecordValidationError
 from pybroker.log.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -50,11 +59,27 @@ from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.metrics.broker_topic_stats import BrokerTopicStats
 from pybroker.metrics.histogram import Histogram
-from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
+from pybroker.records.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG
 from pybroker.replication.alter_partition_manager import AlterPartitionItem, AlterPartitionManager
+from pybroker.replication.delayed_delete_records import (
+    DelayedDeleteRecords,
+    DeleteRecordsPartitionStatus,
+)
+from pybroker.replication.delayed_fetch import DelayedFetch
+from pybroker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from pybroker.replication.fetch_params import (
+    FETCH_LOG_END as FETCH_LOG_END,  # re-exported: the fetch vocabulary's old home
+)
+from pybroker.replication.fetch_params import (
+    READ_COMMITTED,
+    ZERO_TOPIC_ID,
+    FetchInfo,
+    FetchParams,
+    LogRead,
+)
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
@@ -65,6 +90,15 @@ from pybroker.replication.replication_quota_manager import (
     LEADER_THROTTLED_REPLICAS,
     ReplicationQuotaManager,
 )
+from pybroker.replication.transaction_verification import (
+    ADD_PARTITIONS_RETRY_BACKOFF_S,
+    ADD_PARTITIONS_RETRY_MAX_S,
+    ProduceEntry,
+    TransactionSupportedOperation,
+    TransactionVerifier,
+    transaction_error,
+    transactional_producer,
+)
 
 log = logging.getLogger("pybroker.replica")
 
@@ -73,74 +107,16 @@ _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published
 _PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
 _PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
 _METADATA_RETRY_S = 10.0  # small checkpoints that failed to write are tried again this often
+_TXN_ATTRIBUTE_BYTE = ATTRIBUTES_OFFSET + 1  # the batch attributes' low byte: the transactional bit
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
 
 
-READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level
-FETCH_LOG_END = -1  # a follower's fetch (Kafka's FetchIsolation.LOG_END): reads up to the log end offset
 # AlterPartition answers after which the leader waits for the metadata image instead of retrying
 # (Kafka's Partition.handleAlterPartitionError)
 _ISR_GIVE_UP = frozenset({Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
                           Errors.INELIGIBLE_REPLICA, Errors.NEW_LEADER_ELECTED, Errors.UNKNOWN_TOPIC_ID})
-
-
-class LogRead:
-    """One partition of a fetch (Kafka's FetchPartitionStatus + LogReadResult): what to read, and
-    once `read_from_log` ran, what it found. `partition` is None when the request already failed
-    for this partition (`error_code` says why)."""
-
-    __slots__ = ("partition", "fetch_offset", "max_bytes", "error_code", "regions", "size", "high_watermark",
-                 "last_stable_offset", "log_start_offset", "aborted", "preferred_read_replica", "diverging_epoch")
-
-    def __init__(self, partition: Partition | None, fetch_offset: int, max_bytes: int, error_code: int = 0) -> None:
-        self.partition = partition
-        self.fetch_offset = fetch_offset
-        self.max_bytes = max_bytes
-        self.error_code = error_code
-        self.regions: list[Any] | None = None  # FileRegions to sendfile
-        self.size = 0
-        self.high_watermark = -1
-        self.last_stable_offset = -1
-        self.log_start_offset = -1
-        self.aborted: list[tuple[int, int]] | None = None  # (producer id, first offset), read_committed
-        # KIP-392: set (>= 0) by the leader when a consumer should fetch from that replica; the
-        # read is then skipped and answered with the offsets only
-        self.preferred_read_replica = -1
-        # KIP-320: (epoch, end offset) where the fetcher's log parts from this one
-        # (`ReplicaManager.diverging_epoch`); the read is then skipped, answered with the offsets
-        self.diverging_epoch: tuple[int, int] | None = None
-
-
-LOG_OVERHEAD = _records.LOG_OVERHEAD  # the (base offset, batch length) prefix of a batch
-_TRIM_WALK_MAX = 64  # batch headers read to find a cut region's last whole batch
-
-
-def _whole_batches(info: Any) -> None:
-    """Cut a read that a byte limit ended mid-batch back to its last whole batch (see
-    read_from_log). Walks the 12-byte (base offset, length) batch prefixes from the region's
-    start: one or two preads for the large batches of a catching-up consumer. After
-    _TRIM_WALK_MAX batches the read is left as it is: the partial batch is then at most a small
-    share of the response. A region whose first batch is itself cut is left alone too."""
-    region = info.regions[-1]
-    fd, start, end = region.fd, region.position, region.position + region.length
-    pos = start
-    for _ in range(_TRIM_WALK_MAX):
-        if pos + LOG_OVERHEAD > end:
-            break
-        head = os.pread(fd, LOG_OVERHEAD, pos)
-        if len(head) < LOG_OVERHEAD:
-            return
-        nxt = pos + LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True)
-        if nxt > end:
-            break
-        pos = nxt
-    else:
-        if pos < end:
-            return  # too many batches to walk: leave the tail as Kafka would
-    if start < pos < end:
-        info.regions[-1] = FileRegion(fd, start, pos - start)
-        info.size -= end - pos
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def error_name(code: int) -> str:
@@ -152,13 +128,7 @@ def error_name(code: int) -> str:
 
 def check_leader_epoch(p: Partition, current_leader_epoch: int) -> int:
     """Kafka's Partition.checkCurrentLeaderEpoch: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
-    if current_leader_epoch < 0:
-        return 0
-    if current_leader_epoch < p.leader_epoch:
-        return Errors.FENCED_LEADER_EPOCH
-    if current_leader_epoch > p.leader_epoch:
-        return Errors.UNKNOWN_LEADER_EPOCH
-    return 0
+    return p.check_current_leader_epoch(current_leader_epoch)
 
 
 def _touches_everything(record: Any) -> bool:
@@ -231,6 +201,9 @@ class ReplicaManager:
         # the node gives `alter_partition_manager` its controller channel (server/broker.py)
         self.fetcher_manager = ReplicaFetcherManager(self)
         self.alter_partition_manager: AlterPartitionManager | None = None
+        # KIP-890: a transactional Produce's partitions verified with (added to) the transaction
+        # by the transaction coordinators (server/broker.py gives it theirs)
+        self.add_partitions_manager: TransactionVerifier | None = None
         # KIP-392: the consumer fetches' preferred read replica (replica.selector.class)
         self.replica_selector = replica_selector(config["replica.selector.class"])
         # KIP-73 replication throttles: the partitions from the topics' throttled-replicas configs
@@ -501,7 +474,16 @@ class ReplicaManager:
         """The partitions of `topic` this node leads (the coordinators' PartitionWriter view)."""
         return {pid: p for pid, p in self._by_topic.get(topic, {}).items() if p.is_leader}
 
-    # ------------------------------------------------------------------ reads (Kafka's readFromLog)
+    # ------------------------------------------------------------------ fetch (Kafka's fetchMessages / readFromLog)
+
+    def not_hosted_error(self, topic: str | None, partition: int) -> int:
+        """What a request for a partition not hosted here is answered (Kafka's getPartitionOrError):
+        NOT_LEADER_OR_FOLLOWER for a partition of the cluster (the client looks for its leader),
+        else UNKNOWN_TOPIC_OR_PARTITION."""
+        t = self.image.topics_by_name.get(topic) if topic is not None else None
+        if t is not None and partition in t.partitions:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
 
     def leader_partition(self, topic: str | None, partition: int, current_leader_epoch: int = -1
                          ) -> Partition | int:
@@ -511,14 +493,10 @@ class ReplicaManager:
         Kafka's getPartitionOrException + Partition.checkCurrentLeaderEpoch."""
         p = self.partitions.get((topic, partition)) if topic is not None else None
         if p is None:
-            # Kafka's getPartitionOrError: a partition of the cluster hosted elsewhere
-            t = self.image.topics_by_name.get(topic) if topic is not None else None
-            if t is not None and partition in t.partitions:
-                return Errors.NOT_LEADER_OR_FOLLOWER
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+            return self.not_hosted_error(topic, partition)
         if not p.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER
-        return check_leader_epoch(p, current_leader_epoch) or p
+        return p.check_current_leader_epoch(current_leader_epoch) or p
 
     def readable_partition(self, topic: str | None, partition: int, current_leader_epoch: int = -1,
                            leader_only: bool = True) -> Partition | int:
@@ -530,7 +508,7 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition)) if topic is not None else None
         if p is None or p.is_leader:
             return self.leader_partition(topic, partition, current_leader_epoch)
-        return check_leader_epoch(p, current_leader_epoch) or p
+        return p.check_current_leader_epoch(current_leader_epoch) or p
 
     def preferred_read_replica(self, p: Partition, client_rack: str | None, fetch_offset: int,
                                listener_name: str) -> int:
@@ -564,17 +542,51 @@ class ReplicaManager:
             return -1
         return chosen.broker_id
 
-    def read_from_log(self, reads: list[LogRead], max_bytes: int, isolation: int,
-                      hard_max_bytes_limit: bool = False, replica_id: int = -1) -> int:
-        """Read each partition (Kafka's ReplicaManager.readFromLog): batches from the one holding the
-        fetch offset up to the high watermark (read_uncommitted) or the last stable offset
-        (read_committed), within the read's max_bytes and the request's `max_bytes`; the first
-        partition with data may exceed both by one batch (minOneMessage), so a consumer always
-        progresses. Fills each LogRead's result fields; returns the total bytes read. Reads with
-        an error, or without a partition, are left alone.
+    def fetch_messages(self, params: FetchParams, infos: Sequence[FetchInfo]
+                       ) -> tuple[list[LogRead], DelayedFetch | None]:
+        """A Fetch's partitions (Kafka's ReplicaManager.fetchMessages): read them now
+        (`read_from_log`), and answer at once when the fetch may not wait (max_wait_ms <= 0, no
+        partition), found min_bytes, or some partition failed, diverges or has a preferred read
+        replica; otherwise park it as a DelayedFetch in the fetch purgatory, which reads again,
+        through `read_from_log`, when it completes. Returns one LogRead per info, in order, and
+        the operation the caller awaits (`Connection.park`) before answering, or None. Never
+        awaits: the caller parks."""
+        reads = [LogRead(None, i.fetch_offset, i.max_bytes, 0, i.topic or "", i.partition, i.topic_id,
+                         i.leader_epoch, i.last_fetched_epoch, i.fetcher_log_start_offset) for i in infos]
+        total = self.read_from_log(params, reads)
+        if params.max_wait_ms <= 0 or not reads or total >= params.min_bytes:
+            return reads, None
+        for r in reads:  # Kafka answers at once when a partition failed, diverges or should go elsewhere
+            if r.error_code or r.preferred_read_replica >= 0 or r.diverging_epoch is not None:
+                return reads, None
+        op = DelayedFetch(params, reads, self)
+        if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition_index) for r in reads]):
+            return reads, None
+        return reads, op
 
-        As in Kafka, a later partition whose first batch does not fit what is left is answered
-        empty (Fetch v3+; `hard_max_bytes_limit` is Fetch v0-2, which sends the partial batch).
+    def read_from_log(self, params: FetchParams, reads: list[LogRead], from_purgatory: bool = False) -> int:
+        """Decide and read each partition of a fetch (Kafka's ReplicaManager.readFromLog); fills each
+        LogRead, returns the bytes read. Per partition, in Kafka's order: not hosted
+        (`not_hosted_error`); a topic id that is not the hosted partition's (INCONSISTENT_TOPIC_ID:
+        a session kept the name of a topic deleted and made again); a negative partition max bytes
+        (UNKNOWN_SERVER_ERROR, which Kafka's log read raises); the partition's own rules
+        (`Partition.fetch_records`: leader, epochs, follower membership, diverging epoch). A
+        refused partition's LogRead has no `partition`. Then a follower's fetch offset is recorded
+        as its log end offset (`update_follower_fetch_state`: ISR expansion, high watermark,
+        waiting produces and fetches), before the read so its answer carries the high watermark
+        it moved; a consumer's fetch from the leader may get a preferred read replica (KIP-392).
+        `from_purgatory`: a parked fetch's completing read, which decides again but does not
+        record a follower's fetch twice (Kafka's readFromPurgatory).
+
+        The reads (`Partition.read_records`): up to the high watermark (read_uncommitted), the
+        last stable offset (read_committed) or the log end offset (a follower), within the
+        partition's max_bytes and what is left of the request's; the first partition with data
+        may exceed both by one batch (minOneMessage), so a consumer always progresses. As in
+        Kafka, a later partition whose first batch does not fit what is left is answered empty
+        (Fetch v3+; v0-2 gets the partial batch). A diverging epoch, a preferred read replica and
+        a follower the leader throttle holds back (KIP-73, `should_leader_throttle`) are answered
+        with the offsets only.
+
         **Deliberate difference:** a read cut by a byte limit ends at the last whole batch.
         Kafka's LogSegment.read slices bytes, so its responses end with the head of the next
         batch, which the client cannot use and fetches again: with librdkafka's 1 MB producer
@@ -582,94 +594,68 @@ class ReplicaManager:
         with batches a little over half the limit it is nearly half. Clients accept both shapes
         (a whole-batch response is what a Kafka broker sends whenever the limit falls on a
         boundary). Pinned by tests/server/test_fetch_limits.py.
-
-        A follower's fetch (`replica_id` >= 0) leaves out the records of a partition the leader
-        throttle holds back (`should_leader_throttle`), as Kafka's readFromLog does.
         """
+        partitions = self.partitions
+        replica_id = params.replica_id
+        from_follower = replica_id >= 0
+        selector = None if params.fetch_only_leader else self.replica_selector
+        quota = self.leader_quota if from_follower else None
+        isolation = params.isolation
+        hard_limit = params.hard_max_bytes_limit
+        max_bytes = params.max_bytes
         total = 0
         min_one = True
-        quota = self.leader_quota if replica_id >= 0 else None
+        bad_size_logged = False
         for r in reads:
-            p = r.partition
-            if p is None or r.error_code:
-                continue
-            plog = p.log
-            r.high_watermark = plog.high_watermark
-            r.last_stable_offset = p.last_stable_offset
-            r.log_start_offset = plog.log_start_offset
-            if r.preferred_read_replica >= 0 or r.diverging_epoch is not None:
-                # KIP-392: the consumer goes to that replica; KIP-320: the fetcher truncates first
-                continue
-            if quota is not None and quota.is_throttled(p.topic, p.partition) and \
-                    self.should_leader_throttle(p, replica_id):
-                r.regions = None  # answered with the offsets only: the follower asks again
-                r.aborted = None
-                r.size = 0
-                continue
-            limit = min(r.max_bytes, max(0, max_bytes - total))
-            upper = (r.last_stable_offset if isolation == READ_COMMITTED
-                     else plog.log_end_offset if isolation == FETCH_LOG_END else r.high_watermark)
-            if r.fetch_offset == upper and r.log_start_offset <= upper:
-                # caught up (most partitions of a big idle session): nothing to read, and the
-                # offset is valid (upper <= the log end offset)
-                r.regions = None
-                r.aborted = None
-                r.size = 0
-                continue
-            try:
-                info = plog.read(r.fetch_offset, limit, upper, min_one)
-            except LogError as exc:
-                r.error_code = exc.error_code
-                r.regions = None
-                r.size = 0
-                continue
-            if info.size and info.first_entry_incomplete and not hard_max_bytes_limit:
-                info.regions, info.size = [], 0  # Kafka: v3+ consumers progress without it
-            elif info.size == limit and info.regions:
-                _whole_batches(info)
-            r.size = info.size
-            if info.size:
-                r.regions = info.regions
-                total += info.size
-                if isolation == READ_COMMITTED:
-                    r.aborted = [(a.producer_id, a.first_offset)
-                                 for a in plog.txn_index.collect(r.fetch_offset, r.last_stable_offset)]
-                min_one = False
-            else:
-                r.regions = None
-                r.aborted = None
-        return total
-
-    def bytes_available(self, reads: list[LogRead], isolation: int, need: int, leader_only: bool = True,
-                        replica_id: int = -1) -> bool:
-        """Whether reading now would return at least `need` bytes, or some read would now fail (a
-        parked fetch must then answer): Kafka's DelayedFetch.tryComplete accumulation. A fetch
-        that may read from a follower (`leader_only` False) waits on its HW there. A follower's
-        (`replica_id` >= 0) partitions that the leader throttle holds back add nothing, so it
-        waits out its max_wait_ms, as in Kafka."""
-        have = 0
-        quota = self.leader_quota if replica_id >= 0 else None
-        for r in reads:
-            p = r.partition
+            if from_purgatory:  # decided again from the start, as Kafka's readFromLog does
+                r.error_code = 0
+                r.preferred_read_replica = -1
+                r.diverging_epoch = None
+            p = partitions.get((r.topic, r.partition_index))
             if p is None:
+                r.partition = None
+                r.error_code = self.not_hosted_error(r.topic, r.partition_index)
                 continue
-            if self.partitions.get((p.topic, p.partition)) is not p or (leader_only and not p.is_leader):
-                return True  # deleted, replaced or no longer led here meanwhile
-            upper = (p.last_stable_offset if isolation == READ_COMMITTED
-                     else p.log.log_end_offset if isolation == FETCH_LOG_END else p.log.high_watermark)
-            if upper > r.fetch_offset:
+            if r.topic_id != ZERO_TOPIC_ID and r.topic_id != p.topic_id:
+                r.partition = None
+                r.error_code = Errors.INCONSISTENT_TOPIC_ID
+                continue
+            if r.max_bytes < 0:
+                r.partition = None
+                r.error_code = Errors.UNKNOWN_SERVER_ERROR
+                if not bad_size_logged:  # one line per request, however many partitions
+                    bad_size_logged = True
+                    log.info("fetch (replica id %d): invalid partition_max_bytes %d for %s-%d", replica_id,
+                             r.max_bytes, r.topic, r.partition_index)
+                continue
+            code = p.fetch_records(params, r)
+            if code:
+                r.partition = None
+                r.error_code = code
+                continue
+            r.partition = p
+            if r.diverging_epoch is not None:
+                p.read_offsets(r)  # KIP-320: the fetcher truncates first
+                continue
+            if from_follower:
+                if not from_purgatory:
+                    self.update_follower_fetch_state(p, replica_id, r.fetch_offset, params.replica_epoch,
+                                                     r.fetcher_log_start_offset)
                 if quota is not None and quota.is_throttled(p.topic, p.partition) and \
                         self.should_leader_throttle(p, replica_id):
+                    p.read_offsets(r)  # the follower asks again
                     continue
-                if need <= 1:
-                    return True
-                try:
-                    have += p.log.read(r.fetch_offset, max(need, r.max_bytes), upper, True).size
-                except LogError:
-                    return True  # the offset became invalid: answer now with the error
-                if have >= need:
-                    return True
-        return False
+            elif selector is not None and p.leader_id == p.local_id:
+                preferred = self.preferred_read_replica(p, params.client_rack, r.fetch_offset, params.listener_name)
+                if preferred >= 0:
+                    r.preferred_read_replica = preferred
+                    p.read_offsets(r)  # KIP-392: the consumer goes to that replica
+                    continue
+            size = p.read_records(r, min(r.max_bytes, max(0, max_bytes - total)), isolation, min_one, hard_limit)
+            if size:
+                total += size
+                min_one = False
+        return total
 
     def should_leader_throttle(self, p: Partition, replica_id: int) -> bool:
         """Kafka's shouldLeaderThrottle: follower `replica_id` is not in `p`'s ISR, `p` is in this
@@ -711,30 +697,6 @@ class ReplicaManager:
             return 0, -1, -1, -1
         return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
 
-    def diverging_epoch(self, p: Partition, last_fetched_epoch: int, fetch_offset: int
-                        ) -> tuple[int, tuple[int, int] | None]:
-        """Whether a fetch at `fetch_offset` whose last batch had `last_fetched_epoch` (Fetch v12+,
-        a follower's; -1 none) still follows this log (Kafka's Partition.readRecords): (error
-        code, diverging epoch). The epoch cache's end offset of that epoch (Kafka's
-        endOffsetForEpoch) decides: a smaller epoch (this log never had the fetcher's) or an end
-        offset below the fetch offset (the fetcher has records of that epoch this log has not)
-        answer the (epoch, end offset) where the fetcher must cut, with no records; an epoch
-        the cache cannot place, or a fetch offset below the log start, OFFSET_OUT_OF_RANGE.
-
-        Worked example: this leader's cache is [(0, 0), (2, 5)] and its log ends at 9; a follower
-        that led epoch 1 alone fetches at 8 with last epoch 1. The largest epoch <= 1 here is 0,
-        which ends where epoch 2 starts: (0, 5), so the follower keeps 0-4 of epoch 0 (if it has
-        them) and fetches again from there with its then-latest epoch."""
-        if last_fetched_epoch < 0:
-            return 0, None
-        plog = p.log
-        epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
-        if epoch < 0 or end < 0 or fetch_offset < plog.log_start_offset:
-            return Errors.OFFSET_OUT_OF_RANGE, None
-        if epoch < last_fetched_epoch or end < fetch_offset:
-            return 0, (epoch, end)
-        return 0, None
-
     def last_offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
                                      leader_epoch: int) -> tuple[int, int, int]:
         """OffsetForLeaderEpoch for one partition: (error code, epoch, end offset)."""
@@ -744,22 +706,139 @@ class ReplicaManager:
         epoch, end = p.log.end_offset_for_epoch(leader_epoch)
         return 0, epoch, end
 
-    # ------------------------------------------------------------------ append
+    # ------------------------------------------------------------------ produce (Kafka's appendRecords)
+
+    async def handle_produce_append(self, timeout_ms: int, required_acks: int, entries: Sequence[ProduceEntry],
+                                    transactional_id: str | None = None,
+                                    operation: int = TransactionSupportedOperation.ADD_PARTITION,
+                                    ) -> tuple[list[ProducePartitionStatus], DelayedProduce | None]:
+        """A Produce's data (Kafka's ReplicaManager.handleProduceAppend): with a transactional id,
+        its transactional partitions are first verified with, or added to, the transaction
+        (replication/transaction_verification.py, through `add_partitions_manager`); a partition
+        the coordinator refuses is answered its error and not appended. Then `append_records`.
+        Raises KafkaError INVALID_PRODUCER_ID_MAPPING (the whole request) when the transactional
+        batches are two producers'. Awaits only the coordinator; a Produce without a transactional
+        id has nothing to verify and calls `append_records` directly."""
+        errors: dict[TopicPartition, tuple[int, str | None]] | None = None
+        producer, txn_partitions = transactional_producer(entries)  # one byte per batch without any
+        if producer is not None and transactional_id is not None and self.add_partitions_manager is not None:
+            errors = await self._verify_transaction(transactional_id, producer, txn_partitions, operation)
+        return self.append_records(timeout_ms, required_acks, entries, errors)
+
+    async def _verify_transaction(self, transactional_id: str, producer: tuple[int, int],
+                                  partitions: list[TopicPartition], operation: int
+                                  ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """The coordinator's answers for the transactional partitions led here whose producer has
+        no transaction open on them yet (KIP-890); only the refused ones, mapped for the client."""
+        pid, epoch = producer
+        wanted = []
+        for tp in partitions:
+            p = self.partitions.get(tp)
+            if p is None or not p.is_leader:
+                continue  # answered by the append (NOT_LEADER_OR_FOLLOWER, unknown partition)
+            if not p.has_ongoing_transaction(pid, epoch):
+                wanted.append(tp)
+        manager = self.add_partitions_manager
+        if not wanted or manager is None:
+            return {}
+        if operation != TransactionSupportedOperation.ADD_PARTITION:  # TRANSACTION_ABORTABLE from v11 on
+            codes = await manager.add_or_verify(transactional_id, pid, epoch, wanted, False,
+                                                operation == TransactionSupportedOperation.GENERIC_ERROR_SUPPORTED)
+        else:
+            deadline = trio.current_time() + min(ADD_PARTITIONS_RETRY_MAX_S, self.config["request.timeout.ms"] / 1000)
+            while True:
+                codes = await manager.add_or_verify(transactional_id, pid, epoch, wanted, True)
+                if Errors.CONCURRENT_TRANSACTIONS not in codes.values() or trio.current_time() >= deadline:
+                    break
+                await trio.sleep(ADD_PARTITIONS_RETRY_BACKOFF_S)
+        return {tp: transaction_error(code, operation) for tp, code in codes.items() if code}
+
+    def append_records(self, timeout_ms: int, required_acks: int, entries: Sequence[ProduceEntry],
+                       pre_append_errors: dict[TopicPartition, tuple[int, str | None]] | None = None,
+                       ) -> tuple[list[ProducePartitionStatus], DelayedProduce | None]:
+        """Append each entry's batch as leader (Kafka's appendRecords + appendToLocalLog): one
+        status per entry, in order. Raises KafkaError INVALID_PRODUCER_ID_MAPPING for the whole
+        request when its transactional batches are two producers'. Per partition: an error found before (the transaction
+        coordinator's, `pre_append_errors`), not hosted here (`not_hosted_error`, with Kafka's
+        "This server does not host this topic-partition." for an unknown one), then the
+        partition's rules and the log's validation and append (`Partition.append_records_to_leader`,
+        its KafkaError's code and message, with the per-record errors of a RecordValidationError).
+        The high watermark moves and waiting fetches are tried after each append (`after_append`).
+        MessagesIn/BytesIn and the Total/FailedProduceRequests meters count each entry.
+
+        With acks=all, the appended partitions wait as one DelayedProduce in the produce purgatory
+        (the high watermark must pass each batch) unless they are done already: the operation is
+        returned for the caller to await (`Connection.park`), after which the statuses hold the
+        answers. Never awaits. All entries share one `now` from the injected clock (validation
+        timestamps, LogAppendTime, segment rolls)."""
+        for _, _, records in entries:  # INVALID_PRODUCER_ID_MAPPING; inline: one byte per batch without any
+            if len(records) > _TXN_ATTRIBUTE_BYTE and records[_TXN_ATTRIBUTE_BYTE] & TRANSACTIONAL_FLAG:
+                transactional_producer(entries)
+                break
+        now_ms = self.clock.wall_ms()
+        partitions = self.partitions
+        stats = self.topic_stats
+        results: list[ProducePartitionStatus] = []
+        appended = False
+        for topic, index, records in entries:
+            status = ProducePartitionStatus(topic, index)
+            results.append(status)
+            error = pre_append_errors.get((topic, index)) if pre_append_errors else None
+            p = partitions.get((topic, index))
+            if error is not None:
+                status.fail(*error)
+            elif p is None:
+                code = self.not_hosted_error(topic, index)
+                status.fail(code, "This server does not host this topic-partition."
+                            if code == Errors.UNKNOWN_TOPIC_OR_PARTITION else None)
+            else:
+                try:
+                    info = p.append_records_to_leader(records, required_acks, now_ms)
+                except RecordValidationError as exc:
+                    status.fail(exc.error_code, str(exc), list(exc.record_errors))
+                except (LogError, RecordError) as exc:
+                    status.fail(exc.error_code, str(exc))
+                except KafkaError as exc:  # the partition's own: not leader, not enough replicas
+                    status.fail(exc.error_code, exc.message)
+                else:
+                    # `_appended`, inlined: a call is a measurable share of a small request
+                    pstats = p.stats
+                    pstats.messages_in += info.last_offset - info.first_offset + 1
+                    pstats.bytes_in += len(records)
+                    if not info.duplicate:
+                        self.after_append(p)
+                    status.base_offset = info.first_offset
+                    status.log_append_time_ms = info.log_append_time
+                    status.log_start_offset = info.log_start_offset
+                    status.required_offset = info.last_offset + 1
+                    appended = True
+            stats.record_produce(topic, status.error_code)  # metrics, before any wait (Kafka's appendToLocalLog)
+        if required_acks != -1 or not appended:
+            return results, None
+        op = DelayedProduce(max(0, timeout_ms), [s for s in results if not s.error_code], self)
+        if self.produce_purgatory.try_complete_else_watch(op, [(s.topic, s.partition) for s in op.statuses]):
+            return results, None
+        return results, op
 
     def append(self, partition: Partition, batch: bytearray | memoryview, timestamp_type: str | None = None,
                origin: str = "client", header: tuple | None = None, transaction_version: int = 0) -> LogAppendInfo:
-        """Append one validated batch as leader; raises pybroker.log.errors.LogError subclasses.
-        origin: "client" or "coordinator"; header: the batch's parsed header when the caller
-        validated it (UnifiedLog.append_as_leader); transaction_version: a marker's (KIP-1228)."""
+        """Append one batch this node built (a coordinator's records, a transaction marker) as
+        leader, without the client's validation; raises pybroker.log.errors.LogError subclasses.
+        origin: "client" or "coordinator" (the producer-state checks); header: the batch's parsed
+        header when the caller has it; transaction_version: a marker's (KIP-1228)."""
         info = partition.log.append_as_leader(batch, partition.leader_epoch, self.clock.wall_ms(), timestamp_type, origin,
                                               header, transaction_version)
-        # Kafka's appendToLocalLog marks MessagesIn/BytesIn for every append that succeeded, duplicates too
+        self._appended(partition, info, len(batch))
+        return info
+
+    def _appended(self, partition: Partition, info: LogAppendInfo, size: int) -> None:
+        # Kafka's appendToLocalLog marks MessagesIn/BytesIn for every append that succeeded,
+        # duplicates too; BytesIn counts the request's bytes (before a recompression)
         stats = partition.stats
         stats.messages_in += info.last_offset - info.first_offset + 1
-        stats.bytes_in += len(batch)
+        stats.bytes_in += size
         if not info.duplicate:
             self.after_append(partition)
-        return info
 
     def after_append(self, partition: Partition) -> None:
         tp = (partition.topic, partition.partition)
@@ -908,6 +987,53 @@ class ReplicaManager:
             partition.flushing = False
 
     # ------------------------------------------------------------------ deletion
+
+    async def delete_records(self, timeout_ms: int, offsets: Sequence[tuple[str, int, int]]
+                             ) -> tuple[list[DeleteRecordsPartitionStatus], DelayedDeleteRecords | None]:
+        """DeleteRecords for (topic, partition, offset) entries (Kafka's ReplicaManager.deleteRecords
+        + deleteRecordsOnLocalLog): one status per entry, in order. Per partition: an internal
+        topic is INVALID_TOPIC_EXCEPTION; not hosted here `not_hosted_error`; then the partition's
+        rules (`Partition.delete_records_on_leader`: NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION,
+        OFFSET_OUT_OF_RANGE). The log start offset moves at once; the segments wholly below it are
+        renamed `*.deleted` in a worker thread before this returns (so a crash after the answer
+        finishes their deletion on restart) and removed after file.delete.delay.ms
+        (`schedule_segment_deletion`). The partitions whose low watermark is still below their
+        offset wait as one DelayedDeleteRecords in the delete-records purgatory, returned for the
+        caller to await (`Connection.park`); then the statuses hold the answers."""
+        statuses: list[DeleteRecordsPartitionStatus] = []
+        doomed: list[tuple[Any, list[Any]]] = []
+        for topic, index, offset in offsets:
+            status = DeleteRecordsPartitionStatus(topic, index)
+            statuses.append(status)
+            p = self.partitions.get((topic, index))
+            if topic in INTERNAL_TOPICS:
+                status.error_code = Errors.INVALID_TOPIC_EXCEPTION
+            elif p is None:
+                status.error_code = self.not_hosted_error(topic, index)
+            else:
+                try:
+                    target, low, segments = p.delete_records_on_leader(offset, self._alive)
+                except KafkaError as exc:
+                    status.error_code = exc.error_code
+                    continue
+                if segments:
+                    doomed.append((p.log, segments))
+                status.required_offset = target
+                status.low_watermark = low
+        if doomed:
+            try:
+                await trio.to_thread.run_sync(mark_segments_deleted, [s for _, segments in doomed for s in segments])
+            except OSError:  # the deletion task tries again; the log start offset has moved anyway
+                log.exception("renaming the segments DeleteRecords detached failed")
+            for plog, segments in doomed:
+                self.schedule_segment_deletion(plog, segments)
+        waiting = [s for s in statuses if not s.error_code and s.low_watermark < s.required_offset]
+        if not waiting:
+            return statuses, None
+        op = DelayedDeleteRecords(max(0, timeout_ms), waiting, self)
+        if self.delete_records_purgatory.try_complete_else_watch(op, [(s.topic, s.partition) for s in waiting]):
+            return statuses, None
+        return statuses, op
 
     def schedule_segment_deletion(self, plog: Any, segments: list[Any], snapshots: bool = True) -> None:
         """Rename detached segments' files `*.deleted` at once and remove them after

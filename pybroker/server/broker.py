@@ -406,6 +406,7 @@ class Broker:
                 node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
                 partition_for=self.txn_coordinator.partition_for,
                 local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"])
+            self.replica_manager.add_partitions_manager = self.add_partitions_manager  # Produce's verification
 
             def quotas(delta: Delta) -> None:
                 if delta.records is None:

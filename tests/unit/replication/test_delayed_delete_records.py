@@ -21,13 +21,12 @@ from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch
+from pybroker.replication.delayed_delete_records import DeleteRecordsPartitionStatus
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_manager import ReplicaManager, log_config
-from pybroker.server.delete_records import DelayedDeleteRecords, DeleteRecordsPartitionStatus
 
 TID = b"\x05" * 16
 TP = ("t", 0)
-Result = m.DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 
 def change(image: MetadataImage, **fields: Any) -> list[Any]:
@@ -76,20 +75,26 @@ def run_leader(tmp_path: Path, body: Callable[[ReplicaManager, MetadataImage, Pa
     trio.run(main, clock=clock)
 
 
-def delete(rm: ReplicaManager, p: Partition, offset: int, timeout_ms: int = 30_000
-           ) -> tuple[DelayedDeleteRecords, Result]:
-    """What the DeleteRecords handler does for one partition led here: move the leader's log start
-    offset, then wait in the purgatory unless the low watermark is already there."""
-    p.log.increment_log_start_offset(offset)
-    result = Result(partition_index=0, low_watermark=rm.low_watermark(p), error_code=0)
-    op = DelayedDeleteRecords(timeout_ms, [DeleteRecordsPartitionStatus(*TP, offset, result)], rm)
-    rm.delete_records_purgatory.try_complete_else_watch(op, [TP])
-    return op, result
+class Answered:
+    """What `delete` returns for a request the replica manager answered without waiting."""
+
+    completed = True
+    expired = False
+
+
+async def delete(rm: ReplicaManager, p: Partition, offset: int, timeout_ms: int = 30_000
+                 ) -> tuple[Any, DeleteRecordsPartitionStatus]:
+    """DeleteRecords of one partition led here (ReplicaManager.delete_records): the leader's log
+    start offset moves, then the request waits in the purgatory unless the low watermark is
+    already there."""
+    (status,), op = await rm.delete_records(timeout_ms, [(*TP, offset)])
+    assert p.log.log_start_offset >= offset
+    return (op if op is not None else Answered()), status
 
 
 def test_the_answer_waits_for_every_follower_to_report_the_new_log_start(tmp_path: Path) -> None:
     async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
-        op, result = delete(rm, p, 5)
+        op, result = await delete(rm, p, 5)
         assert not op.completed and p.log.log_start_offset == 5
         assert (result.error_code, result.low_watermark) == (Errors.REQUEST_TIMED_OUT, 0)
         rm.update_follower_fetch_state(p, 2, 10, 2, 5)  # follower 2 followed; 3 has not yet
@@ -99,7 +104,7 @@ def test_the_answer_waits_for_every_follower_to_report_the_new_log_start(tmp_pat
         assert (result.error_code, result.low_watermark) == (0, 5)
         assert not rm.delete_records_purgatory.watched()
         # already there: answered without waiting (one replica's case too)
-        op, result = delete(rm, p, 3)
+        op, result = await delete(rm, p, 3)
         assert op.completed and (result.error_code, result.low_watermark) == (0, 5)
 
     run_leader(tmp_path, body)
@@ -107,7 +112,7 @@ def test_the_answer_waits_for_every_follower_to_report_the_new_log_start(tmp_pat
 
 def test_a_stopped_follower_in_the_isr_holds_it_until_the_timeout(tmp_path: Path) -> None:
     async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
-        op, result = delete(rm, p, 6, timeout_ms=30_000)
+        op, result = await delete(rm, p, 6, timeout_ms=30_000)
         rm.update_follower_fetch_state(p, 2, 10, 2, 6)
         clock.jump(29.9)
         await trio.testing.wait_all_tasks_blocked()
@@ -124,7 +129,7 @@ def test_a_stopped_follower_in_the_isr_holds_it_until_the_timeout(tmp_path: Path
 
 def test_a_fenced_follower_is_not_waited_for(tmp_path: Path) -> None:
     async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
-        op, result = delete(rm, p, 4)
+        op, result = await delete(rm, p, 4)
         rm.update_follower_fetch_state(p, 2, 10, 2, 4)
         assert not op.completed
         # follower 3's broker is fenced while the request waits: it no longer counts (the
@@ -133,7 +138,7 @@ def test_a_fenced_follower_is_not_waited_for(tmp_path: Path) -> None:
         assert op.completed and not op.expired
         assert (result.error_code, result.low_watermark) == (0, 4)
         # and a request made while it is fenced is answered at once
-        op, result = delete(rm, p, 7)
+        op, result = await delete(rm, p, 7)
         assert not op.completed  # follower 2 is still at 4
         rm.update_follower_fetch_state(p, 2, 10, 2, 7)
         assert op.completed and (result.error_code, result.low_watermark) == (0, 7)
@@ -143,7 +148,7 @@ def test_a_fenced_follower_is_not_waited_for(tmp_path: Path) -> None:
 
 def test_a_lost_leadership_answers_and_a_new_leader_knows_no_followers_log_starts(tmp_path: Path) -> None:
     async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
-        op, result = delete(rm, p, 2)
+        op, result = await delete(rm, p, 2)
         rm.update_follower_fetch_state(p, 2, 10, 2, 2)
         assert not op.completed  # 3 is still at 0
         # node 2 takes over: the waiting request is answered NOT_LEADER_OR_FOLLOWER
@@ -152,7 +157,7 @@ def test_a_lost_leadership_answers_and_a_new_leader_knows_no_followers_log_start
         # leading again: every follower's state is unknown until it fetches (Kafka's new Replica)
         await rm.apply_metadata_records(change(image, leader=1))
         assert p.is_leader and p.leader_epoch == 2 and rm.low_watermark(p) == -1
-        op, result = delete(rm, p, 2)
+        op, result = await delete(rm, p, 2)
         assert (result.error_code, result.low_watermark) == (Errors.REQUEST_TIMED_OUT, -1)
         rm.update_follower_fetch_state(p, 2, 10, 2, 2)
         assert not op.completed  # 3 has not fetched from this leader yet
@@ -163,10 +168,12 @@ def test_a_lost_leadership_answers_and_a_new_leader_knows_no_followers_log_start
         await rm.apply_metadata_records(change(image, leader=1))
         assert p.leader_epoch == 3 and rm.low_watermark(p) == 2
 
+    run_leader(tmp_path, body)
+
 
 def test_a_follower_removed_from_the_replicas_no_longer_counts(tmp_path: Path) -> None:
     async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
-        op, result = delete(rm, p, 3)
+        op, result = await delete(rm, p, 3)
         rm.update_follower_fetch_state(p, 2, 10, 2, 3)
         assert not op.completed
         await rm.apply_metadata_records(change(image, replicas=[1, 2], isr=[1, 2], leader=1))
@@ -193,3 +200,31 @@ def test_low_watermark_counts_every_live_replica_in_the_isr_or_not(tmp_path: Pat
     alive.discard(3)
     assert p.low_watermark_if_leader(alive.__contains__) == 6  # the leader's own start
     log.close()
+
+
+def test_delete_records_answers_each_partition_as_kafka(tmp_path: Path) -> None:
+    """ReplicaManager.delete_records and Partition.delete_records_on_leader without the wire:
+    Kafka's deleteRecordsOnLocalLog order, and the high watermark standing for offset -1."""
+
+    async def body(rm: ReplicaManager, image: MetadataImage, p: Partition, clock: trio.testing.MockClock) -> None:
+        statuses, op = await rm.delete_records(30_000, [
+            ("__consumer_offsets", 0, 1), ("t", 9, 1), ("t", 0, 11), ("t", 0, -5), ("t", 0, -1)])
+        assert [(s.error_code, s.low_watermark) for s in statuses] == [
+            (Errors.INVALID_TOPIC_EXCEPTION, -1), (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1),
+            (Errors.OFFSET_OUT_OF_RANGE, -1), (Errors.OFFSET_OUT_OF_RANGE, -1),
+            (Errors.REQUEST_TIMED_OUT, 0)]  # -1: the high watermark, 10; the followers are at 0
+        assert statuses[-1].required_offset == 10 and p.log.log_start_offset == 10
+        assert op is not None and not op.completed
+        for follower in (2, 3):
+            rm.update_follower_fetch_state(p, follower, 10, follower, 10)
+        assert op.completed and (statuses[-1].error_code, statuses[-1].low_watermark) == (0, 10)
+        # a compacted topic's records are not deleted; a follower deletes nothing as leader
+        p.log.config = LogConfig().with_overrides({"cleanup.policy": "compact"})
+        (s,), op = await rm.delete_records(30_000, [("t", 0, 10)])
+        assert op is None and s.error_code == Errors.POLICY_VIOLATION
+        p.log.config = LogConfig()
+        await rm.apply_metadata_records(change(image, leader=2))
+        (s,), op = await rm.delete_records(30_000, [("t", 0, 10)])
+        assert op is None and s.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+    run_leader(tmp_path, body)

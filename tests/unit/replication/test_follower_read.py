@@ -14,13 +14,9 @@ from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.timer import SystemTimer
-from pybroker.replication.replica_manager import (
-    LogRead,
-    ReplicaManager,
-    check_leader_epoch,
-    log_config,
-)
-from pybroker.server.fetch import DelayedFetch
+from pybroker.replication.fetch_params import FetchParams
+from pybroker.replication.replica_manager import ReplicaManager, check_leader_epoch, log_config
+from pybroker.server.fetch_session import CachedPartition
 
 TID = b"\x05" * 16
 
@@ -45,9 +41,10 @@ def test_a_parked_follower_read_answers_when_the_leader_epoch_moves(tmp_path: Pa
             assert p is not None and not p.is_leader
             assert rm.readable_partition("t", 0, 0, leader_only=True) == Errors.NOT_LEADER_OR_FOLLOWER
             assert rm.readable_partition("t", 0, 0, leader_only=False) is p
-            reads = [LogRead(p, 0, 1 << 20)]
-            op = DelayedFetch(30_000, reads, 1, 0, rm, False, [0])
-            assert not rm.fetch_purgatory.try_complete_else_watch(op, [("t", 0)])
+            # a consumer's Fetch v11+ at the follower's end, naming leader epoch 0
+            params = FetchParams(max_wait_ms=30_000, min_bytes=1, fetch_only_leader=False)
+            (read,), op = rm.fetch_messages(params, [CachedPartition("t", TID, 0, 1 << 20, 0, 0)])
+            assert op is not None and not op.completed and read.error_code == 0
             # the ISR changes, the epoch does not: still waiting for data
             record = m.PartitionChangeRecord(partition_id=0, topic_id=TID, isr=[1, 2])
             image.replay(record)
@@ -59,6 +56,8 @@ def test_a_parked_follower_read_answers_when_the_leader_epoch_moves(tmp_path: Pa
             await rm.apply_metadata_records([record])
             assert p.leader_epoch == 1 and op.completed
             assert check_leader_epoch(p, 0) == Errors.FENCED_LEADER_EPOCH
+            # its completing read decided again: the epoch error, no records
+            assert read.error_code == Errors.FENCED_LEADER_EPOCH and read.regions is None
             nursery.cancel_scope.cancel()
         lm.shutdown(0, {})
 

@@ -17,7 +17,6 @@ from pybroker.protocol.errors import Errors
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch
 from pybroker.replication.replica_manager import ReplicaManager, log_config
-from pybroker.server.produce import DelayedProduce
 
 TID = b"\x03" * 16
 
@@ -46,16 +45,14 @@ def test_leadership_moves_away_and_back(tmp_path: Path) -> None:
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)
             assert p is not None and p.is_leader and rm.fetcher_manager.fetch_state(("t", 0)) is None
-            info = rm.append(p, bytearray(build_batch([(1000, None, b"v", ())])))
+            (resp,), op = rm.append_records(30_000, -1, [("t", 0, bytearray(build_batch([(1000, None, b"v", ())])))])
             assert p.high_watermark == 0  # follower 2 (in the ISR) has not fetched yet
-            resp = m.ProduceResponse.PartitionProduceResponse(index=0, error_code=0, base_offset=info.first_offset)
-            op = DelayedProduce(30_000, [(p, info.last_offset + 1, resp)])
-            assert not rm.produce_purgatory.try_complete_else_watch(op, [("t", 0)])
+            assert op is not None and not op.completed and resp.base_offset == 0
 
             # node 2 is elected: this node follows it, and the waiting acks=all produce is told
             await rm.apply_metadata_records(change(image, leader=2))
             assert not p.is_leader and p.leader_epoch == 1
-            assert op.completed and resp.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+            assert op.completed and resp.error_code == Errors.NOT_LEADER_OR_FOLLOWER and resp.base_offset == -1
             state = rm.fetcher_manager.fetch_state(("t", 0))
             # its log has an epoch history: it fetches at once, at its log end with its latest
             # epoch, and the leader's answer says whether it must cut (KIP-320)

@@ -28,8 +28,10 @@ from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch
+from pybroker.replication.delayed_fetch import DelayedFetch
+from pybroker.replication.fetch_params import FETCH_LOG_END, FetchParams, LogRead
 from pybroker.replication.replica_fetcher import PartitionFetchState, ReplicaFetcher
-from pybroker.replication.replica_manager import FETCH_LOG_END, LogRead, ReplicaManager, log_config
+from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.replication.replication_quota_manager import (
     LEADER_REPLICATION,
     ReplicationQuotaManager,
@@ -149,10 +151,17 @@ def test_the_leader_holds_back_a_throttled_follower_outside_the_isr(tmp_path: Pa
             for _ in range(3):
                 rm.append(p, batch(b"x" * 1000))
 
+            def params(replica: int) -> FetchParams:
+                return FetchParams(replica_id=replica, max_bytes=BIG, isolation=FETCH_LOG_END, max_wait_ms=500)
+
             def read(replica: int) -> LogRead:
                 r = LogRead(p, 0, BIG)
-                rm.read_from_log([r], BIG, FETCH_LOG_END, False, replica)
+                rm.read_from_log(params(replica), [r])
                 return r
+
+            def parked_fetch_completes(replica: int) -> bool:
+                """Would a follower's fetch parked at offset 0 answer now (DelayedFetch.try_complete)?"""
+                return DelayedFetch(params(replica), [LogRead(p, 0, BIG)], rm).try_complete()
 
             first = read(3)  # nothing recorded yet: the quota is not exceeded
             assert first.size > 3000 and first.high_watermark == p.log.high_watermark
@@ -161,15 +170,15 @@ def test_the_leader_holds_back_a_throttled_follower_outside_the_isr(tmp_path: Pa
             held = read(3)  # follower 3 is outside the ISR: offsets only, no records
             assert held.size == 0 and held.regions is None and held.error_code == 0
             assert held.log_start_offset == 0 and held.high_watermark == p.log.high_watermark
-            assert not rm.bytes_available([LogRead(p, 0, BIG)], FETCH_LOG_END, 1, True, 3)
+            assert not parked_fetch_completes(3)
             # an ISR member is never held back, and its bytes count against the quota too
             in_isr = read(2)
             assert in_isr.size == first.size
-            assert rm.bytes_available([LogRead(p, 0, BIG)], FETCH_LOG_END, 1, True, 2)
+            assert parked_fetch_completes(2)
             rm.record_leader_replication([in_isr])
             # a consumer's read is no follower's: never throttled
             consumer = LogRead(p, 0, BIG)
-            rm.read_from_log([consumer], BIG, FETCH_LOG_END, False, -1)
+            rm.read_from_log(FetchParams(max_bytes=BIG, isolation=FETCH_LOG_END), [consumer])
             assert consumer.size == first.size
             # the rate falls below the bound as the window grows: 2 x 3 KiB over > 7 s
             clock.jump(7.0)

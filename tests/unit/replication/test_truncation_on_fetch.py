@@ -1,6 +1,6 @@
 """Truncation from the fetch response (KIP-320, Kafka 2.7+).
 
-The leader's rule (`ReplicaManager.diverging_epoch`, Kafka's Partition.readRecords) for each case,
+The leader's rule (`Partition.diverging_epoch`, Kafka's Partition.readRecords) for each case,
 then a follower's fetcher against a leader in the same trio run (in_process_leader.py: node 1's
 real Fetch handler and session cache, the codec both ways) on virtual time: after makeFollower
 it fetches at once with its latest epoch, cuts its log where the leader's diverging epoch says
@@ -24,8 +24,9 @@ from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
+from pybroker.replication.fetch_params import FETCH_LOG_END, FetchParams, LogRead
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
-from pybroker.replication.replica_manager import FETCH_LOG_END, LogRead, ReplicaManager
+from pybroker.replication.replica_manager import ReplicaManager
 
 from .in_process_leader import InProcessLeader, node_config, open_logs, open_node, register, write
 
@@ -60,7 +61,9 @@ def test_the_leader_answers_a_diverging_epoch_as_kafkas_read_records(tmp_path: P
             p = rm.get_partition("t", 0)
             assert p is not None and p.is_leader
             assert p.log.leader_epoch_cache.entries() == [(0, 0), (2, 4), (3, 7)]
-            d = rm.diverging_epoch
+            def d(_p: Any, epoch: int, offset: int) -> tuple[int, tuple[int, int] | None]:
+                return p.diverging_epoch(epoch, offset)
+
             # same epoch, the fetch offset within it: no divergence
             assert d(p, 3, 7) == (0, None)
             assert d(p, 2, 7) == (0, None)  # epoch 2 ends where 3 starts: at 7
@@ -79,12 +82,14 @@ def test_the_leader_answers_a_diverging_epoch_as_kafkas_read_records(tmp_path: P
             p.log.high_watermark = 7
             p.log.increment_log_start_offset(2)
             assert d(p, 0, 1) == (Errors.OFFSET_OUT_OF_RANGE, None)
-            # a diverging read carries the offsets and no records, even with data after it
-            r = LogRead(p, 6, 1 << 20)
-            r.diverging_epoch = (0, 4)
-            assert rm.read_from_log([r], 1 << 20, FETCH_LOG_END, False, 2) == 0
+            # a diverging read carries the offsets and no records, even with data after it, and
+            # is not taken as the follower's log end
+            r = LogRead(p, 6, 1 << 20, last_fetched_epoch=0)
+            follower = FetchParams(replica_id=2, isolation=FETCH_LOG_END)
+            assert rm.read_from_log(follower, [r]) == 0
+            assert r.diverging_epoch == (0, 4) and r.error_code == 0
             assert r.regions is None and r.size == 0 and r.high_watermark == p.log.high_watermark
-            assert r.log_start_offset == 2
+            assert r.log_start_offset == 2 and p.remote[2].log_end_offset == -1
             nursery.cancel_scope.cancel()
         lm.shutdown(0, {})
 
