@@ -45,6 +45,7 @@ why not, for a skip with a reason.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import random
 import shutil
@@ -102,10 +103,30 @@ def _free_subnet(rng: random.Random) -> ipaddress.IPv4Network:
     raise RuntimeError(f"no free /24 in {SUPERNET}")
 
 
+_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_made_here = itertools.count()
+
+
+def _base36(n: int, width: int) -> str:
+    out = ""
+    for _ in range(width):
+        n, d = divmod(n, 36)
+        out = _B36[d] + out
+    return out
+
+
+def _new_tag() -> str:
+    """Unique among live processes (the whole PID, which fits 5 base-36 digits) and within this
+    one (a counter, 1,296 networks before it wraps). A random suffix is not enough: one pytest
+    process makes dozens of clusters, and a name drawn twice met the first cluster's root veth,
+    whose namespace the kernel was still tearing down ("RTNETLINK answers: File exists")."""
+    return _base36(os.getpid(), 5) + _base36(next(_made_here), 2)
+
+
 @dataclass
 class Network:
     nodes: list[int]
-    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}{random.randrange(36**2):03x}")
+    tag: str = field(default_factory=_new_tag)
     subnet: ipaddress.IPv4Network | None = None
     cuts: set[tuple[int, int, str]] = field(default_factory=set)  # (src, dst, plane)
     slow: set[int] = field(default_factory=set)
@@ -119,6 +140,10 @@ class Network:
 
     def ns(self, node: int) -> str:
         return f"pbf-{self.tag}-n{node}"
+
+    @property
+    def root_if(self) -> str:
+        return f"pbf{self.tag}c"  # at most 15 characters (IFNAMSIZ): the tag is 7
 
     def host(self, node: int) -> str:
         assert self.subnet is not None
@@ -167,7 +192,7 @@ class Network:
                 _ip("link", "set", f"p{n}", "master", "br0", ns=self.switch_ns)
                 _ip("link", "set", f"p{n}", "up", ns=self.switch_ns)
                 self._macs[n] = _ip("-br", "link", "show", "eth0", ns=self.ns(n)).stdout.split()[2]
-            root_if = f"pbf{self.tag}c"
+            root_if = self.root_if
             _ip("link", "add", root_if, "type", "veth", "peer", "name", "pc", "netns", self.switch_ns)
             _ip("addr", "add", f"{self.client_host}/{prefix}", "dev", root_if)
             _ip("link", "set", root_if, "up")
@@ -179,8 +204,11 @@ class Network:
         return self
 
     def close(self) -> None:
-        """Delete every namespace made (their interfaces, the root veth's peer, go with them);
-        the subnet falls back to SUPERNET's `unreachable` route."""
+        """Delete the root veth (both ends at once, synchronously: a namespace is torn down by the
+        kernel later) and every namespace made (their interfaces go with them); the subnet falls
+        back to SUPERNET's `unreachable` route."""
+        if self._made:
+            _ip("link", "del", self.root_if, check=False)
         for ns in reversed(self._made):
             _ip("netns", "del", ns, check=False)
         self._made.clear()

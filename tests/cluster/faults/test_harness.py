@@ -103,6 +103,22 @@ def test_a_cut_link_drops_one_direction_silently_and_heals() -> None:
     assert net.switch_ns not in namespaces and net.ns(1) not in namespaces
 
 
+@pytest.mark.skipif(bool(unavailable()), reason=f"network namespaces: {unavailable()}")
+def test_networks_made_back_to_back_never_share_a_name_and_leave_no_root_veth() -> None:
+    """One pytest process makes dozens of clusters. Each network's names are its own, and
+    closing one removes its root veth at once (the kernel tears a deleted namespace down later,
+    so a name reused too soon met "RTNETLINK answers: File exists")."""
+    tags = set()
+    for _ in range(4):
+        with Network([1]) as net:
+            links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+            assert net.root_if in links and len(net.root_if) <= 15
+            tags.add(net.tag)
+        links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+        assert net.root_if not in links
+    assert len(tags) == 4
+
+
 def api_versions_ok(c: FaultCluster, node: int) -> bool:
     host, port = c.address(node).split(":")
     with BrokerConnection(host, int(port), request_timeout_s=3, connect_timeout_s=3) as conn:
