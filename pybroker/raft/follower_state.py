@@ -28,10 +28,10 @@ Concurrency: Raft client thread only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pybroker.raft.election_state import ElectionState
 from pybroker.raft.epoch_state import EpochState, Timer
+from pybroker.raft.snapshots import RawSnapshotWriter
 
 
 class FollowerState(EpochState):
@@ -51,7 +51,7 @@ class FollowerState(EpochState):
         self.has_fetched_from_leader = False
         self.leader_stopped_leading = False
         self.resignation_backoff_ms: int | None = None
-        self.fetching_snapshot: Any = None
+        self.fetching_snapshot: RawSnapshotWriter | None = None
         self.snapshot_freezing = False
 
     def election(self) -> ElectionState:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker.raft.election_state import ElectionState
+from pybroker.raft.snapshots import RawSnapshotWriter
 
 
 @dataclass
@@ -69,7 +70,7 @@ class RaftIo:
     election_state: ElectionState | None = None
     voter_ids: frozenset[int] = frozenset()
     flush_offset: int | None = None
-    snapshots_to_freeze: list[Any] = field(default_factory=list)
+    snapshots_to_freeze: list[RawSnapshotWriter] = field(default_factory=list)
     deferred: list[Callable[[], None]] = field(default_factory=list)
     messages: list[OutboundRequest | OutboundResponse] = field(default_factory=list)
 

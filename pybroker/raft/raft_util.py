@@ -13,8 +13,8 @@ Concurrency: pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pybroker.protocol._generated.begin_quorum_epoch_request import BeginQuorumEpochRequest
 from pybroker.protocol._generated.begin_quorum_epoch_response import BeginQuorumEpochResponse
@@ -75,6 +75,39 @@ MAX_EPOCH = 2**31 - 1
 # keeps a forged request from spending the epoch space: it takes a million of them, each landing
 # while no leader is in lease, instead of one (deliberate; Kafka follows any epoch).
 MAX_EPOCH_JUMP = 1000
+
+
+_P = TypeVar("_P")
+_P_co = TypeVar("_P_co", covariant=True)
+
+
+class TopicWithPartitions(Protocol[_P_co]):
+    """A topic entry of a Raft request or response (its name is `topic_name` or `name`)."""
+
+    @property
+    def partitions(self) -> Sequence[_P_co]: ...
+
+
+class ListenerEndpoint(Protocol):
+    """A leader's endpoint in BeginQuorumEpoch and EndQuorumEpoch requests (LeaderEndpoint)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class NodeEndpoint(Protocol):
+    """A leader's endpoint in Raft responses (NodeEndpoint)."""
+
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
 
 
 def _dir(directory_id: bytes | None) -> bytes:
@@ -246,19 +279,19 @@ def _leader(leader_id: int | None) -> int:
 
 
 # -- request checks ------------------------------------------------------------------------
-def single_partition(topics: list[Any], name_attr: str = "topic_name",
-                     partition_attr: str = "partitions") -> Any | None:
+def single_partition(topics: Sequence[TopicWithPartitions[_P]],
+                     name_attr: str = "topic_name") -> _P | None:
     """The one partition of a request naming only __cluster_metadata-0, else None."""
     if len(topics) != 1:
         return None
     topic = topics[0]
-    parts = getattr(topic, partition_attr)
+    parts = topic.partitions
     if getattr(topic, name_attr) != METADATA_TOPIC or len(parts) != 1:
         return None
     return parts[0]
 
 
-def fetch_partition(request: FetchRequest) -> Any | None:
+def fetch_partition(request: FetchRequest) -> FetchRequest.FetchPartition | None:
     if len(request.topics) != 1 or len(request.topics[0].partitions) != 1:
         return None
     topic = request.topics[0]
