@@ -27,7 +27,8 @@ offset of the last record; it is committed when a listener sees it in handle_com
 
 Code layout: this module holds the client's state, polling, transitions and local API; the
 RPC handlers are its mixins raft_request_handlers (what it answers) and raft_response_handlers
-(answers to its own requests); batch_accumulator batches the leader's appends.
+(answers to its own requests), both typed against raft_client_base (the state and methods of
+this class they use); batch_accumulator batches the leader's appends.
 
 Concurrency: one thread (the trio loop, or the simulation). Not thread-safe.
 """
@@ -36,10 +37,11 @@ from __future__ import annotations
 
 import logging
 import random as _random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.api_message import ApiMessage
 from pybroker.raft import raft_util as ru
 from pybroker.raft.batch import BytesSerde, decode_batches
 from pybroker.raft.batch_accumulator import BatchAccumulator
@@ -143,21 +145,21 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
             fetch_timeout_ms=config.fetch_timeout_ms, random=random)
         self._correlation_id = 0
         self._outbox: list[OutboundRequest | OutboundResponse] = []
-        self._parked: list[Any] = []
-        self._pending_freeze: list[Any] = []
+        self._parked = []
+        self._pending_freeze = []
         self._log_dirty = False
         self._durable_end = 0
         self._listeners: dict[int, _ListenerContext] = {}
         self._accumulator: BatchAccumulator | None = None
-        self._shutdown_deadline: int | None = None
+        self._shutdown_deadline = None
         self.shutdown_complete = False
         self.shutdown_timed_out = False
         self._cleaner_interval_ms = log_cleaner_interval_ms
         self._cleaner_timer = Timer(0, log_cleaner_interval_ms)
         self._initialized = False
-        self._hw_sent: dict[int, int] = {}
+        self._hw_sent = {}
         # a peer answered INCONSISTENT_CLUSTER_ID: this node's storage is another cluster's
-        self.inconsistent_cluster_id_from: int | None = None
+        self.inconsistent_cluster_id_from = None
 
     # -- start-up --------------------------------------------------------------------------
     def initialize(self, now_ms: int) -> None:
@@ -248,7 +250,7 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         self._correlation_id += 1
         return self._correlation_id
 
-    def _respond(self, request: InboundRequest, body: Any) -> None:
+    def _respond(self, request: InboundRequest, body: ApiMessage) -> None:
         self._outbox.append(OutboundResponse(request, body))
 
     def _address(self, node: int) -> tuple[str, int] | None:
@@ -624,7 +626,8 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
             self._transition_to_follower(epoch, leader_id, endpoints, now_ms)
         return True
 
-    def _leader_endpoints(self, leader_id: int | None, node_endpoints: list[Any]
+    def _leader_endpoints(self, leader_id: int | None,
+                          node_endpoints: Sequence[ru.NodeEndpoint] | None
                           ) -> Mapping[str, tuple[str, int]]:
         """A leader's endpoints: the voter set's (static and trusted), else what the peer said."""
         if leader_id is None:

@@ -25,33 +25,41 @@ mode). Before any state changes:
 If a handler still raises, the request is answered UNKNOWN_SERVER_ERROR and the error logged
 (`strict` clients, in tests and the simulation, raise instead).
 
-A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads.
+A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads; RaftClientBase
+(raft_client_base) declares what of the client it may use, for mypy. Request bodies are the
+generated message classes the api key names (`InboundRequest.body` is untyped: the dispatch on
+the api key is what makes it a VoteRequest or a FetchRequest).
 Concurrency: Raft client thread only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from pybroker.protocol._generated.begin_quorum_epoch_request import BeginQuorumEpochRequest
+from pybroker.protocol._generated.begin_quorum_epoch_response import BeginQuorumEpochResponse
+from pybroker.protocol._generated.describe_quorum_request import DescribeQuorumRequest
 from pybroker.protocol._generated.describe_quorum_response import DescribeQuorumResponse
+from pybroker.protocol._generated.end_quorum_epoch_request import EndQuorumEpochRequest
+from pybroker.protocol._generated.end_quorum_epoch_response import EndQuorumEpochResponse
+from pybroker.protocol._generated.fetch_request import FetchRequest
+from pybroker.protocol._generated.fetch_response import FetchResponse
+from pybroker.protocol._generated.fetch_snapshot_request import FetchSnapshotRequest
+from pybroker.protocol._generated.fetch_snapshot_response import FetchSnapshotResponse
+from pybroker.protocol._generated.vote_request import VoteRequest
+from pybroker.protocol._generated.vote_response import VoteResponse
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.api_message import ApiMessage
 from pybroker.raft import raft_util as ru
 from pybroker.raft.epoch_state import NO_DEADLINE
 from pybroker.raft.follower_state import FollowerState
 from pybroker.raft.leader_state import MAX_OBSERVERS, LeaderState, ReplicaState
 from pybroker.raft.offset_and_epoch import OffsetAndEpoch, ValidKind
+from pybroker.raft.raft_client_base import RaftClientBase
 from pybroker.raft.raft_message import InboundRequest
 from pybroker.raft.snapshots import BOOTSTRAP_SNAPSHOT_ID
-
-if TYPE_CHECKING:
-    from pybroker.raft.raft_client import KafkaRaftClient
-
-    _Base = KafkaRaftClient
-else:
-    _Base = object
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +73,10 @@ class _ParkedFetch:
     deadline_ms: int
 
 
-class RaftRequestHandlers(_Base):
+class RaftRequestHandlers(RaftClientBase):
+    _parked: list[_ParkedFetch]  # Fetches waiting for records (a leader's fetch purgatory)
     _hw_sent: dict[int, int]  # replica id -> the high watermark last sent to it (this leadership)
+
     def handle_request(self, request: InboundRequest, now_ms: int) -> None:
         """Answer (now, or for a parked Fetch later) through take_io(); never raises unless
         the client is `strict`."""
@@ -85,6 +95,7 @@ class RaftRequestHandlers(_Base):
         if api_key == ApiKey.FETCH:
             self._handle_fetch_request(request, now_ms)
             return
+        response: ApiMessage
         if api_key == ApiKey.VOTE:
             response = self._handle_vote_request(body, now_ms)
         elif api_key == ApiKey.BEGIN_QUORUM_EPOCH:
@@ -120,7 +131,8 @@ class RaftRequestHandlers(_Base):
             return state.in_lease(now_ms)
         return False
 
-    def _known_leader_endpoints(self, leader_id: int, offered: list[Any]) -> Mapping[str, tuple[str, int]]:
+    def _known_leader_endpoints(self, leader_id: int, offered: Sequence[ru.ListenerEndpoint]
+                                ) -> Mapping[str, tuple[str, int]]:
         """The voter set's endpoints of a voter; a request's own list only for a leader the
         voter set has no address of (so a forged request cannot point a follower elsewhere)."""
         node = self.voters.voter(leader_id)
@@ -153,16 +165,16 @@ class RaftRequestHandlers(_Base):
         wanted = ru.optional_directory(voter_directory_id)
         return wanted is None or self.directory_id is None or wanted == self.directory_id
 
-    def _handle_vote_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int, granted: bool) -> Any:
+    def _handle_vote_request(self, body: VoteRequest, now_ms: int) -> VoteResponse:
+        def response(error: int, granted: bool) -> VoteResponse:
             return ru.vote_response(error, self.quorum.epoch, self.quorum.leader_id, granted,
                                     self.quorum.leader_endpoints, self.listener_name)
 
         if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.VOTE, ru.INCONSISTENT_CLUSTER_ID)
+            return VoteResponse(error_code=ru.INCONSISTENT_CLUSTER_ID)
         p = ru.single_partition(body.topics)
         if p is None:
-            return ru.error_response(ApiKey.VOTE, ru.INVALID_REQUEST)
+            return VoteResponse(error_code=ru.INVALID_REQUEST)
         pre_vote = p.pre_vote
         last_epoch, last_offset = p.last_offset_epoch, p.last_offset
         # A candidate bumped its epoch, so its last record is of an older epoch; a prospective
@@ -195,16 +207,17 @@ class RaftRequestHandlers(_Base):
                   p.replica_id, p.replica_epoch, "granted" if granted else "rejected")
         return response(ru.NONE, granted)
 
-    def _handle_begin_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int) -> Any:
+    def _handle_begin_quorum_epoch_request(self, body: BeginQuorumEpochRequest,
+                                           now_ms: int) -> BeginQuorumEpochResponse:
+        def response(error: int) -> BeginQuorumEpochResponse:
             return ru.begin_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
                                                   self.quorum.leader_endpoints, self.listener_name)
 
         if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
+            return BeginQuorumEpochResponse(error_code=ru.INCONSISTENT_CLUSTER_ID)
         p = ru.single_partition(body.topics)
         if p is None:
-            return ru.error_response(ApiKey.BEGIN_QUORUM_EPOCH, ru.INVALID_REQUEST)
+            return BeginQuorumEpochResponse(error_code=ru.INVALID_REQUEST)
         error = self._validate_leader_announcement(p.leader_id, p.leader_epoch, now_ms)
         if error is not None:
             return response(error)
@@ -225,16 +238,17 @@ class RaftRequestHandlers(_Base):
             error = ru.INVALID_REQUEST
         return error
 
-    def _handle_end_quorum_epoch_request(self, body: Any, now_ms: int) -> Any:
-        def response(error: int) -> Any:
+    def _handle_end_quorum_epoch_request(self, body: EndQuorumEpochRequest,
+                                         now_ms: int) -> EndQuorumEpochResponse:
+        def response(error: int) -> EndQuorumEpochResponse:
             return ru.end_quorum_epoch_response(error, self.quorum.epoch, self.quorum.leader_id,
                                                 self.quorum.leader_endpoints, self.listener_name)
 
         if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INCONSISTENT_CLUSTER_ID)
+            return EndQuorumEpochResponse(error_code=ru.INCONSISTENT_CLUSTER_ID)
         p = ru.single_partition(body.topics)
         if p is None:
-            return ru.error_response(ApiKey.END_QUORUM_EPOCH, ru.INVALID_REQUEST)
+            return EndQuorumEpochResponse(error_code=ru.INVALID_REQUEST)
         error = self._validate_leader_announcement(p.leader_id, p.leader_epoch, now_ms)
         if error is not None:
             return response(error)
@@ -253,13 +267,13 @@ class RaftRequestHandlers(_Base):
         return response(ru.NONE)
 
     def _handle_fetch_request(self, request: InboundRequest, now_ms: int) -> None:
-        body = request.body
+        body: FetchRequest = request.body
         if not self._valid_cluster_id(body.cluster_id):
-            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INCONSISTENT_CLUSTER_ID))
+            self._respond(request, FetchResponse(error_code=ru.INCONSISTENT_CLUSTER_ID))
             return
         p = ru.fetch_partition(body)
         if p is None:
-            self._respond(request, ru.error_response(ApiKey.FETCH, ru.INVALID_REQUEST))
+            self._respond(request, FetchResponse(error_code=ru.INVALID_REQUEST))
             return
         replica_id = ru.fetch_replica_id(body)
         if body.max_wait_ms < 0 or p.fetch_offset < 0 or p.last_fetched_epoch < 0 \
@@ -283,14 +297,14 @@ class RaftRequestHandlers(_Base):
         self._parked.append(_ParkedFetch(request, replica_id, directory_id, p.fetch_offset,
                                          now_ms + body.max_wait_ms))
 
-    def _empty_fetch_response(self, error: int) -> Any:
+    def _empty_fetch_response(self, error: int) -> FetchResponse:
         return ru.fetch_response(error, self.quorum.epoch, self.quorum.leader_id, high_watermark=None,
                                  log_start_offset=self.log.start_offset,
                                  endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name)
 
     def _try_complete_fetch_request(self, replica_id: int, directory_id: bytes | None,
                                     leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                                    now_ms: int) -> Any:
+                                    now_ms: int) -> FetchResponse:
         error = self._validate_leader_only_request(leader_epoch)
         if error is not None:
             return self._empty_fetch_response(error)
@@ -332,6 +346,7 @@ class RaftRequestHandlers(_Base):
 
     def _answer_parked(self, parked: _ParkedFetch, now_ms: int) -> None:
         p = ru.fetch_partition(parked.request.body)
+        assert p is not None  # it was parked after _handle_fetch_request found this partition
         response = self._try_complete_fetch_request(
             parked.replica_id, parked.directory_id, p.current_leader_epoch, p.fetch_offset,
             p.last_fetched_epoch, now_ms)
@@ -359,31 +374,40 @@ class RaftRequestHandlers(_Base):
         for f in parked:
             self._respond(f.request, self._empty_fetch_response(error))
 
-    def _handle_fetch_snapshot_request(self, body: Any, now_ms: int) -> Any:
+    def _handle_fetch_snapshot_request(self, body: FetchSnapshotRequest,
+                                       now_ms: int) -> FetchSnapshotResponse:
         if not self._valid_cluster_id(body.cluster_id):
-            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INCONSISTENT_CLUSTER_ID)
+            return FetchSnapshotResponse(error_code=ru.INCONSISTENT_CLUSTER_ID)
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
-            return ru.error_response(ApiKey.FETCH_SNAPSHOT, ru.INVALID_REQUEST)
+            return FetchSnapshotResponse(error_code=ru.INVALID_REQUEST)
         p = ru.single_partition(body.topics, name_attr="name")
-        leader = (self.quorum.epoch, self.quorum.leader_id)
-        common = {"endpoints": self.quorum.leader_endpoints, "listener_name": self.listener_name}
+        epoch, leader_id = self.quorum.epoch, self.quorum.leader_id
+
+        def response(error: int, *, snapshot_id: OffsetAndEpoch | None = None, size: int = 0,
+                     position: int = 0, data: bytes = b"", topic: str = ru.METADATA_TOPIC,
+                     partition_index: int = ru.METADATA_PARTITION) -> FetchSnapshotResponse:
+            return ru.fetch_snapshot_response(
+                error, epoch, leader_id, snapshot_id=snapshot_id, size=size, position=position,
+                data=data, endpoints=self.quorum.leader_endpoints, listener_name=self.listener_name,
+                partition_index=partition_index, topic=topic)
+
         if p is None or p.partition != ru.METADATA_PARTITION:
             t = body.topics[0]
-            return ru.fetch_snapshot_response(ru.UNKNOWN_TOPIC_OR_PARTITION, *leader, topic=t.name,
-                                              partition_index=t.partitions[0].partition, **common)
+            return response(ru.UNKNOWN_TOPIC_OR_PARTITION, topic=t.name,
+                            partition_index=t.partitions[0].partition)
         if body.max_bytes < 0 or (body.replica_id >= 0 and body.replica_id == self.node_id):
-            return ru.fetch_snapshot_response(ru.INVALID_REQUEST, *leader, **common)
+            return response(ru.INVALID_REQUEST)
         error = self._validate_leader_only_request(p.current_leader_epoch)
         if error is not None:
-            return ru.fetch_snapshot_response(error, *leader, **common)
+            return response(error)
         snapshot_id = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
         reader = self.log.read_snapshot(snapshot_id) if snapshot_id != BOOTSTRAP_SNAPSHOT_ID else None
         if reader is None:
-            return ru.fetch_snapshot_response(ru.SNAPSHOT_NOT_FOUND, *leader, **common)
+            return response(ru.SNAPSHOT_NOT_FOUND)
         try:
             size = reader.size_in_bytes
             if p.position < 0 or p.position >= size:
-                return ru.fetch_snapshot_response(ru.POSITION_OUT_OF_RANGE, *leader, **common)
+                return response(ru.POSITION_OUT_OF_RANGE)
             data = reader.read(p.position, min(body.max_bytes, size))
         finally:
             reader.close()
@@ -391,10 +415,10 @@ class RaftRequestHandlers(_Base):
         assert isinstance(state, LeaderState)
         if body.replica_id >= 0:
             state.update_check_quorum_for_following_voter(body.replica_id, now_ms)
-        return ru.fetch_snapshot_response(ru.NONE, *leader, snapshot_id=snapshot_id, size=size,
-                                          position=p.position, data=data, **common)
+        return response(ru.NONE, snapshot_id=snapshot_id, size=size, position=p.position, data=data)
 
-    def _handle_describe_quorum_request(self, body: Any, now_ms: int) -> Any:
+    def _handle_describe_quorum_request(self, body: DescribeQuorumRequest,
+                                        now_ms: int) -> DescribeQuorumResponse:
         p = ru.single_partition(body.topics)
         if p is None or p.partition_index != ru.METADATA_PARTITION:
             return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
@@ -403,7 +427,7 @@ class RaftRequestHandlers(_Base):
                     for q in t.partitions]) for t in body.topics])
         return self.describe_quorum(now_ms)
 
-    def describe_quorum(self, now_ms: int) -> Any:
+    def describe_quorum(self, now_ms: int) -> DescribeQuorumResponse:
         """The DescribeQuorum answer: the leader's view of every voter and observer; any other
         node answers NOT_LEADER_OR_FOLLOWER (Kafka's handleDescribeQuorumRequest)."""
         state = self.quorum.state
@@ -416,7 +440,7 @@ class RaftRequestHandlers(_Base):
             return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(
                 topic_name=ru.METADATA_TOPIC, partitions=[partition])])
 
-        def replica(s: ReplicaState) -> Any:
+        def replica(s: ReplicaState) -> DescribeQuorumResponse.ReplicaState:
             local = s.replica_id == state.local_id
             return DescribeQuorumResponse.ReplicaState(
                 replica_id=s.replica_id, replica_directory_id=s.directory_id or ru.ZERO_UUID,

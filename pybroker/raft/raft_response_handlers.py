@@ -10,15 +10,24 @@ are appended (or the log truncated on a DivergingEpoch, or a snapshot download s
 SnapshotId) and the follower's high watermark follows the leader's, and FetchSnapshot chunks
 are written until the snapshot is whole and handed to the driver to freeze.
 
-A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads.
+A mixin of KafkaRaftClient (raft_client.py), which owns the state it reads; RaftClientBase
+(raft_client_base) declares what of the client it may use, for mypy. Response bodies are the
+generated message classes of the api key (`InboundResponse.body` is untyped: the dispatch on the
+api key is what makes it a VoteResponse or a FetchResponse).
 Concurrency: Raft client thread only.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from pybroker.protocol._generated.begin_quorum_epoch_response import BeginQuorumEpochResponse
+from pybroker.protocol._generated.end_quorum_epoch_response import EndQuorumEpochResponse
+from pybroker.protocol._generated.fetch_response import FetchResponse
+from pybroker.protocol._generated.fetch_snapshot_response import FetchSnapshotResponse
+from pybroker.protocol._generated.vote_response import VoteResponse
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.raft import raft_util as ru
 from pybroker.raft.candidate_state import CandidateState
@@ -26,33 +35,34 @@ from pybroker.raft.follower_state import FollowerState
 from pybroker.raft.leader_state import LeaderState
 from pybroker.raft.offset_and_epoch import OffsetAndEpoch
 from pybroker.raft.prospective_state import ProspectiveState
+from pybroker.raft.raft_client_base import RaftClientBase
 from pybroker.raft.raft_message import InboundResponse
 from pybroker.raft.resigned_state import ResignedState
-
-if TYPE_CHECKING:
-    from pybroker.raft.raft_client import KafkaRaftClient
-
-    _Base = KafkaRaftClient
-else:
-    _Base = object
+from pybroker.raft.snapshots import RawSnapshotWriter
 
 log = logging.getLogger(__name__)
 
 
-class RaftResponseHandlers(_Base):
+class RaftResponseHandlers(RaftClientBase):
+    # a peer answered INCONSISTENT_CLUSTER_ID: this node's storage is another cluster's
     inconsistent_cluster_id_from: int | None
+    # downloaded snapshots whose last chunk arrived, for the driver to freeze (take_io)
+    _pending_freeze: list[RawSnapshotWriter]
+
     def handle_response(self, response: InboundResponse, now_ms: int) -> None:
         rm = self.request_manager
         if not rm.is_response_expected(response.source, response.correlation_id):
             return  # late, duplicated, or from before a transition
         body = response.body
-        handler = {
+        # each handler takes the body class of its api key (InboundResponse.body is untyped)
+        handlers: dict[int, Callable[[int, Any, int], bool]] = {
             ApiKey.FETCH: self._handle_fetch_response,
             ApiKey.VOTE: self._handle_vote_response,
             ApiKey.BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_response,
             ApiKey.END_QUORUM_EPOCH: self._handle_end_quorum_epoch_response,
             ApiKey.FETCH_SNAPSHOT: self._handle_fetch_snapshot_response,
-        }.get(response.api_key)
+        }
+        handler = handlers.get(response.api_key)
         if handler is None:
             raise ValueError(f"unexpected response to api {response.api_key}")
         if body.error_code == ru.INCONSISTENT_CLUSTER_ID:
@@ -73,7 +83,7 @@ class RaftResponseHandlers(_Base):
                 success = False
         rm.on_response_result(response.source, response.correlation_id, success, now_ms)
 
-    def _handle_vote_response(self, source: int, body: Any, now_ms: int) -> bool:
+    def _handle_vote_response(self, source: int, body: VoteResponse, now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
             return False
         p = body.topics[0].partitions[0]
@@ -115,7 +125,8 @@ class RaftResponseHandlers(_Base):
                 # gridlocked: back off now instead of waiting for the election timeout
                 state.start_backing_off(now_ms, self._binary_exponential_election_backoff_ms(state.retries))
 
-    def _handle_begin_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
+    def _handle_begin_quorum_epoch_response(self, source: int, body: BeginQuorumEpochResponse,
+                                            now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
             return False
         p = body.topics[0].partitions[0]
@@ -132,7 +143,8 @@ class RaftResponseHandlers(_Base):
             state.add_acknowledgement_from(source)
         return True
 
-    def _handle_end_quorum_epoch_response(self, source: int, body: Any, now_ms: int) -> bool:
+    def _handle_end_quorum_epoch_response(self, source: int, body: EndQuorumEpochResponse,
+                                          now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
             return False
         p = body.topics[0].partitions[0]
@@ -149,7 +161,7 @@ class RaftResponseHandlers(_Base):
             state.acknowledge_resignation(source)
         return True
 
-    def _handle_fetch_response(self, source: int, body: Any, now_ms: int) -> bool:
+    def _handle_fetch_response(self, source: int, body: FetchResponse, now_ms: int) -> bool:
         if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
             return False
         p = body.responses[0].partitions[0]
@@ -240,9 +252,10 @@ class RaftResponseHandlers(_Base):
                              f"{state.high_watermark}")
             return
         if state.update_high_watermark(high_watermark):
-            self.log.update_high_watermark(state.high_watermark)  # type: ignore[arg-type]
+            self.log.update_high_watermark(high_watermark)
 
-    def _handle_fetch_snapshot_response(self, source: int, body: Any, now_ms: int) -> bool:
+    def _handle_fetch_snapshot_response(self, source: int, body: FetchSnapshotResponse,
+                                        now_ms: int) -> bool:
         if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
             return False
         p = ru.single_partition(body.topics, name_attr="name")
@@ -288,7 +301,7 @@ class RaftResponseHandlers(_Base):
         state.reset_fetch_timeout_for_successful_fetch(now_ms)
         return True
 
-    def _on_fetched_snapshot_frozen(self, writer: Any, now_ms: int) -> None:
+    def _on_fetched_snapshot_frozen(self, writer: RawSnapshotWriter, now_ms: int) -> None:
         state = self.quorum.state
         if isinstance(state, FollowerState) and state.fetching_snapshot is writer:
             state.fetching_snapshot = None
