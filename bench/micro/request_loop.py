@@ -67,6 +67,7 @@ def _node(tmp: str, partitions: int, batches: int, per_batch: int, replicas: lis
     for i in range(partitions):
         image.replay(m.PartitionRecord(partition_id=i, topic_id=TID, replicas=replicas, isr=replicas, leader=1,
                                        leader_epoch=0, partition_epoch=0, removing_replicas=[], adding_replicas=[]))
+    lm.spawn = lambda *a: None  # no background flushes or deletions here, as for the replica manager
     rm = ReplicaManager(cfg, lm, image, SystemTimer(now_ms=lambda: 0), lambda *a: None)
     rows = [(1_700_000_000_000 + i, b"key-%d" % i, b"v" * 100, []) for i in range(per_batch)]
     ends = []

@@ -71,6 +71,7 @@ def make_broker(tmp_path):
             image.replay(m.PartitionRecord(partition_id=i, topic_id=TID, replicas=[1, 2], isr=[1, 2], leader=1,
                                            leader_epoch=0, partition_epoch=0, removing_replicas=[],
                                            adding_replicas=[]))
+        lm.spawn = lambda *a: None  # no background flushes or deletions here, as for the replica manager
         rm = ReplicaManager(cfg, lm, image, SystemTimer(now_ms=lambda: 0), lambda *a: None)
         conf = log_config(cfg.topic_defaults())
         rows = [(1_700_000_000_000 + i, b"key-%d" % i, b"v" * 100, []) for i in range(per_batch)]

@@ -59,6 +59,7 @@ def make_broker(tmp_path):
         image.replay(m.TopicRecord(name="t", topic_id=b"\x01" * 16))
         image.replay(m.PartitionRecord(partition_id=0, topic_id=b"\x01" * 16, replicas=[1], isr=[1], leader=1,
                                        leader_epoch=0, partition_epoch=0, removing_replicas=[], adding_replicas=[]))
+        lm.spawn = lambda *a: None  # no background flushes or deletions here, as for the replica manager
         rm = ReplicaManager(cfg, lm, image, SystemTimer(now_ms=lambda: 0), lambda *a: None)
         conf = log_config(cfg.topic_defaults(), {k: str(v) for k, v in topic_configs.items()})
         plog = lm.get_or_create_log("t", 0, b"\x01" * 16, conf)

@@ -457,7 +457,7 @@ class LogCleaner:
     """Cleans compacted logs one at a time and keeps `cleaner-offset-checkpoint` per log dir.
 
     `clean_logs` is async (event loop); the rewriting runs in one worker thread. `schedule_deletion`
-    (log, old segments) removes replaced files later (ReplicaManager.schedule_segment_deletion).
+    (log, old segments) removes replaced files later (LogManager.schedule_segment_deletion).
     """
 
     def __init__(self, log_manager, schedule_deletion) -> None:

@@ -785,7 +785,7 @@ class UnifiedLog:
         `mark_segments_deleted` (a restart finishes removing `*.deleted` files, so the deletion
         survives a crash before the log-start-offset checkpoint is written) and removes them with
         `delete_segment_files` once file.delete.delay.ms has passed, both in a worker thread
-        (ReplicaManager.schedule_segment_deletion). The active segment always stays.
+        (LogManager.schedule_segment_deletion). The active segment always stays.
         """
         if new_log_start_offset < 0:
             raise OffsetOutOfRangeError(f"The offset {new_log_start_offset} for partition "

@@ -386,7 +386,7 @@ class ProducerStateManager:
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (Kafka's removeExpiredProducers,
-        run periodically by ReplicaManager.run_producer_expiration); returns how many went."""
+        run periodically by LogManager.run_producer_expiration); returns how many went."""
         expired = [pid for pid, e in self.producers.items() if self.is_producer_expired(now_ms, e)]
         for pid in expired:
             del self.producers[pid]

@@ -90,7 +90,7 @@ class ReplicaState:
 
 class Partition:
     __slots__ = ("topic", "partition", "topic_id", "log", "leader_id", "leader_epoch", "partition_epoch",
-                 "replicas", "isr", "local_id", "remote", "pending_isr", "flushing", "stats",
+                 "replicas", "isr", "local_id", "remote", "pending_isr", "stats",
                  "leader_epoch_start_offset")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, log: UnifiedLog, local_id: int,
@@ -109,7 +109,6 @@ class Partition:
         self.remote: dict[int, ReplicaState] = {}  # leader only: follower id -> its state
         self.pending_isr: list[int] | None = None  # an AlterPartition in flight (leader only)
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
-        self.flushing = False
         # the topic's traffic counters, shared by its partitions (ReplicaManager.topic_stats)
         self.stats = stats if stats is not None else TopicStats(topic)
 

@@ -410,7 +410,7 @@ class ReplicaFetcher:
         segments above the cut after file.delete.delay.ms, the cut of the last one's file before
         this fetcher's next request (`_complete_file_work`)."""
         if work.segments:
-            self.rm.schedule_segment_deletion(p.log, work.segments, snapshots=False)
+            self.rm.log_manager.schedule_segment_deletion(p.log, work.segments, snapshots=False)
         if work.active is not None:
             self._cuts.append(work.active)
 
@@ -598,7 +598,7 @@ class ReplicaFetcher:
         # (Kafka's maybeIncrementLogStartOffset(LeaderOffsetIncremented))
         start = min(d.log_start_offset, plog.high_watermark)
         if start > plog.log_start_offset:
-            self.rm.schedule_segment_deletion(plog, plog.increment_log_start_offset(start))
+            self.rm.log_manager.schedule_segment_deletion(plog, plog.increment_log_start_offset(start))
         if appended:
             self.rm.after_follower_append(p)
             # to the back of the next request, so a partition whose first batch exceeds what is

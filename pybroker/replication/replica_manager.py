@@ -12,8 +12,11 @@ for the handler to await on its connection.
 Owns the produce, fetch and delete-records purgatories: an append completes waiting fetches on
 that partition at once (`check_and_complete`), acks=all produces wait in the produce purgatory
 until the high watermark passes their last offset, and a DeleteRecords waits in the
-delete-records purgatory until the low watermark (`low_watermark`) reaches its offset. Flushing
-follows the log's flush policy and runs in a worker thread, at most one per partition at a time.
+delete-records purgatory until the low watermark (`low_watermark`) reaches its offset. The
+log's own background work is the LogManager's, as in Kafka (docs/ARCHITECTURE.md, "Background
+tasks"): flushing (an append here calls `LogManager.maybe_flush`), retention, the cleaner,
+segment and log deletion, producer-id expiration and the recovery-point / log-start-offset
+checkpoints. This keeps the high watermarks' checkpoint (`run_high_watermark_checkpointer`).
 
 Replication (docs/ARCHITECTURE.md, "Partition replication"): each metadata change makes a
 hosted partition leader (makeLeader: the new epoch starts at the log end, followers' states
@@ -24,9 +27,8 @@ ISR expansions; `run_isr_expiration` proposes shrinks; proposals go to the contr
 the AlterPartitionManager, and an accepted one changes the ISR at once.
 
 Scale (thousands of partitions): no event-loop step walks every partition. Metadata changes
-touch the topics they name; partitions are also indexed by topic (the coordinators' view) and
-the compacted ones kept apart (the cleaner's view); the periodic passes (flush policy,
-checkpoints, retention, producer expiration, ISR expiration) yield to the loop every
+touch the topics they name; partitions are also indexed by topic (the coordinators' view); the
+periodic passes (the high-watermark checkpoint, ISR expiration) yield to the loop every
 `_PASS_CHUNK` partitions.
 Log directories are created and renamed away in worker threads, `_CREATE_CHUNK` at a time.
 
@@ -36,7 +38,6 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -58,7 +59,6 @@ from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.metrics.broker_topic_stats import BrokerTopicStats
-from pybroker.metrics.histogram import Histogram
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperationPurgatory
 from pybroker.purgatory.timer import SystemTimer
@@ -106,7 +106,6 @@ TopicPartition = tuple[str, int]
 _CREATE_CHUNK = 500  # partitions created per worker-thread call (then published on the loop)
 _PASS_CHUNK = 500  # partitions a periodic pass visits between two yields to the event loop
 _PUBLISH_CHUNK = 100  # new partitions published between two yields (each builds a Partition)
-_METADATA_RETRY_S = 10.0  # small checkpoints that failed to write are tried again this often
 _TXN_ATTRIBUTE_BYTE = ATTRIBUTES_OFFSET + 1  # the batch attributes' low byte: the transactional bit
 _GLOBAL_RECORDS = frozenset({"FeatureLevelRecord", "RegisterBrokerRecord", "FenceBrokerRecord",
                              "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"})
@@ -184,8 +183,6 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_topic: dict[str, dict[int, Partition]] = {}  # topic -> its partitions here
         self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
-        self._compacted: dict[TopicPartition, Partition] = {}  # cleanup.policy has compact
-        self._metadata_dirty = trio.Event()  # a log's small checkpoints fell behind memory
         # called after each batch of new partitions is published: a node that owns its process
         # freezes them into the collector's permanent generation (server/broker.py)
         self.after_create: Callable[[], None] | None = None
@@ -195,7 +192,6 @@ class ReplicaManager:
         self._hw_checkpoint: dict[TopicPartition, int] = {}
         # metrics (pybroker/metrics): bumped in place here, read only when scraped
         self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
-        self.log_flush_stats = Histogram()  # Kafka's LogFlushRateAndTimeMs
         self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # Kafka's IsrShrinks/ExpandsPerSec
         # replication: the follower side (fetchers) and the leader's ISR changes to the controller;
         # the node gives `alter_partition_manager` its controller channel (server/broker.py)
@@ -226,7 +222,7 @@ class ReplicaManager:
         configs: dict[str, LogConfig] = {}
         self.update_replication_throttles(None)
         todo, doomed = _drain(self._plan(None))
-        self._remove_logs(doomed)
+        self.log_manager.remove_logs(doomed)
         for tp, t, reg in todo:
             config = configs.get(t.name)
             if config is None:
@@ -245,7 +241,7 @@ class ReplicaManager:
         self.update_replication_throttles(records)
         todo, doomed = await _drain_async(self._plan(records))
         if doomed:  # renamed away before a log of the same name may be created again
-            await trio.to_thread.run_sync(self._remove_logs, doomed)
+            await trio.to_thread.run_sync(self.log_manager.remove_logs, doomed)
         now = self.clock.wall_ms()
         configs: dict[str, LogConfig] = {}  # one LogConfig per topic, not per partition
         for i in range(0, len(todo), _CREATE_CHUNK):
@@ -301,7 +297,7 @@ class ReplicaManager:
             None, None, tuple[list[tuple[TopicPartition, Any, Any]], list[tuple[Any, Any]]]]:
         """Apply leadership/config changes and deletions for the topics `records` touch (all topics
         when None); return the partitions this node must now create, as (tp, topic, registration),
-        and the logs of the partitions it dropped, for `_remove_logs` (a worker thread). A
+        and the logs of the partitions it dropped, for `LogManager.remove_logs` (a worker thread). A
         generator that pauses every `_PASS_CHUNK` partitions, so the event loop can serve others
         while thousands change (`_drain_async`); each partition changes whole."""
         if records is None or any(_touches_everything(r) for r in records):
@@ -347,7 +343,7 @@ class ReplicaManager:
                     if config is None:
                         config = self.log_config_for(t.name)
                     p.log.config = config
-                    self._track_compacted(tp, p)
+                    self.log_manager.track_compacted(p.log)
         if scope is None:
             candidates: list[TopicPartition] = list(self.partitions)
         else:  # only partitions of the topic ids in scope can go (a removed topic has no name left)
@@ -378,7 +374,7 @@ class ReplicaManager:
         self.partitions[tp] = p
         self._by_topic.setdefault(t.name, {})[tp[1]] = p
         self._topic_names[t.topic_id] = t.name
-        self._track_compacted(tp, p)
+        self.log_manager.track_compacted(plog)
         if p.is_leader:
             p.make_leader(self.clock.wall_ms())
             self._maybe_advance_hw(p)
@@ -426,15 +422,9 @@ class ReplicaManager:
         else:
             self.fetcher_manager.remove_partition(tp)
 
-    def _track_compacted(self, tp: TopicPartition, p: Partition) -> None:
-        if p.log.config.compact:
-            self._compacted[tp] = p
-        else:
-            self._compacted.pop(tp, None)
-
     def _delete_partition(self, tp: TopicPartition, detached: list[tuple[Any, Any]]) -> None:
         """Unpublish the partition and forget its log (no disk work): the caller hands `detached`
-        to `_remove_logs` in a worker thread."""
+        to `LogManager.remove_logs` in a worker thread."""
         self.fetcher_manager.remove_partition(tp)
         gone = self.partitions.pop(tp, None)
         if gone is not None:
@@ -445,27 +435,12 @@ class ReplicaManager:
                 if not by_topic:
                     del self._by_topic[tp[0]]
                     self._topic_names.pop(gone.topic_id, None)
-        self._compacted.pop(tp, None)
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
         found = self.log_manager.detach_log(*tp)
         if found is not None:
             detached.append(found)
-
-    def _remove_logs(self, detached: list[tuple[Any, Any]]) -> None:
-        """Rename detached logs' dirs away and remove their files (blocking: a worker thread,
-        or the start-up thread)."""
-        if not detached:
-            return
-        for (plog, _), result in zip(detached, self.log_manager.delete_logs(detached), strict=True):
-            if isinstance(result, OSError):  # the log is forgotten; its files stay for an operator
-                log.error("cannot delete the log of %s-%d: %s", plog.topic, plog.partition, result)
-        self.log_manager.purge_deleted()
-        # these are the logs' last references: free them here, one at a time, rather than all at
-        # once on the event loop when the caller's frame goes (10,000 logs took ~50 ms there)
-        while detached:
-            detached.pop()
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -846,17 +821,11 @@ class ReplicaManager:
                                                  self._eligible):
             self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)  # consumers at the HW, followers at the log end
-        self._maybe_flush(partition)
+        self.log_manager.maybe_flush(partition.log)
 
     def after_follower_append(self, partition: Partition) -> None:
         """A fetcher appended to a followed partition: the flush policy applies as on a leader."""
-        self._maybe_flush(partition)
-
-    def _maybe_flush(self, partition: Partition) -> None:
-        plog = partition.log
-        if not partition.flushing and plog.needs_flush(self.clock.wall_ms()):
-            partition.flushing = True
-            self.spawn(self._flush, partition)
+        self.log_manager.maybe_flush(partition.log)
 
     # ------------------------------------------------------------------ followers and the ISR (leader side)
 
@@ -967,25 +936,6 @@ class ReplicaManager:
                 if p.remote and p.is_leader:
                     self.maybe_shrink_isr(p, now)
 
-    async def _flush(self, partition: Partition) -> None:
-        plog = partition.log
-
-        def flush() -> float | None:
-            """Seconds the flush took, None when there was nothing to flush (not a sample)."""
-            before = plog.recovery_point
-            started = time.perf_counter()
-            plog.flush(now_ms=self.clock.wall_ms())
-            return time.perf_counter() - started if plog.recovery_point != before else None
-
-        try:
-            took = await trio.to_thread.run_sync(flush)
-            if took is not None:
-                self.log_flush_stats.update(took * 1000.0)  # on the loop: the histogram is not shared
-        except Exception:  # a failed fsync must not kill the broker; Kafka marks the dir offline
-            log.exception("flush of %s failed", partition)
-        finally:
-            partition.flushing = False
-
     # ------------------------------------------------------------------ deletion
 
     async def delete_records(self, timeout_ms: int, offsets: Sequence[tuple[str, int, int]]
@@ -997,9 +947,9 @@ class ReplicaManager:
         OFFSET_OUT_OF_RANGE). The log start offset moves at once; the segments wholly below it are
         renamed `*.deleted` in a worker thread before this returns (so a crash after the answer
         finishes their deletion on restart) and removed after file.delete.delay.ms
-        (`schedule_segment_deletion`). The partitions whose low watermark is still below their
-        offset wait as one DelayedDeleteRecords in the delete-records purgatory, returned for the
-        caller to await (`Connection.park`); then the statuses hold the answers."""
+        (`LogManager.schedule_segment_deletion`). The partitions whose low watermark is still
+        below their offset wait as one DelayedDeleteRecords in the delete-records purgatory,
+        returned for the caller to await (`Connection.park`); then the statuses hold the answers."""
         statuses: list[DeleteRecordsPartitionStatus] = []
         doomed: list[tuple[Any, list[Any]]] = []
         for topic, index, offset in offsets:
@@ -1026,7 +976,7 @@ class ReplicaManager:
             except OSError:  # the deletion task tries again; the log start offset has moved anyway
                 log.exception("renaming the segments DeleteRecords detached failed")
             for plog, segments in doomed:
-                self.schedule_segment_deletion(plog, segments)
+                self.log_manager.schedule_segment_deletion(plog, segments)
         waiting = [s for s in statuses if not s.error_code and s.low_watermark < s.required_offset]
         if not waiting:
             return statuses, None
@@ -1034,97 +984,6 @@ class ReplicaManager:
         if self.delete_records_purgatory.try_complete_else_watch(op, [(s.topic, s.partition) for s in waiting]):
             return statuses, None
         return statuses, op
-
-    def schedule_segment_deletion(self, plog: Any, segments: list[Any], snapshots: bool = True) -> None:
-        """Rename detached segments' files `*.deleted` at once and remove them after
-        file.delete.delay.ms, both in worker threads (the delay lets fetch responses already
-        holding their file regions finish). Segments already renamed stay as they are.
-        `snapshots` False: leave the producer snapshots named by their base offsets (a
-        truncation's segments: their offsets may be the live log's again by then)."""
-        if segments:
-            self.spawn(self._delete_later, plog, segments, plog.config.file_delete_delay_ms, snapshots)
-
-    async def _delete_later(self, plog: Any, segments: list[Any], delay_ms: int, snapshots: bool = True) -> None:
-        try:
-            try:
-                await trio.to_thread.run_sync(mark_segments_deleted, segments)
-            except OSError:
-                log.exception("renaming deleted segments of %s failed", plog)
-            await trio.sleep(delay_ms / 1000)
-        finally:
-            # shielded: at shutdown the files still go (a restart would remove them anyway)
-            with trio.CancelScope(shield=True):
-                try:
-                    await trio.to_thread.run_sync(plog.delete_segment_files, segments, snapshots)
-                except OSError:
-                    log.exception("removing deleted segments of %s failed", plog)
-
-    async def enforce_retention(self, now_ms: int) -> int:
-        """One pass of Kafka's log retention over every hosted log, yielding to the loop every
-        `_PASS_CHUNK` partitions; returns segments removed."""
-        removed = 0
-        for i, p in enumerate(list(self.partitions.values())):
-            if i and i % _PASS_CHUNK == 0:
-                await trio.lowlevel.checkpoint()
-            plog = p.log
-            if len(plog.segments) < 2 or self.partitions.get((p.topic, p.partition)) is not p:
-                continue  # retention never removes the active segment; or deleted meanwhile
-            start = plog.retention_start_offset(now_ms)
-            if start is None:
-                continue
-            doomed = plog.increment_log_start_offset(start)
-            removed += len(doomed)
-            self.schedule_segment_deletion(plog, doomed)
-        return removed
-
-    async def run_retention(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Every log.retention.check.interval.ms, delete segments retention no longer keeps."""
-        task_status.started()
-        interval_s = self.config["log.retention.check.interval.ms"] / 1000
-        while True:
-            await trio.sleep(interval_s)
-            removed = await self.enforce_retention(self.clock.wall_ms())
-            if removed:
-                log.info("retention removed %d segment(s)", removed)
-
-    async def run_producer_expiration(self, *,
-                                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Every producer.id.expiration.check.interval.ms, forget the producers idle for
-        producer.id.expiration.ms in every hosted log (Kafka's UnifiedLog.removeExpiredProducers),
-        yielding to the loop every `_PASS_CHUNK` partitions."""
-        task_status.started()
-        interval_s = self.config["producer.id.expiration.check.interval.ms"] / 1000
-        while True:
-            await trio.sleep(interval_s)
-            now = self.clock.wall_ms()
-            for i, p in enumerate(list(self.partitions.values())):
-                if i and i % _PASS_CHUNK == 0:
-                    await trio.lowlevel.checkpoint()
-                if p.log.producer_state.producers:
-                    p.log.remove_expired_producers(now)
-
-    async def run_cleaner(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Kafka's LogCleaner: compact logs with cleanup.policy=compact (pybroker/log/cleaner.py),
-        then sleep log.cleaner.backoff.ms when a pass found nothing to clean."""
-        from pybroker.log.cleaner import LogCleaner
-
-        task_status.started()
-        if not self.config["log.cleaner.enable"]:
-            return
-        cleaner = LogCleaner(self.log_manager, self.schedule_segment_deletion)
-        while True:
-            # read every pass: log.cleaner.backoff.ms is a dynamic broker config
-            backoff_s = max(0.01, self.config["log.cleaner.backoff.ms"] / 1000)
-            logs = [p.log for p in self._compacted.values()]  # not a walk of every partition
-            try:
-                cleaned = await cleaner.clean_logs(logs, self.clock.wall_ms())
-            except Exception:  # a cleaner bug must not take the broker down; Kafka marks the dir
-                log.exception("log cleaner pass failed")
-                cleaned = 0
-            if not cleaned:
-                await trio.sleep(backoff_s)
-            else:
-                await trio.lowlevel.checkpoint()
 
     # ------------------------------------------------------------------ background
 
@@ -1140,65 +999,19 @@ class ReplicaManager:
             out[tp] = p.log.high_watermark
         return out
 
-    async def run_checkpointer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Write recovery-point / log-start-offset checkpoints every
-        log.flush.offset.checkpoint.interval.ms and the high watermarks every
-        replica.high.watermark.checkpoint.interval.ms (Kafka's two timers: a crash loses at most
-        that much of the HW, which a restarted follower truncates from and a restarted leader
-        serves from), and flush logs whose flush.ms elapsed (Kafka's log flusher). Also starts the
-        flusher of the logs' small checkpoints (`run_metadata_flusher`)."""
-        self.spawn(self.run_metadata_flusher)
+    async def run_high_watermark_checkpointer(self, *,
+                                              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                                              ) -> None:
+        """Write the high watermarks to each dir's replication-offset-checkpoint every
+        replica.high.watermark.checkpoint.interval.ms (Kafka's highwatermark-checkpoint task, a
+        ReplicaManager one: the HW is replication state). A crash loses at most that much of the
+        HW, which a restarted follower truncates from and a restarted leader serves from."""
         task_status.started()
-        interval_s = max(0.1, self.config["log.flush.offset.checkpoint.interval.ms"] / 1000)
-        hw_interval_s = max(0.1, self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000)
-        flush_interval_ms = self.config["log.flush.scheduler.interval.ms"]
-        tick = min(interval_s, hw_interval_s)
-        if flush_interval_ms < 2**62:
-            tick = min(tick, flush_interval_ms / 1000)
-        last_checkpoint = last_hw_checkpoint = trio.current_time()
+        interval_s = max(0.1, self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000)
         while True:
-            await trio.sleep(max(0.05, tick))
-            for i, p in enumerate(list(self.partitions.values())):
-                if i and i % _PASS_CHUNK == 0:
-                    await trio.lowlevel.checkpoint()
-                if not p.flushing and p.log.needs_flush(self.clock.wall_ms()):
-                    p.flushing = True
-                    self.spawn(self._flush, p)
-            if trio.current_time() - last_checkpoint >= interval_s:
-                last_checkpoint = trio.current_time()
-                try:
-                    await trio.to_thread.run_sync(self.log_manager.checkpoint)
-                except Exception:
-                    log.exception("checkpoint failed")
-            if trio.current_time() - last_hw_checkpoint >= hw_interval_s:
-                last_hw_checkpoint = trio.current_time()
-                hws = await self._high_watermarks_chunked()
-                try:
-                    await trio.to_thread.run_sync(self.log_manager.checkpoint_high_watermarks, hws)
-                except Exception:
-                    log.exception("high watermark checkpoint failed")
-
-    async def run_metadata_flusher(self) -> None:
-        """Write the logs' partition.metadata and leader-epoch-checkpoint files that fell behind
-        memory, in a worker thread, as soon as one does (Kafka schedules such a flush at once);
-        the log manager wakes it from any thread through the trio token."""
-        token = trio.lowlevel.current_trio_token()
-
-        def wake() -> None:
+            await trio.sleep(interval_s)
+            hws = await self._high_watermarks_chunked()
             try:
-                token.run_sync_soon(lambda: self._metadata_dirty.set())
-            except trio.RunFinishedError:
-                pass  # shut down: LogManager.shutdown closes (and so flushes) every log
-
-        self.log_manager.on_metadata_dirty = wake
-        self._metadata_dirty.set()  # whatever loading left behind
-        while True:
-            with trio.move_on_after(_METADATA_RETRY_S):  # logs that failed to write are retried
-                await self._metadata_dirty.wait()
-            self._metadata_dirty = trio.Event()
-            if not self.log_manager.has_dirty_metadata():
-                continue
-            try:
-                await trio.to_thread.run_sync(self.log_manager.flush_dirty_metadata)
+                await trio.to_thread.run_sync(self.log_manager.checkpoint_high_watermarks, hws)
             except Exception:
-                log.exception("writing the logs' small checkpoints failed")
+                log.exception("high watermark checkpoint failed")

@@ -226,7 +226,7 @@ class Broker:
         except MetaPropertiesError as exc:
             raise StartupError(str(exc)) from None
 
-    async def _load_storage(self) -> None:
+    async def _load_storage(self, nursery: trio.Nursery) -> None:
         cfg = self.config
         self.cluster_id, metas = await trio.to_thread.run_sync(self._check_storage)
         self._metadata_dir_id = metas[Path(cfg.metadata_log_dir)].directory_id
@@ -236,7 +236,8 @@ class Broker:
         self.log_manager = LogManager(cfg.log_dirs, self.node_id, cluster_id=self.cluster_id,
                                       default_config=default,
                                       producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-                                      recovery_threads=cfg["num.recovery.threads.per.data.dir"])
+                                      recovery_threads=cfg["num.recovery.threads.per.data.dir"],
+                                      config=cfg, clock=self.clock, spawn=nursery.start_soon)
         await trio.to_thread.run_sync(self.log_manager.load, self.clock.wall_ms())
 
     # ------------------------------------------------------------------ the quorum
@@ -516,7 +517,7 @@ class Broker:
                     raise StartupError(f"cannot bind metrics.listener {cfg['metrics.listener']}: "
                                        f"{exc.strerror or exc}") from None
             try:
-                await self._load_storage()
+                await self._load_storage(nursery)
             except (LogError, OSError, ValueError) as exc:
                 raise StartupError(f"cannot load log dirs {', '.join(cfg.log_dirs)}: {exc}") from None
             self.advertised = self._advertised()
@@ -530,10 +531,10 @@ class Broker:
             await nursery.start(timer.run)
             if cfg.is_broker:
                 await self._join_cluster(nursery)
-                await nursery.start(self.replica_manager.run_checkpointer)
-                await nursery.start(self.replica_manager.run_retention)
-                await nursery.start(self.replica_manager.run_producer_expiration)
-                await nursery.start(self.replica_manager.run_cleaner)
+                # the log manager's tasks (retention, flusher, its checkpoints, cleaner, producer
+                # expiration), then the replica manager's (the HW checkpoint, ISR expiration)
+                await nursery.start(self.log_manager.run)
+                await nursery.start(self.replica_manager.run_high_watermark_checkpointer)
                 await nursery.start(self.replica_manager.run_isr_expiration)
             for ep in self.bound if cfg.is_broker else self.controller_bound:
                 log.info("listening on %s (node.id=%d, cluster.id=%s, roles=%s, log.dirs=%s)", ep, self.node_id,

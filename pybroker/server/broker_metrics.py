@@ -231,7 +231,7 @@ def _log_flush(broker: Broker) -> list[Family]:
     f = Family("kafka_log_logflushstats_logflushrateandtimems", "summary",
                "milliseconds per log flush (fsync of a partition's unflushed segments) and their count "
                "(Kafka's LogFlushRateAndTimeMs; Kafka times each segment's fsync)")
-    return [f.add(broker.replica_manager.log_flush_stats.snapshot())]
+    return [f.add(broker.log_manager.log_flush_stats.snapshot())]
 
 
 def _controller(broker: Broker) -> list[Family]:

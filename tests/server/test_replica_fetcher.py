@@ -101,6 +101,7 @@ def test_a_follower_truncates_its_divergent_tail_then_fetches_the_leaders_log(tm
             async with trio.open_nursery() as nursery:
                 timer = SystemTimer()
                 await nursery.start(timer.run)
+                lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
                 rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
                 await rm.apply_metadata_records(None)  # makeFollower: truncate, then fetch
                 p = rm.get_partition(TOPIC, 0)

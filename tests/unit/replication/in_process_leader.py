@@ -71,6 +71,7 @@ async def open_node(config: BrokerConfig, lm: LogManager, image: MetadataImage, 
                     ) -> ReplicaManager:
     timer = SystemTimer()
     await nursery.start(timer.run)
+    lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
     rm = ReplicaManager(config, lm, image, timer, nursery.start_soon)
     await rm.apply_metadata_records(None)
     return rm

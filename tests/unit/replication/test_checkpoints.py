@@ -1,6 +1,7 @@
-"""The replica manager's checkpoint timers, on virtual time: high watermarks go to
+"""The checkpoint timers, on virtual time: the replica manager writes the high watermarks to
 replication-offset-checkpoint every replica.high.watermark.checkpoint.interval.ms (Kafka's 5 s),
-recovery points every log.flush.offset.checkpoint.interval.ms (60 s), each on its own timer."""
+the log manager the recovery points every log.flush.offset.checkpoint.interval.ms (60 s), each
+on its own timer (the log manager's alone: tests/unit/log/test_manager_tasks.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_high_watermarks_and_recovery_points_are_checkpointed_on_their_own_timer
     async def main() -> None:
         cfg = BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path)})
         assert cfg["replica.high.watermark.checkpoint.interval.ms"] == 5000  # Kafka's default
-        lm = LogManager(cfg.log_dirs, 1, default_config=log_config(cfg.topic_defaults()))
+        lm = LogManager(cfg.log_dirs, 1, default_config=log_config(cfg.topic_defaults()), config=cfg)
         lm.load(0)
         image = MetadataImage()
         image.replay(m.RegisterBrokerRecord(broker_id=1, broker_epoch=1, fenced=False))
@@ -50,13 +51,15 @@ def test_high_watermarks_and_recovery_points_are_checkpointed_on_their_own_timer
         async with trio.open_nursery() as nursery:
             timer = SystemTimer()
             await nursery.start(timer.run)
+            lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
             rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)
             assert p is not None
             rm.append(p, bytearray(build_batch([(1000, None, b"v", ())] * 3)))
             assert p.high_watermark == 3  # the leader alone is the ISR
-            await nursery.start(rm.run_checkpointer)
+            await nursery.start(rm.run_high_watermark_checkpointer)
+            await nursery.start(lm.run_recovery_point_checkpointer)
             start = trio.current_time()
             await until(lambda: checkpoint(hw_file).get(("t", 0)) == 3)
             # within the HW interval (plus one tick), long before the recovery-point one

@@ -35,6 +35,7 @@ def test_a_parked_follower_read_answers_when_the_leader_epoch_moves(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             timer = SystemTimer()
             await nursery.start(timer.run)
+            lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
             rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)

@@ -41,6 +41,7 @@ def test_leadership_moves_away_and_back(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             timer = SystemTimer()
             await nursery.start(timer.run)
+            lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
             rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)

@@ -42,6 +42,7 @@ def _run(tmp_path: Path, selector: str, check) -> None:  # type: ignore[no-untyp
         async with trio.open_nursery() as nursery:
             timer = SystemTimer()
             await nursery.start(timer.run)
+            lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
             rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)

@@ -71,6 +71,7 @@ def run_node(tmp_path: Path, body: Callable[[ReplicaManager, MetadataImage, Part
         async with trio.open_nursery() as nursery:
             timer = SystemTimer()
             await nursery.start(timer.run)
+            lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
             rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon, FixedClock(NOW_MS))
             await rm.apply_metadata_records(None)
             p = rm.get_partition("t", 0)

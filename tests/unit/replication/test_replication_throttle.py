@@ -127,6 +127,7 @@ async def open_rm(tmp_path: Path, nursery: trio.Nursery, leader: int, replicas: 
         image.replay(m.ConfigRecord(resource_type=RESOURCE_TOPIC, resource_name="t", name=k, value=v))
     timer = SystemTimer()
     await nursery.start(timer.run)
+    lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
     rm = ReplicaManager(cfg, lm, image, timer, nursery.start_soon)
     await rm.apply_metadata_records(None)
     return rm, image, lm
