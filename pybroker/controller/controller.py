@@ -249,9 +249,11 @@ class QuorumController:
                     records = fence_records([broker_id], self.image.brokers, self.replication)
                     hb.touch(broker_id, True, -1, self.now_ms())
                     try:
-                        await self._commit(records, user_op=False)
+                        offset = await self._commit(records, user_op=False)
                     except KafkaError:
                         break
+                    # the end of a failover's controller part (bench/replication reads this line)
+                    log.info("Fenced broker %d: %d record(s) committed at offset %d", broker_id, len(records), offset)
 
     async def _leader_checks(self) -> None:
         """The active controller's periodic elections: preferred leaders back in place every
