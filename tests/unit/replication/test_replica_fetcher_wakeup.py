@@ -13,7 +13,9 @@ leader holds node 2's Fetch in its purgatory
   replica.fetch.wait.max.ms, and the first write on a new topic as long for its high watermark);
 - when node 2 learns of u-0 before node 1 (the same metadata commit reaches nodes at different
   moments), node 1 answers that it has no such partition; node 2 asks again after 10 ms, not
-  after replica.fetch.backoff.ms, and has the record soon after node 1 applies the commit.
+  after replica.fetch.backoff.ms, and has the record soon after node 1 applies the commit;
+- a leader whose image lacks the topic a follower's Fetch names answers that Fetch at once
+  (server/fetch.py), rather than holding it for the follower's other partitions.
 """
 
 from __future__ import annotations
@@ -28,9 +30,19 @@ import trio.testing
 from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import FetchRequest
 from pybroker.replication.replica_manager import ReplicaManager
 
-from .in_process_leader import InProcessLeader, node_config, open_logs, open_node, register, write
+from .in_process_leader import (
+    ADDRESS,
+    InProcessLeader,
+    node_config,
+    open_logs,
+    open_node,
+    register,
+    write,
+)
 
 T_ID = b"\x0c" * 16
 U_ID = b"\x0d" * 16
@@ -160,3 +172,36 @@ def test_a_leader_behind_the_followers_metadata_is_asked_again_within_millisecon
 
     run_pair(tmp_path, body)
 
+
+def test_a_follower_fetch_naming_a_topic_the_leader_lacks_is_answered_at_once(tmp_path: Path) -> None:
+    async def main() -> None:
+        cfg = node_config(1, tmp_path / "n1")
+        lm = open_logs(cfg, 1)
+        image = MetadataImage()
+        register(image, 1)
+        register(image, 2)
+        for r in partition_records("t", T_ID):
+            image.replay(r)
+        async with trio.open_nursery() as nursery:
+            rm = await open_node(cfg, lm, image, nursery)
+            leader = InProcessLeader(rm)
+
+            def asking(topic_id: bytes) -> FetchRequest.FetchTopic:
+                return FetchRequest.FetchTopic(topic_id=topic_id, partitions=[FetchRequest.FetchPartition(
+                    partition=0, current_leader_epoch=0, fetch_offset=0, last_fetched_epoch=-1,
+                    log_start_offset=0, partition_max_bytes=1 << 20)])
+
+            # t-0 has nothing past offset 0: alone, it would be held for max_wait_ms
+            req = FetchRequest(replica_id=-1, replica_state=FetchRequest.ReplicaState(replica_id=2, replica_epoch=12),
+                               max_wait_ms=int(WAIT_MAX_S * 1000), min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=0,
+                               topics=[asking(T_ID), asking(U_ID)], forgotten_topics_data=[], rack_id="")
+            asked = trio.current_time()
+            resp = await leader.request(ADDRESS, ApiKey.FETCH, 17, req)
+            assert trio.current_time() - asked < WAIT_MAX_S / 2, "held for the follower's known partition"
+            codes = {t.topic_id: [p.error_code for p in t.partitions] for t in resp.responses}
+            assert codes[U_ID] == [Errors.UNKNOWN_TOPIC_ID]
+            nursery.cancel_scope.cancel()
+        lm.shutdown(0, {})
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.02))
