@@ -22,6 +22,9 @@
   with broker.session.timeout.ms / broker.heartbeat.interval.ms from the options (Kafka's
   defaults, 9000 / 2000) and the harness's other settings; `--failover-only` skips the
   throughput runs.
+- new topics (`--new-topics`, before the kills): RF=3 topics created one after another, one
+  acks=1 record each; from the leader's log line, the time from the record's append to the high
+  watermark covering it (the followers' first fetches of a partition they have just learnt of).
 A warm-up record that is not acknowledged (e.g. NOT_ENOUGH_REPLICAS: min.insync.replicas=2 on a
 build whose ISRs are the leader alone) is reported instead of the figures; `--min-insync 1`
 then measures the same topic without that guard.
@@ -214,6 +217,29 @@ def timeline(c: Cluster, offsets: dict[int, int], topic: str, killed: int, new_l
     return out
 
 
+def bench_new_topics(c: Cluster, count: int) -> dict[str, Any]:
+    """`count` new RF=3 topics one after another, one acks=1 record each: from the leader's log
+    line for the record's commit, how long after its append the high watermark covered it (the
+    followers' first fetches of a partition they just learnt of)."""
+    offsets = {n: node.output_path.stat().st_size for n, node in c.nodes.items()}
+    p = producer(c.bootstrap, "1")
+    names = [f"new-{uuid.uuid4().hex[:6]}" for _ in range(count)]
+    for name in names:
+        create(c, name, 3, {})
+        p.produce(name, b"first", partition=0)
+        p.flush(30)
+    p.close(10)
+    logs = log_lines(c, offsets)
+    every = [x for ls in logs.values() for x in ls]
+    samples: list[float] = []
+    for name in names:
+        got = first(every, rf"^{re.escape(name)}-0: leader epoch \d+'s first record committed \(HW \d+\) \+(\d+) "
+                    r"ms after taking the lead; first append \+(\d+) ms", 0)
+        if got:
+            samples.append((int(got[1].group(1)) - int(got[1].group(2))) / 1000)
+    return {"topics": count, "append_to_hw": summary(samples), "missing": count - len(samples)}
+
+
 def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict[str, Any]:
     p = producer(c.bootstrap, "all")
     acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
@@ -300,6 +326,8 @@ def main() -> None:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for every node (repeatable)")
     ap.add_argument("--failover-only", action="store_true", help="skip the throughput runs")
+    ap.add_argument("--new-topics", type=int, default=10,
+                    help="new RF=3 topics, one acks=1 record each: append -> HW of the first record")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     results: dict[str, Any] = {}
@@ -315,12 +343,16 @@ def main() -> None:
             results["rf3_acks_all"] = bench_produce(c, topic, "all", messages, args.size)
             results["rf3_acks_all"]["min_insync_replicas"] = args.min_insync
             print(json.dumps(results, indent=1), flush=True)
+            if args.new_topics:
+                results["new_topic_first_record"] = bench_new_topics(c, args.new_topics)
+                print(json.dumps(results["new_topic_first_record"]), flush=True)
             if "error" not in results["rf3_acks_all"]:
                 results["failover"] = bench_failover(c, topic, args.kills, args.failover_timeout)
                 print(json.dumps(results, indent=1), flush=True)
         if args.failover_only:
             f = results.get("failover", {})
-            print(json.dumps({"settings": overrides, "first_ack_after_kill": f.get("first_ack_after_kill"),
+            print(json.dumps({"settings": overrides, "new_topic_first_record": results.get("new_topic_first_record"),
+                              "first_ack_after_kill": f.get("first_ack_after_kill"),
                               "phases": f.get("phases"), "no_ack_within_timeout": f.get("no_ack_within_timeout")},
                              indent=1))
             if args.json:
