@@ -229,15 +229,17 @@ def bench_new_topics(c: Cluster, count: int) -> dict[str, Any]:
         p.produce(name, b"first", partition=0)
         p.flush(30)
     p.close(10)
-    logs = log_lines(c, offsets)
-    every = [x for ls in logs.values() for x in ls]
-    samples: list[float] = []
-    for name in names:
-        got = first(every, rf"^{re.escape(name)}-0: leader epoch \d+'s first record committed \(HW \d+\) \+(\d+) "
-                    r"ms after taking the lead; first append \+(\d+) ms", 0)
-        if got:
-            samples.append((int(got[1].group(1)) - int(got[1].group(2))) / 1000)
-    return {"topics": count, "append_to_hw": summary(samples), "missing": count - len(samples)}
+
+    def committed() -> list[float] | None:
+        every = [x for ls in log_lines(c, offsets).values() for x in ls]
+        found = [first(every, rf"^{re.escape(name)}-0: leader epoch \d+'s first record committed \(HW \d+\) "
+                       r"\+(\d+) ms after taking the lead; first append \+(\d+) ms", 0) for name in names]
+        if not all(found):
+            return None
+        return [(int(g[1].group(1)) - int(g[1].group(2))) / 1000 for g in found if g is not None]
+
+    samples = wait_until(committed, 60, "every new topic's first record committed")
+    return {"topics": count, "append_to_hw": summary(samples)}
 
 
 def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict[str, Any]:
