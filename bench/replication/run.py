@@ -1,7 +1,8 @@
 """Replication cost and failover time on this machine (issue 9), run by hand:
 
     PYTHONPATH=. python bench/replication/run.py [--messages 200000] [--size 100] [--kills 10]
-        [--failover-timeout 30] [--json out.json]
+        [--failover-timeout 30] [--session-timeout-ms 9000] [--heartbeat-interval-ms 2000]
+        [--override key=value ...] [--failover-only] [--json out.json]
 
 - produce: one confluent-kafka producer (idempotent, linger 5 ms) sends `--messages` records of
   `--size` bytes to a one-partition topic, (a) acks=all, replication factor 3,
@@ -14,6 +15,16 @@
   it is one sample; the node is restarted and the partition fully in sync again before the next
   kill. p50/p99/max over `--kills`, and how many kills saw no acknowledged write within
   `--failover-timeout` (a build without leader election: the partition waits for its leader).
+  Each kill is also broken down from the brokers' own log lines (`timeline`): kill -> fenced
+  (the session expires) -> elected (the fence and the new leader committed) -> applied (by every
+  surviving replica) -> HW (the new leader's first record committed; split into the followers'
+  first fetch and the client's first record there) -> the client's acknowledgement. The nodes run
+  with broker.session.timeout.ms / broker.heartbeat.interval.ms from the options (Kafka's
+  defaults, 9000 / 2000) and the harness's other settings; `--failover-only` skips the
+  throughput runs.
+- new topics (`--new-topics`, before the kills): RF=3 topics created one after another, one
+  acks=1 record each; from the leader's log line, the time from the record's append to the high
+  watermark covering it (the followers' first fetches of a partition they have just learnt of).
 A warm-up record that is not acknowledged (e.g. NOT_ENOUGH_REPLICAS: min.insync.replicas=2 on a
 build whose ISRs are the leader alone) is reported instead of the figures; `--min-insync 1`
 then measures the same topic without that guard.
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -126,6 +138,110 @@ def bench_produce(c: Cluster, topic: str, acks: str, messages: int, size: int) -
             "mb_per_s": round(messages * size / elapsed / 1e6, 2), "latency": summary(latencies)}
 
 
+# The brokers' log lines that mark a failover's steps (their own wall-clock timestamps, to the ms).
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ [\w.]+: (.*)$")
+PHASES = ("kill_to_fenced", "fenced_to_elected", "elected_to_applied", "applied_to_hw", "hw_to_ack")
+# applied_to_hw split: the followers' first fetch at the new leader and the client's first
+# record there (librdkafka re-queries the leader of a partition whose broker is down once a
+# second, rd_kafka_topic_scan_all), then the fetch that commits it
+DETAIL = ("applied_to_follower_fetch", "applied_to_first_append", "first_append_to_hw")
+
+
+def log_lines(c: Cluster, offsets: dict[int, int]) -> dict[int, list[tuple[float, str]]]:
+    """Each node's output since `offsets` (file positions), as (wall time, message) lines."""
+    out: dict[int, list[tuple[float, str]]] = {}
+    for n, node in c.nodes.items():
+        lines = []
+        with open(node.output_path, "rb") as f:
+            f.seek(offsets.get(n, 0))
+            for raw in f.read().decode(errors="replace").splitlines():
+                m = _LINE.match(raw)
+                if m:
+                    wall = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+                    lines.append((wall, m.group(3)))
+        out[n] = lines
+    return out
+
+
+def first(lines: list[tuple[float, str]], pattern: str, after: float) -> tuple[float, re.Match[str]] | None:
+    rx = re.compile(pattern)
+    for wall, msg in lines:
+        m = rx.search(msg)
+        if wall >= after and m:
+            return wall, m
+    return None
+
+
+def timeline(c: Cluster, offsets: dict[int, int], topic: str, killed: int, new_leader: int, kill_wall: float,
+             ack_wall: float) -> dict[str, Any]:
+    """Where one failover's time went, from the brokers' logs: the controller fences the dead
+    broker ("Fencing broker"), commits the fence with the new leader ("Fenced broker ...
+    committed"), each surviving replica applies it ("leader at epoch" / "follower of"), the new
+    leader's HW first covers a record of its epoch ("first record committed", which also says
+    when the followers first fetched and the first record arrived), and the client gets its
+    acknowledgement. Times in ms; a phase is None when its line is missing."""
+    logs = log_lines(c, offsets)
+    every = sorted((x for n, ls in logs.items() for x in ls), key=lambda x: x[0])
+    esc = re.escape(f"{topic}-0")
+    fenced = first(every, rf"Fencing broker {killed} because", kill_wall - 0.5)
+    elected = first(every, rf"Fenced broker {killed}: \d+ record\(s\) committed", kill_wall - 0.5)
+    lead = first(logs[new_leader], rf"^{esc}: leader at epoch (\d+)", kill_wall - 0.5)
+    applied = [lead] + [first(logs[n], rf"^{esc}: follower of {new_leader} at epoch", kill_wall - 0.5)
+                        for n in c.nodes if n not in (killed, new_leader)]
+    committed = first(logs[new_leader], rf"^{esc}: leader epoch \d+'s first record committed \(HW \d+\) "
+                      r"\+(\d+) ms after taking the lead; first append (\S+) ms; followers' first fetches "
+                      r"\(ms\) (.*)$", kill_wall - 0.5)
+    applied_at = max(a[0] for a in applied) if all(applied) else None  # type: ignore[index]
+
+    def ms(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round(max(0.0, b - a) * 1000, 1)
+
+    t_fenced = fenced[0] if fenced else None
+    t_elected = elected[0] if elected else None
+    t_hw = committed[0] if committed else None
+    out: dict[str, Any] = {
+        "kill_to_fenced": ms(kill_wall, t_fenced), "fenced_to_elected": ms(t_fenced, t_elected),
+        "elected_to_applied": ms(t_elected, applied_at), "applied_to_hw": ms(applied_at, t_hw),
+        "hw_to_ack": ms(t_hw, ack_wall), "fenced_to_ack": ms(t_fenced, ack_wall),
+    }
+    if committed and lead and applied_at is not None:
+        # the leader's line gives ms after it took the lead; make them wall times
+        led = lead[0]
+        fetches = [led + int(v) / 1000 for v in re.findall(r"\+(\d+)", committed[1].group(3))]
+        append = led + int(committed[1].group(2)[1:]) / 1000 if committed[1].group(2) != "none" else None
+        out["applied_to_follower_fetch"] = ms(applied_at, max(fetches)) if fetches else None
+        out["applied_to_first_append"] = ms(applied_at, append)
+        out["first_append_to_hw"] = ms(append, t_hw)
+        # the brokers' part after the fence: elected, applied everywhere, every follower fetching
+        out["fenced_to_brokers_ready"] = ms(t_fenced, max([applied_at, *fetches]))
+    return out
+
+
+def bench_new_topics(c: Cluster, count: int) -> dict[str, Any]:
+    """`count` new RF=3 topics one after another, one acks=1 record each: from the leader's log
+    line for the record's commit, how long after its append the high watermark covered it (the
+    followers' first fetches of a partition they just learnt of)."""
+    offsets = {n: node.output_path.stat().st_size for n, node in c.nodes.items()}
+    p = producer(c.bootstrap, "1")
+    names = [f"new-{uuid.uuid4().hex[:6]}" for _ in range(count)]
+    for name in names:
+        create(c, name, 3, {})
+        p.produce(name, b"first", partition=0)
+        p.flush(30)
+    p.close(10)
+
+    def committed() -> list[float] | None:
+        every = [x for ls in log_lines(c, offsets).values() for x in ls]
+        found = [first(every, rf"^{re.escape(name)}-0: leader epoch \d+'s first record committed \(HW \d+\) "
+                       r"\+(\d+) ms after taking the lead; first append \+(\d+) ms", 0) for name in names]
+        if not all(found):
+            return None
+        return [(int(g[1].group(1)) - int(g[1].group(2))) / 1000 for g in found if g is not None]
+
+    samples = wait_until(committed, 60, "every new topic's first record committed")
+    return {"topics": count, "append_to_hw": summary(samples)}
+
+
 def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict[str, Any]:
     p = producer(c.bootstrap, "all")
     acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
@@ -151,22 +267,33 @@ def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict
     samples: list[float] = []
     timeouts = 0
     isr_seen: list[list[int]] = []
+    kills_seen: list[dict[str, Any]] = []
     try:
         for _ in range(kills):
             leader, isr, _ = partition_state(c, topic)
             isr_seen.append(isr)
+            controller = c.active_controller()
+            offsets = {n: node.output_path.stat().st_size for n, node in c.nodes.items()}
             c.kill(leader)
-            killed = time.perf_counter()
+            killed, kill_wall = time.perf_counter(), time.time()
             deadline = killed + timeout_s
-            first = None
-            while first is None and time.perf_counter() < deadline:
+            acked_at = None
+            while acked_at is None and time.perf_counter() < deadline:
                 with lock:
-                    first = next((a for s, a in acked if s > killed), None)
+                    acked_at = next((a for s, a in acked if s > killed), None)
                 time.sleep(0.005)
-            if first is None:
+            sample: dict[str, Any] = {"killed": leader, "controller_killed": leader == controller}
+            if acked_at is None:
                 timeouts += 1
             else:
-                samples.append(first - killed)
+                samples.append(acked_at - killed)
+                new_leader = partition_state(c, topic)[0]
+                sample["new_leader"] = new_leader
+                sample["kill_to_ack"] = round((acked_at - killed) * 1000, 1)
+                sample.update(timeline(c, offsets, topic, leader, new_leader, kill_wall,
+                                       kill_wall + (acked_at - killed)))
+            kills_seen.append(sample)
+            print(json.dumps(sample), flush=True)
             c.nodes[leader].start()
             size = len(isr)
 
@@ -181,8 +308,10 @@ def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict
         writer.join(10)
         p.flush(60)
         p.close(10)
+    phases = {ph: summary([k[ph] / 1000 for k in kills_seen if k.get(ph) is not None])
+              for ph in (*PHASES, *DETAIL, "fenced_to_brokers_ready", "fenced_to_ack")}
     return {"kills": kills, "first_ack_after_kill": summary(samples), "no_ack_within_timeout": timeouts,
-            "timeout_s": timeout_s, "isr_before_kills": isr_seen}
+            "timeout_s": timeout_s, "phases": phases, "samples": kills_seen, "isr_before_kills": isr_seen}
 
 
 def main() -> None:
@@ -192,19 +321,45 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--failover-timeout", type=float, default=30.0)
     ap.add_argument("--min-insync", type=int, default=2, help="of the RF=3 topic")
+    ap.add_argument("--session-timeout-ms", type=int, default=9000,
+                    help="broker.session.timeout.ms (Kafka's default 9000)")
+    ap.add_argument("--heartbeat-interval-ms", type=int, default=2000,
+                    help="broker.heartbeat.interval.ms (Kafka's default 2000)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for every node (repeatable)")
+    ap.add_argument("--failover-only", action="store_true", help="skip the throughput runs")
+    ap.add_argument("--new-topics", type=int, default=10,
+                    help="new RF=3 topics, one acks=1 record each: append -> HW of the first record")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     results: dict[str, Any] = {}
+    overrides = {**REPLICATION, "broker.session.timeout.ms": str(args.session_timeout_ms),
+                 "broker.heartbeat.interval.ms": str(args.heartbeat_interval_ms),
+                 **dict(o.split("=", 1) for o in args.override)}
+    results["settings"] = overrides
     with tempfile.TemporaryDirectory() as d:
-        with Cluster(Path(d) / "three", overrides=REPLICATION) as c:
+        with Cluster(Path(d) / "three", overrides=overrides) as c:
             topic = f"rf3-{uuid.uuid4().hex[:6]}"
             create(c, topic, 3, {"min.insync.replicas": str(args.min_insync)})
-            results["rf3_acks_all"] = bench_produce(c, topic, "all", args.messages, args.size)
+            messages = 1000 if args.failover_only else args.messages
+            results["rf3_acks_all"] = bench_produce(c, topic, "all", messages, args.size)
             results["rf3_acks_all"]["min_insync_replicas"] = args.min_insync
             print(json.dumps(results, indent=1), flush=True)
+            if args.new_topics:
+                results["new_topic_first_record"] = bench_new_topics(c, args.new_topics)
+                print(json.dumps(results["new_topic_first_record"]), flush=True)
             if "error" not in results["rf3_acks_all"]:
                 results["failover"] = bench_failover(c, topic, args.kills, args.failover_timeout)
                 print(json.dumps(results, indent=1), flush=True)
+        if args.failover_only:
+            f = results.get("failover", {})
+            print(json.dumps({"settings": overrides, "new_topic_first_record": results.get("new_topic_first_record"),
+                              "first_ack_after_kill": f.get("first_ack_after_kill"),
+                              "phases": f.get("phases"), "no_ack_within_timeout": f.get("no_ack_within_timeout")},
+                             indent=1))
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+            return
         with Cluster(Path(d) / "one", nodes=1) as c:
             topic = f"rf1-{uuid.uuid4().hex[:6]}"
             create(c, topic, 1, {})

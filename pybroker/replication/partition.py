@@ -91,7 +91,7 @@ class ReplicaState:
 class Partition:
     __slots__ = ("topic", "partition", "topic_id", "log", "leader_id", "leader_epoch", "partition_epoch",
                  "replicas", "isr", "local_id", "remote", "pending_isr", "stats",
-                 "leader_epoch_start_offset")
+                 "leader_epoch_start_offset", "led_since_ms", "first_fetch_ms", "first_append_ms", "epoch_committed")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, log: UnifiedLog, local_id: int,
                  leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
@@ -109,6 +109,13 @@ class Partition:
         self.remote: dict[int, ReplicaState] = {}  # leader only: follower id -> its state
         self.pending_isr: list[int] | None = None  # an AlterPartition in flight (leader only)
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        # the current leadership's timeline (wall ms), logged once when its first record commits
+        # (ReplicaManager.log_first_commit): what a failover spends between taking the lead and
+        # acknowledging a write. -1: not yet; `epoch_committed` True: logged, or not a leader.
+        self.led_since_ms = UNKNOWN_OFFSET
+        self.first_fetch_ms: dict[int, int] = {}
+        self.first_append_ms = UNKNOWN_OFFSET
+        self.epoch_committed = True
         # the topic's traffic counters, shared by its partitions (ReplicaManager.topic_stats)
         self.stats = stats if stats is not None else TopicStats(topic)
 
@@ -166,12 +173,15 @@ class Partition:
         self.remote = remote
         self.pending_isr = None
         self.leader_epoch_start_offset = self.log.log_end_offset
+        self.led_since_ms, self.first_fetch_ms, self.first_append_ms = now_ms, {}, UNKNOWN_OFFSET
+        self.epoch_committed = False
         self.log.maybe_assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
 
     def make_follower(self) -> None:
         self.remote = {}
         self.pending_isr = None
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        self.epoch_committed = True
 
     def update_replicas(self, now_ms: int) -> None:
         """The replica set changed while leading: states for new followers, none for gone ones."""
@@ -194,6 +204,8 @@ class Partition:
                 return False
             state = self.remote[replica_id] = ReplicaState()
         state.update(fetch_offset, leader_leo, now_ms, broker_epoch, log_start_offset)
+        if not self.epoch_committed and replica_id not in self.first_fetch_ms:
+            self.first_fetch_ms[replica_id] = now_ms
         return True
 
     def maybe_increment_high_watermark(self, now_ms: int = 0, lag_max_ms: int = 0,

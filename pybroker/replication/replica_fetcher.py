@@ -47,9 +47,15 @@ the ISR), so it leaves the fetch session until it is asked again; a request left
 ask or forget is not sent and the fetcher backs off `replica.fetch.backoff.ms`, as Kafka's does.
 The bytes of every throttled partition count.
 
+A partition added while a Fetch is in flight (a new partition, a new leader's) abandons that
+Fetch (`add`), so it is asked within a round trip, not after the leader held the request for up
+to `replica.fetch.wait.max.ms`.
+
 Errors: a partition the leader does not lead at our epoch yet (NOT_LEADER_OR_FOLLOWER,
-UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_*) waits `replica.fetch.backoff.ms`
-and is asked again (the metadata image will move it); a broken connection or a request slower
+UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_*: the leader has not applied the metadata we act on) is
+asked again after 10 ms, doubling up to `replica.fetch.backoff.ms`; after other errors
+(FENCED_LEADER_EPOCH: our metadata is behind, and its change re-adds the partition) it waits
+`replica.fetch.backoff.ms` and is asked again; a broken connection or a request slower
 than `replica.socket.timeout.ms` closes the connection and backs off, and the next Fetch is a
 full one that replaces the session; a Fetch refused for its session (FETCH_SESSION_ID_NOT_FOUND:
 the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH) is sent again at once in full.
@@ -107,6 +113,12 @@ _RETRY_LATER = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_E
                           Errors.REPLICA_NOT_AVAILABLE, Errors.LEADER_NOT_AVAILABLE, Errors.KAFKA_STORAGE_ERROR,
                           Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_SERVER_ERROR, Errors.CORRUPT_MESSAGE})
 
+# the leader has not applied the metadata we act on yet (it does not lead the partition, or not
+# at our epoch, or does not have it yet): asked again soon, not after replica.fetch.backoff.ms
+_LEADER_BEHIND = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH,
+                            Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID})
+_LEADER_BEHIND_BACKOFF_S = 0.01  # the first retry's; doubled each time, up to replica.fetch.backoff.ms
+
 TopicPartition = tuple[str, int]
 
 
@@ -121,7 +133,7 @@ class PartitionFetchState:
     """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
 
     __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
-                 "delayed_until", "lag", "last_fetched_epoch")
+                 "delayed_until", "lag", "last_fetched_epoch", "retries")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int,
                  last_fetched_epoch: int | None = None, truncating: bool = True) -> None:
@@ -136,6 +148,7 @@ class PartitionFetchState:
         # where our log parts from its own (KIP-320); None: a log without epochs
         self.last_fetched_epoch = last_fetched_epoch
         self.delayed_until = 0.0  # trio time before which the partition is not asked again
+        self.retries = 0  # answers in a row saying the leader has not caught up with our metadata
         # the leader's HW minus our log end at the last response that brought data (Kafka's
         # PartitionFetchState.lag); None until the first response
         self.lag: int | None = None
@@ -249,12 +262,20 @@ class ReplicaFetcher:
         self.cancel_scope = trio.CancelScope()
         self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
         self._cuts: list[LogSegment] = []  # segment files a truncation left to cut (a worker thread)
+        self._in_flight: trio.CancelScope | None = None  # around the Fetch the leader may be holding
 
     # ------------------------------------------------------------------ partitions
 
     def add(self, state: PartitionFetchState) -> None:
+        """Fetch `state`'s partition from the next request on, which goes out at once: a Fetch in
+        flight, which the leader may hold for replica.fetch.wait.max.ms, is abandoned (its
+        connection closed, the next request a full one in a new session), so a new partition or a
+        new leader's is asked within a round trip. **Difference:** Kafka's fetcher thread adds
+        the partition for its next request, after the one in flight returns."""
         self.partitions[(state.topic, state.partition)] = state
         self._changed.set()
+        if self._in_flight is not None:
+            self._in_flight.cancel()
 
     def remove(self, tp: TopicPartition) -> PartitionFetchState | None:
         state = self.partitions.pop(tp, None)
@@ -282,8 +303,17 @@ class ReplicaFetcher:
         for a moment is exempt here too, so a throttle never pushes a replica out of the ISR."""
         return (state.lag is not None and state.lag <= 0) or self.rm.node_id in p.isr
 
-    def _delay(self, state: PartitionFetchState) -> None:
-        state.delayed_until = trio.current_time() + self.manager.backoff_s
+    def _delay(self, state: PartitionFetchState, error: int = 0) -> None:
+        """Ask for `state` again after replica.fetch.backoff.ms, or, when `error` says the leader
+        is behind our metadata (the same commit reaches every node within milliseconds), after
+        10 ms doubling up to it. **Difference:** Kafka's fetcher backs off the full
+        replica.fetch.backoff.ms there too; a new partition or a failover then waited a second
+        (test_replica_fetcher_wakeup.py)."""
+        backoff_s = self.manager.backoff_s
+        if error in _LEADER_BEHIND:
+            backoff_s = min(backoff_s, _LEADER_BEHIND_BACKOFF_S * 2 ** min(state.retries, 16))
+            state.retries += 1
+        state.delayed_until = trio.current_time() + backoff_s
 
     # ------------------------------------------------------------------ the loop
 
@@ -374,7 +404,7 @@ class ReplicaFetcher:
                 if r is not None and r.error_code not in _RETRY_LATER:
                     log.warning("OffsetForLeaderEpoch of %s-%d from leader %d: error %s", s.topic, s.partition,
                                 self.leader_id, _error_name(r.error_code))
-                self._delay(s)
+                self._delay(s, r.error_code if r is not None else 0)
                 continue
             plog = p.log
             if s.out_of_range:
@@ -501,18 +531,32 @@ class ReplicaFetcher:
         if not data.session_partitions and not data.to_forget:
             return False
         version = fetch_version(self._metadata_version())
+        # the leader holds the request no longer than until a partition left out is due again (a
+        # leader behind our metadata is asked again within milliseconds, see `_delay`)
+        max_wait_ms = cfg["replica.fetch.wait.max.ms"]
+        now = trio.current_time()
+        due = min((x.delayed_until for x in self.partitions.values() if x.delayed_until > now), default=None)
+        if due is not None:
+            max_wait_ms = min(max_wait_ms, int((due - now) * 1000))
         req = FetchRequest(  # the follower's id: in ReplicaState from v15, before that in ReplicaId
             replica_id=self.rm.node_id if version < 15 else -1,
             replica_state=FetchRequest.ReplicaState(replica_id=self.rm.node_id, replica_epoch=self.manager.broker_epoch()),
-            max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
+            max_wait_ms=max_wait_ms, min_bytes=cfg["replica.fetch.min.bytes"],
             max_bytes=cfg["replica.fetch.response.max.bytes"], isolation_level=0, session_id=data.session_id,
             session_epoch=data.epoch, topics=_fetch_topics(data.to_send),
             forgotten_topics_data=_forgotten_topics(data.to_forget + data.to_replace), rack_id="")
+        self._in_flight = scope = trio.CancelScope()
         try:
-            resp = await self.conn.request(address, ApiKey.FETCH, version, req)
+            with scope:
+                resp = await self.conn.request(address, ApiKey.FETCH, version, req)
         except Exception:
             self.session.handle_error()  # the next request is a full one in a new session
             raise
+        finally:
+            self._in_flight = None
+        if scope.cancelled_caught:  # `add` abandoned it: whether the leader saw it is unknown
+            self.session.handle_error()
+            return True
         if not self.session.handle_response(resp):
             if resp.error_code not in _SESSION_ERRORS:
                 for s in sent.values():
@@ -544,8 +588,9 @@ class ReplicaFetcher:
             if d.error_code not in _RETRY_LATER:
                 log.warning("fetch of %s-%d from leader %d: error %s", s.topic, s.partition, self.leader_id,
                             _error_name(d.error_code))
-            self._delay(s)
+            self._delay(s, d.error_code)
             return
+        s.retries = 0
         plog = p.log
         if s.fetch_offset != plog.log_end_offset:
             return  # the log moved meanwhile (truncated): the next fetch starts at its end

@@ -405,6 +405,9 @@ class ReplicaManager:
         elif was_leader or old_leader != reg.leader or old_epoch != reg.leader_epoch \
                 or self.fetcher_manager.fetch_state(tp) is None:
             self._make_follower(p)
+            if old_leader != reg.leader:
+                log.info("%s-%d: follower of %d at epoch %d (leader was %d)", p.topic, p.partition, p.leader_id,
+                         p.leader_epoch, old_leader)
         # waiting produces and fetches see the new state (a lost leadership answers them); so do
         # waiting DeleteRecords: a follower fenced, or no longer a replica, stops holding the low
         # watermark (Kafka re-checks those only when the low or high watermark rises)
@@ -817,8 +820,11 @@ class ReplicaManager:
 
     def after_append(self, partition: Partition) -> None:
         tp = (partition.topic, partition.partition)
+        if not partition.epoch_committed and partition.first_append_ms < 0:
+            partition.first_append_ms = self.clock.wall_ms()
         if partition.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"],
                                                  self._eligible):
+            self.log_first_commit(partition)
             self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)  # consumers at the HW, followers at the log end
         self.log_manager.maybe_flush(partition.log)
@@ -834,11 +840,26 @@ class ReplicaManager:
         fetches are checked (Kafka's tryCompleteDelayedRequests)."""
         if p.maybe_increment_high_watermark(self.clock.wall_ms(), self.config["replica.lag.time.max.ms"],
                                                  self._eligible):
+            self.log_first_commit(p)
             tp = (p.topic, p.partition)
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)
             return True
         return False
+
+    def log_first_commit(self, p: Partition) -> None:
+        """Once per leadership, when the HW first covers a record of this leader epoch: how long
+        after taking the lead the followers first fetched, the first record arrived and it
+        committed (a failover's time on the new leader; bench/replication reads this line)."""
+        if p.epoch_committed or p.log.high_watermark <= p.leader_epoch_start_offset:
+            return
+        p.epoch_committed = True
+        since = p.led_since_ms
+        fetches = ", ".join(f"{r}: +{t - since}" for r, t in sorted(p.first_fetch_ms.items())) or "none"
+        append = f"+{p.first_append_ms - since}" if p.first_append_ms >= 0 else "none"
+        log.info("%s-%d: leader epoch %d's first record committed (HW %d) +%d ms after taking the lead; first "
+                 "append %s ms; followers' first fetches (ms) %s", p.topic, p.partition, p.leader_epoch,
+                 p.log.high_watermark, self.clock.wall_ms() - since, append, fetches)
 
     def update_follower_fetch_state(self, p: Partition, replica_id: int, fetch_offset: int,
                                     broker_epoch: int = -1, log_start_offset: int = -1) -> None:
