@@ -15,6 +15,13 @@ idle + one poll. Nothing is done per request for this: the sweep compares counte
 loop keeps anyway (Connection.requests + Connection.waits). A negative value turns expiry off
 (Kafka's NO_IDLE_TIMEOUT_MS); quiet connections still release their buffers.
 
+TLS listeners (net/tls.py): a connection accepted on a listener named in `tls` completes its
+handshake before its first request, within `handshake_timeout_s` (the smaller of
+connections.max.idle.ms and `TLS_HANDSHAKE_TIMEOUT_S`: Kafka has no separate bound and reaps a
+stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a peer that opens
+connections and never finishes them hold sockets that long). A failed or timed-out handshake
+closes that socket, logged at INFO; the listener goes on serving.
+
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
 the answer, then closes. `wait_idle()` returns when every connection is gone.
@@ -24,12 +31,13 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
 from pybroker.config import Endpoint
-from pybroker.net.connection import Connection, Handler, serve_connection
+from pybroker.net.connection import Connection, ConnectionClosed, Handler, serve_connection
+from pybroker.net.tls import TlsConnection, TlsListener
 
 log = logging.getLogger("pybroker.net")
 
@@ -39,6 +47,7 @@ ACCEPT_BACKOFF_S = 0.1
 SWEEP_MIN_S = 0.05
 SWEEP_MAX_S = 10.0
 _SWEEP_STEP = 1000  # connections looked at per task step of the sweep
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def sweep_period(max_idle_ms: int) -> float:
@@ -51,8 +60,11 @@ def sweep_period(max_idle_ms: int) -> float:
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
                  max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None,
-                 max_idle_ms: int = 600_000) -> None:
+                 max_idle_ms: int = 600_000, tls: Mapping[str, TlsListener] | None = None) -> None:
         self.endpoints = list(listeners)
+        self.tls = dict(tls or {})  # listener name -> its TLS side (a reconfigure swaps its context)
+        self.handshake_timeout_s = (TLS_HANDSHAKE_TIMEOUT_S if max_idle_ms < 0
+                                    else min(TLS_HANDSHAKE_TIMEOUT_S, max_idle_ms / 1000))
         self.max_idle_ms = max_idle_ms  # connections.max.idle.ms
         self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
@@ -148,16 +160,44 @@ class SocketServer:
             peer = sock.getpeername()
         except OSError:
             peer = None
-        conn = Connection(sock, peer, listener_name)
+        tls = self.tls.get(listener_name)
+        conn = Connection(sock, peer, listener_name) if tls is None else TlsConnection(sock, peer, listener_name,
+                                                                                         tls.context)
         self.connections.add(conn)
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
         try:
+            if tls is not None:
+                assert isinstance(conn, TlsConnection)
+                conn.busy = True  # the idle sweep leaves it to the handshake timeout
+                if not await self._handshake(conn, tls):
+                    sock.close()
+                    return
+                conn.busy = False
             await serve_connection(conn, self.handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
             self.connections.discard(conn)
             if not self.connections:
                 self._all_closed.set()
+
+    async def _handshake(self, conn: TlsConnection, tls: TlsListener) -> bool:
+        """Run the TLS handshake and build the principal; False (logged) when it fails."""
+        with trio.move_on_after(self.handshake_timeout_s):
+            try:
+                await conn.handshake()
+            except (OSError, ConnectionClosed, trio.BrokenResourceError) as exc:
+                reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+                log.info("failed TLS handshake from %s on %s: %s", conn.peer, conn.listener_name, reason)
+                return False
+            try:
+                conn.principal = tls.principal_of(conn.peer_certificate())
+            except ValueError as exc:  # ssl.principal.mapping.rules mapped no name
+                log.info("failed authentication of %s on %s: %s", conn.peer, conn.listener_name, exc)
+                return False
+            return True
+        log.info("closing connection from %s on %s: TLS handshake not done within %.1f s", conn.peer,
+                 conn.listener_name, self.handshake_timeout_s)
+        return False
 
     def begin_shutdown(self) -> None:
         self._shutting_down = True

@@ -36,6 +36,7 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -182,6 +183,8 @@ class ReplicaManager:
         self.spawn = spawn
         self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
+        # the client TLS context for leaders' inter-broker listener (set by the node; None: plaintext)
+        self.inter_broker_ssl: ssl.SSLContext | None = None
         self._by_topic: dict[str, dict[int, Partition]] = {}  # topic -> its partitions here
         self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
         self._compacted: dict[TopicPartition, Partition] = {}  # cleanup.policy has compact
