@@ -127,17 +127,20 @@ SSL_CONFIG_DEFS = (
     ConfigDef("ssl.client.auth", "string", "none", one_of("required", "requested", "none")),
     ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT"),
     ConfigDef("ssl.endpoint.identification.algorithm", "string", "https"),
-    ConfigDef("ssl.keystore.type", "string", "JKS"),
-    ConfigDef("ssl.keystore.location", "string", None),
-    ConfigDef("ssl.keystore.password", "password", None),
-    ConfigDef("ssl.key.password", "password", None),
-    ConfigDef("ssl.keystore.certificate.chain", "password", None),
-    ConfigDef("ssl.keystore.key", "password", None),
-    ConfigDef("ssl.truststore.type", "string", "JKS"),
-    ConfigDef("ssl.truststore.location", "string", None),
-    ConfigDef("ssl.truststore.password", "password", None),
-    ConfigDef("ssl.truststore.certificates", "password", None),
+    # the stores are per-broker dynamic (Kafka's SslConfigs.RECONFIGURABLE_CONFIGS): a change loads
+    # them for the next connections (server/dynamic_config.py)
+    ConfigDef("ssl.keystore.type", "string", "JKS", read_only=False),
+    ConfigDef("ssl.keystore.location", "string", None, read_only=False),
+    ConfigDef("ssl.keystore.password", "password", None, read_only=False),
+    ConfigDef("ssl.key.password", "password", None, read_only=False),
+    ConfigDef("ssl.keystore.certificate.chain", "password", None, read_only=False),
+    ConfigDef("ssl.keystore.key", "password", None, read_only=False),
+    ConfigDef("ssl.truststore.type", "string", "JKS", read_only=False),
+    ConfigDef("ssl.truststore.location", "string", None, read_only=False),
+    ConfigDef("ssl.truststore.password", "password", None, read_only=False),
+    ConfigDef("ssl.truststore.certificates", "password", None, read_only=False),
 )
+RECONFIGURABLE_SSL_CONFIGS = frozenset(d.name for d in SSL_CONFIG_DEFS if not d.read_only)
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
 LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS)

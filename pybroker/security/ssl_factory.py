@@ -80,11 +80,6 @@ _TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "
                            "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"})
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
-# the keys a dynamic change may reload without a restart (Kafka's SslConfigs.RECONFIGURABLE_CONFIGS)
-RECONFIGURABLE_KEYS = frozenset({
-    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
-    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
-    "ssl.truststore.password", "ssl.truststore.certificates"})
 SSL_KEYS = tuple(d.name for d in SSL_CONFIG_DEFS)
 
 
@@ -487,13 +482,42 @@ class ListenerSsl:
         return cls(listener_name, listener_ssl_values(config, listener_name))
 
     def reconfigure(self, values: dict[str, Any]) -> bool:
-        """Rebuild from new values; True if the context changed. ConfigError if they do not load."""
+        """Rebuild from new values; True if the context changed. ConfigError if they do not load,
+        or if the new certificate names another subject or other alternative names than the one
+        in use (Kafka's SslFactory refuses both, ssl.allow.dn.changes / ssl.allow.san.changes
+        being false by default: clients and peers that pinned the broker's identity keep it)."""
         if values == self.values:
             return False
+        self.values, self.context, self.principal_of = values, *self.validate(values)
+        return True
+
+    def validate(self, values: dict[str, Any]) -> tuple[ssl.SSLContext, Callable[[bytes | None], str]]:
+        """What `reconfigure` would swap in (context, principal builder); ConfigError if refused."""
         context = build_context(values, server=True, listener_name=self.listener_name)
         principal_of = principal_builder(values)
-        self.values, self.context, self.principal_of = values, context, principal_of
-        return True
+        old, new = _identity(self.values), _identity(values)
+        if old is not None and new is not None:
+            if old[0] != new[0]:
+                raise ConfigError(f"Keystore DistinguishedName does not match: existing={old[0]}, new={new[0]}")
+            if old[1] != new[1]:
+                raise ConfigError(f"Keystore SubjectAltNames do not match: existing={old[1]}, new={new[1]}")
+        return context, principal_of
+
+
+def _identity(values: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(subject DN, sorted subject alternative names) of the keystore's own certificate."""
+    from cryptography import x509
+
+    store = load_keystore(values)
+    if store is None:
+        return None
+    leaf = x509.load_pem_x509_certificate(_pem_blocks(store[0], "keystore")[0][1].encode())
+    try:
+        sans = sorted(str(n.value) for n in leaf.extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        sans = []
+    return leaf.subject.rfc4514_string(), sans
 
 
 def client_context(config: BrokerConfig, listener_name: str) -> ssl.SSLContext | None:

@@ -282,6 +282,7 @@ class Broker:
                 self.controller_client_ssl = client_context(cfg, cfg.controller_listener_names[0])
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
+        self.dynamic_config.listener_tls = self.listener_tls
 
     async def _open_raft(self, nursery: trio.Nursery) -> None:
         cfg = self.config
