@@ -5,7 +5,7 @@ Transport: `ssl.SSLObject` over two `ssl.MemoryBIO`s; this class moves ciphertex
 and the non-blocking socket with the same raw syscalls and trio waits as the plaintext
 Connection (os.read / os.write + wait_readable / wait_writable), so the request loop,
 buffering, idle sweep and parking are unchanged. Chosen over trio.SSLStream by measurement
-(bench/tls/README, "Transport"): SSLStream does the same MemoryBIO dance behind a stream API,
+(bench/tls/transport.py; bench/README.md, "TLS"): SSLStream does the same MemoryBIO dance behind a stream API,
 and would need the connection's raw-fd fast paths rewritten around it.
 
 Handshake: `handshake()` runs before the first request, bounded by the server's handshake
