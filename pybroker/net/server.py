@@ -167,12 +167,12 @@ class SocketServer:
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
         try:
             if tls is not None:
+                # not busy meanwhile: shutdown and the idle sweep wake a silent peer's handshake
+                # as they wake a connection waiting for its next request
                 assert isinstance(conn, TlsConnection)
-                conn.busy = True  # the idle sweep leaves it to the handshake timeout
                 if not await self._handshake(conn, tls):
                     sock.close()
                     return
-                conn.busy = False
             await serve_connection(conn, self.handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:

@@ -69,6 +69,14 @@ class TlsConnection(Connection):
             except ssl.SSLWantReadError:
                 await self._flush()
                 await self._feed()
+            except ssl.SSLError:
+                # the alert OpenSSL wrote (unknown CA, no certificate...) tells the client why;
+                # sent if the socket takes it at once, never waited for
+                try:
+                    os.write(self.fd, self._outgoing.read())
+                except OSError:
+                    pass
+                raise
         await self._flush()
 
     def peer_certificate(self) -> bytes | None:
