@@ -98,13 +98,17 @@ def test_confluent_produce_consume_over_ssl_without_client_certificate(tls_broke
     assert_same_records(recs, got)
 
 
-def test_kcat_produce_consume_over_ssl_with_client_certificate(tls_broker, pki):
+@pytest.mark.parametrize("with_certificate", [True, False], ids=["client-cert", "no-client-cert"])
+def test_kcat_produce_consume_over_ssl(tls_broker, pki, with_certificate):
+    """With a certificate on the MTLS listener (client auth required), without one on SSL."""
     topic = topic_name("kcat-ssl")
-    conf = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca_pem}",
-            "-X", f"ssl.certificate.location={pki.alice_cert}", "-X", f"ssl.key.location={pki.alice_key}"]
+    conf = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca_pem}"]
+    if with_certificate:
+        conf += ["-X", f"ssl.certificate.location={pki.alice_cert}", "-X", f"ssl.key.location={pki.alice_key}"]
+    address = mtls(tls_broker) if with_certificate else tls_broker.ssl
     lines = b"".join(b"line-%d\n" % i for i in range(20))
-    kcat(["-P", "-b", mtls(tls_broker), *conf, "-t", topic, "-p", "0"], stdin=lines)
-    out = kcat(["-C", "-b", mtls(tls_broker), *conf, "-t", topic, "-p", "0", "-o", "beginning", "-c", "20", "-e",
+    kcat(["-P", "-b", address, *conf, "-t", topic, "-p", "0"], stdin=lines)
+    out = kcat(["-C", "-b", address, *conf, "-t", topic, "-p", "0", "-o", "beginning", "-c", "20", "-e",
                 "-f", r"%o %p %T %K %S\t%h\n%k%s\n"]).stdout
     assert [r.value for r in parse_kcat_output(out)] == [b"line-%d" % i for i in range(20)]
 
