@@ -520,11 +520,46 @@ def _identity(values: dict[str, Any]) -> tuple[str, list[str]] | None:
     return leaf.subject.rfc4514_string(), sans
 
 
+class ClientSsl:
+    """This node's client context for its peers' `listener_name` (the inter-broker or controller
+    listener), built from that listener's own ssl.* values as Kafka's inter-broker clients are.
+
+    The context object is shared by every channel that connects to peers, so a reload updates it
+    in place: `SSLContext.load_cert_chain` replaces the certificate the next handshakes present,
+    and new trusted certificates are added. Divergence: a CA removed from the truststore stays
+    trusted by these clients until a restart (an SSLContext cannot forget a CA)."""
+
+    def __init__(self, listener_name: str, values: dict[str, Any]) -> None:
+        self.listener_name = listener_name
+        self.values = values
+        self.context = build_context(values, server=False, listener_name=listener_name)
+
+    @classmethod
+    def of(cls, config: BrokerConfig, listener_name: str) -> ClientSsl | None:
+        """None when the listener is not SSL."""
+        protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
+        if protocol not in ("SSL", "SASL_SSL"):
+            return None
+        return cls(listener_name, listener_ssl_values(config, listener_name))
+
+    def reconfigure(self, values: dict[str, Any]) -> bool:
+        """Load changed stores into the shared context; ConfigError (nothing changed) if they do not load."""
+        if values == self.values:
+            return False
+        build_context(values, server=False, listener_name=self.listener_name)  # all of it must load
+        keystore = load_keystore(values)
+        if keystore is not None:
+            chain, key, password = keystore
+            with _memory_file(chain + key) as path:
+                self.context.load_cert_chain(path, password=password or None)
+        trusted = load_truststore(values)
+        if trusted is not None:
+            self.context.load_verify_locations(cadata=trusted)
+        self.values = values
+        return True
+
+
 def client_context(config: BrokerConfig, listener_name: str) -> ssl.SSLContext | None:
-    """This node's client context for a peer's `listener_name` (the inter-broker or controller
-    listener): the listener's own ssl.* values, as Kafka's inter-broker clients use them;
-    None when the listener is not SSL."""
-    protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
-    if protocol not in ("SSL", "SASL_SSL"):
-        return None
-    return build_context(listener_ssl_values(config, listener_name), server=False, listener_name=listener_name)
+    """A fresh client context for a peer's `listener_name`; None when the listener is not SSL."""
+    client = ClientSsl.of(config, listener_name)
+    return client.context if client is not None else None

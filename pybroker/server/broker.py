@@ -85,7 +85,7 @@ from pybroker.replication.alter_partition_manager import (
 )
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
-from pybroker.security.ssl_factory import ListenerSsl, client_context
+from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.broker_lifecycle_manager import BrokerLifecycleManager
@@ -276,13 +276,20 @@ class Broker:
         try:
             self.listener_tls = {e.listener_name: ListenerSsl.of(cfg, e.listener_name) for e in cfg.listeners
                                  if e.security_protocol == "SSL"}
+            clients: dict[str, ClientSsl | None] = {}
             if cfg.is_broker and cfg.inter_broker_listener_name:
-                self.inter_broker_client_ssl = client_context(cfg, cfg.inter_broker_listener_name)
+                clients[cfg.inter_broker_listener_name] = ClientSsl.of(cfg, cfg.inter_broker_listener_name)
             if cfg.controller_listener_names:
-                self.controller_client_ssl = client_context(cfg, cfg.controller_listener_names[0])
+                name = cfg.controller_listener_names[0]
+                clients[name] = clients.get(name) or ClientSsl.of(cfg, name)
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
+        inter_broker = clients.get(cfg.inter_broker_listener_name) if cfg.is_broker else None
+        controller = clients.get(cfg.controller_listener_names[0]) if cfg.controller_listener_names else None
+        self.inter_broker_client_ssl = inter_broker.context if inter_broker is not None else None
+        self.controller_client_ssl = controller.context if controller is not None else None
         self.dynamic_config.listener_tls = self.listener_tls
+        self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
 
     async def _open_raft(self, nursery: trio.Nursery) -> None:
         cfg = self.config

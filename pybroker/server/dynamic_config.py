@@ -70,7 +70,7 @@ from pybroker.controller.broker_configs import (
 )
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import DescribeConfigsResponse
-from pybroker.security.ssl_factory import ListenerSsl, listener_ssl_values
+from pybroker.security.ssl_factory import ClientSsl, ListenerSsl, listener_ssl_values
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -195,6 +195,8 @@ class DynamicBrokerConfig:
         self.dynamic_broker: dict[str, str] = {}   # currentDynamicBrokerConfigs
         # the node's SSL listeners (Broker.listener_tls), whose stores a change must reload
         self.listener_tls: Mapping[str, ListenerSsl] = {}
+        # its client contexts for the peers' inter-broker / controller listeners (Broker._build_tls)
+        self.client_tls: Mapping[str, ClientSsl] = {}
         # what the image held at the last reload; None: never loaded (the first reload always
         # rebuilds, so a config object reused for a restart drops its old dynamic values)
         self._stored: tuple[dict[str, str], dict[str, str]] | None = None
@@ -287,6 +289,12 @@ class DynamicBrokerConfig:
                     log.info("listener %s: TLS keystore/truststore reloaded; new connections use them", name)
             except ConfigError as exc:
                 log.error("listener %s: TLS stores not reloaded, the old ones stay in use: %s", name, exc)
+        for name, client in self.client_tls.items():  # this node's own connections to its peers
+            try:
+                if client.reconfigure(listener_ssl_values(cfg, name)):
+                    log.info("listener %s: this node's client TLS stores reloaded for new connections to peers", name)
+            except ConfigError as exc:
+                log.error("listener %s: client TLS stores not reloaded: %s", name, exc)
         server = getattr(broker, "server", None)
         if server is not None:
             server.max_connections = cfg["max.connections"]

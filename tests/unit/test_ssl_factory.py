@@ -106,3 +106,46 @@ def test_pem_server_context_and_its_errors(tmp_path):
     with pytest.raises(ConfigError, match="ssl.cipher.suites"):
         build_context(values(ssl_keystore_type="PEM", ssl_keystore_location=str(store), ssl_key_password="pw",
                              ssl_cipher_suites=["NOT_A_SUITE"]), server=True)
+
+
+def _presented_serial(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> int:
+    """The serial of the certificate a client context presents, through a handshake in memory."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="127.0.0.1")
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        try:
+            der = server.getpeercert(binary_form=True)
+        except ValueError:  # handshake not done yet
+            continue
+        if der:
+            return x509.load_der_x509_certificate(der).serial_number
+    raise AssertionError("no handshake")
+
+
+def test_client_context_reload_presents_the_new_certificate_to_peers(tmp_path):
+    from pybroker.security.ssl_factory import ClientSsl
+
+    ca = CertificateAuthority("ca")
+    ca_pem = ca.write_pem(tmp_path / "ca.pem")
+    first, second = ca.issue("broker", server=True), ca.issue("broker", server=True)
+    store1, _, _ = first.write_pem(tmp_path, "one")
+    store2, _, _ = second.write_pem(tmp_path, "two")
+    base = values(ssl_keystore_type="PEM", ssl_truststore_type="PEM", ssl_truststore_location=str(ca_pem),
+                  ssl_client_auth="required")
+    server = build_context(base | {"ssl.keystore.location": str(store1)}, server=True)
+    client = ClientSsl("SSL", base | {"ssl.keystore.location": str(store1)})
+    shared = client.context
+    assert _presented_serial(shared, server) == first.serial
+    assert client.reconfigure(base | {"ssl.keystore.location": str(store2)})
+    assert client.context is shared and _presented_serial(shared, server) == second.serial
+    with pytest.raises(ConfigError):
+        client.reconfigure(base | {"ssl.keystore.location": str(tmp_path / "missing.pem")})
+    assert _presented_serial(shared, server) == second.serial
