@@ -465,6 +465,21 @@ def principal_builder(values: dict[str, Any]) -> Callable[[bytes | None], str]:
     return build
 
 
+def store_stamps(values: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime ns, size) of the key and trust store files: a file replaced under the same
+    name counts as a change (Kafka's SslFactory compares the files' modification times)."""
+    out = []
+    for key in ("ssl.keystore.location", "ssl.truststore.location"):
+        path = values.get(key)
+        if path:
+            try:
+                st = os.stat(path)
+                out.append((path, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((path, -1, -1))
+    return tuple(out)
+
+
 class ListenerSsl:
     """The TLS side of one listener (Kafka's SslChannelBuilder + reconfigurable SslFactory):
     the server context, the principal builder, and the values they were built from.
@@ -474,8 +489,13 @@ class ListenerSsl:
     def __init__(self, listener_name: str, values: dict[str, Any]) -> None:
         self.listener_name = listener_name
         self.values = values
+        self.stamps = store_stamps(values)
         self.context = build_context(values, server=True, listener_name=listener_name)
         self.principal_of = principal_builder(values)
+
+    def changed(self, values: dict[str, Any]) -> bool:
+        """Would `values` (or the store files, replaced since) make a new context?"""
+        return values != self.values or store_stamps(values) != self.stamps
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str) -> ListenerSsl:
@@ -486,9 +506,11 @@ class ListenerSsl:
         or if the new certificate names another subject or other alternative names than the one
         in use (Kafka's SslFactory refuses both, ssl.allow.dn.changes / ssl.allow.san.changes
         being false by default: clients and peers that pinned the broker's identity keep it)."""
-        if values == self.values:
+        if not self.changed(values):
             return False
+        stamps = store_stamps(values)
         self.values, self.context, self.principal_of = values, *self.validate(values)
+        self.stamps = stamps
         return True
 
     def validate(self, values: dict[str, Any]) -> tuple[ssl.SSLContext, Callable[[bytes | None], str]]:
@@ -532,6 +554,7 @@ class ClientSsl:
     def __init__(self, listener_name: str, values: dict[str, Any]) -> None:
         self.listener_name = listener_name
         self.values = values
+        self.stamps = store_stamps(values)
         self.context = build_context(values, server=False, listener_name=listener_name)
 
     @classmethod
@@ -544,7 +567,8 @@ class ClientSsl:
 
     def reconfigure(self, values: dict[str, Any]) -> bool:
         """Load changed stores into the shared context; ConfigError (nothing changed) if they do not load."""
-        if values == self.values:
+        stamps = store_stamps(values)
+        if values == self.values and stamps == self.stamps:
             return False
         build_context(values, server=False, listener_name=self.listener_name)  # all of it must load
         keystore = load_keystore(values)
@@ -555,7 +579,7 @@ class ClientSsl:
         trusted = load_truststore(values)
         if trusted is not None:
             self.context.load_verify_locations(cadata=trusted)
-        self.values = values
+        self.values, self.stamps = values, stamps
         return True
 
 

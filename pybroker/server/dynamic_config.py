@@ -280,21 +280,8 @@ class DynamicBrokerConfig:
 
     def apply_runtime(self, broker: Broker) -> None:
         """Push values that components captured at start-up (Kafka's BrokerReconfigurables)."""
+        self.reload_tls()
         cfg = self.config
-        # Kafka's reconfigurable SslFactory: a listener whose stores changed serves its next
-        # connections with the new ones; open connections keep the session they have
-        for name, tls in self.listener_tls.items():
-            try:
-                if tls.reconfigure(listener_ssl_values(cfg, name)):
-                    log.info("listener %s: TLS keystore/truststore reloaded; new connections use them", name)
-            except ConfigError as exc:
-                log.error("listener %s: TLS stores not reloaded, the old ones stay in use: %s", name, exc)
-        for name, client in self.client_tls.items():  # this node's own connections to its peers
-            try:
-                if client.reconfigure(listener_ssl_values(cfg, name)):
-                    log.info("listener %s: this node's client TLS stores reloaded for new connections to peers", name)
-            except ConfigError as exc:
-                log.error("listener %s: client TLS stores not reloaded: %s", name, exc)
         server = getattr(broker, "server", None)
         if server is not None:
             server.max_connections = cfg["max.connections"]
@@ -310,11 +297,33 @@ class DynamicBrokerConfig:
             log.warning("replica.alter.log.dirs.io.max.bytes.per.second is set, but pybroker does not throttle "
                         "AlterReplicaLogDirs moves")
 
+    def reload_tls(self) -> None:
+        """Kafka's reconfigurable SslFactory: a listener whose stores changed (values, or the files
+        replaced under the same names) serves its next connections with the new ones; open
+        connections keep their session. This node's client contexts for its peers follow."""
+        cfg = self.config
+        for name, tls in self.listener_tls.items():
+            try:
+                if tls.reconfigure(listener_ssl_values(cfg, name)):
+                    log.info("listener %s: TLS keystore/truststore reloaded; new connections use them", name)
+            except ConfigError as exc:
+                log.error("listener %s: TLS stores not reloaded, the old ones stay in use: %s", name, exc)
+        for name, client in self.client_tls.items():  # this node's own connections to its peers
+            try:
+                if client.reconfigure(listener_ssl_values(cfg, name)):
+                    log.info("listener %s: this node's client TLS stores reloaded for new connections to peers", name)
+            except ConfigError as exc:
+                log.error("listener %s: client TLS stores not reloaded: %s", name, exc)
+
     def on_metadata(self, broker: Broker, configs: Mapping[tuple[int, str], Mapping[str, str]],
                     records: Sequence[Any]) -> None:
         if any(type(r).__name__ == "ConfigRecord" and r.resource_type == RESOURCE_BROKER for r in records):
             if self.reload(configs):
                 self.apply_runtime(broker)
+            else:
+                # a BROKER record with the values unchanged (KAFKA-14136: re-setting a keystore
+                # path writes one) still reloads store files replaced under the same name
+                self.reload_tls()
 
     # ------------------------------------------------------------------ validating changes
 
@@ -365,10 +374,11 @@ class DynamicBrokerConfig:
             if ep.security_protocol != "SSL":
                 continue
             values = listener_ssl_values(fresh, ep.listener_name)
-            if values == listener_ssl_values(self.config, ep.listener_name):
+            current = self.listener_tls.get(ep.listener_name)
+            if (not current.changed(values) if current is not None
+                    else values == listener_ssl_values(self.config, ep.listener_name)):
                 continue
             try:
-                current = self.listener_tls.get(ep.listener_name)
                 if current is not None:
                     current.validate(values)
                 else:

@@ -3,7 +3,7 @@ listener.name.<l>.ssl.keystore.* configs): IncrementalAlterConfigs on the node's
 points the SSL listener at a new keystore; the next connection is served with the new
 certificate (its serial tells), an open connection goes on working, and a keystore that does not
 load, or whose certificate names another subject, is refused with INVALID_REQUEST and changes
-nothing.
+nothing. Re-setting the same location after replacing the file reloads it too.
 """
 
 from __future__ import annotations
@@ -54,3 +54,10 @@ def test_keystore_reload_serves_new_connections_with_the_new_certificate(tls_bro
         err = info.value.args[0]
         assert err.name() == "INVALID_REQUEST" and expected in err.str(), err
     assert tls_serial(b.ssl, pki) == renewed.serial
+
+    # the file replaced under the same name, the same value set again: every BROKER change writes
+    # a record (KAFKA-14136), and the replaced file is loaded
+    third = pki.ca.issue("broker", ou="brokers", server=True)
+    store.write_text(third.key_pem() + third.cert_pem())
+    set_broker_config(admin, "listener.name.ssl.ssl.keystore.location", str(store))
+    wait_until(lambda: tls_serial(b.ssl, pki) == third.serial, what="the replaced keystore file on new connections")
