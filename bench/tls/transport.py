@@ -14,6 +14,7 @@ The client runs in another process, so its CPU is not counted.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import ssl
 import statistics
@@ -77,6 +78,38 @@ async def serve_once(impl: str, ctx: ssl.SSLContext, mib: int, ca: Path) -> tupl
                 got += await conn._recv_into(view)
         for _ in range(mib):
             await conn._send_all(out)
+    elif impl == "sslsocket":
+        # OpenSSL on the socket itself (no memory BIOs): non-blocking SSLSocket + trio's fd waits
+        import socket as stdsocket
+
+        raw = stdsocket.socket(fileno=os.dup(stream.socket.fileno()))
+        s = ctx.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        s.setblocking(False)
+        fd = s.fileno()
+        while True:
+            try:
+                s.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await trio.lowlevel.wait_readable(fd)
+            except ssl.SSLWantWriteError:
+                await trio.lowlevel.wait_writable(fd)
+        buf = bytearray(CHUNK)
+        got = 0
+        with memoryview(buf) as view:
+            while got < total:
+                try:
+                    got += s.recv_into(view)
+                except ssl.SSLWantReadError:
+                    await trio.lowlevel.wait_readable(fd)
+        for _ in range(mib):
+            view = memoryview(out)
+            while view:
+                try:
+                    view = view[s.send(view):]
+                except (ssl.SSLWantWriteError, BlockingIOError):
+                    await trio.lowlevel.wait_writable(fd)
+        s.close()
     else:
         tls = trio.SSLStream(stream, ctx, server_side=True)
         await tls.do_handshake()
@@ -104,9 +137,10 @@ def main() -> int:
         ca_pem = ca.write_pem(Path(tmp) / "ca.pem")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(keystore))
-        results: dict[str, list[tuple[float, float]]] = {"bio": [], "sslstream": []}
+        impls = ["bio", "sslstream", "sslsocket"]
+        results: dict[str, list[tuple[float, float]]] = {i: [] for i in impls}
         for r in range(args.rounds):
-            for impl in (("bio", "sslstream") if r % 2 == 0 else ("sslstream", "bio")):
+            for impl in (impls if r % 2 == 0 else impls[::-1]):
                 wall, used = trio.run(serve_once, impl, ctx, args.mib, ca_pem)
                 results[impl].append((wall, used))
                 print(f"round {r} {impl:10} wall {wall:6.2f} s  server CPU {used:6.2f} s  "
