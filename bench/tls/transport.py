@@ -1,10 +1,12 @@
-"""The server side of TLS in one trio process: pybroker's MemoryBIO connection against trio.SSLStream.
+"""The server side of TLS in one trio process: pybroker's MemoryBIO connection against
+trio.SSLStream and against a non-blocking ssl.SSLSocket on the connection's fd.
 
     python bench/tls/transport.py [--mib 256] [--rounds 3]
 
 Why: net/tls.py moves ciphertext between memory BIOs and the socket itself (the plaintext
 Connection's raw os.read / os.write + trio waits) instead of wrapping the socket in
-trio.SSLStream. This measures the two on the same bulk load: a client process (blocking
+trio.SSLStream or letting OpenSSL drive the socket (SSLSocket). This measures the three on the
+same bulk load: a client process (blocking
 Python ssl socket, TLS 1.3, AES-GCM) sends `--mib` MiB in 1 MiB writes, the server reads them
 all, then sends as much back in 1 MiB writes, which the client reads. Per implementation and
 round: wall seconds and the server process's CPU seconds (getrusage), MB/s of server CPU.

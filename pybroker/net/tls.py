@@ -4,9 +4,10 @@ with Python's `ssl` doing the record layer through memory BIOs.
 Transport: `ssl.SSLObject` over two `ssl.MemoryBIO`s; this class moves ciphertext between them
 and the non-blocking socket with the same raw syscalls and trio waits as the plaintext
 Connection (os.read / os.write + wait_readable / wait_writable), so the request loop,
-buffering, idle sweep and parking are unchanged. Chosen over trio.SSLStream by measurement
-(bench/tls/transport.py; bench/README.md, "TLS"): SSLStream does the same MemoryBIO dance behind a stream API,
-and would need the connection's raw-fd fast paths rewritten around it.
+buffering, idle sweep and parking are unchanged. Chosen by measurement (bench/tls/transport.py;
+bench/README.md, "TLS"): trio.SSLStream does the same MemoryBIO dance behind a stream API and
+costs half as much CPU again; a non-blocking ssl.SSLSocket on the fd (OpenSSL doing the socket
+I/O, no BIO copies) measured no cheaper, and would lose the raw peek `_wait_peer_gone` needs.
 
 Handshake: `handshake()` runs before the first request, bounded by the server's handshake
 timeout (net/server.py); a failure (a plaintext client on the TLS port, an untrusted client
