@@ -15,12 +15,17 @@ idle + one poll. Nothing is done per request for this: the sweep compares counte
 loop keeps anyway (Connection.requests + Connection.waits). A negative value turns expiry off
 (Kafka's NO_IDLE_TIMEOUT_MS); quiet connections still release their buffers.
 
-TLS listeners (net/tls.py): a connection accepted on a listener named in `tls` completes its
-handshake before its first request, within `handshake_timeout_s` (the smaller of
-connections.max.idle.ms and `TLS_HANDSHAKE_TIMEOUT_S`: Kafka has no separate bound and reaps a
-stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a peer that opens
-connections and never finishes them hold sockets that long). A failed or timed-out handshake
-closes that socket, logged at INFO; the listener goes on serving.
+Channels (Kafka's ChannelBuilder): each listener has a `ChannelBuilder` that makes the Connection
+of an accepted socket and authenticates it before its first request: PLAINTEXT does nothing
+(User:ANONYMOUS), SSL (net/tls.py, TlsChannelBuilder) runs the TLS handshake and takes the
+principal from the client certificate; SASL will run its exchange here, over the connection's
+frames, and set `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
+smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S`: Kafka has no separate bound
+and reaps a stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a
+peer that opens connections and never finishes them hold sockets that long). A failed or
+timed-out authentication closes that socket, logged at INFO; the listener goes on serving.
+While it runs the connection is not `busy`: shutdown and the idle sweep wake a silent peer as
+they wake a connection waiting for its next request.
 
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
@@ -32,12 +37,12 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import trio
 
 from pybroker.config import Endpoint
-from pybroker.net.connection import Connection, ConnectionClosed, Handler, serve_connection
-from pybroker.net.tls import TlsConnection, TlsListener
+from pybroker.net.connection import Connection, Handler, serve_connection
 
 log = logging.getLogger("pybroker.net")
 
@@ -47,7 +52,30 @@ ACCEPT_BACKOFF_S = 0.1
 SWEEP_MIN_S = 0.05
 SWEEP_MAX_S = 10.0
 _SWEEP_STEP = 1000  # connections looked at per task step of the sweep
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
+AUTHENTICATION_TIMEOUT_S = 10.0
+
+
+class ChannelBuilder(Protocol):
+    """Makes and authenticates the connections of one listener (Kafka's ChannelBuilder)."""
+
+    def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection: ...
+
+    async def authenticate(self, conn: Connection) -> bool:
+        """Run the listener's handshake and set `conn.principal`; False (logged) to close it."""
+        ...
+
+
+class PlaintextChannelBuilder:
+    """PLAINTEXT: no handshake, every connection is User:ANONYMOUS."""
+
+    def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection:
+        return Connection(sock, peer, listener_name)
+
+    async def authenticate(self, conn: Connection) -> bool:
+        return True
+
+
+PLAINTEXT = PlaintextChannelBuilder()
 
 
 def sweep_period(max_idle_ms: int) -> float:
@@ -60,11 +88,11 @@ def sweep_period(max_idle_ms: int) -> float:
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
                  max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None,
-                 max_idle_ms: int = 600_000, tls: Mapping[str, TlsListener] | None = None) -> None:
+                 max_idle_ms: int = 600_000, channels: Mapping[str, ChannelBuilder] | None = None) -> None:
         self.endpoints = list(listeners)
-        self.tls = dict(tls or {})  # listener name -> its TLS side (a reconfigure swaps its context)
-        self.handshake_timeout_s = (TLS_HANDSHAKE_TIMEOUT_S if max_idle_ms < 0
-                                    else min(TLS_HANDSHAKE_TIMEOUT_S, max_idle_ms / 1000))
+        self.channels = dict(channels or {})  # listener name -> its builder; PLAINTEXT when absent
+        self.authentication_timeout_s = (AUTHENTICATION_TIMEOUT_S if max_idle_ms < 0
+                                         else min(AUTHENTICATION_TIMEOUT_S, max_idle_ms / 1000))
         self.max_idle_ms = max_idle_ms  # connections.max.idle.ms
         self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
@@ -160,19 +188,14 @@ class SocketServer:
             peer = sock.getpeername()
         except OSError:
             peer = None
-        tls = self.tls.get(listener_name)
-        conn = Connection(sock, peer, listener_name) if tls is None else TlsConnection(sock, peer, listener_name,
-                                                                                         tls.context)
+        channel = self.channels.get(listener_name, PLAINTEXT)
+        conn = channel.create(sock, peer, listener_name)
         self.connections.add(conn)
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
         try:
-            if tls is not None:
-                # not busy meanwhile: shutdown and the idle sweep wake a silent peer's handshake
-                # as they wake a connection waiting for its next request
-                assert isinstance(conn, TlsConnection)
-                if not await self._handshake(conn, tls):
-                    sock.close()
-                    return
+            if channel is not PLAINTEXT and not await self._authenticate(channel, conn):
+                sock.close()
+                return
             await serve_connection(conn, self.handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
@@ -180,23 +203,11 @@ class SocketServer:
             if not self.connections:
                 self._all_closed.set()
 
-    async def _handshake(self, conn: TlsConnection, tls: TlsListener) -> bool:
-        """Run the TLS handshake and build the principal; False (logged) when it fails."""
-        with trio.move_on_after(self.handshake_timeout_s):
-            try:
-                await conn.handshake()
-            except (OSError, ConnectionClosed, trio.BrokenResourceError) as exc:
-                reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-                log.info("failed TLS handshake from %s on %s: %s", conn.peer, conn.listener_name, reason)
-                return False
-            try:
-                conn.principal = tls.principal_of(conn.peer_certificate())
-            except ValueError as exc:  # ssl.principal.mapping.rules mapped no name
-                log.info("failed authentication of %s on %s: %s", conn.peer, conn.listener_name, exc)
-                return False
-            return True
-        log.info("closing connection from %s on %s: TLS handshake not done within %.1f s", conn.peer,
-                 conn.listener_name, self.handshake_timeout_s)
+    async def _authenticate(self, channel: ChannelBuilder, conn: Connection) -> bool:
+        with trio.move_on_after(self.authentication_timeout_s):
+            return await channel.authenticate(conn)
+        log.info("closing connection from %s on %s: handshake not done within %.1f s", conn.peer,
+                 conn.listener_name, self.authentication_timeout_s)
         return False
 
     def begin_shutdown(self) -> None:

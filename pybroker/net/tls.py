@@ -25,6 +25,7 @@ Concurrency: as Connection, one task per connection on the trio thread.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from collections.abc import Callable
@@ -34,6 +35,8 @@ import trio
 
 from pybroker.net.connection import Connection, ConnectionClosed
 from pybroker.protocol.chunks import FileRegion
+
+log = logging.getLogger("pybroker.net")
 
 _RAW_READ = 256 * 1024  # ciphertext read per syscall (as the plaintext receive buffer's cap)
 _WRITE_CHUNK = 256 * 1024  # plaintext encrypted per flush: bounds the outgoing BIO
@@ -46,6 +49,32 @@ class TlsListener(Protocol):
 
     context: ssl.SSLContext
     principal_of: Callable[[bytes | None], str]
+
+
+class TlsChannelBuilder:
+    """The channel builder of an SSL listener (net/server.ChannelBuilder): TlsConnections, the
+    handshake, the principal from the client certificate."""
+
+    def __init__(self, listener: TlsListener) -> None:
+        self.listener = listener
+
+    def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection:
+        return TlsConnection(sock, peer, listener_name, self.listener.context)
+
+    async def authenticate(self, conn: Connection) -> bool:
+        assert isinstance(conn, TlsConnection)
+        try:
+            await conn.handshake()
+        except (OSError, ConnectionClosed, trio.BrokenResourceError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            log.info("failed TLS handshake from %s on %s: %s", conn.peer, conn.listener_name, reason)
+            return False
+        try:
+            conn.principal = self.listener.principal_of(conn.peer_certificate())
+        except ValueError as exc:  # ssl.principal.mapping.rules mapped no name
+            log.info("failed authentication of %s on %s: %s", conn.peer, conn.listener_name, exc)
+            return False
+        return True
 
 
 class TlsConnection(Connection):

@@ -71,6 +71,7 @@ from pybroker.metadata.image import MetadataImage
 from pybroker.metadata.loader import Delta, MetadataLoader
 from pybroker.metrics.request_metrics import RequestMetrics
 from pybroker.net.server import SocketServer
+from pybroker.net.tls import TlsChannelBuilder
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.timer import SystemTimer
@@ -529,17 +530,18 @@ class Broker:
             broker_eps = cfg.broker_listeners if cfg.is_broker else []
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
+            channels = {name: TlsChannelBuilder(tls) for name, tls in self.listener_tls.items()}
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
                                                cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
-                                               tls=self.listener_tls)
+                                               channels=channels)
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, ControllerDispatcher(self),
                                                           cfg["socket.request.max.bytes"], cfg["max.connections"],
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          tls=self.listener_tls)
+                                                          channels=channels)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
