@@ -11,9 +11,9 @@ Stores:
   encrypted with `ssl.key.password` when set; a traditional RSA/EC key is taken too) and the
   certificate chain, or `ssl.keystore.key` + `ssl.keystore.certificate.chain` hold them inline.
   `ssl.keystore.password` is refused with PEM, as Kafka refuses it.
-- `ssl.keystore.type=PKCS12`: `ssl.keystore.location` + `ssl.keystore.password` (read with the
-  `cryptography` package; the key inside may have its own `ssl.key.password`... PKCS12 files
-  carry one password in practice, the store's).
+- `ssl.keystore.type=PKCS12`: `ssl.keystore.location` + `ssl.keystore.password`, read with the
+  `cryptography` package, which opens the store and its key with that one password (a store
+  whose key has another password, `ssl.key.password` in Kafka, does not load: re-export it).
 - truststores alike: PEM (`ssl.truststore.location` or inline `ssl.truststore.certificates`) or
   PKCS12; none set: the system's default CAs (Java falls back to the JVM's cacerts).
 - JKS, Kafka's default type, is not read (a Java-only format): a listener that would need it
@@ -35,8 +35,15 @@ other attribute types as OID=#hex of the DER value) goes through `ssl.principal.
 the result is `User:<name>`. No certificate: User:ANONYMOUS. A DN no rule matches fails the
 connection (Kafka's NoMatchingRule fails authentication).
 
+Reload (ListenerSsl.reconfigure, ClientSsl.reconfigure): new values, or store files replaced
+under the same names (modification time and size), build a new context; a server listener swaps
+it in for new connections, this node's client context is updated in place. A store that does not
+load, or a certificate with another subject or alternative names, is refused.
+
 Concurrency: contexts are built on the trio thread (at start and on a dynamic keystore change)
 and only read afterwards; a reconfigured listener swaps in a new context for new connections.
+Building one reads files and parses keys on the trio thread: milliseconds, at start and on an
+admin's change only.
 """
 
 from __future__ import annotations
@@ -456,6 +463,7 @@ def principal_builder(values: dict[str, Any]) -> Callable[[bytes | None], str]:
     """DefaultKafkaPrincipalBuilder for SSL: peer certificate (DER, None without one) -> principal.
     ValueError when the rules map no name (the connection is then refused)."""
     mapper = SslPrincipalMapper(values["ssl.principal.mapping.rules"])
+    import cryptography.x509  # noqa: F401  (loaded now, not on the trio thread at a first client's handshake)
 
     def build(der_cert: bytes | None) -> str:
         if der_cert is None:
