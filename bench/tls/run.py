@@ -1,15 +1,18 @@
 """Produce and consume over TLS against PLAINTEXT, on one pybroker node, in the same run (issue 20).
 
     python bench/tls/run.py [--records 1000000] [--rounds 3] [--codec none] [--out DIR]
-                            [--profile perf|py-spy]
+                            [--latency-seconds 5] [--profile perf|py-spy]
 
 One broker process with two listeners: PLAINTEXT and SSL (a fresh CA and broker certificate
 in the work directory, PEM keystore, ECDSA P-256, no client authentication). For each round,
 each protocol in turn (the order alternates between rounds), the C librdkafka load generator
 of bench/e2e (`loadgen`: 100-byte values, 6 partitions, linger.ms 5, acks=1) produces
 `--records` records to a fresh topic through that listener, then reads them back from offset 0
-through the same listener (assign, no group). Per phase it records records/s and the broker's
-CPU seconds per million records (utime + stime from /proc, 10 ms ticks). It prints each phase,
+through the same listener (assign, no group), then runs a latency phase: `--latency-seconds` of
+10,000 records/s (acks=1, linger.ms 1) read back by a consumer as they arrive, end-to-end
+latency per record (p50 / p99), the small-request regime where TLS pays per record and per
+request rather than per byte. Per phase it records records/s and the broker's CPU seconds per
+million records (utime + stime from /proc, 10 ms ticks). It prints each phase,
 then per phase the median of each protocol and the SSL / PLAINTEXT ratios, and writes
 DIR/tls.json (DIR defaults to bench/tls/build/results). `--profile` attaches perf (or py-spy)
 to the broker for the SSL phases of the first round: DIR/produce/perf.data, DIR/consume/perf.data
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--codec", default="none")
     p.add_argument("--out", type=Path, default=HERE / "build" / "results")
     p.add_argument("--profile", choices=("perf", "py-spy"), default=None)
+    p.add_argument("--latency-seconds", type=int, default=5, help="0: no latency phase")
     args = p.parse_args(argv)
     e2e.require_native()
     e2e.build_loadgen()
@@ -93,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {' '.join(broker.cmd)}", flush=True)
         broker.start()
         try:
-            topics = [f"{proto}-{r}" for r in range(args.rounds) for proto in PROTOCOLS]
+            topics = [f"{kind}{proto}-{r}" for r in range(args.rounds) for proto in PROTOCOLS
+                      for kind in ("", "latency-")]
             broker.create_topics(topics)
             for r in range(args.rounds):
                 order = PROTOCOLS if r % 2 == 0 else PROTOCOLS[::-1]
@@ -115,12 +120,29 @@ def main(argv: list[str] | None = None) -> int:
                               f"{result['broker_cpu_s_per_million']:6.3f} broker CPU s/M  "
                               f"{result.get('error', '')}", flush=True)
                         time.sleep(0.5)
+                    if args.latency_seconds:
+                        ln = args.latency_seconds * e2e.LATENCY_RATE
+                        result = e2e.measured(broker, lambda b=addresses[proto], t=f"latency-{topic}", x=extra, k=ln:
+                                              e2e.loadgen("latency", b, t, k, "-r", str(e2e.LATENCY_RATE), "-a", "1",
+                                                          "-X", f"linger.ms={e2e.LATENCY_LINGER_MS}", *x), ln)
+                        runs.setdefault(f"latency {proto}", []).append(result)
+                        failed = failed or "error" in result
+                        print(f"round {r} latency {proto:10} p50 {result.get('p50_ms', -1):6.2f} ms  "
+                              f"p99 {result.get('p99_ms', -1):6.2f} ms  "
+                              f"{result['broker_cpu_s_per_million']:6.3f} broker CPU s/M  "
+                              f"{result.get('error', '')}", flush=True)
         finally:
             broker.stop()
     summary: dict[str, dict] = {}
     for phase, results in runs.items():
         ok = [x for x in results if "error" not in x]
-        if ok:
+        if ok and phase.startswith("latency"):
+            summary[phase] = {
+                "p50_ms": statistics.median(x["p50_ms"] for x in ok),
+                "p99_ms": statistics.median(x["p99_ms"] for x in ok),
+                "broker_cpu_s_per_million": statistics.median(x["broker_cpu_s_per_million"] for x in ok),
+            }
+        elif ok:
             summary[phase] = {
                 "records_per_s": statistics.median(x["records_per_s"] for x in ok),
                 "broker_cpu_s_per_million": statistics.median(x["broker_cpu_s_per_million"] for x in ok),
@@ -134,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                                 tls["broker_cpu_s_per_million"] / plain["broker_cpu_s_per_million"], 3)}
     print("\nmedians over rounds:")
     for phase, s in summary.items():
-        print(f"  {phase:18} {s['records_per_s']:>12,.0f} rec/s  {s['broker_cpu_s_per_million']:6.3f} broker CPU s/M")
+        if "p50_ms" in s:
+            print(f"  {phase:18} p50 {s['p50_ms']:.2f} ms  p99 {s['p99_ms']:.2f} ms  "
+                  f"{s['broker_cpu_s_per_million']:6.3f} broker CPU s/M")
+        else:
+            print(f"  {phase:18} {s['records_per_s']:>12,.0f} rec/s  "
+                  f"{s['broker_cpu_s_per_million']:6.3f} broker CPU s/M")
     for mode, r in ratios.items():
         print(f"  {mode}: SSL/PLAINTEXT throughput {r['throughput_ssl_over_plaintext']:.2f}, "
               f"broker CPU per record {r['cpu_per_record_ssl_over_plaintext']:.2f}")
