@@ -153,7 +153,13 @@ BAD_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+# through the command line (exit status and stderr); the others in process, through the same
+# start-up step (Broker._build_tls raises the StartupError the command prints), which saves a
+# Python start per case
+THROUGH_CLI = ("jks keystore", "wrong pkcs12 password", "unmapped listener")
+
+
+@pytest.mark.parametrize("case", THROUGH_CLI)
 def test_bad_tls_config_exits_2_with_one_line(case, pki, tmp_path):
     extra, expected = BAD_CONFIGS[case]
     extra = {k: v.replace("{p12}", str(pki.broker_p12)) for k, v in extra.items()}
@@ -161,3 +167,15 @@ def test_bad_tls_config_exits_2_with_one_line(case, pki, tmp_path):
     lines = [ln for ln in err.splitlines() if ln.startswith("pybroker:")]
     assert rc == 2, err[-2000:]
     assert len(lines) == 1 and expected in lines[0], err[-2000:]
+
+
+@pytest.mark.parametrize("case", sorted(set(BAD_CONFIGS) - set(THROUGH_CLI)))
+def test_bad_tls_config_is_refused_at_start_with_one_line(case, pki, tmp_path):
+    from pybroker.config import BrokerConfig, ConfigError
+    from pybroker.server.broker import Broker, StartupError
+
+    extra, expected = BAD_CONFIGS[case]
+    overrides = broker_ssl_overrides(pki, **extra) | {"log.dirs": str(tmp_path / "data")}
+    with pytest.raises((ConfigError, StartupError)) as info:
+        Broker(BrokerConfig(overrides))._build_tls()
+    assert expected in str(info.value) and "\n" not in str(info.value)
