@@ -117,6 +117,36 @@ def parse_value(name: str, type_: str, raw: Any) -> Any:
     return s  # string, password, class
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# the TLS keys (Kafka 4.x defaults); JKS is Kafka's default store type, refused at start when a
+# listener uses TLS (pybroker reads PEM and PKCS12 only)
+SSL_CONFIG_DEFS = (
+    ConfigDef("ssl.protocol", "string", "TLSv1.3"),
+    ConfigDef("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"]),
+    ConfigDef("ssl.cipher.suites", "list", []),
+    ConfigDef("ssl.client.auth", "string", "none", one_of("required", "requested", "none")),
+    ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT"),
+    ConfigDef("ssl.endpoint.identification.algorithm", "string", "https"),
+    # the stores are per-broker dynamic (Kafka's SslConfigs.RECONFIGURABLE_CONFIGS): a change loads
+    # them for the next connections (server/dynamic_config.py)
+    ConfigDef("ssl.keystore.type", "string", "JKS", read_only=False),
+    ConfigDef("ssl.keystore.location", "string", None, read_only=False),
+    ConfigDef("ssl.keystore.password", "password", None, read_only=False),
+    ConfigDef("ssl.key.password", "password", None, read_only=False),
+    ConfigDef("ssl.keystore.certificate.chain", "password", None, read_only=False),
+    ConfigDef("ssl.keystore.key", "password", None, read_only=False),
+    ConfigDef("ssl.truststore.type", "string", "JKS", read_only=False),
+    ConfigDef("ssl.truststore.location", "string", None, read_only=False),
+    ConfigDef("ssl.truststore.password", "password", None, read_only=False),
+    ConfigDef("ssl.truststore.certificates", "password", None, read_only=False),
+)
+RECONFIGURABLE_SSL_CONFIGS = frozenset(d.name for d in SSL_CONFIG_DEFS if not d.read_only)
+# keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
+# reads the per-listener value of these
+LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS)
+_LISTENER_PREFIX = "listener.name."
+
+
 def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
     return {d.name: d for d in defs}
 
@@ -134,10 +164,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # network
     ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
     ConfigDef("advertised.listeners", "list", None),
+    # Kafka's default; with KRaft and the key unset, the controller listener names are mapped to
+    # PLAINTEXT too (BrokerConfig._protocol_map)
     ConfigDef("listener.security.protocol.map", "list",
-              ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT",
-               "SASL_SSL:SASL_SSL"]),
+              ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"]),
     ConfigDef("inter.broker.listener.name", "string", None),
+    ConfigDef("security.inter.broker.protocol", "string", "PLAINTEXT", one_of(*SECURITY_PROTOCOLS)),
     ConfigDef("controller.listener.names", "list", None),
     ConfigDef("controller.quorum.voters", "list", []),
     ConfigDef("controller.quorum.bootstrap.servers", "list", []),
@@ -173,6 +205,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("authorizer.class.name", "class", "", lambda n, v: check_authorizer_class(n, v)),
     ConfigDef("allow.everyone.if.no.acl.found", "boolean", False),
     ConfigDef("super.users", "string", "", lambda n, v: parse_super_users(n, v) and None),
+    # TLS (Kafka's SslConfigs and BrokerSecurityConfigs; pybroker/security/ssl_factory.py builds the
+    # contexts). Each may be set per listener as listener.name.<listener lowercase>.<key>.
+    *SSL_CONFIG_DEFS,
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -638,8 +673,19 @@ class BrokerConfig:
         self.warnings: list[str] = []
         self.values: dict[str, Any] = {}
         self.unknown: dict[str, Any] = {}
+        # listener.name.<listener>.<key> -> {LISTENER: {key: value}} (Kafka's ListenerName.configPrefix)
+        self.listener_values: dict[str, dict[str, Any]] = {}
         for name, raw in merged.items():
             d = BROKER_CONFIGS.get(name)
+            if d is None and name.startswith(_LISTENER_PREFIX):
+                lname, _, key = name[len(_LISTENER_PREFIX):].partition(".")
+                if key in LISTENER_CONFIG_KEYS and lname:
+                    ld = BROKER_CONFIGS[key]
+                    value = ld.parse(raw)
+                    if ld.validator is not None:
+                        ld.validator(name, value)
+                    self.listener_values.setdefault(lname.upper(), {})[key] = value
+                    continue
             if d is None:
                 self.unknown[name] = raw
                 self.warnings.append(f"unknown configuration key '{name}' was supplied but isn't a known config")
@@ -670,6 +716,18 @@ class BrokerConfig:
             return STANDALONE_DEFAULTS[name]
         return BROKER_CONFIGS[name].default
 
+    def listener_config(self, listener_name: str, name: str) -> Any:
+        """`name`'s value for one listener: listener.name.<listener>.<name> if set, else `name`'s
+        (Kafka's per-listener override, ListenerName.configPrefix)."""
+        per = self.listener_values.get(listener_name.upper())
+        if per is not None and name in per:
+            return per[name]
+        return self[name]
+
+    def listener_is_set(self, listener_name: str, name: str) -> bool:
+        per = self.listener_values.get(listener_name.upper())
+        return (per is not None and name in per) or self.is_set(name)
+
     def get(self, name: str, default: Any = None) -> Any:
         if name in BROKER_CONFIGS:
             return self[name]
@@ -690,20 +748,17 @@ class BrokerConfig:
             if self.is_set("broker.id") and self["broker.id"] != self.node_id:
                 raise ConfigError(
                     f"broker.id ({self['broker.id']}) and node.id ({self.node_id}) must match when both are set")
-        pmap: dict[str, str] = {}
-        for item in self["listener.security.protocol.map"]:
-            k, sep, v = item.partition(":")
-            if not sep:
-                raise ConfigError(f"Invalid value {item} for configuration listener.security.protocol.map")
-            pmap[k.strip().upper()] = v.strip().upper()
+        pmap = self._protocol_map()
         self.security_protocol_map = pmap
         self.listeners = parse_endpoints("listeners", self["listeners"], pmap)
         if not self.listeners:
             raise ConfigError("Invalid value for configuration listeners: at least one listener is required")
         for ep in self.listeners:
-            if ep.security_protocol != "PLAINTEXT":
-                raise ConfigError(
-                    f"Invalid value {ep} for configuration listeners: only PLAINTEXT listeners are supported")
+            if ep.security_protocol.startswith("SASL_"):
+                # issue 20: SASL comes next; a listener that would accept unauthenticated clients
+                # while promising authentication must not start
+                raise ConfigError(f"Invalid value {ep} for configuration listeners: security protocol "
+                                  f"{ep.security_protocol} is not supported yet (PLAINTEXT and SSL are)")
         adv = self["advertised.listeners"]
         self.advertised_listeners = (parse_endpoints("advertised.listeners", adv, pmap) if adv
                                      else list(self.listeners))
@@ -734,6 +789,34 @@ class BrokerConfig:
         if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
             raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
                               "replica.lag.time.max.ms to prevent frequent changes in ISR")
+
+    def _protocol_map(self) -> dict[str, str]:
+        """listener.security.protocol.map, as KafkaConfig.effectiveListenerSecurityProtocolMap: when
+        the key is not set, each controller listener name is mapped to PLAINTEXT, unless a
+        controller or listener name is itself SSL or SASL_* (then the defaults stand alone)."""
+        pmap: dict[str, str] = {}
+        for item in self["listener.security.protocol.map"]:
+            k, sep, v = item.partition(":")
+            k, v = k.strip().upper(), v.strip().upper()
+            if not sep or not k:
+                raise ConfigError(f"Invalid value {item} for configuration listener.security.protocol.map: "
+                                  "Map entry should be of form <key>:<value>")
+            if v not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"Invalid value {item} for configuration listener.security.protocol.map: "
+                                  f"No enum constant org.apache.kafka.common.security.auth.SecurityProtocol.{v}")
+            if k in pmap:
+                raise ConfigError(f"Invalid value {item} for configuration listener.security.protocol.map: "
+                                  f"Duplicate key {k}")
+            pmap[k] = v
+        if not self.is_set("listener.security.protocol.map"):
+            controller_names = [n.strip().upper() for n in (self["controller.listener.names"] or [])]
+            matches = (_ENDPOINT_RE.match(i.strip()) for i in self["listeners"])
+            listener_names = [m.group(1).upper() for m in matches if m is not None]
+            secure = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
+            if not any(n in secure for n in controller_names + listener_names):
+                for n in controller_names:
+                    pmap.setdefault(n, "PLAINTEXT")
+        return pmap
 
     def _derive_kraft(self) -> None:
         """Roles, quorum and listener roles, checked as Kafka's KafkaConfig.validateValues does
@@ -806,7 +889,7 @@ class BrokerConfig:
             if not adv_names:
                 raise ConfigError("There must be at least one broker advertised listener. Perhaps all listeners "
                                   "appear in controller.listener.names?")
-            ibl = (self["inter.broker.listener.name"] or "PLAINTEXT").upper()
+            ibl = self._inter_broker_listener_name()
             if ibl in names:
                 raise ConfigError(f"controller.listener.names must not contain the inter-broker listener name {ibl}")
             if ibl not in adv_names:
@@ -823,6 +906,25 @@ class BrokerConfig:
             if e.host == "0.0.0.0":
                 raise ConfigError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
                                   "Use a routable IP address.")
+
+    def _inter_broker_listener_name(self) -> str:
+        """KafkaConfig.getInterBrokerListenerNameAndSecurityProtocol: inter.broker.listener.name (it
+        must be mapped), else the listener named after security.inter.broker.protocol; not both."""
+        name = self["inter.broker.listener.name"]
+        if name is not None:
+            if self.is_set("security.inter.broker.protocol"):
+                raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                                  "should be set.")
+            name = name.strip().upper()
+            if name not in self.security_protocol_map:
+                raise ConfigError(f"Listener with name {name} defined in inter.broker.listener.name not found in "
+                                  "listener.security.protocol.map.")
+            return str(name)
+        return str(self["security.inter.broker.protocol"]).upper()
+
+    def listener_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener name (KeyError when unmapped)."""
+        return self.security_protocol_map[listener_name.upper()]
 
     def broker_synonym_value(self, name: str) -> Any:
         """The broker-level value backing a topic config (derived names included)."""

@@ -1,7 +1,8 @@
 """`pybroker cluster`: a local KRaft cluster for development, one process per node.
 
     pybroker cluster [--nodes 3] [--dir ./pybroker-cluster] [--base-port 9092]
-                     [--controller-base-port BASE+100] [--override key=value ...]
+                     [--controller-base-port BASE+100] [--security plaintext|ssl]
+                     [--override key=value ...]
 
 Node i (1..N) is a combined broker and controller (`process.roles=broker,controller`): its client
 listener is PLAINTEXT://127.0.0.1:BASE+i-1, its controller listener CONTROLLER://127.0.0.1:
@@ -11,6 +12,12 @@ CONTROLLER_BASE+i-1, every node is a voter (`controller.quorum.voters`), and its
 reuse the data, so they must keep the node count. The command prints the bootstrap servers once
 every node serves, then waits; Ctrl-C or SIGTERM stops every node it started (SIGTERM to each PID,
 a clean shutdown; SIGKILL after 30 s), as does its own death (each node dies with it).
+
+`--security ssl` puts TLS on every listener, client and controller, with client certificates
+required, so Raft, forwarding, heartbeats and replication between the nodes all run over TLS
+with the nodes' own certificate: a local CA and the certificates are made in `DIR/tls/`
+(security/local_ca.py) and reused, and `DIR/client-ssl.properties` holds the client settings
+(librdkafka names; the command prints them).
 
 Errors (ports in use, a directory of another shape): one line on stderr, exit code 2; a node that
 fails to start: its log's last lines, every node stopped, exit code 1.
@@ -43,10 +50,17 @@ from pybroker.cli.storage import format_storage
 from pybroker.config import ConfigError, build_config, parse_overrides
 from pybroker.log.file_lock import LOCK_FILE, DirectoryLockedError, lock_dirs, release_all
 from pybroker.log.meta_properties import random_uuid_str, read_meta_properties
+from pybroker.security.local_ca import (
+    CA_CERT,
+    CLIENT_CERT,
+    CLIENT_KEY,
+    NODE_KEYSTORE,
+    ensure_local_ca,
+)
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-LISTENING = "listening on PLAINTEXT://"
+LISTENING = "listening on {listener}://"
 
 if sys.platform.startswith("linux"):
     import ctypes
@@ -60,26 +74,37 @@ else:  # pragma: no cover
 
 
 def node_properties(node_id: int, nodes: int, base_port: int, controller_base_port: int, data_dir: Path,
-                    extra: dict[str, str]) -> dict[str, str]:
+                    extra: dict[str, str], tls_dir: Path | None = None) -> dict[str, str]:
     voters = ",".join(f"{i}@127.0.0.1:{controller_base_port + i - 1}" for i in range(1, nodes + 1))
+    proto = "PLAINTEXT" if tls_dir is None else "SSL"
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{base_port + node_id - 1},"
+        "listeners": f"{proto}://127.0.0.1:{base_port + node_id - 1},"
                      f"CONTROLLER://127.0.0.1:{controller_base_port + node_id - 1}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{base_port + node_id - 1}",
+        "advertised.listeners": f"{proto}://127.0.0.1:{base_port + node_id - 1}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": proto,
+        "listener.security.protocol.map": f"CONTROLLER:{proto},{proto}:{proto}",
         "log.dirs": str(data_dir),
         # a development cluster: internal topics on every node, acks=all needs two copies
         "offsets.topic.replication.factor": str(min(3, nodes)),
         "transaction.state.log.replication.factor": str(min(3, nodes)),
         "transaction.state.log.min.isr": str(min(2, nodes)),
     }
+    if tls_dir is not None:
+        props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / NODE_KEYSTORE),
+                      "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / CA_CERT),
+                      "ssl.client.auth": "required"})
     props.update(extra)
     return props
+
+
+def client_properties(tls_dir: Path) -> dict[str, str]:
+    """What a librdkafka client (confluent-kafka, kcat -F) needs to reach an `--security ssl` cluster."""
+    return {"security.protocol": "SSL", "ssl.ca.location": str(tls_dir / CA_CERT),
+            "ssl.certificate.location": str(tls_dir / CLIENT_CERT), "ssl.key.location": str(tls_dir / CLIENT_KEY)}
 
 
 def _write_properties(path: Path, props: dict[str, str]) -> None:
@@ -98,7 +123,7 @@ def _port_free(port: int) -> bool:
 
 
 def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: int,
-            overrides: dict[str, str], out: TextIO) -> tuple[str, list[Path]]:
+            overrides: dict[str, str], out: TextIO, security: str = "plaintext") -> tuple[str, list[Path]]:
     """Write every node's server.properties and format what is not formatted yet; returns the
     cluster id and the nodes' property files."""
     if nodes < 1:
@@ -124,6 +149,9 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
     else:
         cluster_id = random_uuid_str()
         id_file.write_text(cluster_id + "\n")
+    tls_dir = ensure_local_ca((directory / "tls").resolve()) if security == "ssl" else None
+    if tls_dir is not None:
+        _write_properties(directory / "client-ssl.properties", client_properties(tls_dir))
     files = []
     for node_id in range(1, nodes + 1):
         node_dir = directory / f"node-{node_id}"
@@ -134,7 +162,7 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
                 release_all(lock_dirs([data]))
             except DirectoryLockedError as exc:
                 raise CliError(f"node {node_id}: {exc}") from None
-        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides)
+        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides, tls_dir)
         path = node_dir / "server.properties"
         _write_properties(path, props)
         files.append(path)
@@ -155,7 +183,8 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
 
 
 class Node:
-    def __init__(self, node_id: int, properties: Path) -> None:
+    def __init__(self, node_id: int, properties: Path, listener: str = "PLAINTEXT") -> None:
+        self.listening_line = LISTENING.format(listener=listener).encode()
         self.node_id = node_id
         self.properties = properties
         self.log_path = properties.parent / "node.log"
@@ -174,7 +203,7 @@ class Node:
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._offset)
-                return LISTENING.encode() in f.read()
+                return self.listening_line in f.read()
         except FileNotFoundError:
             return False
 
@@ -213,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client port of node 1; node i listens on BASE+i-1 (default 9092)")
     p.add_argument("--controller-base-port", type=int, default=None,
                    help="controller port of node 1 (default BASE+100)")
+    p.add_argument("--security", choices=("plaintext", "ssl"), default="plaintext",
+                   help="ssl: TLS with client certificates on every listener, a local CA in DIR/tls")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="a property for every node (repeatable)")
     return p
@@ -227,11 +258,12 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     controller_base = args.controller_base_port if args.controller_base_port is not None else args.base_port + 100
     try:
         overrides = parse_overrides(args.override)
-        cluster_id, files = prepare(Path(args.dir), args.nodes, args.base_port, controller_base, overrides, out)
+        cluster_id, files = prepare(Path(args.dir), args.nodes, args.base_port, controller_base, overrides, out,
+                                    args.security)
     except (CliError, ConfigError) as exc:
         err.write(f"pybroker: {exc}\n")
         return EXIT_BAD_INPUT
-    nodes = [Node(i + 1, f) for i, f in enumerate(files)]
+    nodes = [Node(i + 1, f, "SSL" if args.security == "ssl" else "PLAINTEXT") for i, f in enumerate(files)]
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -257,6 +289,10 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.nodes))
         out.write(f"pybroker cluster: {args.nodes} node(s), cluster id {cluster_id}, files in {args.dir}\n")
         out.write(f"bootstrap servers: {bootstrap}\n")
+        if args.security == "ssl":
+            client = Path(args.dir) / "client-ssl.properties"
+            settings = " ".join(f"{k}={v}" for k, v in client_properties((Path(args.dir) / "tls").resolve()).items())
+            out.write(f"client properties ({client}): {settings}\n")
         out.flush()
         while not stop_requested:
             for n in nodes:

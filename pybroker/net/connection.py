@@ -51,6 +51,7 @@ from pybroker.protocol.chunks import Chunk, FileRegion
 log = logging.getLogger("pybroker.net")
 
 _SIZE = struct.Struct(">i")
+ANONYMOUS = "User:ANONYMOUS"  # KafkaPrincipal.ANONYMOUS (security/authorizer.py has the same)
 _RECV_MIN = 4 * 1024  # a new (or released) receive buffer
 _RECV_CHUNK = 256 * 1024  # the most a receive buffer grows to
 _SMALL_FRAME = 16 * 1024  # below this, slicing the receive buffer is cheaper than anything else
@@ -90,7 +91,8 @@ class Connection:
 
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
                  "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "waits", "fd", "waited",
-                 "throttle_deadline", "_throttle_scope", "request_meter", "remote_s", "idle_mark", "idle_since")
+                 "throttle_deadline", "_throttle_scope", "request_meter", "remote_s", "idle_mark", "idle_since",
+                 "principal")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -117,6 +119,9 @@ class Connection:
         # busy or not looked at yet), and the trio time from which the connection counts as quiet
         self.idle_mark = -1
         self.idle_since = 0.0
+        # the authenticated principal (Kafka's KafkaPrincipal as "Type:name"): User:ANONYMOUS on
+        # PLAINTEXT and on SSL without a client certificate; set by the server after a TLS handshake
+        self.principal = ANONYMOUS
 
     @property
     def buffer_bytes(self) -> int:

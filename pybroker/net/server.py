@@ -15,6 +15,18 @@ idle + one poll. Nothing is done per request for this: the sweep compares counte
 loop keeps anyway (Connection.requests + Connection.waits). A negative value turns expiry off
 (Kafka's NO_IDLE_TIMEOUT_MS); quiet connections still release their buffers.
 
+Channels (Kafka's ChannelBuilder): each listener has a `ChannelBuilder` that makes the Connection
+of an accepted socket and authenticates it before its first request: PLAINTEXT does nothing
+(User:ANONYMOUS), SSL (net/tls.py, TlsChannelBuilder) runs the TLS handshake and takes the
+principal from the client certificate; SASL will run its exchange here, over the connection's
+frames, and set `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
+smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S`: Kafka has no separate bound
+and reaps a stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a
+peer that opens connections and never finishes them hold sockets that long). A failed or
+timed-out authentication closes that socket, logged at INFO; the listener goes on serving.
+While it runs the connection is not `busy`: shutdown and the idle sweep wake a silent peer as
+they wake a connection waiting for its next request.
+
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
 the answer, then closes. `wait_idle()` returns when every connection is gone.
@@ -24,7 +36,8 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import trio
 
@@ -39,6 +52,30 @@ ACCEPT_BACKOFF_S = 0.1
 SWEEP_MIN_S = 0.05
 SWEEP_MAX_S = 10.0
 _SWEEP_STEP = 1000  # connections looked at per task step of the sweep
+AUTHENTICATION_TIMEOUT_S = 10.0
+
+
+class ChannelBuilder(Protocol):
+    """Makes and authenticates the connections of one listener (Kafka's ChannelBuilder)."""
+
+    def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection: ...
+
+    async def authenticate(self, conn: Connection) -> bool:
+        """Run the listener's handshake and set `conn.principal`; False (logged) to close it."""
+        ...
+
+
+class PlaintextChannelBuilder:
+    """PLAINTEXT: no handshake, every connection is User:ANONYMOUS."""
+
+    def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection:
+        return Connection(sock, peer, listener_name)
+
+    async def authenticate(self, conn: Connection) -> bool:
+        return True
+
+
+PLAINTEXT = PlaintextChannelBuilder()
 
 
 def sweep_period(max_idle_ms: int) -> float:
@@ -51,8 +88,11 @@ def sweep_period(max_idle_ms: int) -> float:
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
                  max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None,
-                 max_idle_ms: int = 600_000) -> None:
+                 max_idle_ms: int = 600_000, channels: Mapping[str, ChannelBuilder] | None = None) -> None:
         self.endpoints = list(listeners)
+        self.channels = dict(channels or {})  # listener name -> its builder; PLAINTEXT when absent
+        self.authentication_timeout_s = (AUTHENTICATION_TIMEOUT_S if max_idle_ms < 0
+                                         else min(AUTHENTICATION_TIMEOUT_S, max_idle_ms / 1000))
         self.max_idle_ms = max_idle_ms  # connections.max.idle.ms
         self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
@@ -148,16 +188,27 @@ class SocketServer:
             peer = sock.getpeername()
         except OSError:
             peer = None
-        conn = Connection(sock, peer, listener_name)
+        channel = self.channels.get(listener_name, PLAINTEXT)
+        conn = channel.create(sock, peer, listener_name)
         self.connections.add(conn)
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
         try:
+            if channel is not PLAINTEXT and not await self._authenticate(channel, conn):
+                sock.close()
+                return
             await serve_connection(conn, self.handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
             self.connections.discard(conn)
             if not self.connections:
                 self._all_closed.set()
+
+    async def _authenticate(self, channel: ChannelBuilder, conn: Connection) -> bool:
+        with trio.move_on_after(self.authentication_timeout_s):
+            return await channel.authenticate(conn)
+        log.info("closing connection from %s on %s: handshake not done within %.1f s", conn.peer,
+                 conn.listener_name, self.authentication_timeout_s)
+        return False
 
     def begin_shutdown(self) -> None:
         self._shutting_down = True

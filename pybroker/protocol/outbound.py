@@ -26,6 +26,13 @@ bytes nobody asked for) is replaced by a new connection instead of failing the r
 NetworkClient closes its own connections idle that long instead.) A connection in steady use (a
 follower's fetches) never pays for the poll.
 
+TLS: with an `ssl_context` (the peer's listener is SSL: the node's client context for it,
+security/ssl_factory.client_context) the TCP stream is wrapped in a trio.SSLStream and the
+handshake runs as part of connecting, under the caller's timeout; the server name is the
+address's host (checked against the peer's certificate when the context checks host names).
+A failed handshake is an ssl.SSLError, one of CONNECTION_ERRORS (OSError), retried as any refused
+connection.
+
 Concurrency: a trio.Lock serialises requests of several tasks on one connection; the close on
 failure is shielded so a cancelled caller still releases the socket.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import ssl
 import struct
 from typing import Any
 
@@ -87,10 +95,12 @@ class OutboundConnection:
     `request()` connects when there is no connection or the address changed (a node that moved,
     or another leader), sends one request and returns the decoded response body."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.client_id = client_id
+        self.ssl_context = ssl_context
         self._lock = trio.Lock()
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] | None = None
+        self._socket: trio.socket.SocketType | None = None
         self._address: tuple[str, int] | None = None
         self._correlation_id = 0
         self._last_used = 0.0  # trio time the last exchange ended
@@ -117,7 +127,7 @@ class OutboundConnection:
                 with trio.fail_after(timeout_s) if timeout_s is not None else contextlib.nullcontext():
                     if self._stream is None or self._address != address or self._closed_by_peer():
                         await self._close()
-                        self._stream = await trio.open_tcp_stream(*address)
+                        self._stream = await self._connect(address)
                         self._address = address
                     await self._stream.send_all(frame)
                     payload = await receive_frame(self._stream)
@@ -130,18 +140,34 @@ class OutboundConnection:
             self._last_used = trio.current_time()
             return response
 
+    async def _connect(self, address: tuple[str, int]) -> trio.SocketStream | trio.SSLStream[trio.SocketStream]:
+        tcp = await trio.open_tcp_stream(*address)
+        self._socket = tcp.socket
+        if self.ssl_context is None:
+            return tcp
+        tls = trio.SSLStream(tcp, self.ssl_context, server_hostname=address[0])
+        try:
+            await tls.do_handshake()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await tcp.aclose()
+            raise
+        return tls
+
     def _closed_by_peer(self) -> bool:
         """Is the kept connection, unused for STALE_CHECK_S or more, readable (closed by the peer)?
         Nothing is due on it between two exchanges, so anything readable ends it."""
         if self._stream is None or trio.current_time() - self._last_used < STALE_CHECK_S:
             return False
         poller = select.poll()
-        poller.register(self._stream.socket.fileno(), select.POLLIN)
+        assert self._socket is not None
+        poller.register(self._socket.fileno(), select.POLLIN)
         return bool(poller.poll(0))
 
     async def _close(self) -> None:
         stream, self._stream = self._stream, None
         self._address = None
+        self._socket = None
         if stream is not None:
             with trio.CancelScope(shield=True):
                 await stream.aclose()

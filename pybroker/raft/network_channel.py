@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +45,7 @@ class _Peer:
         self.channel = channel
         self.node_id = node_id
         self.send, self.receive = trio.open_memory_channel(math.inf)
-        self.conn = OutboundConnection(channel.client_id)
+        self.conn = OutboundConnection(channel.client_id, channel.ssl_context)
 
     async def run(self) -> None:
         try:
@@ -75,7 +76,8 @@ class KafkaNetworkChannel:
     """Sends OutboundRequests; their answers reach `deliver` (the driver's inbox)."""
 
     def __init__(self, nursery: trio.Nursery, deliver: Callable[[InboundResponse], None], *,
-                 request_timeout_ms: int, client_id: str) -> None:
+                 request_timeout_ms: int, client_id: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # the controller listener's client TLS, None when it is plaintext
         self.nursery = nursery
         self.deliver = deliver
         self.request_timeout_ms = request_timeout_ms

@@ -29,6 +29,7 @@ thread, one io at a time, in order.
 from __future__ import annotations
 
 import math
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +65,8 @@ class RaftDriver:
         self._inbox_send, self._inbox_receive = trio.open_memory_channel(math.inf)
         self._changed = trio.Event()
         self._channel: KafkaNetworkChannel | None = None
+        # the controller listener's client TLS (set by the node before run; None: plaintext)
+        self.ssl_context: ssl.SSLContext | None = None
         self._stopped = False
         self._unanswered: set[_ResponseSlot] = set()
 
@@ -83,7 +86,7 @@ class RaftDriver:
         async with trio.open_nursery() as nursery:
             self._channel = KafkaNetworkChannel(
                 nursery, self._deliver_response, request_timeout_ms=self.client.config.request_timeout_ms,
-                client_id=f"{CLIENT_ID_PREFIX}{self.client.node_id}")
+                client_id=f"{CLIENT_ID_PREFIX}{self.client.node_id}", ssl_context=self.ssl_context)
             task_status.started()
             try:
                 await self._loop()

@@ -64,6 +64,7 @@ the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH) is sent again a
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -197,8 +198,8 @@ class LeaderConnection:
     """The fetcher's connection to its leader's inter-broker listener: one request in flight,
     replica.socket.timeout.ms on each."""
 
-    def __init__(self, client_id: str, timeout_s: float) -> None:
-        self._conn = OutboundConnection(client_id)
+    def __init__(self, client_id: str, timeout_s: float, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._conn = OutboundConnection(client_id, ssl_context)
         self.timeout_s = timeout_s
 
     async def request(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage) -> Any:
@@ -258,7 +259,7 @@ class ReplicaFetcher:
         self._changed = trio.Event()
         cfg = self.rm.config
         self.conn = LeaderConnection(f"replica-fetcher-{self.rm.node_id}-{fetcher_id}",
-                                     max(0.1, cfg["replica.socket.timeout.ms"] / 1000))
+                                     max(0.1, cfg["replica.socket.timeout.ms"] / 1000), self.rm.inter_broker_ssl)
         self.cancel_scope = trio.CancelScope()
         self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
         self._cuts: list[LogSegment] = []  # segment files a truncation left to cut (a worker thread)

@@ -38,6 +38,7 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -181,6 +182,8 @@ class ReplicaManager:
         self.spawn = spawn
         self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
+        # the client TLS context for leaders' inter-broker listener (set by the node; None: plaintext)
+        self.inter_broker_ssl: ssl.SSLContext | None = None
         self._by_topic: dict[str, dict[int, Partition]] = {}  # topic -> its partitions here
         self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
         # called after each batch of new partitions is published: a node that owns its process

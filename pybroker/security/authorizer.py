@@ -2,8 +2,9 @@
 
 Enabled by `authorizer.class.name` (org.apache.kafka.metadata.authorizer.StandardAuthorizer, or
 kafka.security.authorizer.AclAuthorizer as an alias); `Broker.authorizer` is None otherwise and
-every handler's check is one `is None` test. pybroker has no SASL/SSL, so every request's
-principal is User:ANONYMOUS and its host is the client's IP address.
+every handler's check is one `is None` test. A request's principal is its context's (the
+connection's: the TLS client certificate's mapped subject, else User:ANONYMOUS; a forwarded
+request's: the envelope's) and its host is the client's IP address.
 
 Decision for (principal, host, operation, resource type, literal resource name), as
 StandardAuthorizerData.authorize:
@@ -235,10 +236,11 @@ class StandardAuthorizer:
     # ------------------------------------------------------------------ request helpers
 
     def authorize(self, ctx: Any, op: int, resource_type: int, name: str) -> bool:
-        ok = self.authorize_action(ANONYMOUS, client_host(ctx), op, resource_type, name)
+        principal = ctx.principal
+        ok = self.authorize_action(principal, client_host(ctx), op, resource_type, name)
         if not ok and audit_log.isEnabledFor(logging.DEBUG):
             audit_log.debug("Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s",
-                            ANONYMOUS, AclOperation(op).name, client_host(ctx), ResourceType(resource_type).name,
+                            principal, AclOperation(op).name, client_host(ctx), ResourceType(resource_type).name,
                             name)
         return ok
 
@@ -248,14 +250,15 @@ class StandardAuthorizer:
     def filter_authorized(self, ctx: Any, op: int, resource_type: int, names: Iterable[str]) -> set[str]:
         """AuthHelper.filterByAuthorized: the names (deduplicated) the caller may act on."""
         host = client_host(ctx)
-        return {n for n in set(names) if self.authorize_action(ANONYMOUS, host, op, resource_type, n)}
+        principal = ctx.principal
+        return {n for n in set(names) if self.authorize_action(principal, host, op, resource_type, n)}
 
     def authorize_by_resource_type(self, ctx: Any, op: int, resource_type: int) -> bool:
-        return self.authorize_by_resource_type_action(ANONYMOUS, client_host(ctx), op, resource_type)
+        return self.authorize_by_resource_type_action(ctx.principal, client_host(ctx), op, resource_type)
 
     def authorized_operations(self, ctx: Any, resource_type: int, name: str) -> int:
         """AuthHelper.authorizedOperations: the KIP-430 bitfield for one resource."""
-        return self.authorized_operations_for(ANONYMOUS, client_host(ctx), resource_type, name)
+        return self.authorized_operations_for(ctx.principal, client_host(ctx), resource_type, name)
 
     def config_resource_error(self, ctx: Any, op: int, config_resource_type: int, name: str
                               ) -> tuple[int, str] | None:

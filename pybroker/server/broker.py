@@ -45,6 +45,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import Any
 import trio
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.config import BrokerConfig, Endpoint, parse_metrics_listener
+from pybroker.config import BrokerConfig, ConfigError, Endpoint, parse_metrics_listener
 from pybroker.controller import features as feature_control
 from pybroker.controller.bootstrap_metadata import read_bootstrap_records, read_bootstrap_voters
 from pybroker.controller.controller import QuorumController
@@ -70,6 +71,7 @@ from pybroker.metadata.image import MetadataImage
 from pybroker.metadata.loader import Delta, MetadataLoader
 from pybroker.metrics.request_metrics import RequestMetrics
 from pybroker.net.server import SocketServer
+from pybroker.net.tls import TlsChannelBuilder
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.purgatory.timer import SystemTimer
@@ -84,6 +86,7 @@ from pybroker.replication.alter_partition_manager import (
 )
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
+from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.broker_lifecycle_manager import BrokerLifecycleManager
@@ -143,6 +146,11 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator
         self.add_partitions_manager: AddPartitionsToTxnManager
         self.server: SocketServer
+        # TLS (security/ssl_factory.py): each SSL listener's server side, and this node's client
+        # contexts for its peers' inter-broker and controller listeners (None: plaintext)
+        self.listener_tls: dict[str, ListenerSsl] = {}
+        self.inter_broker_client_ssl: ssl.SSLContext | None = None
+        self.controller_client_ssl: ssl.SSLContext | None = None
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
@@ -262,6 +270,29 @@ class Broker:
                                    "`--initial-controllers`")
         return replace(base, voters=voters), name, local
 
+    def _build_tls(self) -> None:
+        """The TLS contexts of the SSL listeners and of this node's own connections to its peers'
+        inter-broker and controller listeners (each with that listener's ssl.* values, as Kafka's
+        inter-broker clients take them); StartupError (one line, exit 2) for one that does not load."""
+        cfg = self.config
+        try:
+            self.listener_tls = {e.listener_name: ListenerSsl.of(cfg, e.listener_name) for e in cfg.listeners
+                                 if e.security_protocol == "SSL"}
+            clients: dict[str, ClientSsl | None] = {}
+            if cfg.is_broker and cfg.inter_broker_listener_name:
+                clients[cfg.inter_broker_listener_name] = ClientSsl.of(cfg, cfg.inter_broker_listener_name)
+            if cfg.controller_listener_names:
+                name = cfg.controller_listener_names[0]
+                clients[name] = clients.get(name) or ClientSsl.of(cfg, name)
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
+        inter_broker = clients.get(cfg.inter_broker_listener_name) if cfg.is_broker else None
+        controller = clients.get(cfg.controller_listener_names[0]) if cfg.controller_listener_names else None
+        self.inter_broker_client_ssl = inter_broker.context if inter_broker is not None else None
+        self.controller_client_ssl = controller.context if controller is not None else None
+        self.dynamic_config.listener_tls = self.listener_tls
+        self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
+
     async def _open_raft(self, nursery: trio.Nursery) -> None:
         cfg = self.config
         quorum, listener_name, local_listeners = self._quorum()
@@ -276,6 +307,7 @@ class Broker:
                 log_cleaner_interval_ms=int(os.environ.get("PYBROKER_METADATA_CLEANER_INTERVAL_MS", "60000")))
         except (LogError, OSError, ValueError) as exc:
             raise StartupError(f"cannot open the metadata log in {cfg.metadata_log_dir}: {exc}") from None
+        self.raft.driver.ssl_context = self.controller_client_ssl
         try:
             await nursery.start(self.raft.driver.run)
         except QuorumStateError as exc:
@@ -316,7 +348,7 @@ class Broker:
                                      local_active=lambda: self.is_active_controller, leader=leader,
                                      wait_for_change=wait_for_change,
                                      retry_backoff_ms=max(100, cfg["controller.quorum.retry.backoff.ms"]),
-                                     attempt_timeout_ms=attempt_timeout_ms)
+                                     attempt_timeout_ms=attempt_timeout_ms, ssl_context=self.controller_client_ssl)
 
         # a forwarded admin request may keep the controller busy for a while (a CreateTopics of
         # thousands of partitions): cut short, its retry would find its own work done
@@ -379,6 +411,7 @@ class Broker:
         if cfg.is_broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
                                                   self.clock)
+            self.replica_manager.inter_broker_ssl = self.inter_broker_client_ssl
             self.replica_manager.load_high_watermarks()
             self.dynamic_config.apply_runtime(self)  # the replication throttle rates (KIP-73)
             self.replica_manager.alter_partition_manager = alter = AlterPartitionManager(
@@ -396,7 +429,8 @@ class Broker:
             # or straight to this node's own handler for the partitions it leads
             markers = TransactionMarkerChannelManager(
                 node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
-                local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"])
+                local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"],
+                ssl_context=self.inter_broker_client_ssl)
             self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
                                                           self.image, self.producer_ids, self.group_coordinator,
                                                           nursery.start_soon, markers)
@@ -406,7 +440,8 @@ class Broker:
             self.add_partitions_manager = AddPartitionsToTxnManager(
                 node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
                 partition_for=self.txn_coordinator.partition_for,
-                local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"])
+                local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"],
+                ssl_context=self.inter_broker_client_ssl)
             self.replica_manager.add_partitions_manager = self.add_partitions_manager  # Produce's verification
 
             def quotas(delta: Delta) -> None:
@@ -495,15 +530,19 @@ class Broker:
             timing = time.perf_counter if self.request_metrics is not None else None
             broker_eps = cfg.broker_listeners if cfg.is_broker else []
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
+            self._build_tls()
+            channels = {name: TlsChannelBuilder(tls) for name, tls in self.listener_tls.items()}
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
-                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"])
+                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
+                                               channels=channels)
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, ControllerDispatcher(self),
                                                           cfg["socket.request.max.bytes"], cfg["max.connections"],
-                                                          max_idle_ms=cfg["connections.max.idle.ms"])
+                                                          max_idle_ms=cfg["connections.max.idle.ms"],
+                                                          channels=channels)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"

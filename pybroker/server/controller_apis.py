@@ -38,6 +38,7 @@ from pybroker.protocol.messages import (
     EnvelopeResponse,
 )
 from pybroker.raft import raft_util
+from pybroker.security.authorizer import ANONYMOUS
 from pybroker.server import forwarding
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.server.error_responses import ERROR_RESPONSES
@@ -96,7 +97,8 @@ async def handle(broker: Broker, conn: Connection | None, api_key: int, version:
         listener = conn.listener_name if conn is not None else "CONTROLLER"
         peer = conn.peer if conn is not None else ("127.0.0.1", 0)
         ctx = RequestContext(conn if conn is not None else ForwardedConnection(peer, listener), api_key, version,
-                             correlation_id, client_id, forwarded=True)
+                             correlation_id, client_id, forwarded=True,
+                             principal=conn.principal if conn is not None else ANONYMOUS)
         try:
             return await _call(HANDLERS[api_key], broker, ctx, body)
         except KafkaError as exc:

@@ -26,6 +26,7 @@ two: broker membership, and everything else, so a slow CreateTopics cannot delay
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,7 +56,7 @@ class ControllerChannel:
     def __init__(self, *, name: str, client_id: str, local_handler: LocalHandler | None,
                  local_active: Callable[[], bool], leader: Callable[[], tuple[int | None, tuple[str, int] | None]],
                  wait_for_change: Callable[[float], Awaitable[None]], retry_backoff_ms: int,
-                 attempt_timeout_ms: int) -> None:
+                 attempt_timeout_ms: int, ssl_context: ssl.SSLContext | None = None) -> None:
         """`leader()`: (the Raft leader's id or None, its controller listener address or None);
         `wait_for_change(seconds)`: returns after the Raft state changed or the time passed."""
         self.name = name
@@ -67,7 +68,7 @@ class ControllerChannel:
         self.retry_backoff_s = max(0.001, retry_backoff_ms / 1000)
         # one attempt on one connection: a paused (SIGSTOPped) controller keeps its socket open
         self.attempt_timeout_s = max(0.01, attempt_timeout_ms / 1000)
-        self._conn = OutboundConnection(client_id)
+        self._conn = OutboundConnection(client_id, ssl_context)  # the controller listener's TLS, if SSL
 
     async def send(self, api_key: int, version: int, body: ApiMessage, timeout_s: float, *,
                    is_not_controller: Callable[[Any], bool] = _not_controller) -> Any:

@@ -160,7 +160,7 @@ class RequestDispatcher:
             # out its handshake (docs/ARCHITECTURE.md, "Start-up and recovery")
             await self.broker.ready.wait()
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
-                             header.client_id, len(frame))
+                             header.client_id, len(frame), principal=conn.principal)
         handler = HANDLERS[api_key]
         if api_key in forwarding.FORWARDED_APIS and not self.broker.handles_locally(api_key, body):
             return await self._forward(conn, header, body, frame)
@@ -203,7 +203,7 @@ class RequestDispatcher:
                        frame: bytearray | memoryview) -> Sequence[Chunk] | None:
         api_key = header.request_api_key
         ctx = RequestContext(conn, api_key, header.request_api_version, header.correlation_id,
-                             header.client_id, len(frame))
+                             header.client_id, len(frame), principal=conn.principal)
         if self.request_metrics is not None:
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         if request_log.isEnabledFor(logging.DEBUG):

@@ -53,6 +53,7 @@ from pybroker.config import (
     BROKER_CONFIGS,
     DYNAMIC_ONLY_BROKER_CONFIGS,
     LONG_MAX,
+    RECONFIGURABLE_SSL_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigDef,
@@ -69,6 +70,7 @@ from pybroker.controller.broker_configs import (
 )
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import DescribeConfigsResponse
+from pybroker.security.ssl_factory import ClientSsl, ListenerSsl, listener_ssl_values
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -155,7 +157,8 @@ def _is_per_broker(name: str) -> bool:
     m = _LISTENER_CONFIG.match(name)
     if m:
         return m.group(1) not in _CLUSTER_LEVEL_LISTENER_CONFIGS
-    return name in KAFKA_PER_BROKER_CONFIGS
+    # the TLS stores are per-broker too (Kafka's PerBrokerConfigs include DynamicSecurityConfigs)
+    return name in KAFKA_PER_BROKER_CONFIGS or name in RECONFIGURABLE_SSL_CONFIGS
 
 
 def _non_dynamic(names: Iterable[str], per_broker: bool) -> list[str]:
@@ -190,6 +193,10 @@ class DynamicBrokerConfig:
                 self.default_props[name] = raw
         self.dynamic_default: dict[str, str] = {}  # currentDynamicDefaultConfigs
         self.dynamic_broker: dict[str, str] = {}   # currentDynamicBrokerConfigs
+        # the node's SSL listeners (Broker.listener_tls), whose stores a change must reload
+        self.listener_tls: Mapping[str, ListenerSsl] = {}
+        # its client contexts for the peers' inter-broker / controller listeners (Broker._build_tls)
+        self.client_tls: Mapping[str, ClientSsl] = {}
         # what the image held at the last reload; None: never loaded (the first reload always
         # rebuilds, so a config object reused for a restart drops its old dynamic values)
         self._stored: tuple[dict[str, str], dict[str, str]] | None = None
@@ -273,6 +280,7 @@ class DynamicBrokerConfig:
 
     def apply_runtime(self, broker: Broker) -> None:
         """Push values that components captured at start-up (Kafka's BrokerReconfigurables)."""
+        self.reload_tls()
         cfg = self.config
         server = getattr(broker, "server", None)
         if server is not None:
@@ -289,11 +297,33 @@ class DynamicBrokerConfig:
             log.warning("replica.alter.log.dirs.io.max.bytes.per.second is set, but pybroker does not throttle "
                         "AlterReplicaLogDirs moves")
 
+    def reload_tls(self) -> None:
+        """Kafka's reconfigurable SslFactory: a listener whose stores changed (values, or the files
+        replaced under the same names) serves its next connections with the new ones; open
+        connections keep their session. This node's client contexts for its peers follow."""
+        cfg = self.config
+        for name, tls in self.listener_tls.items():
+            try:
+                if tls.reconfigure(listener_ssl_values(cfg, name)):
+                    log.info("listener %s: TLS keystore/truststore reloaded; new connections use them", name)
+            except ConfigError as exc:
+                log.error("listener %s: TLS stores not reloaded, the old ones stay in use: %s", name, exc)
+        for name, client in self.client_tls.items():  # this node's own connections to its peers
+            try:
+                if client.reconfigure(listener_ssl_values(cfg, name)):
+                    log.info("listener %s: this node's client TLS stores reloaded for new connections to peers", name)
+            except ConfigError as exc:
+                log.error("listener %s: client TLS stores not reloaded: %s", name, exc)
+
     def on_metadata(self, broker: Broker, configs: Mapping[tuple[int, str], Mapping[str, str]],
                     records: Sequence[Any]) -> None:
         if any(type(r).__name__ == "ConfigRecord" and r.resource_type == RESOURCE_BROKER for r in records):
             if self.reload(configs):
                 self.apply_runtime(broker)
+            else:
+                # a BROKER record with the values unchanged (KAFKA-14136: re-setting a keystore
+                # path writes one) still reloads store files replaced under the same name
+                self.reload_tls()
 
     # ------------------------------------------------------------------ validating changes
 
@@ -332,9 +362,30 @@ class DynamicBrokerConfig:
         else:
             default, broker = dict(props), self.dynamic_broker
         try:
-            BrokerConfig(self.merged_props(default, broker))
+            fresh = BrokerConfig(self.merged_props(default, broker))
         except ConfigError as exc:
             raise KafkaError(Errors.INVALID_REQUEST, str(exc)) from None
+        self._check_tls(fresh)
+
+    def _check_tls(self, fresh: BrokerConfig) -> None:
+        """The stores of every SSL listener whose ssl.* values the change touches must load
+        (Kafka's SslFactory.validateReconfiguration); INVALID_REQUEST otherwise, nothing applied."""
+        for ep in fresh.listeners:
+            if ep.security_protocol != "SSL":
+                continue
+            values = listener_ssl_values(fresh, ep.listener_name)
+            current = self.listener_tls.get(ep.listener_name)
+            if (not current.changed(values) if current is not None
+                    else values == listener_ssl_values(self.config, ep.listener_name)):
+                continue
+            try:
+                if current is not None:
+                    current.validate(values)
+                else:
+                    ListenerSsl(ep.listener_name, values)
+            except ConfigError as exc:
+                raise KafkaError(Errors.INVALID_REQUEST, "Validation of dynamic config update of SSLFactory "
+                                                       f"failed for listener {ep.listener_name}: {exc}") from None
 
     def check_incremental(self, name: str, stored: Mapping[str, str],
                           ops: Sequence[tuple[str, int, str | None]]) -> None:

@@ -20,8 +20,9 @@ few ms it took. Worked
 example, quota 1000 B/s, a client's first request carries 21000 bytes at t=0: W = 10 s,
 O = 2100 B/s, X = (2100 - 1000) / 1000 * 10000 ms = 11000 ms.
 
-Which quota applies (DefaultQuotaCallback): the principal is User:ANONYMOUS (pybroker has
-no SASL), the client-id is the request header's. Most specific first: <user, client-id>,
+Which quota applies (DefaultQuotaCallback): the principal is taken as User:ANONYMOUS, even
+for a TLS client whose certificate names another (principals in quotas are issue 20 item 4),
+the client-id is the request header's. Most specific first: <user, client-id>,
 <user, default client-id>, <user>, <default user, client-id>, <default user, default
 client-id>, <default user>, <client-id>, <default client-id>. Clients whose quota comes
 from the same entity share one sensor when only one level of quotas was ever configured,

@@ -37,6 +37,7 @@ class ForwardedConnection(Connection):
     def __init__(self, peer: Any, listener_name: str) -> None:  # no socket: not Connection.__init__
         self.peer = peer
         self.listener_name = listener_name
+        self.principal = ANONYMOUS
         self.client_software_name = ""
         self.client_software_version = ""
         self.busy = True

@@ -20,9 +20,10 @@ Per partition:
   other storage errors their codes) and, like an acks=all produce, the answer waits until the
   high watermark covers it (REQUEST_TIMED_OUT after request.timeout.ms).
 Authorisation: ALTER or CLUSTER_ACTION on the cluster, as Kafka (only brokers send this request). Nodes
-talk over PLAINTEXT as User:ANONYMOUS (no SASL yet), so with an authorizer on a multi-node
-cluster that principal needs CLUSTER_ACTION or super.users, as a Kafka PLAINTEXT cluster with
-ACLs needs it; until then the sender logs the refusal and retries.
+talk as User:ANONYMOUS over a PLAINTEXT inter-broker listener, or as their certificate's mapped
+subject over SSL (no SASL yet), so with an authorizer on a multi-node cluster that principal needs
+CLUSTER_ACTION or super.users, as in a Kafka cluster with ACLs; until then the sender logs the
+refusal and retries.
 
 `write_txn_markers` is also what this node's own marker sender calls for the partitions it
 leads (no socket).

@@ -37,10 +37,10 @@ def free_bases(nodes: int) -> tuple[int, int]:
     raise AssertionError("no free ports")
 
 
-def start(directory: Path, base: int) -> tuple[subprocess.Popen[str], str]:
+def start(directory: Path, base: int, *extra: str) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     proc = subprocess.Popen([sys.executable, "-m", "pybroker", "cluster", "--nodes", "3", "--dir", str(directory),
-                             "--base-port", str(base), "--override", "broker.session.timeout.ms=4000"],
+                             "--base-port", str(base), "--override", "broker.session.timeout.ms=4000", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     assert proc.stdout is not None
@@ -101,3 +101,36 @@ def test_the_node_count_of_an_existing_directory_is_kept(tmp_path: Path, capsys)
     (tmp_path / "c" / "cluster.json").write_text('{"nodes": 3}\n')
     assert main(["--nodes", "2", "--dir", str(tmp_path / "c"), "--base-port", "29000"]) == 2
     assert "holds a 3-node cluster; use --nodes 3" in capsys.readouterr().err
+
+
+def test_a_local_cluster_with_tls_on_every_listener(tmp_path: Path):
+    """--security ssl: a local CA in DIR/tls, every listener SSL with client certificates
+    required (the nodes reach each other with their own), client settings in a file."""
+    base, _ = free_bases(3)
+    directory = tmp_path / "cluster"
+    proc, bootstrap = start(directory, base, "--security", "ssl")
+    try:
+        props = dict(line.split("=", 1) for line in (directory / "client-ssl.properties").read_text().splitlines()
+                     if line and not line.startswith("#"))
+        assert props["security.protocol"] == "SSL"
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": bootstrap, **props})
+        deadline = time.monotonic() + 30
+        while sorted(admin.list_topics(timeout=10).brokers) != [1, 2, 3]:
+            assert time.monotonic() < deadline, "three brokers in Metadata"
+            time.sleep(0.1)
+        assert adapters.confluent_produce(bootstrap, "over-tls", [Rec(b"k", b"v")], partition=0, **props) == [0]
+        got = adapters.confluent_consume(bootstrap, "over-tls", count=1, **props)
+        assert [r.value for r in got] == [b"v"]
+        # a client without a certificate is refused by every node
+        plain = adapters.confluent_admin(bootstrap)
+        try:
+            plain.list_topics(timeout=3)
+            raise AssertionError("a plaintext client was served by a TLS cluster")
+        except Exception as exc:  # noqa: BLE001 - KafkaException(_TRANSPORT / _TIMED_OUT)
+            assert "TRANSPORT" in str(exc) or "TIMED_OUT" in str(exc), exc
+        assert stop(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -197,3 +197,49 @@ def test_replica_fetch_timings_are_checked_as_kafka_does(overrides, message):
     cfg = BrokerConfig({})
     assert (cfg["num.replica.fetchers"], cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
             cfg["replica.fetch.max.bytes"], cfg["replica.lag.time.max.ms"]) == (1, 500, 1, 1048576, 30000)
+
+
+# ---------------------------------------------------------------------------- listeners and TLS
+
+KRAFT = ["controller.quorum.voters=1@127.0.0.1:9093", "controller.listener.names=CONTROLLER"]
+
+
+def test_protocol_map_maps_controller_listeners_to_plaintext_only_when_unset_and_nothing_is_secure():
+    cfg = build_config(overrides=KRAFT + ["listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"])
+    assert cfg.security_protocol_map["CONTROLLER"] == "PLAINTEXT"
+    # an SSL listener in sight: the default map stands alone (KafkaConfig.effectiveListenerSecurityProtocolMap)
+    with pytest.raises(ConfigError, match="no security protocol defined for listener CONTROLLER"):
+        build_config(overrides=KRAFT + ["listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9094,"
+                                        "CONTROLLER://127.0.0.1:9093"])
+    cfg = build_config(overrides=KRAFT + ["listeners=SSL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                                          "listener.security.protocol.map=SSL:SSL,CONTROLLER:SSL",
+                                          "security.inter.broker.protocol=SSL"])
+    assert [e.security_protocol for e in cfg.listeners] == ["SSL", "SSL"]
+    assert cfg.inter_broker_listener_name == "SSL"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["listener.security.protocol.map=A:TLS"], "No enum constant org.apache.kafka.common.security.auth."
+                                               "SecurityProtocol.TLS"),
+    (["listener.security.protocol.map=A"], "Map entry should be of form <key>:<value>"),
+    (["inter.broker.listener.name=PLAINTEXT", "security.inter.broker.protocol=PLAINTEXT"],
+     "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
+    (["inter.broker.listener.name=NOPE"], "Listener with name NOPE defined in inter.broker.listener.name not found"),
+    (["security.inter.broker.protocol=TLS"], "security.inter.broker.protocol"),
+    (["listeners=SASL_SSL://127.0.0.1:9092"], "security protocol SASL_SSL is not supported yet"),
+    (["listener.name.ssl.ssl.client.auth=maybe"], "listener.name.ssl.ssl.client.auth"),
+])
+def test_listener_settings_refused_with_one_line(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        build_config(overrides=overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_per_listener_override_falls_back_to_the_plain_key():
+    cfg = build_config(overrides=["listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,MTLS://127.0.0.1:9094",
+                                  "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+                                  "ssl.client.auth=requested", "listener.name.mtls.ssl.client.auth=required"])
+    assert cfg.listener_config("MTLS", "ssl.client.auth") == "required"
+    assert cfg.listener_config("SSL", "ssl.client.auth") == "requested"
+    assert cfg.listener_config("SSL", "ssl.enabled.protocols") == ["TLSv1.2", "TLSv1.3"]
+    assert not [w for w in cfg.warnings if "listener.name" in w]

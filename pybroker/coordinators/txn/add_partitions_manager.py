@@ -27,6 +27,7 @@ Concurrency: trio tasks; a connection serves one request at a time (its lock).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,7 +58,9 @@ def client_code(code: int, generic_errors: bool) -> int:
 
 class AddPartitionsToTxnManager:
     def __init__(self, *, node_id: int, image: Any, listener_name: str, partition_for: Callable[[str], int],
-                 local: Local, request_timeout_ms: int, client_id: str = "") -> None:
+                 local: Local, request_timeout_ms: int, client_id: str = "",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # the inter-broker listener's client TLS, None when it is plaintext
         self.node_id = node_id
         self.image = image
         self.listener_name = listener_name
@@ -107,7 +110,7 @@ class AddPartitionsToTxnManager:
             verify_only=not add, topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
         conn = self._connections.get(node)
         if conn is None:
-            conn = self._connections[node] = OutboundConnection(self.client_id)
+            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context)
         try:
             response = await conn.request(address, ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION,
                                           request, timeout_s=self.request_timeout_s)

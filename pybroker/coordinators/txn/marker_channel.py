@@ -33,6 +33,7 @@ transaction); a connection is used by one request at a time (its lock).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -85,7 +86,9 @@ def partition_errors(response: WriteTxnMarkersResponse) -> dict[TopicPartition, 
 
 class TransactionMarkerChannelManager:
     def __init__(self, *, node_id: int, image: Any, listener_name: str, local_write: LocalWrite,
-                 request_timeout_ms: int, retry_backoff_ms: int = 100, client_id: str = "") -> None:
+                 request_timeout_ms: int, retry_backoff_ms: int = 100, client_id: str = "",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # the inter-broker listener's client TLS, None when it is plaintext
         self.node_id = node_id
         self.image = image
         self.listener_name = listener_name
@@ -179,7 +182,7 @@ class TransactionMarkerChannelManager:
             return failed
         conn = self._connections.get(node)
         if conn is None:
-            conn = self._connections[node] = OutboundConnection(self.client_id)
+            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context)
         try:
             response = await conn.request(address, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
                                           timeout_s=self.request_timeout_s)
