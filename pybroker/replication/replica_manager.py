@@ -80,6 +80,7 @@ from pybroker.replication.fetch_params import (
     FetchParams,
     LogRead,
 )
+from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_leader_end_points
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
@@ -173,7 +174,8 @@ def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage,
-                 timer: SystemTimer, spawn: Callable[..., Any], clock: Clock = SYSTEM_CLOCK) -> None:
+                 timer: SystemTimer, spawn: Callable[..., Any], clock: Clock = SYSTEM_CLOCK,
+                 leader_end_points: LeaderEndPointFactory | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.log_manager = log_manager
@@ -198,8 +200,10 @@ class ReplicaManager:
         self.log_flush_stats = Histogram()  # Kafka's LogFlushRateAndTimeMs
         self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # Kafka's IsrShrinks/ExpandsPerSec
         # replication: the follower side (fetchers) and the leader's ISR changes to the controller;
-        # the node gives `alter_partition_manager` its controller channel (server/broker.py)
-        self.fetcher_manager = ReplicaFetcherManager(self)
+        # the node gives `alter_partition_manager` its controller channel (server/broker.py);
+        # `leader_end_points` makes each fetcher's leader (the network's when not given)
+        self.fetcher_manager = ReplicaFetcherManager(
+            self, leader_end_points or remote_leader_end_points(config, image))
         self.alter_partition_manager: AlterPartitionManager | None = None
         # KIP-890: a transactional Produce's partitions verified with (added to) the transaction
         # by the transaction coordinators (server/broker.py gives it theirs)
