@@ -1,0 +1,926 @@
+"""A deterministic, seeded simulation of partition replication (after Kafka's
+RaftEventSimulationTest, on the replication layer).
+
+What is real and what is simulated:
+
+- **Real**: on each of the brokers, pybroker's ReplicaManager, Partition, ReplicaFetcherManager
+  and ReplicaFetcher, AlterPartitionManager, the purgatories and their timer, UnifiedLog and
+  LogManager over files in a per-broker directory (appends, rolls, flushes, checkpoints, and log
+  recovery on every restart), and the leader's Fetch / OffsetForLeaderEpoch / ListOffsets
+  handlers (server/fetch.py with its FetchManager and fetch sessions, server/list_offsets.py).
+  Every request between brokers goes through the real wire codec at the version the fetcher
+  chose (encode, decode, handle, encode, decode). The controller's rules are real too: elections,
+  ISR and ELR changes on fencing, unfencing and re-registration come from
+  controller/replication_control.py (ReplicationControl, through PartitionChangeBuilder), and
+  AlterPartition is answered by controller/alter_partition.py against the controller's
+  committed image; their records reach each broker's MetadataImage and
+  `ReplicaManager.apply_metadata_records`, as the broker's metadata loader delivers them.
+- **Simulated**: time (trio's MockClock; wall time is a TrioClock on it), the network
+  (`Network`: a seeded latency per message, exchanges that break before or after the peer
+  handled them, links cut between brokers, the controller and the clients; messages of
+  different connections overtake each other; one connection carries one request at a time, as
+  the fetcher's does), the controller's quorum (one in-memory metadata log, committed at once),
+  broker membership (heartbeats every HEARTBEAT_MS, fencing after SESSION_MS without one, a new
+  incarnation refused while the old one's session lives, unfencing once the broker's metadata
+  has reached its registration: the rules of controller/cluster_control.py, not its code), the
+  producer (Produce reaches `ReplicaManager.append_records` with acks=all and awaits its
+  DelayedProduce; the client handler and the Produce codec are not in the loop), and the disk:
+  a crash **with fsync** (a process crash: the page cache survives) closes the broker's file
+  handles and keeps every byte written; a crash **without fsync** (power loss) also cuts each
+  segment file above the log's recovery point at a seeded byte position at or beyond it (partial
+  batches included). The small checkpoint files (leader epochs, producer snapshots, recovery
+  points, high watermarks) stay as they were written. Worker threads run inline
+  (`trio.to_thread.run_sync` is replaced for the run), so the schedule depends on the seed alone:
+  trio's own scheduling coin is seeded too.
+
+Faults (a seeded nemesis): broker crashes with and without fsync and restarts, links cut and
+healed, and more or less latency and breakage. A crash without fsync is only dealt while every
+broker is up and every ISR full: Kafka keeps no acknowledged record through a power loss of
+every replica holding it (it does not fsync by default), so the model never loses more replicas'
+tails than replication can cover.
+
+Invariants, checked as the run goes (every PROBE_MS) and at its end:
+
+- every record acknowledged (acks=all, min.insync.replicas=2) is in the log of the partition's
+  leader at the controller's current leader epoch, at its offset, unchanged;
+- a leader's high watermark never moves back within one leader epoch of one incarnation;
+- all live replicas hold the same records below their high watermarks (the leader's, compared
+  offset by offset: value and epoch);
+- at the end, faults healed, every broker up and the producer stopped: every ISR is full and
+  every replica has the leader's log end offset and high watermark (progress).
+
+A failure raises InvariantViolation, whose message starts with the seed; PYBROKER_SIM_SEED=<seed>
+replays the run (same seed, same events: `Report.trace_digest`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import hashlib
+import logging
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import trio
+import trio.testing
+
+from pybroker.clock import TrioClock
+from pybroker.config import BrokerConfig
+from pybroker.controller import features as feature_control
+from pybroker.controller.alter_partition import alter_partition
+from pybroker.controller.replication_control import ReplicationControl
+from pybroker.log.manager import LogManager
+from pybroker.metadata.image import NO_LEADER, MetadataImage
+from pybroker.protocol import messages as m
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.chunks import FileRegion
+from pybroker.protocol.frame import decode_request, decode_response, encode_request, encode_response
+from pybroker.protocol.outbound import CONNECTION_ERRORS
+from pybroker.purgatory.timer import SystemTimer
+from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
+from pybroker.replication.alter_partition_manager import (
+    ALTER_PARTITION_VERSION,
+    AlterPartitionManager,
+)
+from pybroker.replication.leader_end_point import leader_address
+from pybroker.replication.replica_manager import ReplicaManager, log_config
+from pybroker.server.fetch import handle_fetch
+from pybroker.server.fetch_session import FetchManager, FetchSessionCache
+from pybroker.server.list_offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from pybroker.server.request_context import RequestContext
+
+TOPIC = "sim"
+TOPIC_ID = bytes.fromhex("5a1b2c3d4e5f60718293a4b5c6d7e8f9")
+CONTROLLER = 0  # the controller's place on the network; brokers are 1..n
+CLIENT = 100  # the producers'
+METADATA_VERSION = 29  # 4.2-IV1: Fetch v18 between brokers, ELR supported
+HEARTBEAT_MS = 250
+SESSION_MS = 1500
+PROBE_MS = 100
+START_MS = 1_750_000_000_000
+
+# the brokers' settings: Kafka's rules at a smaller scale of time, so that a few virtual seconds
+# see ISR shrinks and expansions; small segments and a flush every few records, so that crashes
+# without fsync cut real tails across segment boundaries
+BROKER_SETTINGS = {
+    "min.insync.replicas": "2",
+    "unclean.leader.election.enable": "false",
+    "replica.lag.time.max.ms": "1000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "50",
+    "replica.socket.timeout.ms": "600",
+    "log.segment.bytes": "4096",
+    "log.index.size.max.bytes": "4096",
+    "log.index.interval.bytes": "512",
+    "log.flush.interval.messages": "16",
+    "log.flush.offset.checkpoint.interval.ms": "300",
+    "replica.high.watermark.checkpoint.interval.ms": "300",
+    "log.segment.delete.delay.ms": "200",
+}
+
+log = logging.getLogger("sim.replication")
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Report:
+    seed: int
+    events: int = 0
+    crashes: int = 0
+    crashes_without_fsync: int = 0
+    leader_changes: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    acked_records: int = 0
+    produce_errors: int = 0
+    virtual_ms: int = 0
+    trace: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def trace_digest(self) -> str:
+        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
+
+
+@dataclass
+class NetworkConfig:
+    min_delay_ms: float = 0.5
+    max_delay_ms: float = 8.0
+    break_probability: float = 0.01  # an exchange's connection breaks (before or after the peer handled it)
+
+
+# -- worker threads, inline ---------------------------------------------------------------------
+
+async def _inline_run_sync(fn: Callable[..., Any], *args: Any, **_kw: Any) -> Any:
+    """trio.to_thread.run_sync for the simulation: runs `fn` at once on the loop, atomically
+    (a thread that is not abandoned on cancel completes too), so no real thread's timing can
+    change the schedule."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    result = fn(*args)
+    await trio.lowlevel.cancel_shielded_checkpoint()
+    return result
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int) -> Iterator[None]:
+    """Worker threads inline, and trio's scheduler deterministic: each batch of woken tasks in
+    creation order, then shuffled by trio's own coin, seeded here (the mode pytest-trio turns on
+    under Hypothesis). Left alone, a batch is in the order its tasks were woken, which a
+    cancellation takes from a set of tasks hashed by address: another order on every run."""
+    run = trio._core._run
+    saved = (trio.to_thread.run_sync, run._r.getstate(), run._ALLOW_DETERMINISTIC_SCHEDULING)
+    trio.to_thread.run_sync = _inline_run_sync  # type: ignore[assignment]
+    run._r.seed(seed)
+    run._ALLOW_DETERMINISTIC_SCHEDULING = True
+    # the cycle collector runs when allocations say so, which differs from run to run in one
+    # process; a finalizer it runs (trio closes a dropped async generator in a task of its own)
+    # would then change the schedule: collected before the run, not during it
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        trio.to_thread.run_sync, state, run._ALLOW_DETERMINISTIC_SCHEDULING = saved  # type: ignore[assignment]
+        run._r.setstate(state)
+
+
+# -- the network --------------------------------------------------------------------------------
+
+class Network:
+    def __init__(self, sim: Simulation, config: NetworkConfig) -> None:
+        self.sim = sim
+        self.config = config
+        self.cut: set[frozenset[int]] = set()
+
+    def connected(self, a: int, b: int) -> bool:
+        return frozenset((a, b)) not in self.cut
+
+    async def transit(self, src: int, dst: int) -> None:
+        """One message's trip: a seeded latency; OSError when the link is cut or the connection
+        breaks on the way."""
+        sim = self.sim
+        cfg = self.config
+        sim.report.events += 1
+        await trio.sleep(sim.rng.uniform(cfg.min_delay_ms, cfg.max_delay_ms) / 1000)
+        if not self.connected(src, dst):
+            await trio.sleep(0.05)  # nothing answers: the caller's timeout decides, or a reset
+            raise OSError(f"link {src}-{dst} is cut")
+        if sim.rng.random() < cfg.break_probability:
+            raise OSError(f"connection {src}-{dst} reset")
+
+    async def rpc(self, src: int, dst: int, serve: Callable[[SimBroker], Awaitable[Any]], timeout_s: float) -> Any:
+        """`serve` run on broker `dst`'s current incarnation (in its nursery: a crash cancels it),
+        between two trips; CONNECTION_ERRORS when the exchange breaks or outlasts `timeout_s`."""
+        with trio.fail_after(timeout_s):
+            await self.transit(src, dst)
+            node = self.sim.brokers[dst]
+            if not node.alive or node.nursery is None:
+                raise OSError(f"broker {dst} is down (connection refused)")
+            incarnation = node.incarnation
+            out: list[Any] = []
+            done = trio.Event()
+
+            async def handle() -> None:
+                try:
+                    out.append(await serve(node))
+                finally:
+                    done.set()
+
+            node.nursery.start_soon(handle)
+            await done.wait()
+            if not out or node.incarnation != incarnation or not node.alive:
+                raise OSError(f"broker {dst} went down while handling the request")
+            await self.transit(dst, src)
+            return out[0]
+
+
+# -- a follower's leader ------------------------------------------------------------------------
+
+class _Conn:
+    """What handle_fetch sees as the follower's connection: a parked fetch just waits."""
+
+    peer = ("127.0.0.1", 0)
+    listener_name = "PLAINTEXT"
+
+    async def park(self, op: Any) -> None:
+        await op.wait()
+
+
+def _bytes(parts: list[Any]) -> bytes:
+    out = bytearray()
+    for c in parts:
+        out += os.pread(c.fd, c.length, c.position) if type(c) is FileRegion else c
+    return bytes(out)
+
+
+class SimLeaderEndPoint:
+    """The LeaderEndPoint the simulation gives each fetcher: its requests cross the `Network` to
+    the leader's current incarnation and are served by the leader's real handlers, through the
+    wire codec both ways."""
+
+    def __init__(self, sim: Simulation, follower: SimBroker, leader_id: int) -> None:
+        self.sim = sim
+        self.follower = follower
+        self.leader_id = leader_id
+        self.timeout_s = follower.config["replica.socket.timeout.ms"] / 1000
+        self._correlation = 0
+
+    def broker_end_point(self) -> tuple[str, int] | None:
+        return leader_address(self.follower.config, self.follower.image, self.leader_id)
+
+    async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
+        self._correlation += 1
+        correlation = self._correlation
+        frame = encode_request(api_key, version, correlation, f"replica-fetcher-{self.follower.id}", body)
+
+        async def serve(node: SimBroker) -> bytes:
+            _header, req = decode_request(frame[4:])
+            ctx = RequestContext(conn=_Conn(), api_key=api_key, api_version=version,  # type: ignore[arg-type]
+                                 correlation_id=correlation, client_id="follower", request_size=len(frame) - 4)
+            if api_key == ApiKey.FETCH:
+                resp = await handle_fetch(node.handler_view, ctx, req)  # type: ignore[arg-type]
+            elif api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+                resp = handle_offset_for_leader_epoch(node.handler_view, ctx, req)  # type: ignore[arg-type]
+            else:
+                resp = handle_list_offsets(node.handler_view, ctx, req)  # type: ignore[arg-type]
+            return _bytes(encode_response(api_key, version, correlation, resp))
+
+        data = await self.sim.network.rpc(self.follower.id, self.leader_id, serve, self.timeout_s)
+        got, decoded = decode_response(api_key, version, data[4:])
+        assert got == correlation
+        return decoded
+
+    async def fetch(self, request: Any, version: int) -> Any:
+        return await self._exchange(ApiKey.FETCH, version, request)
+
+    async def fetch_epoch_end_offsets(self, request: Any, version: int) -> Any:
+        return await self._exchange(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, request)
+
+    async def fetch_earliest_offsets(self, request: Any, version: int) -> Any:
+        return await self._exchange(ApiKey.LIST_OFFSETS, version, request)
+
+    async def close(self) -> None:
+        pass
+
+
+# -- the controller -----------------------------------------------------------------------------
+
+class SimController:
+    """The committed metadata log and image, the real election / ISR rules, and broker
+    membership by heartbeats (see the module docstring)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.image = MetadataImage()
+        self.config = BrokerConfig({"node.id": "0", **BROKER_SETTINGS})
+        self.replication = ReplicationControl(self.config, self.image)
+        self.records: list[Any] = []
+        self.changed = trio.Event()
+        self.last_contact: dict[int, float] = {}  # broker -> trio time of its last heartbeat
+        self.registered_at: dict[int, int] = {}  # broker -> offset of its RegisterBrokerRecord
+
+    def commit(self, records: list[Any]) -> None:
+        report = self.sim.report
+        for r in records:
+            if isinstance(r, m.PartitionChangeRecord):
+                before = self.image.topics_by_id[r.topic_id].partitions[r.partition_id]
+                leader, isr = before.leader, list(before.isr)
+            self.image.replay(r)
+            self.records.append(r)
+            if isinstance(r, m.PartitionChangeRecord):
+                after = self.image.topics_by_id[r.topic_id].partitions[r.partition_id]
+                if after.leader != leader:
+                    report.leader_changes += 1
+                if len(after.isr) < len(isr):
+                    report.isr_shrinks += 1
+                elif len(after.isr) > len(isr):
+                    report.isr_expands += 1
+                self.sim.trace(f"p{r.partition_id}: leader {after.leader} epoch {after.leader_epoch} "
+                               f"isr {after.isr} elr {after.elr} pe {after.partition_epoch}")
+        if records:
+            self.changed.set()
+            self.changed = trio.Event()
+
+    def bootstrap(self, brokers: int, partitions: int) -> None:
+        records: list[Any] = [
+            m.FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION),
+            m.FeatureLevelRecord(name=feature_control.ELIGIBLE_LEADER_REPLICAS_VERSION, feature_level=1)]
+        for b in range(1, brokers + 1):
+            records.append(self._registration(b, len(records), fenced=False))
+        records.append(m.TopicRecord(name=TOPIC, topic_id=TOPIC_ID))
+        for p in range(partitions):
+            replicas = [(p + k) % brokers + 1 for k in range(brokers)]
+            records.append(m.PartitionRecord(partition_id=p, topic_id=TOPIC_ID, replicas=replicas, isr=replicas,
+                                             leader=replicas[0], leader_epoch=0, partition_epoch=0,
+                                             removing_replicas=[], adding_replicas=[]))
+        self.commit(records)
+        for b in range(1, brokers + 1):
+            self.last_contact[b] = trio.current_time()
+
+    def _registration(self, broker_id: int, offset: int, fenced: bool) -> Any:
+        self.registered_at[broker_id] = offset
+        return m.RegisterBrokerRecord(broker_id=broker_id, broker_epoch=offset, fenced=fenced, end_points=[
+            m.RegisterBrokerRecord.BrokerEndpoint(name="PLAINTEXT", host=f"broker{broker_id}", port=9192,
+                                                  security_protocol=0)])
+
+    def session_alive(self, broker_id: int) -> bool:
+        reg = self.image.brokers.get(broker_id)
+        return reg is not None and not reg.fenced and \
+            trio.current_time() - self.last_contact.get(broker_id, -1e9) < SESSION_MS / 1000
+
+    def register(self, broker_id: int) -> int | None:
+        """A new incarnation's BrokerRegistration: its broker epoch, or None while the old one's
+        session lives (DUPLICATE_BROKER_REGISTRATION: it asks again)."""
+        if self.session_alive(broker_id):
+            return None
+        records = self.replication.handle_broker_shutdown(broker_id, clean=False)  # a crash, never clean
+        offset = len(self.records) + len(records)
+        records.append(self._registration(broker_id, offset, fenced=True))
+        self.commit(records)
+        self.last_contact[broker_id] = trio.current_time()
+        self.sim.trace(f"broker {broker_id} registered, epoch {offset}")
+        return offset
+
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int) -> None:
+        reg = self.image.brokers.get(broker_id)
+        if reg is None or reg.epoch != broker_epoch:
+            return  # a stale incarnation's (STALE_BROKER_EPOCH)
+        self.last_contact[broker_id] = trio.current_time()
+        if reg.fenced and metadata_offset >= self.registered_at[broker_id]:
+            self.commit(self.replication.handle_broker_unfenced(broker_id))
+            self.sim.trace(f"broker {broker_id} unfenced")
+
+    def alter_partition(self, req: Any) -> Any:
+        records, resp = alter_partition(self.image, req, ALTER_PARTITION_VERSION, self.replication)
+        self.commit(records)
+        return resp
+
+    async def run_sessions(self) -> None:
+        """Fence the brokers whose session expired (BrokerHeartbeatManager's timer)."""
+        while True:
+            await trio.sleep(0.05)
+            for b, reg in sorted(self.image.brokers.items()):
+                if not reg.fenced and not self.session_alive(b):
+                    self.commit(self.replication.handle_broker_fenced(b))
+                    self.sim.trace(f"broker {b} fenced")
+
+
+# -- a broker -----------------------------------------------------------------------------------
+
+class SimBroker:
+    def __init__(self, sim: Simulation, broker_id: int, root: Path) -> None:
+        self.sim = sim
+        self.id = broker_id
+        self.dir = root / f"broker{broker_id}"
+        self.config = BrokerConfig({"node.id": str(broker_id), "log.dirs": str(self.dir), **BROKER_SETTINGS})
+        self.alive = False
+        self.incarnation = 0
+        self.broker_epoch = -1
+        self.image = MetadataImage()
+        self.applied = 0  # metadata records applied
+        self.rm: ReplicaManager | None = None
+        self.lm: LogManager | None = None
+        self.nursery: trio.Nursery | None = None
+        self.scope: trio.CancelScope | None = None
+        self.handler_view: Any = None
+        # (incarnation, partition, leader epoch) -> the highest HW seen while leading
+        self.leader_hw: dict[tuple[int, int, int], int] = {}
+
+    # -- life cycle
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """One incarnation: recover the logs, register, follow the metadata, serve."""
+        sim = self.sim
+        self.incarnation += 1
+        with trio.CancelScope() as scope:
+            self.scope = scope
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                self.lm = lm = LogManager(self.config.log_dirs, self.id,
+                                          default_config=log_config(self.config.topic_defaults()))
+                lm.load(sim.clock.wall_ms())  # recovery after any crash: no clean-shutdown marker
+                if self.incarnation == 1:
+                    self.broker_epoch = sim.controller.registered_at[self.id]  # bootstrap registration
+                else:
+                    while True:
+                        if sim.network.connected(self.id, CONTROLLER):
+                            epoch = sim.controller.register(self.id)
+                            if epoch is not None:
+                                self.broker_epoch = epoch
+                                break
+                        await trio.sleep(HEARTBEAT_MS / 1000)
+                self.image = MetadataImage()
+                records = list(sim.controller.records)
+                for r in records:
+                    self.image.replay(r)
+                self.applied = len(records)
+                timer = SystemTimer()
+                await nursery.start(timer.run)
+                self.rm = rm = ReplicaManager(self.config, lm, self.image, timer, nursery.start_soon, sim.clock,
+                                              leader_end_points=lambda leader, _fid: SimLeaderEndPoint(
+                                                  sim, self, leader))
+                rm.load_high_watermarks()
+                rm.alter_partition_manager = alter = AlterPartitionManager(
+                    self.id, lambda: self.broker_epoch, self._send_alter_partition, retry_backoff_s=0.05)
+                self.handler_view = SimpleNamespace(
+                    replica_manager=rm, image=self.image, authorizer=None, clock=sim.clock,
+                    fetch_manager=FetchManager(FetchSessionCache.create(1000, rng=random.Random(sim.rng.getrandbits(64)))),
+                    config={"fetch.max.bytes": 50 * 1024 * 1024},
+                    quotas=SimpleNamespace(fetch=SimpleNamespace(enabled=False)))
+                nursery.start_soon(alter.run)
+                await rm.apply_metadata_records(None)
+                await nursery.start(rm.run_isr_expiration)
+                await nursery.start(rm.run_checkpointer)
+                nursery.start_soon(self._follow_metadata)
+                nursery.start_soon(self._heartbeat)
+                self.alive = True
+                task_status.started()
+                await trio.sleep_forever()
+
+    def crash(self, fsync: bool) -> None:
+        """Stop at once: no clean shutdown. Without fsync, each log loses what it had not flushed
+        from a seeded byte on (at or beyond its recovery point)."""
+        assert self.alive and self.scope is not None and self.lm is not None
+        self.alive = False
+        self.scope.cancel()
+        self.nursery = None
+        cuts = []
+        for (_topic, partition), plog in sorted(self.lm.logs.items()):
+            recovery_point = plog.recovery_point
+            segments = [(s.base_offset, Path(s.log_path)) for s in plog.segments]
+            plog.close_handlers()
+            if not fsync:
+                cuts.append(self._lose_unflushed(partition, recovery_point, segments))
+        self.sim.trace(f"broker {self.id} crashed {'with' if fsync else 'without'} fsync {cuts}")
+        self.rm = None
+        self.lm = None
+
+    def _lose_unflushed(self, partition: int, recovery_point: int, segments: list[tuple[int, Path]]) -> str:
+        rng = self.sim.rng
+        lost = []
+        for i, (base, path) in enumerate(segments):
+            next_base = segments[i + 1][0] if i + 1 < len(segments) else None
+            if next_base is not None and next_base <= recovery_point:
+                continue  # wholly below the recovery point: fsynced
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            start = 0
+            if base < recovery_point:
+                with open(path, "rb") as f:
+                    data = f.read()
+                start = size
+                for header, _chunk in iter_batches(data):
+                    if header.base_offset >= recovery_point:
+                        start = _position_of(data, header.base_offset)
+                        break
+            cut = rng.randint(start, size) if size > start else size
+            if cut < size:
+                os.truncate(path, cut)
+                lost.append(f"{base}:{size - cut}B")
+        return f"p{partition}@{recovery_point}[{' '.join(lost)}]"
+
+    # -- tasks of an incarnation
+
+    async def _follow_metadata(self) -> None:
+        sim = self.sim
+        controller = sim.controller
+        while True:
+            if self.applied >= len(controller.records):
+                await controller.changed.wait()
+                continue
+            await trio.sleep(sim.rng.uniform(0.5, 20) / 1000)
+            if not sim.network.connected(self.id, CONTROLLER):
+                await trio.sleep(0.05)
+                continue
+            batch = controller.records[self.applied:]
+            self.applied += len(batch)
+            sim.report.events += 1
+            for r in batch:
+                self.image.replay(r)
+            assert self.rm is not None
+            await self.rm.apply_metadata_records(batch)
+
+    async def _heartbeat(self) -> None:
+        sim = self.sim
+        while True:
+            try:
+                await sim.network.transit(self.id, CONTROLLER)
+            except OSError:
+                pass
+            else:
+                sim.controller.heartbeat(self.id, self.broker_epoch, self.applied)
+            await trio.sleep(HEARTBEAT_MS / 1000)
+
+    async def _send_alter_partition(self, req: Any) -> Any:
+        sim = self.sim
+        frame = encode_request(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, 1, f"broker-{self.id}", req)
+        with trio.fail_after(2.0):
+            await sim.network.transit(self.id, CONTROLLER)
+            _header, decoded = decode_request(frame[4:])
+            resp = sim.controller.alter_partition(decoded)
+            data = _bytes(encode_response(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, 1, resp))
+            await sim.network.transit(CONTROLLER, self.id)
+        return decode_response(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, data[4:])[1]
+
+    # -- serving the producer
+
+    async def produce(self, partition: int, batch: bytes) -> tuple[int, int]:
+        """(error code, base offset) of an acks=all Produce of one batch."""
+        assert self.rm is not None
+        statuses, op = self.rm.append_records(2000, -1, [(TOPIC, partition, bytearray(batch))])
+        if op is not None:
+            await op.wait()
+        return statuses[0].error_code, statuses[0].base_offset
+
+    # -- reading the log (invariants)
+
+    def records(self, partition: int) -> dict[int, tuple[int, bytes]]:
+        """offset -> (batch leader epoch, value) of the whole local log."""
+        assert self.rm is not None
+        p = self.rm.get_partition(TOPIC, partition)
+        assert p is not None
+        out: dict[int, tuple[int, bytes]] = {}
+        for segment in list(p.log.segments):
+            data = os.pread(segment._fd, segment.size, 0)
+            for header, chunk in iter_batches(data):
+                _h, decoded = iter_batch_records(chunk)
+                for r in decoded:
+                    if r.offset < p.log.log_end_offset:
+                        out[r.offset] = (header.partition_leader_epoch, bytes(r.value or b""))
+        return out
+
+
+def _position_of(data: bytes, base_offset: int) -> int:
+    position = 0
+    view = memoryview(data)
+    while position + 12 <= len(view):
+        if int.from_bytes(view[position:position + 8], "big") == base_offset:
+            return position
+        position += 12 + int.from_bytes(view[position + 8:position + 12], "big")
+    return len(data)
+
+
+# -- the simulation -----------------------------------------------------------------------------
+
+class Simulation:
+    def __init__(self, seed: int, root: Path, *, brokers: int = 3, partitions: int = 3, producers: int = 2,
+                 fault_ms: int = 15_000, network: NetworkConfig | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.root = root
+        self.report = Report(seed)
+        self.partitions = partitions
+        self.producers = producers
+        self.fault_ms = fault_ms
+        self.network = Network(self, network or NetworkConfig())
+        self.base_network = self.network.config
+        self.controller = SimController(self)
+        self.brokers = {b: SimBroker(self, b, root) for b in range(1, brokers + 1)}
+        self.acked: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}  # partition -> offset -> value
+        self.producing = True
+        self.clock: TrioClock = None  # type: ignore[assignment]  # made inside the run
+        self.nursery: trio.Nursery | None = None
+
+    def trace(self, event: str) -> None:
+        self.report.trace.append(f"{int(trio.current_time() * 1000)} {event}")
+
+    def fail(self, message: str) -> None:
+        raise InvariantViolation(f"seed {self.seed}: {message}")
+
+    # -- the run
+
+    async def main(self) -> None:
+        self.clock = TrioClock(START_MS)
+        self.controller.bootstrap(len(self.brokers), self.partitions)
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            nursery.start_soon(self.controller.run_sessions)
+            for b in self.brokers.values():
+                await nursery.start(b.run)
+            for i in range(self.producers):
+                nursery.start_soon(self._produce, i)
+            nursery.start_soon(self._probe)
+            await self._nemesis()
+            await self._settle()
+            nursery.cancel_scope.cancel()
+        self.report.virtual_ms = int(trio.current_time() * 1000)
+
+    async def _nemesis(self) -> None:
+        rng = self.rng
+        deadline = trio.current_time() + self.fault_ms / 1000
+        down_until: dict[int, float] = {}
+        healed_at: float | None = None
+        while trio.current_time() < deadline:
+            await trio.sleep(rng.uniform(0.2, 1.2))
+            now = trio.current_time()
+            for b, at in sorted(down_until.items()):
+                if at <= now:
+                    del down_until[b]
+                    self.trace(f"broker {b} restarts")
+                    assert self.nursery is not None
+                    self.nursery.start_soon(self.brokers[b].run)
+            if healed_at is not None and healed_at <= now:
+                self.network.cut.clear()
+                self.network.config = self.base_network
+                healed_at = None
+                self.trace("network healed")
+            action = rng.random()
+            alive = [b for b, node in sorted(self.brokers.items()) if node.alive]
+            if action < 0.35 and len(alive) > 1:
+                victim = rng.choice(alive)
+                fsync = rng.random() < 0.5 or not self._power_loss_allowed()
+                self.brokers[victim].crash(fsync)
+                self.report.crashes += 1
+                if not fsync:
+                    self.report.crashes_without_fsync += 1
+                down_until[victim] = now + rng.uniform(0.2, 3.0)
+            elif action < 0.55 and healed_at is None:
+                victim = rng.choice(sorted(self.brokers))
+                others = [CONTROLLER, CLIENT, *(b for b in self.brokers if b != victim)]
+                if rng.random() < 0.5:
+                    cut = [o for o in others if rng.random() < 0.6] or [CONTROLLER]
+                else:
+                    cut = others
+                for o in cut:
+                    self.network.cut.add(frozenset((victim, o)))
+                healed_at = now + rng.uniform(0.3, 3.0)
+                self.trace(f"links cut: {victim} from {sorted(cut)}")
+            elif action < 0.65:
+                self.network.config = NetworkConfig(min_delay_ms=1, max_delay_ms=rng.choice([20, 60, 150]),
+                                                    break_probability=rng.choice([0.0, 0.05, 0.2]))
+                healed_at = healed_at or now + rng.uniform(0.5, 3.0)
+                self.trace(f"network {self.network.config}")
+        # heal: every broker up, every link back
+        self.network.cut.clear()
+        self.network.config = self.base_network
+        for b in sorted(down_until):
+            assert self.nursery is not None
+            self.nursery.start_soon(self.brokers[b].run)
+        self.trace("all healed")
+
+    def _power_loss_allowed(self) -> bool:
+        """Every broker up and unfenced, every ISR full (see the module docstring)."""
+        image = self.controller.image
+        if not all(node.alive for node in self.brokers.values()):
+            return False
+        if any(reg.fenced for reg in image.brokers.values()):
+            return False
+        topic = image.topics_by_id[TOPIC_ID]
+        return all(sorted(reg.isr) == sorted(reg.replicas) for reg in topic.partitions.values())
+
+    async def _settle(self) -> None:
+        """Produce a little longer, then stop and wait for every replica to converge."""
+        await trio.sleep(1.0)
+        self.producing = False
+        deadline = trio.current_time() + 60
+        while not self._converged():
+            if trio.current_time() > deadline:
+                self.fail(f"no convergence 60 s after healing: {self._state()}")
+            await trio.sleep(0.1)
+        self._check_agreement()
+        self._check_acked()
+        self.trace(f"converged: {self._state()}")
+
+    def _converged(self) -> bool:
+        image = self.controller.image
+        topic = image.topics_by_id[TOPIC_ID]
+        for pid, reg in topic.partitions.items():
+            if sorted(reg.isr) != sorted(reg.replicas) or reg.leader == NO_LEADER:
+                return False
+            leader = self.brokers[reg.leader]
+            if not leader.alive or leader.rm is None:
+                return False
+            lp = leader.rm.get_partition(TOPIC, pid)
+            if lp is None or not lp.is_leader or lp.leader_epoch != reg.leader_epoch:
+                return False
+            for b in reg.replicas:
+                node = self.brokers[b]
+                if node.rm is None:
+                    return False
+                p = node.rm.get_partition(TOPIC, pid)
+                if p is None or p.log.log_end_offset != lp.log.log_end_offset \
+                        or p.log.high_watermark != lp.log.log_end_offset:
+                    return False
+        return True
+
+    def _state(self) -> str:
+        topic = self.controller.image.topics_by_id[TOPIC_ID]
+        parts = []
+        for pid, reg in sorted(topic.partitions.items()):
+            logs = []
+            for b, node in sorted(self.brokers.items()):
+                p = node.rm.get_partition(TOPIC, pid) if node.rm is not None else None
+                logs.append(f"{b}:" + (f"{p.log.log_end_offset}/{p.log.high_watermark}"
+                                       f"{'L' if p.is_leader else ''}e{p.leader_epoch}" if p is not None else "-"))
+            parts.append(f"p{pid} leader {reg.leader} e{reg.leader_epoch} isr {reg.isr} elr {reg.elr} "
+                         f"[{' '.join(logs)}]")
+        return "; ".join(parts)
+
+    # -- the producer
+
+    async def _produce(self, index: int) -> None:
+        rng = self.rng
+        seq = 0
+        while True:
+            if not self.producing:
+                await trio.sleep(1)
+                continue
+            partition = rng.randrange(self.partitions)
+            # the client's metadata: what a live broker it can reach knows (possibly stale)
+            views = [n for _, n in sorted(self.brokers.items()) if n.alive and n.rm is not None]
+            if not views:
+                await trio.sleep(0.05)
+                continue
+            view = rng.choice(views)
+            reg = view.image.topics_by_id[TOPIC_ID].partitions[partition]
+            if reg.leader == NO_LEADER:
+                await trio.sleep(0.05)
+                continue
+            values = [b"c%d-%d-%d" % (index, seq, i) for i in range(rng.randint(1, 3))]
+            seq += 1
+            batch = build_batch([(self.clock.wall_ms(), None, v, ()) for v in values])
+            try:
+                code, base = await self.network.rpc(CLIENT, reg.leader,
+                                                    functools.partial(SimBroker.produce, partition=partition, batch=batch),
+                                                    3.0)
+            except CONNECTION_ERRORS:
+                await trio.sleep(0.02)
+                continue
+            if code:
+                self.report.produce_errors += 1
+                await trio.sleep(rng.uniform(0.01, 0.1))
+                continue
+            acked = self.acked[partition]
+            for i, v in enumerate(values):
+                if base + i in acked:
+                    self.fail(f"partition {partition}: offset {base + i} acknowledged twice "
+                              f"({acked[base + i]!r}, then {v!r})")
+                acked[base + i] = v
+            self.report.acked_records += len(values)
+            self.trace(f"ack p{partition} {base}+{len(values)} by {reg.leader}")
+
+    # -- invariants
+
+    async def _probe(self) -> None:
+        tick = 0
+        while True:
+            await trio.sleep(PROBE_MS / 1000)
+            tick += 1
+            self._check_hw_monotonic()
+            if tick % 10 == 0:
+                self._check_acked()
+                self._check_agreement()
+
+    def _check_hw_monotonic(self) -> None:
+        for b, node in sorted(self.brokers.items()):
+            if not node.alive or node.rm is None:
+                continue
+            for (_topic, pid), p in sorted(node.rm.partitions.items()):
+                if not p.is_leader:
+                    continue
+                key = (node.incarnation, pid, p.leader_epoch)
+                hw = p.log.high_watermark
+                seen = node.leader_hw.get(key, -1)
+                if hw < seen:
+                    self.fail(f"broker {b} leading p{pid} at epoch {p.leader_epoch}: HW went back from {seen} "
+                              f"to {hw}")
+                node.leader_hw[key] = hw
+
+    def _current_leader(self, pid: int) -> SimBroker | None:
+        """The broker leading `pid` at the controller's current leader epoch, once it knows."""
+        reg = self.controller.image.topics_by_id[TOPIC_ID].partitions[pid]
+        if reg.leader == NO_LEADER:
+            return None
+        node = self.brokers[reg.leader]
+        if not node.alive or node.rm is None:
+            return None
+        p = node.rm.get_partition(TOPIC, pid)
+        if p is None or not p.is_leader or p.leader_epoch != reg.leader_epoch:
+            return None
+        return node
+
+    def _check_acked(self) -> None:
+        for pid in range(self.partitions):
+            node = self._current_leader(pid)
+            if node is None or not self.acked[pid]:
+                continue
+            have = node.records(pid)
+            for offset, value in sorted(self.acked[pid].items()):
+                got = have.get(offset)
+                if got is None or got[1] != value:
+                    self.fail(f"p{pid}: acknowledged record {offset}={value!r} is "
+                              f"{'missing' if got is None else repr(got[1])} on leader {node.id} "
+                              f"(log end {max(have, default=-1) + 1}); {self._state()}")
+
+    def _check_agreement(self) -> None:
+        for pid in range(self.partitions):
+            leader = self._current_leader(pid)
+            if leader is None:
+                continue
+            assert leader.rm is not None
+            lp = leader.rm.get_partition(TOPIC, pid)
+            assert lp is not None
+            theirs = leader.records(pid)
+            for b, node in sorted(self.brokers.items()):
+                if node is leader or not node.alive or node.rm is None:
+                    continue
+                p = node.rm.get_partition(TOPIC, pid)
+                if p is None:
+                    continue
+                upto = min(p.log.high_watermark, lp.log.high_watermark)
+                ours = node.records(pid)
+                for offset in range(p.log.log_start_offset, upto):
+                    if ours.get(offset) != theirs.get(offset):
+                        self.fail(f"p{pid}: broker {b} holds {ours.get(offset)} at {offset}, below the high "
+                                  f"watermarks ({p.log.high_watermark}, leader {leader.id}'s "
+                                  f"{lp.log.high_watermark}), where the leader holds {theirs.get(offset)}; "
+                                  f"{self._state()}")
+
+
+def run_replication_scenario(seed: int, *, fault_ms: int = 15_000, **kw: Any) -> Report:
+    """One seeded run (see the module docstring); raises InvariantViolation on a broken invariant."""
+    root = Path(tempfile.mkdtemp(prefix=f"repl-sim-{seed}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    sim = Simulation(seed, root, fault_ms=fault_ms, **kw)
+    try:
+        with _deterministic(seed):
+            trio.run(sim.main, clock=trio.testing.MockClock(autojump_threshold=0))
+    except BaseExceptionGroup as group:
+        violation, _rest = group.split(InvariantViolation)
+        if violation is not None:  # raised in one of the run's tasks: the first one, plainly
+            first: BaseException = violation
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        group.add_note(f"replication sim seed {seed}")
+        raise
+    except BaseException as exc:
+        exc.add_note(f"replication sim seed {seed}")
+        raise
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return sim.report
+
+
+def summary(reports: list[Report]) -> str:
+    """The line a run prints: seeds, events, crashes, leader changes, acknowledged records."""
+    return (f"replication sim: {len(reports)} seeds, {sum(r.events for r in reports)} events, "
+            f"{sum(r.crashes for r in reports)} crashes ({sum(r.crashes_without_fsync for r in reports)} without "
+            f"fsync), {sum(r.leader_changes for r in reports)} leader changes, "
+            f"{sum(r.isr_shrinks for r in reports)} ISR shrinks, {sum(r.isr_expands for r in reports)} expands, "
+            f"{sum(r.acked_records for r in reports)} acked records, 0 lost")
