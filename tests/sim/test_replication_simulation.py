@@ -21,7 +21,7 @@ DEFAULT_BUDGET_S = 4.0
 DEFAULT_FAULT_MS = 8_000
 # the slow suite: scenarios of 30 virtual seconds of faults for PYBROKER_SIM_BUDGET_S (or this
 # default) seconds, at least 10
-MANY_SEEDS_BUDGET_S = 180.0
+MANY_SEEDS_BUDGET_S = 120.0
 LONG_FAULT_MS = 30_000
 
 
