@@ -10,8 +10,9 @@ What is real and what is simulated:
   handlers (server/fetch.py with its FetchManager and fetch sessions, server/list_offsets.py).
   Every request between brokers goes through the real wire codec at the version the fetcher
   chose (encode, decode, handle, encode, decode). The controller's rules are real too: elections,
-  ISR and ELR changes on fencing, unfencing and re-registration come from
-  controller/replication_control.py (ReplicationControl, through PartitionChangeBuilder), and
+  ISR and ELR changes on fencing, unfencing, controlled shutdown and re-registration (clean or
+  not, as the broker's clean-shutdown marker says) come from controller/replication_control.py
+  (ReplicationControl, through PartitionChangeBuilder), and
   AlterPartition is answered by controller/alter_partition.py against the controller's
   committed image; their records reach each broker's MetadataImage and
   `ReplicaManager.apply_metadata_records`, as the broker's metadata loader delivers them.
@@ -33,7 +34,8 @@ What is real and what is simulated:
   (`trio.to_thread.run_sync` is replaced for the run), so the schedule depends on the seed alone:
   trio's own scheduling coin is seeded too.
 
-Faults (a seeded nemesis): broker crashes with and without fsync and restarts, links cut and
+Faults (a seeded nemesis, at a pace each seed draws): broker crashes with and without fsync,
+clean shutdowns (controlled shutdown first, then LogManager.shutdown) and restarts, links cut and
 healed, and more or less latency and breakage. A crash without fsync is only dealt while every
 broker is up and unfenced and every ISR full, and no other broker crashes until the victim is
 back in every ISR: Kafka keeps no acknowledged record through a power loss of every replica
@@ -129,6 +131,10 @@ BROKER_SETTINGS = {
     "log.flush.offset.checkpoint.interval.ms": "300",
     "replica.high.watermark.checkpoint.interval.ms": "300",
     "log.segment.delete.delay.ms": "200",
+    # retention by size: a follower down long enough finds its fetch offset gone from the leader
+    # (OFFSET_OUT_OF_RANGE, then the leader's log start from ListOffsets)
+    "log.retention.bytes": "8192",
+    "log.retention.check.interval.ms": "500",
 }
 
 log = logging.getLogger("sim.replication")
@@ -144,10 +150,12 @@ class Report:
     events: int = 0
     crashes: int = 0
     crashes_without_fsync: int = 0
+    clean_shutdowns: int = 0
     leader_changes: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
     truncations: int = 0  # follower logs cut below their end (by leader epoch, or out of range)
+    out_of_range_restarts: int = 0  # follower logs restarted at the leader's log start (retention)
     acked_records: int = 0
     produce_errors: int = 0
     virtual_ms: int = 0
@@ -178,7 +186,8 @@ async def _inline_run_sync(fn: Callable[..., Any], *args: Any, **_kw: Any) -> An
 
 
 class _TruncationCounter(logging.Handler):
-    """Counts the fetchers' truncations below a log end (their INFO line), and passes their
+    """Counts the fetchers' truncations below a log end and restarts at the leader's log start
+    (their INFO lines), and passes their
     warnings on as usual: the fetcher's logger is switched to INFO for the run without flooding
     whatever captures the root logger."""
 
@@ -191,6 +200,8 @@ class _TruncationCounter(logging.Handler):
             logging.getLogger("pybroker.replica").handle(record)
         elif record.msg.startswith("truncating ") and record.args and record.args[2] > record.args[3]:  # type: ignore[index,operator]
             self.report.truncations += 1
+        elif "log starts at" in record.msg:  # out of range: restarted at the leader's log start
+            self.report.out_of_range_restarts += 1
 
 
 @contextlib.contextmanager
@@ -418,17 +429,20 @@ class SimController:
         return reg is not None and not reg.fenced and \
             trio.current_time() - self.last_contact.get(broker_id, -1e9) < SESSION_MS / 1000
 
-    def register(self, broker_id: int) -> int | None:
+    def register(self, broker_id: int, previous_broker_epoch: int) -> int | None:
         """A new incarnation's BrokerRegistration: its broker epoch, or None while the old one's
-        session lives (DUPLICATE_BROKER_REGISTRATION: it asks again)."""
+        session lives (DUPLICATE_BROKER_REGISTRATION: it asks again). The previous incarnation
+        shut down cleanly when its clean-shutdown marker names the registered epoch."""
         if self.session_alive(broker_id):
             return None
-        records = self.replication.handle_broker_shutdown(broker_id, clean=False)  # a crash, never clean
+        reg = self.image.brokers.get(broker_id)
+        clean = reg is not None and previous_broker_epoch == reg.epoch
+        records = self.replication.handle_broker_shutdown(broker_id, clean=clean)
         offset = len(self.records) + len(records)
         records.append(self._registration(broker_id, offset, fenced=True))
         self.commit(records)
         self.last_contact[broker_id] = trio.current_time()
-        self.sim.trace(f"broker {broker_id} registered, epoch {offset}")
+        self.sim.trace(f"broker {broker_id} registered, epoch {offset}, {'clean' if clean else 'unclean'}")
         return offset
 
     def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int) -> None:
@@ -468,6 +482,7 @@ class SimBroker:
         self.broker_epoch = -1
         self.image = MetadataImage()
         self.applied = 0  # metadata records applied
+        self.metadata_applied = trio.Event()  # set (and replaced) after each batch
         self.rm: ReplicaManager | None = None
         self.lm: LogManager | None = None
         self.nursery: trio.Nursery | None = None
@@ -494,7 +509,7 @@ class SimBroker:
                 else:
                     while True:
                         if sim.network.connected(self.id, CONTROLLER):
-                            epoch = sim.controller.register(self.id)
+                            epoch = sim.controller.register(self.id, lm.previous_broker_epoch)
                             if epoch is not None:
                                 self.broker_epoch = epoch
                                 break
@@ -519,13 +534,39 @@ class SimBroker:
                     quotas=SimpleNamespace(fetch=SimpleNamespace(enabled=False)))
                 nursery.start_soon(alter.run)
                 await rm.apply_metadata_records(None)
-                await nursery.start(rm.run_isr_expiration)
-                await nursery.start(rm.run_checkpointer)
+                await _start_log_and_isr_tasks(rm, nursery)
                 nursery.start_soon(self._follow_metadata)
                 nursery.start_soon(self._heartbeat)
                 self.alive = True
                 task_status.started()
                 await trio.sleep_forever()
+
+    async def shut_down_cleanly(self) -> bool:
+        """A controlled shutdown (the controller moves its leaderships away and takes it out of
+        every ISR; the broker waits to see that, for at most 2 s), then a clean stop: fetchers
+        stopped, every log flushed and closed, checkpoints and the clean-shutdown marker written;
+        the controller fences it (SHUTDOWN_NOW). False, nothing done, when the controller is out
+        of reach."""
+        sim = self.sim
+        if not sim.network.connected(self.id, CONTROLLER):
+            return False
+        controller = sim.controller
+        controller.commit(controller.replication.handle_broker_in_controlled_shutdown(self.id))
+        target = len(controller.records)
+        with trio.move_on_after(2.0):
+            while self.applied < target:
+                await self.metadata_applied.wait()
+        assert self.scope is not None and self.rm is not None and self.lm is not None
+        self.alive = False
+        self.scope.cancel()
+        self.nursery = None
+        self.rm.fetcher_manager.shutdown()
+        self.lm.shutdown(sim.clock.wall_ms(), self.rm.high_watermarks(), self.broker_epoch)
+        controller.commit(controller.replication.handle_broker_fenced(self.id))
+        sim.trace(f"broker {self.id} shut down cleanly")
+        self.rm = None
+        self.lm = None
+        return True
 
     def crash(self, fsync: bool) -> None:
         """Stop at once: no clean shutdown. Without fsync, each log loses what it had not flushed
@@ -594,6 +635,8 @@ class SimBroker:
                 self.image.replay(r)
             assert self.rm is not None
             await self.rm.apply_metadata_records(batch)
+            self.metadata_applied.set()
+            self.metadata_applied = trio.Event()
 
     async def _heartbeat(self) -> None:
         sim = self.sim
@@ -653,6 +696,14 @@ def _position_of(data: bytes, base_offset: int) -> int:
             return position
         position += 12 + int.from_bytes(view[position + 8:position + 12], "big")
     return len(data)
+
+
+async def _start_log_and_isr_tasks(rm: ReplicaManager, nursery: trio.Nursery) -> None:
+    """The periodic tasks a broker starts beside its replica manager (server/broker.py) that
+    replication depends on: ISR expiration, the flush scheduler and checkpoints, retention."""
+    await nursery.start(rm.run_isr_expiration)
+    await nursery.start(rm.run_checkpointer)
+    await nursery.start(rm.run_retention)
 
 
 # -- the simulation -----------------------------------------------------------------------------
@@ -730,7 +781,12 @@ class Simulation:
             alive = [b for b, node in sorted(self.brokers.items()) if node.alive]
             if action < 0.35 and len(alive) > 1 and repairing is None:
                 victim = rng.choice(alive)
-                fsync = rng.random() < 0.5 or not self._power_loss_allowed()
+                kind = rng.random()
+                if kind < 0.25 and await self.brokers[victim].shut_down_cleanly():
+                    self.report.clean_shutdowns += 1
+                    down_until[victim] = trio.current_time() + rng.uniform(0.2, 3.0)
+                    continue
+                fsync = kind < 0.6 or not self._power_loss_allowed()
                 self.brokers[victim].crash(fsync)
                 self.report.crashes += 1
                 if not fsync:
@@ -908,7 +964,13 @@ class Simulation:
             if node is None or not self.acked[pid]:
                 continue
             have = node.records(pid)
+            assert node.rm is not None
+            p = node.rm.get_partition(TOPIC, pid)
+            assert p is not None
+            start = p.log.log_start_offset  # below it, retention removed what was acknowledged
             for offset, value in sorted(self.acked[pid].items()):
+                if offset < start:
+                    continue
                 got = have.get(offset)
                 if got is None or got[1] != value:
                     self.fail(f"p{pid}: acknowledged record {offset}={value!r} is "
@@ -932,7 +994,7 @@ class Simulation:
                     continue
                 upto = min(p.log.high_watermark, lp.log.high_watermark)
                 ours = node.records(pid)
-                for offset in range(p.log.log_start_offset, upto):
+                for offset in range(max(p.log.log_start_offset, lp.log.log_start_offset), upto):
                     if ours.get(offset) != theirs.get(offset):
                         self.fail(f"p{pid}: broker {b} holds {ours.get(offset)} at {offset}, below the high "
                                   f"watermarks ({p.log.high_watermark}, leader {leader.id}'s "
@@ -968,7 +1030,9 @@ def summary(reports: list[Report]) -> str:
     """The line a run prints: seeds, events, crashes, leader changes, acknowledged records."""
     return (f"replication sim: {len(reports)} seeds, {sum(r.events for r in reports)} events, "
             f"{sum(r.crashes for r in reports)} crashes ({sum(r.crashes_without_fsync for r in reports)} without "
-            f"fsync), {sum(r.leader_changes for r in reports)} leader changes, "
+            f"fsync), {sum(r.clean_shutdowns for r in reports)} clean shutdowns, "
+            f"{sum(r.leader_changes for r in reports)} leader changes, "
             f"{sum(r.isr_shrinks for r in reports)} ISR shrinks, {sum(r.isr_expands for r in reports)} expands, "
             f"{sum(r.truncations for r in reports)} truncations, "
+            f"{sum(r.out_of_range_restarts for r in reports)} restarts at the leader's log start, "
             f"{sum(r.acked_records for r in reports)} acked records, 0 lost")
