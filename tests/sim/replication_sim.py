@@ -472,11 +472,11 @@ class SimController:
 # -- a broker -----------------------------------------------------------------------------------
 
 class SimBroker:
-    def __init__(self, sim: Simulation, broker_id: int, root: Path) -> None:
+    def __init__(self, sim: Simulation, broker_id: int, root: Path, settings: dict[str, str]) -> None:
         self.sim = sim
         self.id = broker_id
         self.dir = root / f"broker{broker_id}"
-        self.config = BrokerConfig({"node.id": str(broker_id), "log.dirs": str(self.dir), **BROKER_SETTINGS})
+        self.config = BrokerConfig({"node.id": str(broker_id), "log.dirs": str(self.dir), **settings})
         self.alive = False
         self.incarnation = 0
         self.broker_epoch = -1
@@ -525,6 +525,8 @@ class SimBroker:
                                               leader_end_points=lambda leader, _fid: SimLeaderEndPoint(
                                                   sim, self, leader))
                 rm.load_high_watermarks()
+                # before Kafka 2.7 (and in pybroker's tests): OffsetForLeaderEpoch before fetching
+                rm.fetcher_manager.truncation_on_fetch = sim.truncation_on_fetch
                 rm.alter_partition_manager = alter = AlterPartitionManager(
                     self.id, lambda: self.broker_epoch, self._send_alter_partition, retry_backoff_s=0.05)
                 self.handler_view = SimpleNamespace(
@@ -721,7 +723,11 @@ class Simulation:
         self.network = Network(self, network or NetworkConfig())
         self.base_network = self.network.config
         self.controller = SimController(self)
-        self.brokers = {b: SimBroker(self, b, root) for b in range(1, brokers + 1)}
+        # drawn per seed: fetchers per leader, and whether followers truncate from the fetch
+        # answer (KIP-320) or ask OffsetForLeaderEpoch first
+        settings = {**BROKER_SETTINGS, "num.replica.fetchers": str(self.rng.choice([1, 1, 2]))}
+        self.truncation_on_fetch = self.rng.random() < 0.75
+        self.brokers = {b: SimBroker(self, b, root, settings) for b in range(1, brokers + 1)}
         self.acked: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}  # partition -> offset -> value
         self.producing = True
         self.clock: TrioClock = None  # type: ignore[assignment]  # made inside the run
@@ -755,7 +761,8 @@ class Simulation:
         rng = self.rng
         # how often faults come: each seed draws its pace
         pace = rng.choice([0.5, 1.0, 2.0, 3.0])
-        self.trace(f"fault pace {pace}")
+        self.trace(f"fault pace {pace}, {self.brokers[1].config['num.replica.fetchers']} fetcher(s) per leader, "
+                   f"truncation {'on fetch' if self.truncation_on_fetch else 'by OffsetForLeaderEpoch'}")
         deadline = trio.current_time() + self.fault_ms / 1000
         down_until: dict[int, float] = {}
         healed_at: float | None = None
