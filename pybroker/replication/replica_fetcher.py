@@ -3,8 +3,8 @@
 Concurrency first: one trio task per (leader broker, fetcher id), started and stopped by the
 ReplicaFetcherManager; it talks to the leader through the LeaderEndPoint the manager's factory
 made for it (leader_end_point.py: on a broker, one TCP connection to the leader's inter-broker
-listener, `inter.broker.listener.name`), with one request in flight. The replica manager adds and removes
-partitions between its awaits; after every await the fetcher checks that a partition's
+listener, `inter.broker.listener.name`), with one request in flight. The replica manager adds
+and removes partitions between its awaits; after every await the fetcher checks that a partition's
 `PartitionFetchState` is still the one it sent for (and the local partition still a follower at
 that leader epoch) before it touches the log, so a leadership change that raced a response wins.
 Appends are page-cache writes on the loop, as a leader's are. A truncation changes the log on
