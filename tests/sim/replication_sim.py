@@ -48,7 +48,8 @@ let a second broker crash meanwhile.
 Invariants, checked as the run goes (every PROBE_MS) and at its end:
 
 - every record acknowledged (acks=all, min.insync.replicas=2) is in the log of the partition's
-  leader at the controller's current leader epoch, at its offset, unchanged;
+  leader at the controller's current leader epoch, at its offset, unchanged; so is every record
+  such a leader was seen to hold below its high watermark (what a consumer may have read);
 - a leader's high watermark never moves back within one leader epoch of one incarnation;
 - all live replicas hold the same records below their high watermarks (the leader's, compared
   offset by offset: value and epoch);
@@ -195,6 +196,9 @@ class Simulation:
         self.truncation_on_fetch = self.rng.random() < 0.75
         self.brokers = {b: SimBroker(self, b, root, settings) for b in range(1, brokers + 1)}
         self.acked: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}  # partition -> offset -> value
+        # what current leaders exposed below their high watermarks, seen by the probe
+        self.committed: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}
+        self.committed_to = dict.fromkeys(range(partitions), 0)
         self.producing = True
         self.clock: TrioClock = None  # type: ignore[assignment]  # made inside the run
         self.nursery: trio.Nursery | None = None
@@ -431,23 +435,30 @@ class Simulation:
         return node
 
     def _check_acked(self) -> None:
+        """Every acknowledged record, and every record a current leader ever exposed below its
+        high watermark (what consumers may have read), is on the current leader, unchanged."""
         for pid in range(self.partitions):
             node = self._current_leader(pid)
-            if node is None or not self.acked[pid]:
+            if node is None:
                 continue
             have = node.records(pid)
             assert node.rm is not None
             p = node.rm.get_partition(TOPIC, pid)
             assert p is not None
             start = p.log.log_start_offset  # below it, retention removed what was acknowledged
-            for offset, value in sorted(self.acked[pid].items()):
-                if offset < start:
-                    continue
-                got = have.get(offset)
-                if got is None or got[1] != value:
-                    self.fail(f"p{pid}: acknowledged record {offset}={value!r} is "
-                              f"{'missing' if got is None else repr(got[1])} on leader {node.id} "
-                              f"(log end {max(have, default=-1) + 1}); {self._state()}")
+            for kind, expected in (("acknowledged", self.acked[pid]), ("committed", self.committed[pid])):
+                for offset, value in sorted(expected.items()):
+                    if offset < start:
+                        continue
+                    got = have.get(offset)
+                    if got is None or got[1] != value:
+                        self.fail(f"p{pid}: {kind} record {offset}={value!r} is "
+                                  f"{'missing' if got is None else repr(got[1])} on leader {node.id} "
+                                  f"(log end {max(have, default=-1) + 1}); {self._state()}")
+            committed = self.committed[pid]
+            for offset in range(max(start, self.committed_to[pid]), p.log.high_watermark):
+                committed[offset] = have[offset][1]
+            self.committed_to[pid] = max(self.committed_to[pid], p.log.high_watermark)
 
     def _check_agreement(self) -> None:
         for pid in range(self.partitions):
