@@ -1,9 +1,10 @@
 """A follower's fetcher for one leader (Kafka's ReplicaFetcherThread + AbstractFetcherThread).
 
 Concurrency first: one trio task per (leader broker, fetcher id), started and stopped by the
-ReplicaFetcherManager; it owns one TCP connection to the leader's inter-broker listener
-(`inter.broker.listener.name`), with one request in flight. The replica manager adds and removes
-partitions between its awaits; after every await the fetcher checks that a partition's
+ReplicaFetcherManager; it talks to the leader through the LeaderEndPoint the manager's factory
+made for it (leader_end_point.py: on a broker, one TCP connection to the leader's inter-broker
+listener, `inter.broker.listener.name`), with one request in flight. The replica manager adds
+and removes partitions between its awaits; after every await the fetcher checks that a partition's
 `PartitionFetchState` is still the one it sent for (and the local partition still a follower at
 that leader epoch) before it touches the log, so a leadership change that raced a response wins.
 Appends are page-cache writes on the loop, as a leader's are. A truncation changes the log on
@@ -64,23 +65,20 @@ the leader restarted or evicted it; INVALID_FETCH_SESSION_EPOCH) is sent again a
 from __future__ import annotations
 
 import logging
-import ssl
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pybroker._native import records as _records
 from pybroker.log.errors import LogError
-from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.api_message import ApiMessage
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
 )
-from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
 from pybroker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
+from pybroker.replication.leader_end_point import CONNECTION_ERRORS, LeaderEndPoint
 
 if TYPE_CHECKING:
     from pybroker.log.log import DeferredTruncation, UnifiedLog
@@ -194,21 +192,6 @@ def truncation_offset(plog: UnifiedLog, leader_epoch: int, leader_end_offset: in
     return target, done
 
 
-class LeaderConnection:
-    """The fetcher's connection to its leader's inter-broker listener: one request in flight,
-    replica.socket.timeout.ms on each."""
-
-    def __init__(self, client_id: str, timeout_s: float, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._conn = OutboundConnection(client_id, ssl_context)
-        self.timeout_s = timeout_s
-
-    async def request(self, address: tuple[str, int], api_key: int, version: int, body: ApiMessage) -> Any:
-        return await self._conn.request(address, api_key, version, body, timeout_s=self.timeout_s)
-
-    async def close(self) -> None:
-        await self._conn.aclose()
-
-
 _CONNECTION_ERRORS = CONNECTION_ERRORS
 
 
@@ -248,18 +231,18 @@ def _forgotten_topics(forget: list[tuple[bytes, TopicPartition]]) -> list[Any]:
 
 
 class ReplicaFetcher:
-    """Fetches the partitions it holds from one leader (see the module docstring)."""
+    """Fetches the partitions it holds from one leader (see the module docstring), through
+    `leader`, which it closes when its task ends."""
 
-    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, fetcher_id: int) -> None:
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int, fetcher_id: int,
+                 leader: LeaderEndPoint) -> None:
         self.manager = manager
         self.rm = manager.rm
         self.leader_id = leader_id
         self.fetcher_id = fetcher_id
+        self.leader = leader
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self._changed = trio.Event()
-        cfg = self.rm.config
-        self.conn = LeaderConnection(f"replica-fetcher-{self.rm.node_id}-{fetcher_id}",
-                                     max(0.1, cfg["replica.socket.timeout.ms"] / 1000), self.rm.inter_broker_ssl)
         self.cancel_scope = trio.CancelScope()
         self.session = FetchSessionHandler(leader_id)  # KIP-227, towards this leader
         self._cuts: list[LogSegment] = []  # segment files a truncation left to cut (a worker thread)
@@ -323,7 +306,7 @@ class ReplicaFetcher:
             try:
                 await self._loop()
             finally:
-                await self.conn.close()
+                await self.leader.close()
 
     async def _wait(self, seconds: float) -> None:
         with trio.move_on_after(max(0.0, seconds)):
@@ -336,7 +319,7 @@ class ReplicaFetcher:
             if not self.partitions:
                 await self._wait(3600.0)
                 continue
-            address = self.manager.leader_address(self.leader_id)
+            address = self.leader.broker_end_point()
             if address is None:
                 await self._wait(backoff_s)
                 continue
@@ -349,26 +332,26 @@ class ReplicaFetcher:
                 progressed = False
                 truncating = [s for s in ready if s.truncating]
                 if truncating:
-                    progressed = await self._truncate(address, truncating)
+                    progressed = await self._truncate(truncating)
                     await self._complete_file_work()  # before any append to those logs
                 fetching = [s for s in ready if not s.truncating and s.delayed_until <= trio.current_time()]
                 if fetching:
-                    progressed = await self._fetch(address, fetching) or progressed
+                    progressed = await self._fetch(fetching) or progressed
                 await self._complete_file_work()
                 if not progressed:  # nothing could be asked (states moved on): never spin
                     await self._wait(backoff_s)
             except _CONNECTION_ERRORS as exc:
                 log.debug("fetcher %d of leader %d at %s: %s", self.fetcher_id, self.leader_id, address, exc)
-                await self.conn.close()
+                await self.leader.close()
                 await self._wait(backoff_s)
             except Exception:  # a bug or a storage error must not take the node down: retry later
                 log.exception("fetcher %d of leader %d failed; retrying", self.fetcher_id, self.leader_id)
-                await self.conn.close()
+                await self.leader.close()
                 await self._wait(backoff_s)
 
     # ------------------------------------------------------------------ truncation
 
-    async def _truncate(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+    async def _truncate(self, states: list[PartitionFetchState]) -> bool:
         """One truncation round; False when nothing was done."""
         ask: list[tuple[PartitionFetchState, int]] = []
         done_locally = False
@@ -393,7 +376,7 @@ class ReplicaFetcher:
                 partition=s.partition, current_leader_epoch=s.leader_epoch, leader_epoch=epoch))
         req = OffsetForLeaderEpochRequest(replica_id=self.rm.node_id, topics=[
             OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
-        resp = await self.conn.request(address, ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, req)
+        resp = await self.leader.fetch_epoch_end_offsets(req, OFFSET_FOR_LEADER_EPOCH_VERSION)
         answers = {(t.topic, r.partition): r for t in resp.topics for r in t.partitions}
         restart_at: list[PartitionFetchState] = []
         for s, _ in ask:
@@ -425,7 +408,7 @@ class ReplicaFetcher:
             else:
                 self._truncate_log(p, target)  # then asks again with its then-latest epoch
         if restart_at:
-            await self._restart_at_leader_start(address, restart_at)
+            await self._restart_at_leader_start(restart_at)
         return True
 
     def _truncate_log(self, p: Any, offset: int) -> None:
@@ -476,7 +459,7 @@ class ReplicaFetcher:
                         p.log.leader_epoch_cache.entries()[-3:])
             self._delay(s)
 
-    async def _restart_at_leader_start(self, address: tuple[str, int], states: list[PartitionFetchState]) -> None:
+    async def _restart_at_leader_start(self, states: list[PartitionFetchState]) -> None:
         """Our fetch offset is below the leader's log start: start our log at the leader's."""
         by_topic: dict[str, list[Any]] = {}
         for s in states:
@@ -484,7 +467,7 @@ class ReplicaFetcher:
                 partition_index=s.partition, current_leader_epoch=s.leader_epoch, timestamp=EARLIEST_TIMESTAMP))
         req = ListOffsetsRequest(replica_id=self.rm.node_id, isolation_level=0, topics=[
             ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-        resp = await self.conn.request(address, ApiKey.LIST_OFFSETS, list_offsets_version(self._metadata_version()), req)
+        resp = await self.leader.fetch_earliest_offsets(req, list_offsets_version(self._metadata_version()))
         answers = {(t.name, r.partition_index): r for t in resp.topics for r in t.partitions}
         for s in states:
             r = answers.get((s.topic, s.partition))
@@ -506,7 +489,7 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ fetching
 
-    async def _fetch(self, address: tuple[str, int], states: list[PartitionFetchState]) -> bool:
+    async def _fetch(self, states: list[PartitionFetchState]) -> bool:
         """One Fetch round trip in the fetch session (fetch_session_handler.py): every partition
         ready now goes to the session's builder, which sends only what changed since the last
         request; False when there was nothing to ask."""
@@ -549,7 +532,7 @@ class ReplicaFetcher:
         self._in_flight = scope = trio.CancelScope()
         try:
             with scope:
-                resp = await self.conn.request(address, ApiKey.FETCH, version, req)
+                resp = await self.leader.fetch(req, version)
         except Exception:
             self.session.handle_error()  # the next request is a full one in a new session
             raise

@@ -8,8 +8,11 @@ shutdownIdleFetcherThreads). A partition goes to fetcher `(crc32(topic) * 31 + p
 num.replica.fetchers` of its leader, as Kafka's getFetcherId does, so a broker holds at most
 `num.replica.fetchers` connections to each leader.
 
-Leaders are reached at their `inter.broker.listener.name` endpoint from the metadata image's
-broker registrations (looked up at each request, so a restarted leader's new address is used).
+Each fetcher reaches its leader through a LeaderEndPoint made for it by the factory this manager
+is given (leader_end_point.py; Kafka's ReplicaFetcherManager passes its fetcher threads a
+RemoteLeaderEndPoint the same way): on a broker, a connection to the leader's
+`inter.broker.listener.name` endpoint from the metadata image's broker registrations; in tests
+and the replication simulation, the leader's handlers without a socket.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 from pybroker.replication.replica_fetcher import PartitionFetchState, ReplicaFetcher
 
 if TYPE_CHECKING:
+    from pybroker.replication.leader_end_point import LeaderEndPointFactory
     from pybroker.replication.partition import Partition
     from pybroker.replication.replica_manager import ReplicaManager
 
@@ -33,8 +37,9 @@ class ReplicaFetcherManager:
     # (tests only) brings back the OffsetForLeaderEpoch round trip before the first fetch.
     truncation_on_fetch = True
 
-    def __init__(self, rm: ReplicaManager) -> None:
+    def __init__(self, rm: ReplicaManager, leader_end_points: LeaderEndPointFactory) -> None:
         self.rm = rm
+        self.leader_end_points = leader_end_points  # (leader id, fetcher id) -> a new fetcher's endpoint
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}  # partition -> its fetcher's key
         self.closed = False  # shut down: no fetcher starts again (the logs are being closed)
@@ -45,17 +50,6 @@ class ReplicaFetcherManager:
 
     def fetcher_id(self, topic: str, partition: int) -> int:
         return (zlib.crc32(topic.encode()) * 31 + partition) % max(1, self.rm.config["num.replica.fetchers"])
-
-    def leader_address(self, leader_id: int) -> tuple[str, int] | None:
-        """The leader's inter-broker endpoint, from its registration in the image."""
-        reg = self.rm.image.brokers.get(leader_id)
-        if reg is None:
-            return None
-        name = getattr(self.rm.config, "inter_broker_listener_name", "") or "PLAINTEXT"
-        for listener, host, port in reg.endpoints:
-            if listener == name:
-                return host, port
-        return None
 
     def broker_epoch(self) -> int:
         reg = self.rm.image.brokers.get(self.rm.node_id)
@@ -75,7 +69,7 @@ class ReplicaFetcherManager:
         key = (p.leader_id, self.fetcher_id(p.topic, p.partition))
         fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, *key, self.leader_end_points(*key))
             self.rm.spawn(fetcher.run)
         latest = p.log.latest_epoch()
         fetching = self.truncation_on_fetch and latest is not None

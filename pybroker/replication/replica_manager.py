@@ -38,7 +38,6 @@ Concurrency: trio thread only; blocking work goes through `spawn` (a nursery's s
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -81,6 +80,7 @@ from pybroker.replication.fetch_params import (
     FetchParams,
     LogRead,
 )
+from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_leader_end_points
 from pybroker.replication.partition import Partition
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
@@ -173,7 +173,8 @@ def log_config(defaults: dict[str, Any], overrides: dict[str, str] | None = None
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage,
-                 timer: SystemTimer, spawn: Callable[..., Any], clock: Clock = SYSTEM_CLOCK) -> None:
+                 timer: SystemTimer, spawn: Callable[..., Any], clock: Clock = SYSTEM_CLOCK,
+                 leader_end_points: LeaderEndPointFactory | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.log_manager = log_manager
@@ -182,8 +183,6 @@ class ReplicaManager:
         self.spawn = spawn
         self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
-        # the client TLS context for leaders' inter-broker listener (set by the node; None: plaintext)
-        self.inter_broker_ssl: ssl.SSLContext | None = None
         self._by_topic: dict[str, dict[int, Partition]] = {}  # topic -> its partitions here
         self._topic_names: dict[bytes, str] = {}  # topic id -> name, of the topics hosted here
         # called after each batch of new partitions is published: a node that owns its process
@@ -197,8 +196,10 @@ class ReplicaManager:
         self.topic_stats = BrokerTopicStats()  # Kafka's BrokerTopicStats: messages/bytes in and out per topic
         self.isr_shrinks = self.isr_expands = self.failed_isr_updates = 0  # Kafka's IsrShrinks/ExpandsPerSec
         # replication: the follower side (fetchers) and the leader's ISR changes to the controller;
-        # the node gives `alter_partition_manager` its controller channel (server/broker.py)
-        self.fetcher_manager = ReplicaFetcherManager(self)
+        # the node gives `alter_partition_manager` its controller channel (server/broker.py);
+        # `leader_end_points` makes each fetcher's leader (the network's when not given)
+        self.fetcher_manager = ReplicaFetcherManager(
+            self, leader_end_points or remote_leader_end_points(config, image))
         self.alter_partition_manager: AlterPartitionManager | None = None
         # KIP-890: a transactional Produce's partitions verified with (added to) the transaction
         # by the transaction coordinators (server/broker.py gives it theirs)

@@ -84,6 +84,7 @@ from pybroker.replication.alter_partition_manager import (
     ALTER_PARTITION_VERSION,
     AlterPartitionManager,
 )
+from pybroker.replication.leader_end_point import remote_leader_end_points
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
 from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
@@ -410,8 +411,8 @@ class Broker:
         self.authorizer = StandardAuthorizer.from_config(cfg, self.image)
         if cfg.is_broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
-                                                  self.clock)
-            self.replica_manager.inter_broker_ssl = self.inter_broker_client_ssl
+                                                  self.clock, remote_leader_end_points(
+                                                      cfg, self.image, self.inter_broker_client_ssl))
             self.replica_manager.load_high_watermarks()
             self.dynamic_config.apply_runtime(self)  # the replication throttle rates (KIP-73)
             self.replica_manager.alter_partition_manager = alter = AlterPartitionManager(

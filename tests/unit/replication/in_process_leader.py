@@ -1,6 +1,7 @@
 """Two nodes' replica managers in one trio run, and the leader's side of the wire without a socket.
 
-`InProcessLeader` stands in for a follower fetcher's LeaderConnection: each request is encoded
+`InProcessLeader` is a follower fetcher's LeaderEndPoint (given to the follower's
+ReplicaManager by `open_node`, or to a ReplicaFetcher the test builds): each request is encoded
 and decoded with the project's codec (so what is asked is what a socket would carry, and its
 size is known), served by node 1's real handlers (server/fetch.py with its FetchManager,
 server/list_offsets.py) against node 1's ReplicaManager, and the answer encoded (file regions
@@ -8,7 +9,8 @@ read into bytes) and decoded again. It counts requests per API, keeps each Fetch
 its size, and can fail the next exchange as a broken connection would.
 
 `open_node` builds a node's ReplicaManager over its own log dir and the image given (the
-caller replays the records both nodes see); logs may be written before it, as on disk.
+caller replays the records both nodes see), its fetchers' leaders from `leader_end_points`;
+logs may be written before it, as on disk.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.frame import decode_request, decode_response, encode_request, encode_response
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import build_batch
+from pybroker.replication.leader_end_point import LeaderEndPointFactory, leader_address
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.server.fetch import handle_fetch
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
@@ -67,12 +70,12 @@ def register(image: MetadataImage, broker_id: int, with_endpoint: bool = True) -
                                         end_points=endpoints))
 
 
-async def open_node(config: BrokerConfig, lm: LogManager, image: MetadataImage, nursery: trio.Nursery
-                    ) -> ReplicaManager:
+async def open_node(config: BrokerConfig, lm: LogManager, image: MetadataImage, nursery: trio.Nursery,
+                    leader_end_points: LeaderEndPointFactory | None = None) -> ReplicaManager:
     timer = SystemTimer()
     await nursery.start(timer.run)
     lm.spawn = nursery.start_soon  # the flushes and deletions of its logs, as server/broker.py wires it
-    rm = ReplicaManager(config, lm, image, timer, nursery.start_soon)
+    rm = ReplicaManager(config, lm, image, timer, nursery.start_soon, leader_end_points=leader_end_points)
     await rm.apply_metadata_records(None)
     return rm
 
@@ -111,7 +114,20 @@ class InProcessLeader:
         self.max_fetches = 500
         self._correlation = 0
 
-    async def request(self, address: tuple[str, int], api_key: int, version: int, body: Any) -> Any:
+    def broker_end_point(self) -> tuple[str, int] | None:
+        """As the broker's endpoint finds it: None until the leader registers an endpoint."""
+        return leader_address(self.rm.config, self.rm.image, self.rm.node_id)
+
+    async def fetch(self, request: Any, version: int) -> Any:
+        return await self.request(ApiKey.FETCH, version, request)
+
+    async def fetch_epoch_end_offsets(self, request: Any, version: int) -> Any:
+        return await self.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, request)
+
+    async def fetch_earliest_offsets(self, request: Any, version: int) -> Any:
+        return await self.request(ApiKey.LIST_OFFSETS, version, request)
+
+    async def request(self, api_key: int, version: int, body: Any) -> Any:
         self._correlation += 1
         frame = encode_request(api_key, version, self._correlation, "follower", body)
         self.requests[api_key] += 1

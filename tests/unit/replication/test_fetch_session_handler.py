@@ -175,24 +175,23 @@ async def two_nodes(tmp_path: Path, nursery: trio.Nursery, slots: int = 1000
     rm2 = await open_node(cfg2, open_logs(cfg2, 2), image, nursery)
     running = rm2.fetcher_manager.fetchers[(1, 0)]
     running.cancel_scope.cancel()  # the test drives a fetcher of its own
-    fetcher = ReplicaFetcher(rm2.fetcher_manager, 1, 0)
+    leader = InProcessLeader(rm1, slots)
+    fetcher = ReplicaFetcher(rm2.fetcher_manager, 1, 0, leader)
     for state in running.partitions.values():
         fetcher.add(state)
-    leader = InProcessLeader(rm1, slots)
-    fetcher.conn = leader  # type: ignore[assignment]
     return leader, rm1, rm2, fetcher
 
 
 async def fetch_round(fetcher: ReplicaFetcher) -> tuple[Any, int]:
     """One Fetch of every fetching partition ready now; the request as the leader decoded it and
     its size on the wire."""
-    leader: InProcessLeader = fetcher.conn  # type: ignore[assignment]
+    leader: InProcessLeader = fetcher.leader  # type: ignore[assignment]
     before = len(leader.fetches)
     truncating = [s for s in fetcher.partitions.values() if s.truncating]
     if truncating:  # new, empty logs: no epoch yet, so they keep their (zero) high watermark first
-        await fetcher._truncate(("127.0.0.1", 9), truncating)
+        await fetcher._truncate(truncating)
     ready = [s for s in fetcher.partitions.values() if not s.truncating and s.delayed_until <= trio.current_time()]
-    await fetcher._fetch(("127.0.0.1", 9), ready)
+    await fetcher._fetch(ready)
     assert len(leader.fetches) == before + 1
     return leader.fetches[-1]
 

@@ -35,7 +35,6 @@ from pybroker.protocol.messages import FetchRequest
 from pybroker.replication.replica_manager import ReplicaManager
 
 from .in_process_leader import (
-    ADDRESS,
     InProcessLeader,
     node_config,
     open_logs,
@@ -58,9 +57,9 @@ class Leader(InProcessLeader):
         super().__init__(rm)
         self.answered: set[int] = set()
 
-    async def request(self, address: tuple[str, int], api_key: int, version: int, body: Any) -> Any:
+    async def request(self, api_key: int, version: int, body: Any) -> Any:
         index = len(self.fetches)
-        resp = await super().request(address, api_key, version, body)
+        resp = await super().request(api_key, version, body)
         if api_key == ApiKey.FETCH:
             self.answered.add(index)
         return resp
@@ -105,12 +104,11 @@ def run_pair(tmp_path: Path, body: Callable[[ReplicaManager, ReplicaManager, Lea
             image.replay(r)
         async with trio.open_nursery() as nursery:
             rm1 = await open_node(cfg1, lm1, image, nursery)
-            rm2 = await open_node(cfg2, lm2, image, nursery)
+            leader = Leader(rm1)
+            rm2 = await open_node(cfg2, lm2, image, nursery, leader_end_points=lambda _leader, _fetcher: leader)
             p1, p2 = rm1.get_partition("t", 0), rm2.get_partition("t", 0)
             assert p1 is not None and p2 is not None
             write(p1.log, [(0, 1)], b"t")
-            leader = Leader(rm1)
-            rm2.fetcher_manager.fetchers[(1, 0)].conn = leader  # type: ignore[assignment]
             register(image, 1)  # now the fetcher finds its leader
             await wait_for(lambda: p2.log.log_end_offset == 1)
             # the follower's next Fetch finds nothing new: the leader holds it in its purgatory
@@ -197,7 +195,7 @@ def test_a_follower_fetch_naming_a_topic_the_leader_lacks_is_answered_at_once(tm
                                isolation_level=0, session_id=0, session_epoch=0,
                                topics=[asking(T_ID), asking(U_ID)], forgotten_topics_data=[], rack_id="")
             asked = trio.current_time()
-            resp = await leader.request(ADDRESS, ApiKey.FETCH, 17, req)
+            resp = await leader.request(ApiKey.FETCH, 17, req)
             assert trio.current_time() - asked < WAIT_MAX_S / 2, "held for the follower's known partition"
             codes = {t.topic_id: [p.error_code for p in t.partitions] for t in resp.responses}
             assert codes[U_ID] == [Errors.UNKNOWN_TOPIC_ID]

@@ -199,14 +199,17 @@ def test_the_leader_holds_back_a_throttled_follower_outside_the_isr(tmp_path: Pa
 
 
 class FakeLeader:
-    """Stands in for a LeaderConnection: records each Fetch, answers with the given batches."""
+    """A LeaderEndPoint that records each Fetch and answers with the given batches."""
 
     def __init__(self, records: bytes, high_watermark: int) -> None:
         self.records = records
         self.high_watermark = high_watermark
         self.requests: list[Any] = []
 
-    async def request(self, address: Any, api_key: int, version: int, body: Any) -> Any:
+    def broker_end_point(self) -> tuple[str, int]:
+        return ("127.0.0.1", 1)
+
+    async def fetch(self, body: Any, version: int) -> Any:
         self.requests.append(body)
         parts = [m.FetchResponse.PartitionData(
             partition_index=fp.partition, error_code=0, high_watermark=self.high_watermark, last_stable_offset=-1,
@@ -233,42 +236,40 @@ def test_the_follower_leaves_a_throttled_partition_out_while_over_quota(tmp_path
             p = rm.get_partition("t", 0)
             assert p is not None and not p.is_leader and rm.follower_quota.is_throttled("t", 0)
             rm.fetcher_manager.remove_partition(("t", 0))  # this test drives its own fetcher
-            fetcher = ReplicaFetcher(rm.fetcher_manager, 2, 0)
             leader = FakeLeader(data, high_watermark=10)
-            fetcher.conn = leader  # type: ignore[assignment]
+            fetcher = ReplicaFetcher(rm.fetcher_manager, 2, 0, leader)  # type: ignore[arg-type]
             state = PartitionFetchState("t", 0, TID, 0, 0)
             state.truncating = False
             fetcher.add(state)
-            address = ("127.0.0.1", 1)
 
-            assert await fetcher._fetch(address, [state])  # within quota: asked, appended, recorded
+            assert await fetcher._fetch([state])  # within quota: asked, appended, recorded
             assert len(leader.requests) == 1 and p.log.log_end_offset == 2
             assert state.lag == 8 and not fetcher.is_replica_in_sync(state, p)
             assert rm.follower_quota.byte_rate(int(trio.current_time() * 1000)) == len(data)
             # over quota and not in sync: left out, so no request at all (the fetcher backs off)
-            assert not await fetcher._fetch(address, [state])
+            assert not await fetcher._fetch([state])
             assert len(leader.requests) == 1
             clock.jump(len(data) / 1000 + 0.01)  # the one sample, spread over a longer window
-            assert await fetcher._fetch(address, [state]) and len(leader.requests) == 2
+            assert await fetcher._fetch([state]) and len(leader.requests) == 2
             # a member of the ISR is in sync: asked for even while the quota is exceeded
             rm.follower_quota.record(10**6, int(trio.current_time() * 1000))
-            assert not await fetcher._fetch(address, [state])
+            assert not await fetcher._fetch([state])
             p.isr = [2, 1]
             assert fetcher.is_replica_in_sync(state, p)
-            assert await fetcher._fetch(address, [state]) and len(leader.requests) == 3
+            assert await fetcher._fetch([state]) and len(leader.requests) == 3
             p.isr = [2]
             # so is a replica caught up with the leader's HW at its last response
             leader.high_watermark = 2
             state.lag = None
-            assert not await fetcher._fetch(address, [state])  # lag unknown: held back
+            assert not await fetcher._fetch([state])  # lag unknown: held back
             assert len(leader.requests) == 3
             state.lag = 0
             assert fetcher.is_replica_in_sync(state, p)
-            assert await fetcher._fetch(address, [state]) and len(leader.requests) == 4
+            assert await fetcher._fetch([state]) and len(leader.requests) == 4
             state.lag = 5
             # a partition not in the throttled list is never held back
             await set_topic_config(rm, image, "follower.replication.throttled.replicas", None)
-            assert await fetcher._fetch(address, [state]) and len(leader.requests) == 5
+            assert await fetcher._fetch([state]) and len(leader.requests) == 5
             nursery.cancel_scope.cancel()
         lm.shutdown(0, {})
 

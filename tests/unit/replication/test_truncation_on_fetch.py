@@ -132,13 +132,12 @@ async def follow(tmp_path: Path, leader_epochs: list[tuple[int, int]], follower_
     try:
         async with trio.open_nursery() as nursery:
             rm1 = await open_node(cfg1, lm1, image, nursery)
-            rm2 = await open_node(cfg2, lm2, image, nursery)
+            leader = InProcessLeader(rm1)
+            rm2 = await open_node(cfg2, lm2, image, nursery, lambda leader_id, fetcher_id: leader)
             p1, p2 = rm1.get_partition("t", 0), rm2.get_partition("t", 0)
             assert p1 is not None and p1.is_leader and p2 is not None and not p2.is_leader
             if follower_hw is not None:
                 p2.log.high_watermark = follower_hw
-            leader = InProcessLeader(rm1)
-            rm2.fetcher_manager.fetchers[(1, 0)].conn = leader  # type: ignore[assignment]
             register(image, 1)  # now the fetcher finds its leader
             with trio.fail_after(600):  # virtual seconds
                 while True:
