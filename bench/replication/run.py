@@ -92,12 +92,16 @@ def create(c: Cluster, topic: str, rf: int, configs: dict[str, str]) -> None:
     wait_until(lambda: partition_state(c, topic)[0] >= 0, 60, f"{topic} led")
 
 
+CLIENT_OVERRIDES: dict[str, str] = {}  # --client KEY=VALUE: librdkafka properties of every producer
+
+
 def producer(bootstrap: str, acks: str) -> Any:
     from confluent_kafka import Producer
 
     return Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": acks == "all",
                      "linger.ms": 5, "message.timeout.ms": 60_000, "request.timeout.ms": 10_000,
-                     "queue.buffering.max.messages": 1_000_000, "log.connection.close": False})
+                     "queue.buffering.max.messages": 1_000_000, "log.connection.close": False,
+                     **CLIENT_OVERRIDES})
 
 
 def bench_produce(c: Cluster, topic: str, acks: str, messages: int, size: int) -> dict[str, Any]:
@@ -327,6 +331,9 @@ def main() -> None:
                     help="broker.heartbeat.interval.ms (Kafka's default 2000)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for every node (repeatable)")
+    ap.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
+                    help="a librdkafka property for the producers (e.g. retry.backoff.max.ms=100: how "
+                         "often it asks for the new leader after losing one)")
     ap.add_argument("--failover-only", action="store_true", help="skip the throughput runs")
     ap.add_argument("--new-topics", type=int, default=10,
                     help="new RF=3 topics, one acks=1 record each: append -> HW of the first record")
@@ -337,6 +344,8 @@ def main() -> None:
                  "broker.heartbeat.interval.ms": str(args.heartbeat_interval_ms),
                  **dict(o.split("=", 1) for o in args.override)}
     results["settings"] = overrides
+    CLIENT_OVERRIDES.update(dict(o.split("=", 1) for o in args.client))
+    results["client"] = dict(CLIENT_OVERRIDES)
     with tempfile.TemporaryDirectory() as d:
         with Cluster(Path(d) / "three", overrides=overrides) as c:
             topic = f"rf3-{uuid.uuid4().hex[:6]}"
