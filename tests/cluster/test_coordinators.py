@@ -113,13 +113,20 @@ def test_internal_topics_get_their_configured_replication_factors_across_the_nod
         # offsets.topic.replication.factor / transaction.state.log.replication.factor = 3 (harness)
         assert all(sorted(replicas) == [1, 2, 3] for _, replicas in leaders.values()), leaders
         assert {leader for leader, _ in leaders.values()} == {1, 2, 3}, leaders
-    with connection(cluster, 2) as conn:
-        R = DescribeConfigsRequest
-        resp = conn.send(R(resources=[R.DescribeConfigsResource(resource_type=2, resource_name=name,
-                                                                configuration_keys=None)
-                                      for name in (GROUPS, TXNS)], include_synonyms=False,
-                           include_documentation=False))
-    configs = {r.resource_name: {c.name: c.value for c in r.configs} for r in resp.results}
+    def described() -> dict[str, dict[str, str]] | None:
+        # node 1 (whose metadata was read above) may have applied the topics before node 2:
+        # node 2 answers UNKNOWN_TOPIC_OR_PARTITION, with no configs, until it catches up
+        with connection(cluster, 2) as conn:
+            R = DescribeConfigsRequest
+            resp = conn.send(R(resources=[R.DescribeConfigsResource(resource_type=2, resource_name=name,
+                                                                    configuration_keys=None)
+                                          for name in (GROUPS, TXNS)], include_synonyms=False,
+                               include_documentation=False))
+        if any(r.error_code for r in resp.results):
+            return None
+        return {r.resource_name: {c.name: c.value for c in r.configs} for r in resp.results}
+
+    configs = wait_until(described, what="node 2 describing both internal topics")
     assert configs[GROUPS]["cleanup.policy"] == "compact"
     assert configs[TXNS]["cleanup.policy"] == "compact"
     # transaction.state.log.min.isr (1 in the harness) becomes the topic's min.insync.replicas
