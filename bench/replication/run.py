@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/replication/run.py [--messages 200000] [--size 100] [--kills 10]
         [--failover-timeout 30] [--session-timeout-ms 9000] [--heartbeat-interval-ms 2000]
-        [--override key=value ...] [--failover-only] [--json out.json]
+        [--override key=value ...] [--failover-only] [--client-lib confluent] [--json out.json]
 
 - produce: one confluent-kafka producer (idempotent, linger 5 ms) sends `--messages` records of
   `--size` bytes to a one-partition topic, (a) acks=all, replication factor 3,
@@ -21,7 +21,9 @@
   first fetch and the client's first record there) -> the client's acknowledgement. The nodes run
   with broker.session.timeout.ms / broker.heartbeat.interval.ms from the options (Kafka's
   defaults, 9000 / 2000) and the harness's other settings; `--failover-only` skips the
-  throughput runs.
+  throughput runs. `--client-lib kafka-python|aiokafka` writes the failover phase's stream with
+  that library's producer instead (idempotent, acks=all, the same records every ~5 ms), and
+  reports how many records it failed.
 - new topics (`--new-topics`, before the kills): RF=3 topics created one after another, one
   acks=1 record each; from the leader's log line, the time from the record's append to the high
   watermark covering it (the followers' first fetches of a partition they have just learnt of).
@@ -44,6 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,9 @@ def create(c: Cluster, topic: str, rf: int, configs: dict[str, str]) -> None:
 
 
 CLIENT_OVERRIDES: dict[str, str] = {}  # --client KEY=VALUE: librdkafka properties of every producer
+# --client KEY=VALUE with --client-lib kafka-python / aiokafka: keyword arguments of the failover
+# phase's producer instead (the other phases' confluent-kafka producers get none)
+CLIENT_KWARGS: dict[str, Any] = {}
 
 
 def producer(bootstrap: str, acks: str) -> Any:
@@ -246,28 +252,112 @@ def bench_new_topics(c: Cluster, count: int) -> dict[str, Any]:
     return {"topics": count, "append_to_hw": summary(samples)}
 
 
-def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict[str, Any]:
-    p = producer(c.bootstrap, "all")
-    acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
-    lock = threading.Lock()
-    stop = threading.Event()
+def failover_writer(lib: str, bootstrap: str, topic: str, acked: list[tuple[float, float]], lock: threading.Lock,
+                    stop: threading.Event, errors: list[str]) -> Callable[[], None]:
+    """Starts a thread that writes one-byte records to partition 0 of `topic` (idempotent, acks=all)
+    until `stop`, one every few ms, appending (produced at, acknowledged at) of each acknowledged
+    record to `acked` (and the repr of each failure to `errors`); returns the call that waits for
+    the rest and closes the producer. `lib`: confluent-kafka (librdkafka), kafka-python or aiokafka."""
 
-    def report(err: Any, msg: Any, sent: float) -> None:
-        if err is None:
-            with lock:
+    served = threading.Event()  # a report since the last wait: the pace of confluent's poll(0.005)
+
+    def report(err: Any, sent: float) -> None:
+        with lock:
+            if err is None:
                 acked.append((sent, time.perf_counter()))
+            else:
+                errors.append(repr(err))
+        served.set()
 
-    def run() -> None:
-        while not stop.is_set():
-            sent = time.perf_counter()
+    if lib == "confluent":
+        p = producer(bootstrap, "all")
+
+        def run() -> None:
+            while not stop.is_set():
+                sent = time.perf_counter()
+                try:
+                    p.produce(topic, b"f", partition=0,
+                              on_delivery=lambda e, m, s=sent: e is None and report(None, s))
+                except BufferError:
+                    pass
+                p.poll(0.005)
+
+        def close() -> None:
+            p.flush(60)
+            p.close(10)
+    elif lib == "kafka-python":
+        from kafka import KafkaProducer
+
+        kp = KafkaProducer(**{"bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": True,
+                              "retries": 2**31 - 1, "linger_ms": 5, "request_timeout_ms": 10_000,
+                              "delivery_timeout_ms": 60_000, "max_in_flight_requests_per_connection": 5,
+                              **CLIENT_KWARGS})
+
+        def run() -> None:
+            while not stop.is_set():
+                sent = time.perf_counter()
+                try:
+                    f = kp.send(topic, b"f", partition=0)
+                    f.add_callback(lambda md, s=sent: report(None, s))
+                    f.add_errback(lambda e, s=sent: report(e, s))
+                except Exception as e:  # e.g. KafkaTimeoutError: no metadata within max_block_ms
+                    report(e, sent)
+                served.wait(0.005)
+                served.clear()
+
+        def close() -> None:
+            kp.flush(60)
+            kp.close(10)
+    else:
+        import asyncio
+
+        from aiokafka import AIOKafkaProducer
+
+        async def produce() -> None:
+            ap = AIOKafkaProducer(**{"bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": True,
+                                     "linger_ms": 5, "request_timeout_ms": 10_000, **CLIENT_KWARGS})
+            await ap.start()
             try:
-                p.produce(topic, b"f", partition=0, on_delivery=lambda e, m, s=sent: report(e, m, s))
-            except BufferError:
-                pass
-            p.poll(0.005)
+                while not stop.is_set():
+                    sent = time.perf_counter()
+                    try:
+                        fut = await ap.send(topic, b"f", partition=0)
+                        fut.add_done_callback(lambda f, s=sent: report("cancelled" if f.cancelled() else
+                                                                       f.exception(), s))
+                    except Exception as e:  # e.g. KafkaTimeoutError: no room in the batch in time
+                        report(e, sent)
+                    for _ in range(5):  # served.wait(0.005) without blocking the loop
+                        if served.is_set():
+                            break
+                        await asyncio.sleep(0.001)
+                    served.clear()
+                await asyncio.wait_for(ap.flush(), 60)
+            finally:
+                await ap.stop()
+
+        def run() -> None:
+            asyncio.run(produce())
+
+        def close() -> None:
+            pass
 
     writer = threading.Thread(target=run, daemon=True)
     writer.start()
+
+    def finish() -> None:
+        stop.set()
+        writer.join(70)
+        close()
+
+    return finish
+
+
+def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float, lib: str = "confluent") -> dict[str, Any]:
+    acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
+    errors: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    finish = failover_writer(lib, c.bootstrap, topic, acked, lock, stop, errors)
     samples: list[float] = []
     timeouts = 0
     isr_seen: list[list[int]] = []
@@ -308,14 +398,14 @@ def bench_failover(c: Cluster, topic: str, kills: int, timeout_s: float) -> dict
             with lock:
                 acked.clear()
     finally:
-        stop.set()
-        writer.join(10)
-        p.flush(60)
-        p.close(10)
+        finish()
     phases = {ph: summary([k[ph] / 1000 for k in kills_seen if k.get(ph) is not None])
               for ph in (*PHASES, *DETAIL, "fenced_to_brokers_ready", "fenced_to_ack")}
-    return {"kills": kills, "first_ack_after_kill": summary(samples), "no_ack_within_timeout": timeouts,
-            "timeout_s": timeout_s, "phases": phases, "samples": kills_seen, "isr_before_kills": isr_seen}
+    out = {"kills": kills, "first_ack_after_kill": summary(samples), "no_ack_within_timeout": timeouts,
+           "timeout_s": timeout_s, "phases": phases, "samples": kills_seen, "isr_before_kills": isr_seen}
+    if lib != "confluent":
+        out.update(client_lib=lib, failed_records=len(errors), first_failures=sorted(set(errors))[:5])
+    return out
 
 
 def main() -> None:
@@ -333,7 +423,10 @@ def main() -> None:
                     help="a broker setting for every node (repeatable)")
     ap.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
                     help="a librdkafka property for the producers (e.g. retry.backoff.max.ms=100: how "
-                         "often it asks for the new leader after losing one)")
+                         "often it asks for the new leader after losing one); with --client-lib kafka-python "
+                         "or aiokafka, a keyword argument of the failover phase's producer")
+    ap.add_argument("--client-lib", choices=("confluent", "kafka-python", "aiokafka"), default="confluent",
+                    help="the failover phase's producer: confluent-kafka (librdkafka), kafka-python or aiokafka")
     ap.add_argument("--failover-only", action="store_true", help="skip the throughput runs")
     ap.add_argument("--new-topics", type=int, default=10,
                     help="new RF=3 topics, one acks=1 record each: append -> HW of the first record")
@@ -344,8 +437,13 @@ def main() -> None:
                  "broker.heartbeat.interval.ms": str(args.heartbeat_interval_ms),
                  **dict(o.split("=", 1) for o in args.override)}
     results["settings"] = overrides
-    CLIENT_OVERRIDES.update(dict(o.split("=", 1) for o in args.client))
-    results["client"] = dict(CLIENT_OVERRIDES)
+    client = dict(o.split("=", 1) for o in args.client)
+    if args.client_lib == "confluent":
+        CLIENT_OVERRIDES.update(client)
+        results["client"] = dict(CLIENT_OVERRIDES)
+    else:
+        CLIENT_KWARGS.update({k: int(v) if v.lstrip("-").isdigit() else v for k, v in client.items()})
+        results["client"] = {"lib": args.client_lib, **CLIENT_KWARGS}
     with tempfile.TemporaryDirectory() as d:
         with Cluster(Path(d) / "three", overrides=overrides) as c:
             topic = f"rf3-{uuid.uuid4().hex[:6]}"
@@ -358,13 +456,14 @@ def main() -> None:
                 results["new_topic_first_record"] = bench_new_topics(c, args.new_topics)
                 print(json.dumps(results["new_topic_first_record"]), flush=True)
             if "error" not in results["rf3_acks_all"]:
-                results["failover"] = bench_failover(c, topic, args.kills, args.failover_timeout)
+                results["failover"] = bench_failover(c, topic, args.kills, args.failover_timeout, args.client_lib)
                 print(json.dumps(results, indent=1), flush=True)
         if args.failover_only:
             f = results.get("failover", {})
             print(json.dumps({"settings": overrides, "new_topic_first_record": results.get("new_topic_first_record"),
                               "first_ack_after_kill": f.get("first_ack_after_kill"),
-                              "phases": f.get("phases"), "no_ack_within_timeout": f.get("no_ack_within_timeout")},
+                              "phases": f.get("phases"), "no_ack_within_timeout": f.get("no_ack_within_timeout"),
+                              **{k: f[k] for k in ("client_lib", "failed_records", "first_failures") if k in f}},
                              indent=1))
             if args.json:
                 Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
