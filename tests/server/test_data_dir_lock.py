@@ -10,11 +10,11 @@ node goes on serving with nothing it wrote changed.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.cluster.harness import free_ports
 from tests.server.test_cli_start import run_to_exit, start, stop
 
 
@@ -77,16 +77,20 @@ def test_a_second_node_on_a_running_nodes_dirs_exits_and_changes_nothing(tmp_pat
 
 
 def test_pybroker_cluster_on_a_directory_in_use_exits_2(tmp_path: Path) -> None:
-    base = int.from_bytes(os.urandom(2), "big") % 20000 + 30000
+    # free ports, not a random range: a port another worker's broker (or a client's ephemeral
+    # port) held made the first cluster exit before it served, in a CI run
+    client, controller, client2, controller2 = free_ports(4)
     args = [sys.executable, "-m", "pybroker", "cluster", "--nodes", "1", "--dir", str(tmp_path / "c"),
-            "--base-port", str(base), "--controller-base-port", str(base + 1)]
+            "--base-port", str(client), "--controller-base-port", str(controller)]
     running = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert running.stdout is not None
+        assert running.stdout is not None and running.stderr is not None
         line = running.stdout.readline()  # "pybroker cluster: 1 node(s) ..." once it serves
-        assert line.startswith("pybroker cluster:"), (line, running.stderr.read() if running.poll() is not None else "")
+        if not line.startswith("pybroker cluster:"):
+            running.wait(30)  # it ended: say why
+            raise AssertionError((line, running.returncode, running.stderr.read()))
         # another port pair, same directory: the node's data dir is held
-        other = [*args[:-4], "--base-port", str(base + 2), "--controller-base-port", str(base + 3)]
+        other = [*args[:-4], "--base-port", str(client2), "--controller-base-port", str(controller2)]
         second = subprocess.run(other, cwd=tmp_path, capture_output=True, text=True, timeout=60)
         line = one_error_line(second)
         assert "node 1" in line and "in use by process" in line, line
