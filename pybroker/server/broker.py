@@ -70,7 +70,8 @@ from pybroker.log.meta_properties import ensure_log_dirs, read_meta_properties, 
 from pybroker.metadata.image import MetadataImage
 from pybroker.metadata.loader import Delta, MetadataLoader
 from pybroker.metrics.request_metrics import RequestMetrics
-from pybroker.net.server import SocketServer
+from pybroker.net.sasl import SaslChannelBuilder
+from pybroker.net.server import ChannelBuilder, SocketServer
 from pybroker.net.tls import TlsChannelBuilder
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
@@ -87,6 +88,7 @@ from pybroker.replication.alter_partition_manager import (
 from pybroker.replication.leader_end_point import remote_leader_end_points
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
+from pybroker.security.sasl.listener import ListenerSasl, image_credentials
 from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
@@ -278,7 +280,7 @@ class Broker:
         cfg = self.config
         try:
             self.listener_tls = {e.listener_name: ListenerSsl.of(cfg, e.listener_name) for e in cfg.listeners
-                                 if e.security_protocol == "SSL"}
+                                 if e.security_protocol in ("SSL", "SASL_SSL")}
             clients: dict[str, ClientSsl | None] = {}
             if cfg.is_broker and cfg.inter_broker_listener_name:
                 clients[cfg.inter_broker_listener_name] = ClientSsl.of(cfg, cfg.inter_broker_listener_name)
@@ -293,6 +295,30 @@ class Broker:
         self.controller_client_ssl = controller.context if controller is not None else None
         self.dynamic_config.listener_tls = self.listener_tls
         self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
+
+    def _channels(self, dispatcher: RequestDispatcher) -> dict[str, ChannelBuilder]:
+        """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
+        for SASL_*; StartupError for a SASL listener pybroker cannot serve (security/sasl/listener.py)
+        or one its own inter-node clients would have to log in to, which they cannot yet."""
+        cfg = self.config
+        channels: dict[str, ChannelBuilder] = {}
+        inter_node = {cfg.inter_broker_listener_name if cfg.is_broker else "", *cfg.controller_listener_names[:1]}
+        credentials = image_credentials(lambda: self.image)
+        for ep in cfg.listeners:
+            tls = self.listener_tls.get(ep.listener_name)
+            if ep.security_protocol == "SSL" and tls is not None:
+                channels[ep.listener_name] = TlsChannelBuilder(tls)
+            elif ep.security_protocol.startswith("SASL_"):
+                if ep.listener_name in inter_node:
+                    raise StartupError(f"listener {ep.listener_name} ({ep.security_protocol}) is the inter-broker or "
+                                       "controller listener, and pybroker's inter-node clients do not speak SASL yet: "
+                                       "use PLAINTEXT or SSL there")
+                try:
+                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
+                except ConfigError as exc:
+                    raise StartupError(str(exc)) from None
+                channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls)
+        return channels
 
     async def _open_raft(self, nursery: trio.Nursery) -> None:
         cfg = self.config
@@ -532,10 +558,11 @@ class Broker:
             broker_eps = cfg.broker_listeners if cfg.is_broker else []
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
-            channels = {name: TlsChannelBuilder(tls) for name, tls in self.listener_tls.items()}
+            dispatcher = RequestDispatcher(self)
+            channels = self._channels(dispatcher)
             try:
                 if broker_eps:
-                    self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
+                    self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
                                                cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
                                                channels=channels)
                     self.bound = await nursery.start(self.server.serve, nursery)
