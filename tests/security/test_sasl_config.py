@@ -1,5 +1,6 @@
 """SASL listener settings refused at start with one line (security/sasl/listener.py,
-Broker._channels), and the settings that start."""
+Broker._channels and the node's own inter-node logins, Broker._build_tls), and the settings that
+start."""
 
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ BAD = {
     "negative clock skew": ({"sasl.enabled.mechanisms": "OAUTHBEARER",
                              "oauthbearer.sasl.jaas.config": "O required unsecuredValidatorAllowableClockSkewMs=\"-5\";"},
                             "clock skew"),
-    "sasl inter-broker listener": ({"inter.broker.listener.name": "SASL_PLAINTEXT"},
-                                   "inter-node clients do not speak SASL yet"),
+    "inter-broker mechanism gssapi by default": ({"inter.broker.listener.name": "SASL_PLAINTEXT"},
+                                                 "sasl.mechanism.inter.broker.protocol=GSSAPI is not supported"),
+    "inter-broker mechanism not enabled": ({"inter.broker.listener.name": "SASL_PLAINTEXT",
+                                            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
+                                           "must be included in sasl.enabled.mechanisms of listener SASL_PLAINTEXT"),
+    "inter-broker login without username": ({"inter.broker.listener.name": "SASL_PLAINTEXT",
+                                             "sasl.mechanism.inter.broker.protocol": "PLAIN"},
+                                            "needs username and password for this node's own login"),
 }
 
 
@@ -66,3 +73,14 @@ def test_sasl_listeners_with_every_mechanism_build():
     assert sasl.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
     assert sasl.max_receive_size == 524288 and sasl.failed_authentication_delay_ms == 100
     assert "PLAINTEXT" not in channels
+
+
+def test_inter_broker_login_comes_from_the_listeners_jaas_line():
+    jaas = PLAIN.replace("required", 'required username="broker" password="b-secret"')
+    broker = Broker(BrokerConfig(overrides({"inter.broker.listener.name": "SASL_PLAINTEXT",
+                                            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                                            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})))
+    broker._build_tls()
+    login = broker.inter_broker_client_sasl
+    assert login is not None and (login.mechanism, login.username, login.password) == ("PLAIN", "broker", "b-secret")
+    assert broker.controller_client_sasl is None  # CONTROLLER stays PLAINTEXT

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from pybroker.config import BrokerConfig, ConfigError
 from pybroker.controller.scram import stored_and_server_key
 from pybroker.errors import SaslAuthenticationError, SaslError
 from pybroker.metadata.image import ScramCredential
+from pybroker.protocol.sasl_client import SaslClientConfig, SaslClientError, tokens, unsecured_jwt
 from pybroker.security.sasl.jaas import parse_jaas_config, parse_one
 from pybroker.security.sasl.oauthbearer import OAuthBearerSaslServer, UnsecuredValidator
 from pybroker.security.sasl.plain import PlainSaslServer
@@ -208,3 +210,35 @@ def test_jaas_lines_are_read_per_listener_and_mechanism():
     assert cfg.sasl_jaas_config("OTHER", "PLAIN") is None
     assert cfg.sasl_jaas_config("OTHER", "SCRAM-SHA-256") == "S required;"
     assert any("should be prefixed with SASL mechanism name" in w for w in cfg.warnings)
+
+
+# ------------------------------------------------------------------ the node's own client side
+
+
+@pytest.mark.parametrize("mechanism,mech_id,digest", [("SCRAM-SHA-256", 1, "sha256"), ("SCRAM-SHA-512", 2, "sha512")])
+def test_inter_node_scram_client_logs_in_and_checks_the_server(mechanism, mech_id, digest):
+    cred = credential(mech_id, digest, "broker-secret", b"node-salt")
+    server = ScramSaslServer(mechanism, lambda n, m: cred if n == "broker" else None)
+    gen = tokens(SaslClientConfig(mechanism, "broker", "broker-secret"))
+    reply = server.evaluate(next(gen))
+    final = gen.send(reply)
+    reply = server.evaluate(final)
+    with pytest.raises(StopIteration):
+        gen.send(reply)
+    assert server.authorization_id == "broker"
+    # a server that does not hold the credential cannot forge the final signature
+    gen = tokens(SaslClientConfig(mechanism, "broker", "broker-secret"))
+    first = ScramSaslServer(mechanism, lambda n, m: cred).evaluate(next(gen))
+    gen.send(first)
+    with pytest.raises(SaslClientError):
+        gen.send(b"v=" + base64.b64encode(bytes(64)))
+
+
+def test_inter_node_plain_and_oauthbearer_tokens_pass_the_servers():
+    plain = PlainSaslServer({"user_broker": "b"})
+    plain.evaluate(next(tokens(SaslClientConfig("PLAIN", "broker", "b"))))
+    assert plain.authorization_id == "broker"
+    gen = tokens(SaslClientConfig("OAUTHBEARER", options={"unsecuredLoginStringClaim_sub": "broker"}))
+    server = OAuthBearerSaslServer(UnsecuredValidator({}), lambda: int(time.time() * 1000))
+    assert server.evaluate(next(gen)) == b"" and server.authorization_id == "broker"
+    assert unsecured_jwt({"unsecuredLoginStringClaim_sub": "x"}, now_s=100).endswith(".")

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from pybroker.config import BrokerConfig, ConfigError
 from pybroker.metadata.image import MetadataImage, ScramCredential
+from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.security.sasl import oauthbearer, plain, scram
 from pybroker.security.sasl.jaas import JaasEntry, parse_one
 
@@ -89,3 +90,41 @@ def image_credentials(get_image: Callable[[], MetadataImage]) -> scram.Credentia
     def lookup(name: str, type_id: int) -> ScramCredential | None:
         return get_image().scram_credentials.get(name, {}).get(type_id)
     return lookup
+
+
+CLIENT_MECHANISMS = SUPPORTED_MECHANISMS
+
+
+def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) -> SaslClientConfig | None:
+    """This node's login to its peers' `listener_name` (the inter-broker listener with
+    `sasl.mechanism.inter.broker.protocol`, the controller listener with
+    `sasl.mechanism.controller.protocol`): None unless the listener is SASL_*; the username and
+    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub) from the listener's JAAS line for
+    that mechanism, as Kafka's inter-broker client takes them. ConfigError (one line) otherwise."""
+    protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
+    if not protocol.startswith("SASL_"):
+        return None
+    mech = str(config[mechanism_key]).strip().upper()
+    if mech not in CLIENT_MECHANISMS:
+        raise ConfigError(f"{mechanism_key}={mech} is not supported by pybroker's inter-node client; the supported "
+                          f"mechanisms are {', '.join(CLIENT_MECHANISMS)}")
+    if any(e.listener_name.upper() == listener_name.upper() for e in config.listeners):
+        enabled = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
+        if mech not in enabled:
+            raise ConfigError(f"{mechanism_key} must be included in sasl.enabled.mechanisms of listener "
+                              f"{listener_name} when SASL is used for it")
+    line = config.sasl_jaas_config(listener_name, mech)
+    if line is None:
+        raise ConfigError(f"No JAAS configuration for SASL mechanism {mech} on listener {listener_name}: set "
+                          f"listener.name.{listener_name.lower()}.{mech.lower()}.sasl.jaas.config with this node's "
+                          "username and password")
+    options = dict(parse_one(line).options)
+    username, password = options.pop("username", ""), options.pop("password", "")
+    if mech == "OAUTHBEARER":
+        if not options.get("unsecuredLoginStringClaim_sub"):
+            raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
+                              "unsecuredLoginStringClaim_sub for this node's own login")
+    elif not username or not password:
+        raise ConfigError(f"The {mech} JAAS line of listener {listener_name} needs username and password for this "
+                          "node's own login")
+    return SaslClientConfig(mech, username, password, options)
