@@ -22,9 +22,11 @@ mechanism <M>" (no hint whether the user exists). Every failure is answered and 
 `connection.failed.authentication.delay.ms` (100) later, as Kafka delays it to slow password
 guessing; the wait is this connection's task's alone, so other clients are untouched.
 
-Differences from Kafka: a request other than SaslAuthenticate after a v1 handshake closes without
-the ILLEGAL_SASL_STATE error response Kafka builds for that request type (clients never send one);
-re-authentication (KIP-368, connections.max.reauth.ms) is not offered, so SessionLifetimeMs is 0,
+A request other than SaslAuthenticate after a v1 handshake is answered with its own error
+response carrying ILLEGAL_SASL_STATE (34), when the API has one (`illegal_state`, from the server
+layer), then closed.
+
+Differences from Kafka: re-authentication (KIP-368, connections.max.reauth.ms) is not offered, so SessionLifetimeMs is 0,
 and a SaslHandshake after authentication is answered ILLEGAL_SASL_STATE by the request handler
 (server/sasl_requests.py), as Kafka answers one when re-authentication is off.
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -92,11 +94,14 @@ class _Failed(Exception):
 class SaslChannelBuilder:
     """The channel builder of a SASL_PLAINTEXT (`tls` None) or SASL_SSL listener: the TLS
     handshake first when there is one, then the SASL exchange; `api_versions` answers a
-    pre-authentication ApiVersions request (the listener's request handler)."""
+    pre-authentication ApiVersions request (the listener's request handler), `illegal_state`
+    builds a request's ILLEGAL_SASL_STATE answer (server/sasl_requests.illegal_state_response)."""
 
-    def __init__(self, sasl: SaslListener, api_versions: Handler, tls: TlsListener | None = None) -> None:
+    def __init__(self, sasl: SaslListener, api_versions: Handler, tls: TlsListener | None = None,
+                 illegal_state: Callable[[bytearray, str], Sequence[Chunk] | None] | None = None) -> None:
         self.sasl = sasl
         self.api_versions = api_versions
+        self.illegal_state = illegal_state
         self.tls = TlsChannelBuilder(tls) if tls is not None else None
 
     def create(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> Connection:
@@ -185,7 +190,8 @@ class SaslChannelBuilder:
             api_key, api_version = _KEY_VERSION.unpack_from(frame)
             if api_key != ApiKey.SASL_AUTHENTICATE:
                 name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else str(api_key)
-                raise _Failed(f"Unexpected Kafka request of type {name} during SASL authentication.")
+                message = f"Unexpected Kafka request of type {name} during SASL authentication."
+                raise _Failed(message, self.illegal_state(frame, message) if self.illegal_state else None)
             header, body = self._decode(frame, ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSIONS)
             assert isinstance(body, SaslAuthenticateRequest)
 

@@ -103,6 +103,7 @@ from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
 from pybroker.server.quota import QuotaManagers
+from pybroker.server.sasl_requests import illegal_state_response
 from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
 from pybroker.server.write_txn_markers import write_txn_markers
@@ -326,7 +327,7 @@ class Broker:
                     sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
-                channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls)
+                channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)
         return channels
 
     async def _open_raft(self, nursery: trio.Nursery) -> None:

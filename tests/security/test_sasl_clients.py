@@ -378,3 +378,62 @@ def test_aiokafka_wrong_password_fails_to_start(broker):
 
     with pytest.raises(Exception):  # noqa: B017 - the client's authentication error, per version
         asyncio.run(attempt())
+
+
+def test_another_request_where_sasl_authenticate_is_due_gets_illegal_sasl_state(broker):
+    raw = Raw(sasl_plaintext(broker))
+    raw.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    topic = MetadataRequest.MetadataRequestTopic(name="t")
+    _, md = raw.request(ApiKey.METADATA, 4, MetadataRequest(topics=[topic], allow_auto_topic_creation=False))
+    assert [(t.name, t.error_code) for t in md.topics] == [("t", 34)]  # ILLEGAL_SASL_STATE
+    assert raw.closed()
+
+
+def test_kafka_python_group_consumer_over_sasl(broker):
+    from kafka import KafkaConsumer
+
+    topic = topic_name("kafka-python-group")
+    conf = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "dave", "sasl_plain_password": "dave-secret"}
+    recs = numbered(15)
+    kafka_python_produce(sasl_plaintext(broker), topic, recs, **conf)
+    consumer = KafkaConsumer(topic, bootstrap_servers=sasl_plaintext(broker), group_id=f"g-{uuid.uuid4().hex[:8]}",
+                             auto_offset_reset="earliest", enable_auto_commit=False, **conf)
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < 15 and time.monotonic() < deadline:
+            for batch in consumer.poll(500).values():
+                got += [r.value for r in batch]
+        consumer.commit()
+    finally:
+        consumer.close()
+    assert got == [r.value for r in recs]
+
+
+def test_aiokafka_group_consumer_over_sasl_ssl(broker, pki):
+    topic = topic_name("aiokafka-group")
+    conf: dict = {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+                  "sasl_plain_password": "alice-secret",
+                  "ssl_context": ssl.create_default_context(cafile=str(pki.ca_pem))}
+    recs = numbered(15)
+    aiokafka_produce(sasl_ssl(broker), topic, recs, **conf)
+
+    async def consume() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=sasl_ssl(broker), group_id=f"g-{uuid.uuid4().hex[:8]}",
+                                    auto_offset_reset="earliest", enable_auto_commit=False, **conf)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(DEADLINE_S):
+                while len(got) < 15:
+                    for batch in (await consumer.getmany(timeout_ms=500)).values():
+                        got += [r.value for r in batch]
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(consume()) == [r.value for r in recs]
