@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import trio
 
 from pybroker.errors import Errors, SaslAuthenticationError, SaslError
-from pybroker.net.connection import Connection, ConnectionClosed, Handler
+from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed, Handler
 from pybroker.net.tls import TlsChannelBuilder, TlsConnection, TlsListener
 from pybroker.protocol.api_keys import VALID_VERSIONS, ApiKey
 from pybroker.protocol.chunks import Chunk
@@ -128,6 +128,14 @@ class SaslChannelBuilder:
             return False
         except (OSError, ConnectionClosed, trio.BrokenResourceError) as exc:
             log.debug("connection %s ended during SASL authentication: %s", conn.peer, exc)
+            return False
+        except CloseConnection as exc:  # the ApiVersions handler refused the request
+            log.info("closing connection from %s on %s during SASL authentication: %s", conn.peer,
+                     conn.listener_name, exc)
+            return False
+        except Exception:
+            # a bug must cost one connection, never the listener
+            log.exception("closing connection from %s after an internal error during SASL authentication", conn.peer)
             return False
 
     async def _read(self, conn: Connection) -> bytearray:

@@ -317,6 +317,11 @@ def test_request_before_authentication_is_closed_without_answer(broker):
     assert {(k.api_key, k.max_version) for k in versions.api_keys} >= {(17, 1), (36, 2)}
     raw.sock.sendall(encode_request(ApiKey.API_VERSIONS, 0, 9, "raw", ApiVersionsRequest()))
     assert raw.closed()
+    # a malformed ApiVersions closes that connection alone
+    raw = Raw(sasl_plaintext(broker))
+    head = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 1, 3) + b"raw" + b"\x00"
+    raw.sock.sendall(struct.pack(">i", len(head) + 3) + head + b"\xff\xff\xff")
+    assert raw.closed()
     # a SaslAuthenticate before any handshake closes too
     raw = Raw(sasl_plaintext(broker))
     raw.sock.sendall(encode_request(ApiKey.SASL_AUTHENTICATE, 1, 1, "raw", SaslAuthenticateRequest(auth_bytes=b"")))
