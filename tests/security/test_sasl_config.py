@@ -84,3 +84,17 @@ def test_inter_broker_login_comes_from_the_listeners_jaas_line():
     login = broker.inter_broker_client_sasl
     assert login is not None and (login.mechanism, login.username, login.password) == ("PLAIN", "broker", "b-secret")
     assert broker.controller_client_sasl is None  # CONTROLLER stays PLAINTEXT
+
+
+def test_per_listener_mechanisms_override_the_broker_wide_list():
+    broker = Broker(BrokerConfig(overrides({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": "S required;"})))
+    broker._build_tls()
+    channels = broker._channels(None)  # type: ignore[arg-type]
+    assert channels["SASL_PLAINTEXT"].sasl.mechanisms == ["PLAIN"]  # type: ignore[attr-defined]
+    assert channels["INTERNAL"].sasl.mechanisms == ["SCRAM-SHA-512"]  # type: ignore[attr-defined]
