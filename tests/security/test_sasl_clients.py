@@ -442,3 +442,47 @@ def test_aiokafka_group_consumer_over_sasl_ssl(broker, pki):
         return got
 
     assert asyncio.run(consume()) == [r.value for r in recs]
+
+
+def test_kafka_python_and_aiokafka_principals_meet_the_acls(broker, pki):
+    """On a topic only User:alice may use: kafka-python and aiokafka as alice (PLAIN) write, as
+    dave (SCRAM-SHA-256) they are refused TOPIC_AUTHORIZATION_FAILED."""
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    topic = topic_name("acl-python-clients")
+    admin = confluent_admin(broker.plain)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    allow_only(admin, topic, "User:alice")
+
+    def kafka_python_send(mechanism: str, user: str, password: str) -> None:
+        producer = KafkaProducer(bootstrap_servers=sasl_plaintext(broker), security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password,
+                                 max_block_ms=8000, request_timeout_ms=8000)
+        try:
+            producer.send(topic, b"v", partition=0).get(timeout=15)
+        finally:
+            producer.close()
+
+    kafka_python_send("PLAIN", "alice", "alice-secret")
+    with pytest.raises(TopicAuthorizationFailedError):
+        kafka_python_send("SCRAM-SHA-256", "dave", "dave-secret")
+
+    async def aiokafka_send(mechanism: str, user: str, password: str) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=sasl_ssl(broker), security_protocol="SASL_SSL",
+                                    ssl_context=ssl.create_default_context(cafile=str(pki.ca_pem)),
+                                    sasl_mechanism=mechanism, sasl_plain_username=user,
+                                    sasl_plain_password=password, request_timeout_ms=8000)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"v", partition=0)
+        finally:
+            await producer.stop()
+
+    asyncio.run(aiokafka_send("PLAIN", "alice", "alice-secret"))
+    from aiokafka.errors import TopicAuthorizationFailedError as AioTopicAuthorizationFailed
+
+    with pytest.raises(AioTopicAuthorizationFailed):
+        asyncio.run(aiokafka_send("SCRAM-SHA-256", "dave", "dave-secret"))
