@@ -141,9 +141,17 @@ SSL_CONFIG_DEFS = (
     ConfigDef("ssl.truststore.certificates", "password", None, read_only=False),
 )
 RECONFIGURABLE_SSL_CONFIGS = frozenset(d.name for d in SSL_CONFIG_DEFS if not d.read_only)
+# SASL (Kafka's BrokerSecurityConfigs, SaslConfigs, SocketServerConfigs; security/sasl/). The
+# JAAS lines are keyed by mechanism, `[listener.name.<l>.]<mechanism lower case>.sasl.jaas.config`
+# (BrokerConfig.sasl_jaas_config); a broker ignores the plain `sasl.jaas.config`, as Kafka does.
+SASL_CONFIG_DEFS = (
+    ConfigDef("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
+    ConfigDef("sasl.jaas.config", "password", None),
+)
+_SASL_JAAS_SUFFIX = ".sasl.jaas.config"
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
-LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS)
+LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS)
 _LISTENER_PREFIX = "listener.name."
 
 
@@ -208,6 +216,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # TLS (Kafka's SslConfigs and BrokerSecurityConfigs; pybroker/security/ssl_factory.py builds the
     # contexts). Each may be set per listener as listener.name.<listener lowercase>.<key>.
     *SSL_CONFIG_DEFS,
+    *SASL_CONFIG_DEFS,
+    ConfigDef("sasl.server.max.receive.size", "int", 524288),
+    ConfigDef("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -675,8 +688,18 @@ class BrokerConfig:
         self.unknown: dict[str, Any] = {}
         # listener.name.<listener>.<key> -> {LISTENER: {key: value}} (Kafka's ListenerName.configPrefix)
         self.listener_values: dict[str, dict[str, Any]] = {}
+        # (LISTENER or "", MECHANISM) -> JAAS line, from [listener.name.<l>.]<mech>.sasl.jaas.config
+        self.jaas_lines: dict[tuple[str, str], str] = {}
         for name, raw in merged.items():
             d = BROKER_CONFIGS.get(name)
+            if d is None and name.endswith(_SASL_JAAS_SUFFIX):
+                head = name[:-len(_SASL_JAAS_SUFFIX)]
+                lname, mech = "", head
+                if head.startswith(_LISTENER_PREFIX):
+                    lname, _, mech = head[len(_LISTENER_PREFIX):].partition(".")
+                if mech and "." not in mech:
+                    self.jaas_lines[(lname.upper(), mech.upper())] = str(raw)
+                    continue
             if d is None and name.startswith(_LISTENER_PREFIX):
                 lname, _, key = name[len(_LISTENER_PREFIX):].partition(".")
                 if key in LISTENER_CONFIG_KEYS and lname:
@@ -724,6 +747,12 @@ class BrokerConfig:
             return per[name]
         return self[name]
 
+    def sasl_jaas_config(self, listener_name: str, mechanism: str) -> str | None:
+        """The JAAS line of `mechanism` on a listener (JaasContext.loadServerContext):
+        listener.name.<l>.<mech>.sasl.jaas.config, else <mech>.sasl.jaas.config, else None."""
+        return (self.jaas_lines.get((listener_name.upper(), mechanism.upper()))
+                or self.jaas_lines.get(("", mechanism.upper())))
+
     def listener_is_set(self, listener_name: str, name: str) -> bool:
         per = self.listener_values.get(listener_name.upper())
         return (per is not None and name in per) or self.is_set(name)
@@ -753,12 +782,6 @@ class BrokerConfig:
         self.listeners = parse_endpoints("listeners", self["listeners"], pmap)
         if not self.listeners:
             raise ConfigError("Invalid value for configuration listeners: at least one listener is required")
-        for ep in self.listeners:
-            if ep.security_protocol.startswith("SASL_"):
-                # issue 20: SASL comes next; a listener that would accept unauthenticated clients
-                # while promising authentication must not start
-                raise ConfigError(f"Invalid value {ep} for configuration listeners: security protocol "
-                                  f"{ep.security_protocol} is not supported yet (PLAINTEXT and SSL are)")
         adv = self["advertised.listeners"]
         self.advertised_listeners = (parse_endpoints("advertised.listeners", adv, pmap) if adv
                                      else list(self.listeners))
@@ -779,6 +802,10 @@ class BrokerConfig:
             self.log_retention_ms = self["log.retention.hours"] * 3600000
         flush_ms = self["log.flush.interval.ms"]
         self.log_flush_interval_ms: int = flush_ms if flush_ms is not None else self["log.flush.scheduler.interval.ms"]
+        if self.is_set("sasl.jaas.config"):
+            # JaasContext.loadServerContext's warning: a broker reads only mechanism-prefixed lines
+            self.warnings.append("Server config sasl.jaas.config should be prefixed with SASL mechanism name, "
+                                 "ignoring config")
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             # Kafka only warns; a request can never carry such a batch, so say so.
             self.warnings.append("message.max.bytes is larger than socket.request.max.bytes")

@@ -226,3 +226,14 @@ class KafkaError(Exception):
     @property
     def retriable(self) -> bool:
         return self.code in RETRIABLE
+
+
+class SaslError(Exception):
+    """A SASL exchange failed (Kafka's javax SaslException): the client is told only that its
+    credentials were refused, SASL_AUTHENTICATION_FAILED with a generic message (no hint whether
+    the user exists); the exception's own text is for the broker's log."""
+
+
+class SaslAuthenticationError(SaslError):
+    """A SASL failure whose message is sent to the client as it is (Kafka's
+    SaslAuthenticationException: "Authentication failed: Invalid username or password")."""

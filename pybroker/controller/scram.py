@@ -13,9 +13,8 @@ iterations): the salted password itself is never stored. A deletion writes a
 RemoveUserScramCredentialRecord(name, mechanism). Replay keeps them in
 `MetadataImage.scram_credentials`, so they survive a restart like any other metadata.
 
-pybroker has no SASL authentication yet: these credentials are stored (and described)
-for when it does, exactly as a Kafka KRaft node stores them even when none of its
-listeners speaks SASL.
+SASL/SCRAM logins on SASL listeners check against them (security/sasl/scram.py); they are
+stored and described as well when no listener speaks SASL, as a Kafka KRaft node does.
 
 Concurrency: `alter_credentials` is a pure function of the image; the controller calls it
 under its lock and commits the records it returns as one atomic batch.

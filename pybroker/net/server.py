@@ -18,8 +18,8 @@ loop keeps anyway (Connection.requests + Connection.waits). A negative value tur
 Channels (Kafka's ChannelBuilder): each listener has a `ChannelBuilder` that makes the Connection
 of an accepted socket and authenticates it before its first request: PLAINTEXT does nothing
 (User:ANONYMOUS), SSL (net/tls.py, TlsChannelBuilder) runs the TLS handshake and takes the
-principal from the client certificate; SASL will run its exchange here, over the connection's
-frames, and set `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
+principal from the client certificate; SASL (net/sasl.py, SaslChannelBuilder) runs its exchange
+here, over the connection's frames, and sets `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
 smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S`: Kafka has no separate bound
 and reaps a stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a
 peer that opens connections and never finishes them hold sockets that long). A failed or

@@ -33,6 +33,10 @@ address's host (checked against the peer's certificate when the context checks h
 A failed handshake is an ssl.SSLError, one of CONNECTION_ERRORS (OSError), retried as any refused
 connection.
 
+SASL: with `sasl` (the peer's listener is SASL_PLAINTEXT or SASL_SSL) the login runs right after
+the TCP (and TLS) connect, under the same timeout (protocol/sasl_client.py); a refused login is a
+SaslClientError, a ConnectionError, so it is retried and logged as a refused connection is.
+
 Concurrency: a trio.Lock serialises requests of several tasks on one connection; the close on
 failure is shielded so a cancelled caller still releases the socket.
 """
@@ -47,9 +51,17 @@ from typing import Any
 
 import trio
 
+from pybroker.protocol._generated.api_keys import ApiKey
 from pybroker.protocol.api_message import ApiMessage
 from pybroker.protocol.errors import ProtocolError
 from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from pybroker.protocol.sasl_client import SaslClientConfig, SaslClientError, tokens
 
 _INT32 = struct.Struct(">i")
 
@@ -95,9 +107,11 @@ class OutboundConnection:
     `request()` connects when there is no connection or the address changed (a node that moved,
     or another leader), sends one request and returns the decoded response body."""
 
-    def __init__(self, client_id: str, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, client_id: str, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslClientConfig | None = None) -> None:
         self.client_id = client_id
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self._lock = trio.Lock()
         self._stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] | None = None
         self._socket: trio.socket.SocketType | None = None
@@ -143,16 +157,46 @@ class OutboundConnection:
     async def _connect(self, address: tuple[str, int]) -> trio.SocketStream | trio.SSLStream[trio.SocketStream]:
         tcp = await trio.open_tcp_stream(*address)
         self._socket = tcp.socket
-        if self.ssl_context is None:
-            return tcp
-        tls = trio.SSLStream(tcp, self.ssl_context, server_hostname=address[0])
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
         try:
-            await tls.do_handshake()
+            if self.ssl_context is not None:
+                stream = trio.SSLStream(tcp, self.ssl_context, server_hostname=address[0])
+                await stream.do_handshake()
+            if self.sasl is not None:
+                await self._login(stream, self.sasl)
         except BaseException:
             with trio.CancelScope(shield=True):
-                await tcp.aclose()
+                await tcp.aclose()  # the socket itself: a TLS close_notify could wait on a dead peer
             raise
-        return tls
+        return stream
+
+    async def _exchange(self, stream: trio.abc.Stream, api_key: int, version: int, body: ApiMessage) -> Any:
+        self._correlation_id += 1
+        await stream.send_all(encode_request(api_key, version, self._correlation_id, self.client_id, body))
+        got, response = decode_response(api_key, version, await receive_frame(stream))
+        if got != self._correlation_id:
+            raise ProtocolError(f"correlation id {got}, expected {self._correlation_id}")
+        return response
+
+    async def _login(self, stream: trio.abc.Stream, sasl: SaslClientConfig) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2 until the mechanism is done; SaslClientError."""
+        hs = await self._exchange(stream, ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=sasl.mechanism))
+        assert isinstance(hs, SaslHandshakeResponse)
+        if hs.error_code:
+            raise SaslClientError(f"SASL mechanism {sasl.mechanism} refused (error {hs.error_code}); the peer offers "
+                                  f"{', '.join(hs.mechanisms)}")
+        gen = tokens(sasl)
+        token = next(gen)
+        while True:
+            resp = await self._exchange(stream, ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
+            assert isinstance(resp, SaslAuthenticateResponse)
+            if resp.error_code:
+                raise SaslClientError(f"SASL {sasl.mechanism} login as {sasl.username or 'the token principal'} "
+                                      f"refused: {resp.error_message}")
+            try:
+                token = gen.send(bytes(resp.auth_bytes))
+            except StopIteration:
+                return
 
     def _closed_by_peer(self) -> bool:
         """Is the kept connection, unused for STALE_CHECK_S or more, readable (closed by the peer)?

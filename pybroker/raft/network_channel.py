@@ -31,6 +31,7 @@ import trio
 from pybroker.protocol.errors import ProtocolError
 from pybroker.protocol.frame import decode_request, encode_response
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection, receive_frame
+from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.raft import raft_util as ru
 from pybroker.raft.raft_message import InboundResponse, OutboundRequest
 
@@ -45,7 +46,7 @@ class _Peer:
         self.channel = channel
         self.node_id = node_id
         self.send, self.receive = trio.open_memory_channel(math.inf)
-        self.conn = OutboundConnection(channel.client_id, channel.ssl_context)
+        self.conn = OutboundConnection(channel.client_id, channel.ssl_context, channel.sasl)
 
     async def run(self) -> None:
         try:
@@ -76,8 +77,10 @@ class KafkaNetworkChannel:
     """Sends OutboundRequests; their answers reach `deliver` (the driver's inbox)."""
 
     def __init__(self, nursery: trio.Nursery, deliver: Callable[[InboundResponse], None], *,
-                 request_timeout_ms: int, client_id: str, ssl_context: ssl.SSLContext | None = None) -> None:
+                 request_timeout_ms: int, client_id: str, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslClientConfig | None = None) -> None:
         self.ssl_context = ssl_context  # the controller listener's client TLS, None when it is plaintext
+        self.sasl = sasl  # its SASL login, None unless it is SASL_*
         self.nursery = nursery
         self.deliver = deliver
         self.request_timeout_ms = request_timeout_ms

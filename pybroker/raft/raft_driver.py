@@ -36,6 +36,7 @@ from typing import Any
 
 import trio
 
+from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.raft import raft_util as ru
 from pybroker.raft.listener import Listener
 from pybroker.raft.network_channel import CLIENT_ID_PREFIX, KafkaNetworkChannel
@@ -67,6 +68,7 @@ class RaftDriver:
         self._channel: KafkaNetworkChannel | None = None
         # the controller listener's client TLS (set by the node before run; None: plaintext)
         self.ssl_context: ssl.SSLContext | None = None
+        self.sasl: SaslClientConfig | None = None  # the controller listener's SASL login, if SASL_*
         self._stopped = False
         self._unanswered: set[_ResponseSlot] = set()
 
@@ -86,7 +88,8 @@ class RaftDriver:
         async with trio.open_nursery() as nursery:
             self._channel = KafkaNetworkChannel(
                 nursery, self._deliver_response, request_timeout_ms=self.client.config.request_timeout_ms,
-                client_id=f"{CLIENT_ID_PREFIX}{self.client.node_id}", ssl_context=self.ssl_context)
+                client_id=f"{CLIENT_ID_PREFIX}{self.client.node_id}", ssl_context=self.ssl_context,
+                sasl=self.sasl)
             task_status.started()
             try:
                 await self._loop()

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.protocol.sasl_client import SaslClientConfig
 
 if TYPE_CHECKING:
     from pybroker.config import BrokerConfig
@@ -99,8 +100,9 @@ class RemoteLeaderEndPoint:
     `timeout_s` (replica.socket.timeout.ms) bounds each exchange."""
 
     def __init__(self, client_id: str, timeout_s: float, address: Callable[[], Address | None],
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        self._conn = OutboundConnection(client_id, ssl_context)  # TLS when the inter-broker listener is SSL
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientConfig | None = None) -> None:
+        # TLS when the inter-broker listener is SSL or SASL_SSL, a SASL login when it is SASL_*
+        self._conn = OutboundConnection(client_id, ssl_context, sasl)
         self._address = address
         self.timeout_s = timeout_s
 
@@ -129,15 +131,16 @@ class RemoteLeaderEndPoint:
 
 
 def remote_leader_end_points(config: BrokerConfig, image: MetadataImage,
-                             ssl_context: ssl.SSLContext | None = None) -> LeaderEndPointFactory:
+                             ssl_context: ssl.SSLContext | None = None,
+                             sasl: SaslClientConfig | None = None) -> LeaderEndPointFactory:
     """The broker's factory: a RemoteLeaderEndPoint per fetcher, named
     `replica-fetcher-<node>-<fetcher id>` (the client id the leader sees); `ssl_context` is the
     node's client context for its inter-broker listener (None: plaintext), shared and reloaded in
-    place when the listener's keystore changes."""
+    place when the listener's keystore changes; `sasl` the login when the listener is SASL_*."""
     timeout_s = max(0.1, config["replica.socket.timeout.ms"] / 1000)
 
     def make(leader_id: int, fetcher_id: int) -> LeaderEndPoint:
         return RemoteLeaderEndPoint(f"replica-fetcher-{config.node_id}-{fetcher_id}", timeout_s,
-                                    lambda: leader_address(config, image, leader_id), ssl_context)
+                                    lambda: leader_address(config, image, leader_id), ssl_context, sasl)
 
     return make

@@ -15,7 +15,7 @@ The shapes newer than ../shared/kafka-protocol come from the project's overlay s
 - Fetch 18 / ListOffsets 11: tiered-storage fields, answered as a broker without tiered storage;
 - ListConfigResources 0-1 (KIP-1142; v0 was ListClientMetricsResources).
 Kafka 4.2 also advertises what is out of scope here: share groups (KIP-932), streams groups
-(KIP-1071), SASL and delegation tokens, the KRaft voter changes (KIP-853), UnregisterBroker.
+(KIP-1071), delegation tokens, the KRaft voter changes (KIP-853), UnregisterBroker.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-584 features and the KIP-595 quorum of this combined node (server/features.py, quorum.py)
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.UPDATE_FEATURES: (0, 2),
-    # KIP-554 SCRAM credentials, kept in the metadata log (server/scram.py; no SASL yet)
+    # KIP-554 SCRAM credentials, kept in the metadata log (server/scram.py; SASL/SCRAM logins read them)
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     # KIP-966 paged topic description (server/describe_topic_partitions.py)
@@ -97,6 +97,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-546 client quotas, kept in the metadata log (server/client_quotas.py)
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    # SASL (KIP-43, KIP-152): the exchange runs before the first request (net/sasl.py); after it
+    # both are answered ILLEGAL_SASL_STATE (server/sasl_requests.py)
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 

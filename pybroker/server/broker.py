@@ -70,10 +70,13 @@ from pybroker.log.meta_properties import ensure_log_dirs, read_meta_properties, 
 from pybroker.metadata.image import MetadataImage
 from pybroker.metadata.loader import Delta, MetadataLoader
 from pybroker.metrics.request_metrics import RequestMetrics
-from pybroker.net.server import SocketServer
+from pybroker.net.connection import Handler
+from pybroker.net.sasl import SaslChannelBuilder
+from pybroker.net.server import ChannelBuilder, SocketServer
 from pybroker.net.tls import TlsChannelBuilder
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.raft.kafka_metadata_log import METADATA_DIR
 from pybroker.raft.quorum_config import QuorumConfig
@@ -87,6 +90,7 @@ from pybroker.replication.alter_partition_manager import (
 from pybroker.replication.leader_end_point import remote_leader_end_points
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
+from pybroker.security.sasl.listener import ListenerSasl, client_sasl, image_credentials
 from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
@@ -99,6 +103,7 @@ from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
 from pybroker.server.quota import QuotaManagers
+from pybroker.server.sasl_requests import illegal_state_response
 from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
 from pybroker.server.write_txn_markers import write_txn_markers
@@ -152,6 +157,9 @@ class Broker:
         self.listener_tls: dict[str, ListenerSsl] = {}
         self.inter_broker_client_ssl: ssl.SSLContext | None = None
         self.controller_client_ssl: ssl.SSLContext | None = None
+        # this node's SASL logins to its peers' inter-broker and controller listeners (SASL_* only)
+        self.inter_broker_client_sasl: SaslClientConfig | None = None
+        self.controller_client_sasl: SaslClientConfig | None = None
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
@@ -278,7 +286,7 @@ class Broker:
         cfg = self.config
         try:
             self.listener_tls = {e.listener_name: ListenerSsl.of(cfg, e.listener_name) for e in cfg.listeners
-                                 if e.security_protocol == "SSL"}
+                                 if e.security_protocol in ("SSL", "SASL_SSL")}
             clients: dict[str, ClientSsl | None] = {}
             if cfg.is_broker and cfg.inter_broker_listener_name:
                 clients[cfg.inter_broker_listener_name] = ClientSsl.of(cfg, cfg.inter_broker_listener_name)
@@ -291,8 +299,36 @@ class Broker:
         controller = clients.get(cfg.controller_listener_names[0]) if cfg.controller_listener_names else None
         self.inter_broker_client_ssl = inter_broker.context if inter_broker is not None else None
         self.controller_client_ssl = controller.context if controller is not None else None
+        try:
+            self.inter_broker_client_sasl = (client_sasl(cfg, cfg.inter_broker_listener_name,
+                                                         "sasl.mechanism.inter.broker.protocol")
+                                             if cfg.is_broker and cfg.inter_broker_listener_name else None)
+            self.controller_client_sasl = (client_sasl(cfg, cfg.controller_listener_names[0],
+                                                       "sasl.mechanism.controller.protocol")
+                                           if cfg.controller_listener_names else None)
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
         self.dynamic_config.listener_tls = self.listener_tls
         self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
+
+    def _channels(self, dispatcher: Handler) -> dict[str, ChannelBuilder]:
+        """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
+        for SASL_*, with `dispatcher` answering a pre-authentication ApiVersions; StartupError for a
+        SASL listener pybroker cannot serve (security/sasl/listener.py)."""
+        cfg = self.config
+        channels: dict[str, ChannelBuilder] = {}
+        credentials = image_credentials(lambda: self.image)
+        for ep in cfg.listeners:
+            tls = self.listener_tls.get(ep.listener_name)
+            if ep.security_protocol == "SSL" and tls is not None:
+                channels[ep.listener_name] = TlsChannelBuilder(tls)
+            elif ep.security_protocol.startswith("SASL_"):
+                try:
+                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
+                except ConfigError as exc:
+                    raise StartupError(str(exc)) from None
+                channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)
+        return channels
 
     async def _open_raft(self, nursery: trio.Nursery) -> None:
         cfg = self.config
@@ -309,6 +345,7 @@ class Broker:
         except (LogError, OSError, ValueError) as exc:
             raise StartupError(f"cannot open the metadata log in {cfg.metadata_log_dir}: {exc}") from None
         self.raft.driver.ssl_context = self.controller_client_ssl
+        self.raft.driver.sasl = self.controller_client_sasl
         try:
             await nursery.start(self.raft.driver.run)
         except QuorumStateError as exc:
@@ -349,7 +386,8 @@ class Broker:
                                      local_active=lambda: self.is_active_controller, leader=leader,
                                      wait_for_change=wait_for_change,
                                      retry_backoff_ms=max(100, cfg["controller.quorum.retry.backoff.ms"]),
-                                     attempt_timeout_ms=attempt_timeout_ms, ssl_context=self.controller_client_ssl)
+                                     attempt_timeout_ms=attempt_timeout_ms, ssl_context=self.controller_client_ssl,
+                                     sasl=self.controller_client_sasl)
 
         # a forwarded admin request may keep the controller busy for a while (a CreateTopics of
         # thousands of partitions): cut short, its retry would find its own work done
@@ -412,7 +450,8 @@ class Broker:
         if cfg.is_broker:
             self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, timer, nursery.start_soon,
                                                   self.clock, remote_leader_end_points(
-                                                      cfg, self.image, self.inter_broker_client_ssl))
+                                                      cfg, self.image, self.inter_broker_client_ssl,
+                                                      self.inter_broker_client_sasl))
             self.replica_manager.load_high_watermarks()
             self.dynamic_config.apply_runtime(self)  # the replication throttle rates (KIP-73)
             self.replica_manager.alter_partition_manager = alter = AlterPartitionManager(
@@ -431,7 +470,7 @@ class Broker:
             markers = TransactionMarkerChannelManager(
                 node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
                 local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"],
-                ssl_context=self.inter_broker_client_ssl)
+                ssl_context=self.inter_broker_client_ssl, sasl=self.inter_broker_client_sasl)
             self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
                                                           self.image, self.producer_ids, self.group_coordinator,
                                                           nursery.start_soon, markers)
@@ -442,7 +481,7 @@ class Broker:
                 node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
                 partition_for=self.txn_coordinator.partition_for,
                 local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"],
-                ssl_context=self.inter_broker_client_ssl)
+                ssl_context=self.inter_broker_client_ssl, sasl=self.inter_broker_client_sasl)
             self.replica_manager.add_partitions_manager = self.add_partitions_manager  # Produce's verification
 
             def quotas(delta: Delta) -> None:
@@ -532,18 +571,20 @@ class Broker:
             broker_eps = cfg.broker_listeners if cfg.is_broker else []
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
-            channels = {name: TlsChannelBuilder(tls) for name, tls in self.listener_tls.items()}
+            dispatcher = RequestDispatcher(self)
+            channels = self._channels(dispatcher)
+            controller_dispatcher = ControllerDispatcher(self)
             try:
                 if broker_eps:
-                    self.server = SocketServer(broker_eps, RequestDispatcher(self), cfg["socket.request.max.bytes"],
+                    self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
                                                cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
                                                channels=channels)
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
-                    self.controller_server = SocketServer(controller_eps, ControllerDispatcher(self),
+                    self.controller_server = SocketServer(controller_eps, controller_dispatcher,
                                                           cfg["socket.request.max.bytes"], cfg["max.connections"],
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=channels)
+                                                          channels=self._channels(controller_dispatcher))
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"

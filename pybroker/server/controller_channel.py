@@ -35,6 +35,7 @@ import trio
 from pybroker.protocol.api_message import ApiMessage
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.protocol.sasl_client import SaslClientConfig
 
 log = logging.getLogger("pybroker.controller.channel")
 
@@ -56,7 +57,8 @@ class ControllerChannel:
     def __init__(self, *, name: str, client_id: str, local_handler: LocalHandler | None,
                  local_active: Callable[[], bool], leader: Callable[[], tuple[int | None, tuple[str, int] | None]],
                  wait_for_change: Callable[[float], Awaitable[None]], retry_backoff_ms: int,
-                 attempt_timeout_ms: int, ssl_context: ssl.SSLContext | None = None) -> None:
+                 attempt_timeout_ms: int, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslClientConfig | None = None) -> None:
         """`leader()`: (the Raft leader's id or None, its controller listener address or None);
         `wait_for_change(seconds)`: returns after the Raft state changed or the time passed."""
         self.name = name
@@ -68,7 +70,8 @@ class ControllerChannel:
         self.retry_backoff_s = max(0.001, retry_backoff_ms / 1000)
         # one attempt on one connection: a paused (SIGSTOPped) controller keeps its socket open
         self.attempt_timeout_s = max(0.01, attempt_timeout_ms / 1000)
-        self._conn = OutboundConnection(client_id, ssl_context)  # the controller listener's TLS, if SSL
+        # the controller listener's TLS and SASL login, if it has them
+        self._conn = OutboundConnection(client_id, ssl_context, sasl)
 
     async def send(self, api_key: int, version: int, body: ApiMessage, timeout_s: float, *,
                    is_not_controller: Callable[[Any], bool] = _not_controller) -> Any:

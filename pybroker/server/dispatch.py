@@ -56,6 +56,7 @@ from pybroker.server import (
     producers,
     quorum,
     replica_log_dirs,
+    sasl_requests,
     scram,
     topics,
     txn,
@@ -126,6 +127,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle_describe_topic_partitions,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
+    ApiKey.SASL_HANDSHAKE: sasl_requests.handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl_requests.handle_sasl_authenticate,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

@@ -3,8 +3,8 @@
 A Kafka 4 KRaft node answers both even when no listener speaks SASL: credentials are
 metadata (UserScramCredentialRecord / RemoveUserScramCredentialRecord in
 __cluster_metadata, see pybroker/controller/scram.py), so they are kept, described and
-replayed after a restart. pybroker has no SASL authentication yet; the credentials are
-stored for when it does. Only the stored key and server key are kept, never the salted
+replayed after a restart; SASL/SCRAM logins read them from the image
+(security/sasl/scram.py). Only the stored key and server key are kept, never the salted
 password.
 
 Alter goes through the controller (Kafka forwards it to ScramControlManager): rules and

@@ -149,7 +149,6 @@ BAD_CONFIGS = {
     "both inter-broker keys": ({"inter.broker.listener.name": "PLAINTEXT",
                                 "security.inter.broker.protocol": "PLAINTEXT"},
                                "Only one of inter.broker.listener.name and security.inter.broker.protocol"),
-    "sasl not yet": ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"}, "not supported yet"),
 }
 
 

@@ -38,6 +38,8 @@ from pybroker.protocol.messages import (
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     ProduceRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
 )
 from pybroker.records.batch import build_batch, iter_batch_records, iter_batches
 from pybroker.server.api_versions import SUPPORTED
@@ -393,6 +395,17 @@ def test_scram_credentials_every_version(wire):
             users=[DescribeUserScramCredentialsRequest.UserName(name="lv-user-0")]))
         assert [(x.user, x.error_code, [(c.mechanism, c.iterations) for c in x.credential_infos])
                 for x in r.results] == [("lv-user-0", 0, [(2, 4096)])]
+
+
+def test_sasl_requests_every_version_on_a_plaintext_listener_are_illegal_state(wire):
+    """No SASL exchange on PLAINTEXT (nor after one): ILLEGAL_SASL_STATE, as KafkaApis answers."""
+    for v in versions(ApiKey.SASL_HANDSHAKE):
+        r = wire.request(ApiKey.SASL_HANDSHAKE, v, SaslHandshakeRequest(mechanism="PLAIN"))
+        assert (r.error_code, r.mechanisms) == (Errors.ILLEGAL_SASL_STATE, [])
+    for v in versions(ApiKey.SASL_AUTHENTICATE):
+        r = wire.request(ApiKey.SASL_AUTHENTICATE, v, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"))
+        assert (r.error_code, r.auth_bytes) == (Errors.ILLEGAL_SASL_STATE, b"")
+        assert r.error_message == "SaslAuthenticate request received after successful authentication"
 
 
 def test_describe_topic_partitions_every_version(wire):

@@ -226,7 +226,6 @@ def test_protocol_map_maps_controller_listeners_to_plaintext_only_when_unset_and
      "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
     (["inter.broker.listener.name=NOPE"], "Listener with name NOPE defined in inter.broker.listener.name not found"),
     (["security.inter.broker.protocol=TLS"], "security.inter.broker.protocol"),
-    (["listeners=SASL_SSL://127.0.0.1:9092"], "security protocol SASL_SSL is not supported yet"),
     (["listener.name.ssl.ssl.client.auth=maybe"], "listener.name.ssl.ssl.client.auth"),
 ])
 def test_listener_settings_refused_with_one_line(overrides, message):

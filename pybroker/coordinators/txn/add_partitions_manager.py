@@ -35,6 +35,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.protocol.sasl_client import SaslClientConfig
 
 log = logging.getLogger("pybroker.txn.add_partitions")
 
@@ -59,8 +60,9 @@ def client_code(code: int, generic_errors: bool) -> int:
 class AddPartitionsToTxnManager:
     def __init__(self, *, node_id: int, image: Any, listener_name: str, partition_for: Callable[[str], int],
                  local: Local, request_timeout_ms: int, client_id: str = "",
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientConfig | None = None) -> None:
         self.ssl_context = ssl_context  # the inter-broker listener's client TLS, None when it is plaintext
+        self.sasl = sasl  # its SASL login, None unless it is SASL_*
         self.node_id = node_id
         self.image = image
         self.listener_name = listener_name
@@ -110,7 +112,7 @@ class AddPartitionsToTxnManager:
             verify_only=not add, topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
         conn = self._connections.get(node)
         if conn is None:
-            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context)
+            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context, self.sasl)
         try:
             response = await conn.request(address, ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION,
                                           request, timeout_s=self.request_timeout_s)

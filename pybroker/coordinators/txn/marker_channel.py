@@ -43,6 +43,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from pybroker.protocol.outbound import CONNECTION_ERRORS, OutboundConnection
+from pybroker.protocol.sasl_client import SaslClientConfig
 
 log = logging.getLogger("pybroker.txn.markers")
 
@@ -87,8 +88,9 @@ def partition_errors(response: WriteTxnMarkersResponse) -> dict[TopicPartition, 
 class TransactionMarkerChannelManager:
     def __init__(self, *, node_id: int, image: Any, listener_name: str, local_write: LocalWrite,
                  request_timeout_ms: int, retry_backoff_ms: int = 100, client_id: str = "",
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientConfig | None = None) -> None:
         self.ssl_context = ssl_context  # the inter-broker listener's client TLS, None when it is plaintext
+        self.sasl = sasl  # its SASL login, None unless it is SASL_*
         self.node_id = node_id
         self.image = image
         self.listener_name = listener_name
@@ -182,7 +184,7 @@ class TransactionMarkerChannelManager:
             return failed
         conn = self._connections.get(node)
         if conn is None:
-            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context)
+            conn = self._connections[node] = OutboundConnection(self.client_id, self.ssl_context, self.sasl)
         try:
             response = await conn.request(address, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
                                           timeout_s=self.request_timeout_s)

@@ -1,0 +1,107 @@
+"""The client half of a SASL login, for a node's own connections to its peers' inter-broker and
+controller listeners (Kafka's SaslClientAuthenticator with the PLAIN, SCRAM and OAUTHBEARER
+clients), as protocol/outbound.py drives it.
+
+Exchange: SaslHandshake v1 naming the mechanism, then one SaslAuthenticate v2 per token until
+the mechanism is done; no ApiVersions first (pybroker nodes speak the same versions). Tokens:
+- PLAIN: `NUL username NUL password`;
+- SCRAM-SHA-256/512 (RFC 5802): `n,,n=<name>,r=<nonce>`, then `c=biws,r=<nonce>,p=<proof>`, and
+  the server's `v=` signature is checked, so a peer that does not hold the credential is refused;
+- OAUTHBEARER: an unsecured JWT (alg none) as Kafka's OAuthBearerUnsecuredLoginCallbackHandler
+  mints it from the JAAS options `unsecuredLoginStringClaim_sub` (the principal) and
+  `unsecuredLoginLifetimeSeconds` (3600).
+Credentials come from the JAAS line of the listener's mechanism (`username`, `password`), as
+Kafka's inter-broker client takes them (security/sasl/listener.py builds `SaslClientConfig`).
+Concurrency: `ScramClient` and friends are per-connection state machines without I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+
+class SaslClientError(ConnectionError):
+    """The peer refused this node's login (or proved it does not know the credential); an
+    OSError, so the channels retry it as a refused connection and log it."""
+
+
+@dataclass(frozen=True)
+class SaslClientConfig:
+    mechanism: str
+    username: str = ""
+    password: str = ""
+    options: dict[str, str] = field(default_factory=dict)  # the JAAS line's other options
+
+
+_DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+class ScramClient:
+    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None) -> None:
+        self.digest = _DIGESTS[mechanism]
+        self.password = password.encode()
+        self.nonce = nonce or secrets.token_hex(16)
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self.client_first_bare = f"n={name},r={self.nonce}"
+        self.server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self.client_first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode()
+        attrs = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+        nonce, salt, iterations = attrs.get("r", ""), attrs.get("s", ""), attrs.get("i", "0")
+        if not nonce.startswith(self.nonce) or not iterations.isdigit():
+            raise SaslClientError("invalid SCRAM server-first message")
+        salted = hashlib.pbkdf2_hmac(self.digest, self.password, base64.b64decode(salt), int(iterations))
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"{self.client_first_bare},{text},{without_proof}".encode()
+        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
+        signature = hmac.new(hashlib.new(self.digest, client_key).digest(), auth, self.digest).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
+        self.server_signature = hmac.new(server_key, auth, self.digest).digest()
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def check(self, server_final: bytes) -> None:
+        if not hmac.compare_digest(server_final, b"v=" + base64.b64encode(self.server_signature)):
+            raise SaslClientError("the server's SCRAM signature does not match: it does not hold the credential")
+
+
+def unsecured_jwt(options: dict[str, str], now_s: float | None = None) -> str:
+    """Kafka's unsecured login token: header {"alg":"none"}, claims sub/iat/exp."""
+    now = int(now_s if now_s is not None else time.time())
+    claims = {"sub": options.get("unsecuredLoginStringClaim_sub", ""), "iat": now,
+              "exp": now + int(options.get("unsecuredLoginLifetimeSeconds", "3600"))}
+
+    def b64(obj: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+    return f"{b64({'alg': 'none'})}.{b64(claims)}."
+
+
+def tokens(config: SaslClientConfig) -> Generator[bytes, bytes, None]:
+    """A generator of the client's tokens: send what it yields, send() it the server's reply;
+    it returns when the login is complete (SaslClientError on a bad server reply)."""
+    mech = config.mechanism
+    if mech == "PLAIN":
+        yield f"\0{config.username}\0{config.password}".encode()
+    elif mech in _DIGESTS:
+        client = ScramClient(mech, config.username, config.password)
+        server_first = yield client.first()
+        server_final = yield client.final(server_first)
+        client.check(server_final)
+    elif mech == "OAUTHBEARER":
+        reply = yield f"n,,\x01auth=Bearer {unsecured_jwt(config.options)}\x01\x01".encode()
+        if reply:
+            yield b"\x01"  # the server's error JSON: acknowledge, it then fails the login
+    else:
+        raise SaslClientError(f"SASL mechanism {mech} is not supported by pybroker's inter-node client")

@@ -1,0 +1,130 @@
+"""A SASL listener's setup (Kafka's SaslChannelBuilder + JaasContext on the server side): which
+mechanisms it offers and a fresh mechanism server per connection.
+
+Configuration, per listener `<l>` (lower case in keys), the listener-prefixed key first:
+- `listener.name.<l>.sasl.enabled.mechanisms`, else `sasl.enabled.mechanisms` (Kafka's default
+  GSSAPI, which pybroker does not offer yet: refused at start, naming the ones it does);
+- one JAAS line per enabled mechanism, `listener.name.<l>.<mech>.sasl.jaas.config`, else
+  `<mech>.sasl.jaas.config`; Kafka refuses to start without one (it would look for a JAAS file,
+  which pybroker does not read), and so does pybroker. The unprefixed `sasl.jaas.config` is ignored
+  on a broker with a warning, as Kafka ignores it;
+- PLAIN reads its users (`user_<name>="<password>"`) from its line; SCRAM reads the credentials in
+  the metadata image at each login (AlterUserScramCredentials takes effect on the next one);
+  OAUTHBEARER reads the unsecured validator's options from its line.
+Concurrency: built once at start on the trio thread; `server()` is called per connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pybroker.config import BrokerConfig, ConfigError
+from pybroker.metadata.image import MetadataImage, ScramCredential
+from pybroker.protocol.sasl_client import SaslClientConfig
+from pybroker.security.sasl import oauthbearer, plain, scram
+from pybroker.security.sasl.jaas import JaasEntry, parse_one
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+class SaslServer(Protocol):
+    """One mechanism's exchange on one connection (javax.security.sasl.SaslServer)."""
+
+    mechanism: str
+    complete: bool
+    authorization_id: str
+
+    def evaluate(self, token: bytes) -> bytes:
+        """The reply to a client token; SaslError / SaslAuthenticationError when it fails."""
+        ...
+
+
+@dataclass
+class ListenerSasl:
+    listener_name: str
+    mechanisms: list[str]  # sasl.enabled.mechanisms of the listener, in its order
+    jaas: dict[str, JaasEntry]
+    credentials: scram.CredentialLookup
+    now_ms: Callable[[], int]
+    max_receive_size: int  # sasl.server.max.receive.size
+    failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
+
+    @classmethod
+    def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
+           now_ms: Callable[[], int]) -> ListenerSasl:
+        """ConfigError (one line) for a mechanism pybroker lacks or a missing or malformed JAAS line."""
+        mechanisms = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
+        if not mechanisms:
+            raise ConfigError(f"sasl.enabled.mechanisms of listener {listener_name} is empty")
+        jaas: dict[str, JaasEntry] = {}
+        for mech in mechanisms:
+            if mech not in SUPPORTED_MECHANISMS:
+                raise ConfigError(f"SASL mechanism {mech} of listener {listener_name} (sasl.enabled.mechanisms) is "
+                                  f"not supported by pybroker; the supported ones are {', '.join(SUPPORTED_MECHANISMS)}")
+            line = config.sasl_jaas_config(listener_name, mech)
+            if line is None:
+                raise ConfigError(f"No JAAS configuration for SASL mechanism {mech} on listener {listener_name}: set "
+                                  f"listener.name.{listener_name.lower()}.{mech.lower()}.sasl.jaas.config")
+            jaas[mech] = parse_one(line)
+        if "OAUTHBEARER" in jaas:
+            oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
+        return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
+                   config["connection.failed.authentication.delay.ms"])
+
+    def server(self, mechanism: str) -> SaslServer:
+        """A fresh exchange for an enabled mechanism."""
+        if mechanism == "PLAIN":
+            return plain.PlainSaslServer(self.jaas[mechanism].options)
+        if mechanism in scram.MECHANISMS:
+            return scram.ScramSaslServer(mechanism, self.credentials)
+        if mechanism == "OAUTHBEARER":
+            return oauthbearer.OAuthBearerSaslServer(oauthbearer.UnsecuredValidator(self.jaas[mechanism].options),
+                                                     self.now_ms)
+        raise KeyError(mechanism)
+
+
+def image_credentials(get_image: Callable[[], MetadataImage]) -> scram.CredentialLookup:
+    """A SCRAM credential lookup over the node's current metadata image."""
+    def lookup(name: str, type_id: int) -> ScramCredential | None:
+        return get_image().scram_credentials.get(name, {}).get(type_id)
+    return lookup
+
+
+CLIENT_MECHANISMS = SUPPORTED_MECHANISMS
+
+
+def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) -> SaslClientConfig | None:
+    """This node's login to its peers' `listener_name` (the inter-broker listener with
+    `sasl.mechanism.inter.broker.protocol`, the controller listener with
+    `sasl.mechanism.controller.protocol`): None unless the listener is SASL_*; the username and
+    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub) from the listener's JAAS line for
+    that mechanism, as Kafka's inter-broker client takes them. ConfigError (one line) otherwise."""
+    protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
+    if not protocol.startswith("SASL_"):
+        return None
+    mech = str(config[mechanism_key]).strip().upper()
+    if mech not in CLIENT_MECHANISMS:
+        raise ConfigError(f"{mechanism_key}={mech} is not supported by pybroker's inter-node client; the supported "
+                          f"mechanisms are {', '.join(CLIENT_MECHANISMS)}")
+    if any(e.listener_name.upper() == listener_name.upper() for e in config.listeners):
+        enabled = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
+        if mech not in enabled:
+            raise ConfigError(f"{mechanism_key} must be included in sasl.enabled.mechanisms of listener "
+                              f"{listener_name} when SASL is used for it")
+    line = config.sasl_jaas_config(listener_name, mech)
+    if line is None:
+        raise ConfigError(f"No JAAS configuration for SASL mechanism {mech} on listener {listener_name}: set "
+                          f"listener.name.{listener_name.lower()}.{mech.lower()}.sasl.jaas.config with this node's "
+                          "username and password")
+    options = dict(parse_one(line).options)
+    username, password = options.pop("username", ""), options.pop("password", "")
+    if mech == "OAUTHBEARER":
+        if not options.get("unsecuredLoginStringClaim_sub"):
+            raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
+                              "unsecuredLoginStringClaim_sub for this node's own login")
+    elif not username or not password:
+        raise ConfigError(f"The {mech} JAAS line of listener {listener_name} needs username and password for this "
+                          "node's own login")
+    return SaslClientConfig(mech, username, password, options)
