@@ -24,8 +24,8 @@ client certificate as PEM stores) and in librdkafka's to `DIR/client-ssl.propert
 `--security sasl_ssl` puts SASL_SSL on every listener (TLS with the same local CA, no client
 certificates; the login authenticates): the client and inter-broker listener takes
 SCRAM-SHA-512, the controller listener PLAIN (the controllers log in to each other before any
-metadata, where SCRAM credentials live, has been replicated; Kafka's documentation says the same
-of SCRAM between controllers). Two users get generated passwords on first use, kept in
+metadata, where SCRAM credentials live, has been replicated: the layout Kafka's developers give
+for a KRaft cluster on SCRAM, KAFKA-15513). Two users get generated passwords on first use, kept in
 `DIR/credentials.properties` (0600): `broker`, the nodes' own principal, and `admin`, the
 client's. Their SCRAM-SHA-512 credentials are written into the bootstrap metadata when the nodes
 are formatted (`pybroker storage format --add-scram`), so they exist before the first node
