@@ -207,7 +207,10 @@ class BrokerConnection:
         raw.settimeout(self.connect_timeout_s)
         try:
             self._sock = context.wrap_socket(raw, server_hostname=self.host)
-        except ssl.SSLError as exc:  # includes a certificate the context does not trust
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError) as exc:
+            # the broker closed the connection mid-handshake (restarting, over its limits): retried
+            raise BrokerConnectionError(self.address, f"SSL handshake failed: {exc.reason or exc}") from exc
+        except ssl.SSLError as exc:  # an untrusted certificate, no common protocol or cipher: final
             raise AuthenticationFailedError(self.address, f"SSL handshake failed: {exc.reason or exc}") from exc
         except OSError as exc:
             raise BrokerConnectionError(self.address, f"SSL handshake failed: {exc.strerror or exc}") from exc
