@@ -18,7 +18,8 @@ BASE = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN}
 
 BAD = {
-    "gssapi by default": ({"sasl.enabled.mechanisms": None}, "SASL mechanism GSSAPI of listener SASL_PLAINTEXT"),
+    "gssapi by default": ({"sasl.enabled.mechanisms": None},
+                          "No JAAS configuration for SASL mechanism GSSAPI on listener SASL_PLAINTEXT"),
     "unknown mechanism": ({"sasl.enabled.mechanisms": "PLAIN,DIGEST-MD5"}, "DIGEST-MD5"),
     "no jaas line": ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
                      "No JAAS configuration for SASL mechanism PLAIN on listener SASL_PLAINTEXT"),

@@ -28,7 +28,11 @@ import pytest
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.frame import decode_response, encode_request
-from pybroker.protocol.messages import ApiVersionsRequest, SaslAuthenticateRequest, SaslHandshakeRequest
+from pybroker.protocol.messages import (
+    ApiVersionsRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+)
 from tests.clients.adapters import (
     DEADLINE_S,
     KCAT,

@@ -42,12 +42,10 @@ _LAYERS = struct.Struct(">I")
 try:
     import gssapi
     import gssapi.exceptions
-except ImportError:  # pragma: no cover - depends on the optional package
-    gssapi = None
 
-
-def gssapi_available() -> bool:
-    return gssapi is not None
+    AVAILABLE = True
+except ImportError:  # the optional package is not installed: GSSAPI is refused at start
+    AVAILABLE = False
 
 
 class ServerLogin:
@@ -56,7 +54,7 @@ class ServerLogin:
     def __init__(self, jaas_options: Mapping[str, str], service_name: str | None, listener_name: str) -> None:
         """ConfigError (one line) for a missing package, a JAAS line without a keytab or principal,
         or a keytab that does not hold the principal's key."""
-        if gssapi is None:
+        if not AVAILABLE:
             raise ConfigError("SASL mechanism GSSAPI needs the python package gssapi (pip install "
                               "'pybroker[kerberos]'; it builds against MIT Kerberos: apt-get install libkrb5-dev)")
         service = jaas_options.get("serviceName") or service_name
@@ -93,7 +91,6 @@ class GssapiSaslServer:
     blocking = True  # evaluate() reads the keytab: the authenticator runs it on a thread
 
     def __init__(self, login: ServerLogin, short_namer: KerberosShortNamer) -> None:
-        assert gssapi is not None
         self._ctx = gssapi.SecurityContext(creds=login.credentials, usage="accept")
         self._short_namer = short_namer
         self._stage = 0  # 0 context, 1 offer due (after an empty token), 2 answer due, 3 done
