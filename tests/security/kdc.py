@@ -59,6 +59,11 @@ class MitKdc:
         self.kdc_conf = directory / "kdc.conf"
         self.proc: subprocess.Popen[bytes] | None = None
         directory.mkdir(parents=True, exist_ok=True)
+        self._write_conf()
+        (directory / "kadm5.acl").write_text("")
+
+    def _write_conf(self) -> None:
+        realm, directory = self.realm, self.dir
         self.krb5_conf.write_text(
             "[libdefaults]\n"
             f" default_realm = {realm}\n"
@@ -69,7 +74,7 @@ class MitKdc:
             f"[realms]\n {realm} = {{\n  kdc = 127.0.0.1:{self.port}\n }}\n"
             f"[domain_realm]\n 127.0.0.1 = {realm}\n localhost = {realm}\n")
         self.kdc_conf.write_text(
-            f"[kdcdefaults]\n kdc_ports = {self.port}\n kdc_tcp_ports = {self.port}\n"
+            f"[kdcdefaults]\n kdc_listen = 127.0.0.1:{self.port}\n kdc_tcp_listen = 127.0.0.1:{self.port}\n"
             f"[realms]\n {realm} = {{\n"
             f"  database_name = {directory / 'principal'}\n"
             f"  key_stash_file = {directory / 'stash'}\n"
@@ -77,11 +82,9 @@ class MitKdc:
             "  supported_enctypes = aes256-cts-hmac-sha1-96:normal aes128-cts-hmac-sha1-96:normal\n"
             " }\n"
             f"[logging]\n kdc = FILE:{directory / 'kdc.log'}\n")
-        (directory / "kadm5.acl").write_text("")
 
     def env(self) -> dict[str, str]:
-        return {"KRB5_CONFIG": str(self.krb5_conf), "KRB5_KDC_PROFILE": str(self.kdc_conf),
-                "KRB5RCACHETYPE": "none"}
+        return {"KRB5_CONFIG": str(self.krb5_conf), "KRB5_KDC_PROFILE": str(self.kdc_conf)}
 
     def _run(self, *args: str, stdin: str | None = None) -> str:
         proc = subprocess.run(list(args), input=stdin, capture_output=True, text=True, timeout=60,
@@ -92,6 +95,17 @@ class MitKdc:
 
     def start(self) -> MitKdc:
         self._run(str(_which("kdb5_util")), "create", "-s", "-r", self.realm, "-P", "master-secret", "-W")
+        for attempt in range(3):  # another process may take the free port before krb5kdc binds it
+            try:
+                return self._start_kdc()
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                self.port = _free_port()
+                self._write_conf()
+        raise AssertionError("unreachable")
+
+    def _start_kdc(self) -> MitKdc:
         log = open(self.dir / "krb5kdc.out", "wb")  # noqa: SIM115 - the KDC's lifetime
         self.proc = subprocess.Popen([str(_which("krb5kdc")), "-n", "-r", self.realm], stdout=log, stderr=log,
                                      env=dict(os.environ, **self.env()), start_new_session=True)

@@ -31,7 +31,8 @@ BAD = {
                              "oauthbearer.sasl.jaas.config": "O required unsecuredValidatorAllowableClockSkewMs=\"-5\";"},
                             "clock skew"),
     "inter-broker mechanism gssapi by default": ({"inter.broker.listener.name": "SASL_PLAINTEXT"},
-                                                 "sasl.mechanism.inter.broker.protocol=GSSAPI is not supported"),
+                                                 "sasl.mechanism.inter.broker.protocol must be included in "
+                                                 "sasl.enabled.mechanisms of listener SASL_PLAINTEXT"),
     "inter-broker mechanism not enabled": ({"inter.broker.listener.name": "SASL_PLAINTEXT",
                                             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
                                            "must be included in sasl.enabled.mechanisms of listener SASL_PLAINTEXT"),

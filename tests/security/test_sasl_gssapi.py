@@ -278,21 +278,30 @@ def test_raw_exchange_follows_rfc_4752(broker, realm):
 
 def test_ticket_for_another_service_is_refused_while_others_carry_on(broker, realm, monkeypatch, caplog):
     """imposter/127.0.0.1 is a real service of the realm, but not the broker's: its ticket is
-    encrypted for a key the broker does not hold, so the context never establishes."""
-    raw, resp = raw_login(broker, realm, "alice", service="imposter")
-    assert resp.error_code == 58 and resp.error_message == GENERIC
-    assert raw.closed()
-    monkeypatch.setenv("KRB5CCNAME", realm.ccache("bob"))
+    encrypted for a key the broker does not hold, so the context never establishes. A producer
+    logged in before keeps producing on its connection through the refusals."""
     from kafka.errors import KafkaTimeoutError
 
-    with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError):
-        # kafka-python retries a refused login until its bootstrap gives up; each refusal is logged
-        kafka_python_produce(gssapi_address(broker), topic_name("krb-imposter"), numbered(1),
-                             **kafka_python_conf(service="imposter"), max_block_ms=5000)
-    assert any("SaslAuthenticationFailedError" in r.getMessage() and GENERIC in r.getMessage()
-               for r in caplog.records)
-    topic = topic_name("krb-after-refusal")
-    assert kafka_python_produce(gssapi_address(broker), topic, numbered(3), **kafka_python_conf()) == [0, 1, 2]
+    from tests.clients.adapters import kafka_python_producer
+
+    monkeypatch.setenv("KRB5CCNAME", realm.ccache("bob"))
+    topic = topic_name("krb-carry-on")
+    producer = kafka_python_producer(gssapi_address(broker), **kafka_python_conf())
+    try:
+        assert kafka_python_produce(gssapi_address(broker), topic, numbered(3), producer=producer) == [0, 1, 2]
+        raw, resp = raw_login(broker, realm, "alice", service="imposter")
+        assert resp.error_code == 58 and resp.error_message == GENERIC
+        assert raw.closed()
+        with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError):
+            # kafka-python retries a refused login until its bootstrap gives up; each refusal is logged
+            kafka_python_produce(gssapi_address(broker), topic_name("krb-imposter"), numbered(1),
+                                 **kafka_python_conf(service="imposter"), max_block_ms=5000,
+                                 bootstrap_timeout_ms=5000)
+        assert any("SaslAuthenticationFailedError" in r.getMessage() and GENERIC in r.getMessage()
+                   for r in caplog.records)
+        assert kafka_python_produce(gssapi_address(broker), topic, numbered(3), producer=producer) == [3, 4, 5]
+    finally:
+        producer.close()
 
 
 def test_principal_no_rule_maps_is_refused(broker, realm):
@@ -343,3 +352,59 @@ def test_gssapi_settings_refused_at_start(realm, tmp_path):
             Broker(BrokerConfig(settings))._channels(None)  # type: ignore[arg-type]
         assert expected in str(info.value) and "\n" not in str(info.value), (key, str(info.value))
     Broker(BrokerConfig(base))._channels(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_three_node_cluster_logs_in_to_its_peers_with_kerberos(realm, tmp_path, monkeypatch):
+    """Every listener SASL_PLAINTEXT with GSSAPI only (sasl.mechanism.inter.broker.protocol and
+    sasl.mechanism.controller.protocol GSSAPI): Raft between the voters, forwarding, heartbeats and
+    follower fetches all log in as kafka/127.0.0.1 from the shared keytab (User:kafka, the super
+    user); a topic replicated three ways keeps its ISR while kafka-python produces with acks=all."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.cluster.harness import Cluster, wait_until
+
+    jaas = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+            f'keyTab="{realm.broker_keytab}" principal="kafka/127.0.0.1@{kdc_mod.REALM}";')
+    overrides = {"listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                 "inter.broker.listener.name": "SASL_PLAINTEXT",
+                 "sasl.enabled.mechanisms": "GSSAPI",
+                 "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+                 "sasl.mechanism.controller.protocol": "GSSAPI",
+                 "sasl.kerberos.service.name": "kafka",
+                 "gssapi.sasl.jaas.config": jaas,
+                 "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                 "allow.everyone.if.no.acl.found": "true",
+                 "super.users": "User:kafka"}
+    cluster = Cluster(tmp_path, nodes=3, overrides=overrides)
+    for i, node in enumerate(cluster.nodes.values()):
+        node.overrides["listeners"] = (f"SASL_PLAINTEXT://127.0.0.1:{cluster.client_ports[i]},"
+                                       f"CONTROLLER://127.0.0.1:{cluster.controller_ports[i]}")
+    monkeypatch.setenv("KRB5CCNAME", realm.ccache("alice"))
+    try:
+        cluster.start()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10_000, **kafka_python_conf())
+        topic = "replicated-over-kerberos"
+        try:
+            admin.create_topics([NewTopic(topic, 1, 3)])
+
+            def full_isr() -> bool:
+                try:
+                    described = admin.describe_topics([topic])
+                except Exception:  # noqa: BLE001 - not yet known to the node asked
+                    return False
+                parts = described[0].get("partitions") or []
+                return bool(parts) and len(parts[0]["isr_nodes"]) == 3
+
+            wait_until(full_isr, timeout=60, what="three replicas in the ISR")
+            recs = numbered(100)
+            assert kafka_python_produce(cluster.bootstrap, topic, recs, acks="all", **kafka_python_conf()) == \
+                list(range(100))
+            assert_same_records(recs, kafka_python_consume(cluster.bootstrap, topic, count=100, **kafka_python_conf()))
+            wait_until(full_isr, timeout=30, what="the ISR after producing")
+        finally:
+            admin.close()
+        for node in cluster.nodes.values():  # no node ever refused another's login
+            assert b"Failed authentication" not in node._read_output(0), node.output_tail()
+    finally:
+        cluster.close()

@@ -107,15 +107,16 @@ def image_credentials(get_image: Callable[[], MetadataImage]) -> scram.Credentia
     return lookup
 
 
-CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+CLIENT_MECHANISMS = SUPPORTED_MECHANISMS
 
 
 def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) -> SaslClientConfig | None:
     """This node's login to its peers' `listener_name` (the inter-broker listener with
     `sasl.mechanism.inter.broker.protocol`, the controller listener with
     `sasl.mechanism.controller.protocol`): None unless the listener is SASL_*; the username and
-    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub) from the listener's JAAS line for
-    that mechanism, as Kafka's inter-broker client takes them. ConfigError (one line) otherwise."""
+    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub, or GSSAPI's keyTab and principal)
+    from the listener's JAAS line for that mechanism, as Kafka's inter-broker client takes them.
+    ConfigError (one line) otherwise."""
     protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
     if not protocol.startswith("SASL_"):
         return None
@@ -135,6 +136,8 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
                           "username and password")
     options = dict(parse_one(line).options)
     username, password = options.pop("username", ""), options.pop("password", "")
+    if mech == "GSSAPI":
+        return _gssapi_client(config, listener_name, options)
     if mech == "OAUTHBEARER":
         if not options.get("unsecuredLoginStringClaim_sub"):
             raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
@@ -143,3 +146,23 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
         raise ConfigError(f"The {mech} JAAS line of listener {listener_name} needs username and password for this "
                           "node's own login")
     return SaslClientConfig(mech, username, password, options)
+
+
+def _gssapi_client(config: BrokerConfig, listener_name: str, options: dict[str, str]) -> SaslClientConfig:
+    """The node's Kerberos login: its keytab and principal (useKeyTab=true), else the default
+    ticket cache (useTicketCache=true); the peer's service name."""
+    if not gssapi.AVAILABLE:
+        raise ConfigError("SASL mechanism GSSAPI needs the python package gssapi (pip install "
+                          "'pybroker[kerberos]'; it builds against MIT Kerberos: apt-get install libkrb5-dev)")
+    service = options.get("serviceName") or config.listener_config(listener_name, "sasl.kerberos.service.name")
+    if not service:
+        raise ConfigError(f"No serviceName defined in either JAAS or Kafka config (listener {listener_name}: "
+                          "set sasl.kerberos.service.name)")
+    keytab_login = options.get("useKeyTab", "false").lower() == "true"
+    if keytab_login and not (options.get("keyTab") and options.get("principal")):
+        raise ConfigError(f"The GSSAPI JAAS line of listener {listener_name} needs keyTab and principal with "
+                          "useKeyTab=true for this node's own login")
+    if not keytab_login and options.get("useTicketCache", "false").lower() != "true":
+        raise ConfigError(f"The GSSAPI JAAS line of listener {listener_name} needs useKeyTab=true (with keyTab and "
+                          "principal) or useTicketCache=true for this node's own login")
+    return SaslClientConfig("GSSAPI", options=options | {"serviceName": service})
