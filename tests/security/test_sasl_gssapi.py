@@ -85,11 +85,11 @@ class Realm:
     def keytab(self, principal: str) -> Path:
         return self.dir / (principal.replace("/", "_") + ".keytab")
 
-    def ccache(self, principal: str) -> str:
+    def ccache(self, principal: str, keytab: Path | None = None) -> str:
         """A credential cache holding `principal`'s tickets (kinit from its keytab)."""
         path = self.dir / (principal.replace("/", "_") + ".cc")
         if not path.exists():
-            self.kdc.kinit(principal, self.keytab(principal), path)
+            self.kdc.kinit(principal, keytab or self.keytab(principal), path)
         return f"FILE:{path}"
 
 
@@ -358,8 +358,11 @@ def test_gssapi_settings_refused_at_start(realm, tmp_path):
 def test_three_node_cluster_logs_in_to_its_peers_with_kerberos(realm, tmp_path, monkeypatch):
     """Every listener SASL_PLAINTEXT with GSSAPI only (sasl.mechanism.inter.broker.protocol and
     sasl.mechanism.controller.protocol GSSAPI): Raft between the voters, forwarding, heartbeats and
-    follower fetches all log in as kafka/127.0.0.1 from the shared keytab (User:kafka, the super
-    user); a topic replicated three ways keeps its ISR while kafka-python produces with acks=all."""
+    follower fetches all log in as kafka/127.0.0.1 from the shared keytab. The DEFAULT rule maps
+    it to User:kafka (krb5.conf's default realm), the only super user with
+    allow.everyone.if.no.acl.found=false: the admin and kafka-python log in with that keytab too, so
+    each request passes only if the mapping does. A topic replicated three ways keeps its ISR while
+    kafka-python produces with acks=all."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from tests.cluster.harness import Cluster, wait_until
@@ -374,13 +377,13 @@ def test_three_node_cluster_logs_in_to_its_peers_with_kerberos(realm, tmp_path, 
                  "sasl.kerberos.service.name": "kafka",
                  "gssapi.sasl.jaas.config": jaas,
                  "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                 "allow.everyone.if.no.acl.found": "true",
+                 "allow.everyone.if.no.acl.found": "false",
                  "super.users": "User:kafka"}
     cluster = Cluster(tmp_path, nodes=3, overrides=overrides)
     for i, node in enumerate(cluster.nodes.values()):
         node.overrides["listeners"] = (f"SASL_PLAINTEXT://127.0.0.1:{cluster.client_ports[i]},"
                                        f"CONTROLLER://127.0.0.1:{cluster.controller_ports[i]}")
-    monkeypatch.setenv("KRB5CCNAME", realm.ccache("alice"))
+    monkeypatch.setenv("KRB5CCNAME", realm.ccache("kafka/127.0.0.1", realm.broker_keytab))
     try:
         cluster.start()
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10_000, **kafka_python_conf())

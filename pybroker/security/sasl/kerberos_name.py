@@ -132,14 +132,16 @@ def _replace_parameters(fmt: str, params: list[str]) -> str:
 
 
 class KerberosShortNamer:
-    def __init__(self, rules: list[KerberosRule]) -> None:
+    def __init__(self, rules: list[KerberosRule], texts: list[str] | None = None) -> None:
         self.rules = rules
+        self.texts = texts if texts is not None else []  # the rules as configured, for messages
 
     @classmethod
     def from_rules(cls, default_realm: str, rules: list[str]) -> KerberosShortNamer:
         """ConfigError (Kafka's words) for a rule that does not parse."""
         parsed: list[KerberosRule] = []
-        for rule in (r.strip() for r in rules):
+        texts = [r.strip() for r in rules]
+        for rule in texts:
             m = _RULE.match(rule)
             if m is None:
                 raise ConfigError(f"Invalid rule: {rule}")
@@ -157,7 +159,7 @@ class KerberosShortNamer:
                     lower=m.group(13) == "L", upper=m.group(13) == "U"))
             except (re.error, ValueError) as exc:
                 raise ConfigError(f"Invalid rule: {rule} ({exc})") from None
-        return cls(parsed)
+        return cls(parsed, texts)
 
     def short_name(self, name: KerberosName) -> str:
         if name.host_name is None:
@@ -170,10 +172,7 @@ class KerberosShortNamer:
             result = rule.apply(params)
             if result is not None:
                 return result
-        raise NoMatchingRule(f"No rules apply to {name}, rules {self.rules_text()}")
-
-    def rules_text(self) -> str:
-        return f"{len(self.rules)} rule(s)"
+        raise NoMatchingRule(f"No rules apply to {name}, rules [{', '.join(self.texts)}]")
 
 
 def default_realm() -> str:
