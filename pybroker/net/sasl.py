@@ -30,7 +30,9 @@ Differences from Kafka: re-authentication (KIP-368, connections.max.reauth.ms) i
 and a SaslHandshake after authentication is answered ILLEGAL_SASL_STATE by the request handler
 (server/sasl_requests.py), as Kafka answers one when re-authentication is off.
 
-Concurrency: runs in the connection's task, inside the server's authentication timeout.
+Concurrency: runs in the connection's task, inside the server's authentication timeout; a
+mechanism server marked `blocking` (GSSAPI: MIT's acceptor reads the keytab and a replay cache) is
+evaluated on a worker thread, the others inline.
 """
 
 from __future__ import annotations
