@@ -27,12 +27,15 @@ so the authenticator runs it on a worker thread (`blocking`); one instance per c
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Mapping
 
 from pybroker.config import ConfigError
 from pybroker.errors import SaslError
 from pybroker.security.sasl.kerberos_name import KerberosName, KerberosShortNamer, NoMatchingRule
+
+log = logging.getLogger("pybroker.security")
 
 MECHANISM = "GSSAPI"
 NO_SECURITY_LAYER = 0x01
@@ -77,9 +80,10 @@ class ServerLogin:
             raise ConfigError(f"Cannot use Kerberos principal {principal} from keytab {keytab} on listener "
                               f"{listener_name}: {_gss_text(exc)}") from None
         if KerberosName.parse(principal).service_name != service:
-            # Kafka's clients ask for <sasl.kerberos.service.name>/<host>; another primary never matches
-            raise ConfigError(f"The GSSAPI principal {principal} of listener {listener_name} does not start with "
-                              f"the service name {service} (sasl.kerberos.service.name)")
+            # Kafka accepts with the principal whatever the service name; clients configured with
+            # sasl.kerberos.service.name will ask for another one, so say so
+            log.warning("The GSSAPI principal %s of listener %s does not start with sasl.kerberos.service.name %s: "
+                        "clients asking for %s/<host> will be refused", principal, listener_name, service, service)
 
 
 def _gss_text(exc: Exception) -> str:
