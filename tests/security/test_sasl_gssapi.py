@@ -1,5 +1,6 @@
-"""SASL/GSSAPI against a real MIT Kerberos KDC (tests/security/kdc.py): kafka-python, aiokafka and
-kcat (librdkafka + Cyrus SASL's gssapiv2 plugin) log in with Kerberos tickets, produce and consume;
+"""SASL/GSSAPI against a real MIT Kerberos KDC (tests/security/kdc.py): kafka-python (SASL_PLAINTEXT
+and SASL_SSL), aiokafka and kcat (librdkafka + Cyrus SASL's gssapiv2 plugin) log in with Kerberos
+tickets, produce and consume; raw sockets pin RFC 4752's framing (v1 and the unframed v0 exchange);
 the client's principal becomes `User:<short name>` through sasl.kerberos.principal.to.local.rules
 (the StandardAuthorizer judges it); a ticket for a service the broker does not hold, and a
 principal no rule maps, are refused with SASL_AUTHENTICATION_FAILED while other clients carry on.
@@ -107,16 +108,20 @@ def realm(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def broker(realm: Realm, tmp_path_factory: pytest.TempPathFactory):
+def broker(realm: Realm, pki, tmp_path_factory: pytest.TempPathFactory):
+    """PLAINTEXT (admin), SASL_PLAINTEXT and SASL_SSL (the PEM keystore of the module's PKI), both
+    GSSAPI only with the broker-wide JAAS line and rules."""
     jaas = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
             f'keyTab="{realm.broker_keytab}" principal="kafka/127.0.0.1@{kdc_mod.REALM}";')
     overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                                          "CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.broker_keystore),
         "sasl.enabled.mechanisms": "GSSAPI",
         "sasl.kerberos.service.name": "kafka",
-        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas,
+        "gssapi.sasl.jaas.config": jaas,
         "sasl.kerberos.principal.to.local.rules": RULES,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "true",
@@ -153,6 +158,16 @@ def test_kafka_python_produce_consume_as_the_mapped_user(broker, realm, monkeypa
     recs = numbered(20)
     assert kafka_python_produce(gssapi_address(broker), topic, recs, **kafka_python_conf()) == list(range(20))
     assert_same_records(recs, kafka_python_consume(gssapi_address(broker), topic, count=20, **kafka_python_conf()))
+
+
+def test_kafka_python_over_sasl_ssl(broker, realm, pki, monkeypatch):
+    monkeypatch.setenv("KRB5CCNAME", realm.ccache("alice"))
+    topic = topic_name("krb-sasl-ssl")
+    conf = kafka_python_conf() | {"security_protocol": "SASL_SSL", "ssl_cafile": str(pki.ca_pem)}
+    address = f"127.0.0.1:{broker.ports['SASL_SSL']}"
+    recs = numbered(10)
+    assert kafka_python_produce(address, topic, recs, **conf) == list(range(10))
+    assert_same_records(recs, kafka_python_consume(address, topic, count=10, **conf))
 
 
 def test_aiokafka_produce_consume(broker, realm, monkeypatch):
@@ -274,6 +289,30 @@ def test_raw_exchange_follows_rfc_4752(broker, realm):
     _, versions = raw.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="raw",
                                                                          client_software_version="1"))
     assert versions.error_code == 0 and versions.api_keys
+
+
+def test_unframed_v0_exchange(broker, realm):
+    """After SaslHandshake v0 the GSSAPI tokens travel bare, size-prefixed both ways."""
+    creds = gssapi.Credentials(usage="initiate", store={b"ccache": realm.ccache("alice").encode()})
+    ctx = gssapi.SecurityContext(name=gssapi.Name("kafka@127.0.0.1", gssapi.NameType.hostbased_service),
+                                 creds=creds, usage="initiate", mech=gssapi.MechType.kerberos)
+    raw = Raw(gssapi_address(broker))
+    _, hs = raw.request(ApiKey.SASL_HANDSHAKE, 0, SaslHandshakeRequest(mechanism="GSSAPI"))
+    assert hs.error_code == 0
+
+    def exchange(token: bytes) -> bytes:
+        raw.sock.sendall(struct.pack(">i", len(token)) + token)
+        return raw._exact(struct.unpack(">i", raw._exact(4))[0])
+
+    reply = exchange(ctx.step())
+    ctx.step(reply)
+    assert ctx.complete
+    offer = ctx.unwrap(exchange(b"")).message
+    assert offer[0] == 0x01
+    assert exchange(ctx.wrap(bytes([0x01, 0, 0, 0]), False).message) == b""
+    _, versions = raw.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="raw",
+                                                                         client_software_version="1"))
+    assert versions.error_code == 0
 
 
 def test_ticket_for_another_service_is_refused_while_others_carry_on(broker, realm, monkeypatch, caplog):
