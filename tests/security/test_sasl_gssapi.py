@@ -212,17 +212,25 @@ def test_kcat_produce_consume_with_its_own_kinit(broker, realm, monkeypatch):
     assert [r.value for r in parse_kcat_output(out)] == [b"line-%d" % i for i in range(10)]
 
 
-def test_confluent_kafka_wheel_gssapi():
+def test_confluent_kafka_produce_consume_when_its_librdkafka_has_gssapi(broker, realm, monkeypatch):
     from confluent_kafka import KafkaException, Producer
 
+    from tests.clients.adapters import confluent_consume, confluent_produce
+
+    conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI",
+            "sasl.kerberos.service.name": "kafka", "sasl.kerberos.principal": f"bob@{kdc_mod.REALM}",
+            "sasl.kerberos.keytab": str(realm.keytab("bob"))}
     try:
-        Producer({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_PLAINTEXT",
-                  "sasl.mechanism": "GSSAPI"})
+        Producer({"bootstrap.servers": "127.0.0.1:1", **conf})
     except KafkaException as exc:
         if "No provider for SASL mechanism GSSAPI" in str(exc):
             pytest.skip("confluent-kafka's librdkafka is built without GSSAPI (PyPI wheel): " + str(exc))
         raise
-    pytest.fail("this confluent-kafka has GSSAPI: add it to the produce/consume tests")
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{realm.dir / 'confluent.cc'}")
+    topic = topic_name("krb-confluent")
+    recs = numbered(10)
+    assert confluent_produce(gssapi_address(broker), topic, recs, **conf) == list(range(10))
+    assert_same_records(recs, confluent_consume(gssapi_address(broker), topic, count=10, **conf))
 
 
 class Raw:
