@@ -16,11 +16,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pybroker.testing import EmbeddedBroker
-from tests.clients.test_client_quotas import _alter_v0
+from tests.clients.test_client_quotas import _alter_v0, produce_counting_throttles
 from tests.cluster.harness import free_ports
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -60,30 +59,10 @@ def _topic(bootstrap: str) -> str:
 
 
 def _produce_as(bootstrap: str, topic: str, user: str, client_id: str, count: int, size: int) -> list[float]:
-    """Produce `count` records of `size` bytes as `user`; every one must be delivered. Returns the
-    throttle times librdkafka reported."""
-    throttles: list[float] = []
-    delivered: list[int] = []
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.username": user, "sasl.password": f"{user}-secret", "client.id": client_id, "acks": 1,
-        "throttle_cb": lambda ev: throttles.append(ev.throttle_time), "message.timeout.ms": 60_000,
-        "batch.size": 4096, "linger.ms": 5})
-
-    def on_delivery(err, msg):
-        assert err is None, err
-        delivered.append(msg.offset())
-
-    for i in range(count):
-        producer.produce(topic, value=b"%05d" % i + b"x" * (size - 5), on_delivery=on_delivery)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    for _ in range(20):  # throttle events are served by poll()
-        if throttles:
-            break
-        producer.poll(0.1)
-    assert len(delivered) == count and len(set(delivered)) == count
-    return throttles
+    """Produce `count` records of `size` bytes as `user` (every one delivered); the throttle times."""
+    return produce_counting_throttles(bootstrap, topic, count, size, **{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
+        "sasl.password": f"{user}-secret", "client.id": client_id})
 
 
 def test_a_user_quota_throttles_that_sasl_user_and_not_another_with_the_same_client_id(broker):
