@@ -573,18 +573,20 @@ class Broker:
             self._build_tls()
             dispatcher = RequestDispatcher(self)
             channels = self._channels(dispatcher)
+            auth_delay_ms = cfg["connection.failed.authentication.delay.ms"]
             controller_dispatcher = ControllerDispatcher(self)
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
-                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
-                                               channels=channels)
+                                               cfg, timing, cfg["connections.max.idle.ms"], channels=channels,
+                                               failed_authentication_delay_ms=auth_delay_ms)
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, controller_dispatcher,
-                                                          cfg["socket.request.max.bytes"], cfg["max.connections"],
+                                                          cfg["socket.request.max.bytes"], cfg,
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=self._channels(controller_dispatcher))
+                                                          channels=self._channels(controller_dispatcher),
+                                                          failed_authentication_delay_ms=auth_delay_ms)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
