@@ -451,6 +451,30 @@ def test_a_client_whose_connections_were_idle_closed_reconnects(start, client):
     assert [r.value for r in got] == [r.value for r in first + second]
 
 
+def test_real_clients_work_under_tight_limits(start):
+    """confluent-kafka and kafka-python produce and consume with 6 connections per address and
+    5 new connections per second (the clients' bootstrap and broker connections fit; a burst of
+    them is delayed, not refused)."""
+    node = start(**{"max.connections.per.ip": "6", "max.connection.creation.rate": "5",
+                    "quota.window.num": "2", "quota.window.size.seconds": "1"})
+    topic = f"limits-{uuid.uuid4().hex[:8]}"
+    admin = confluent_admin(node.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    del admin
+    recs = numbered(10, prefix=b"c")
+    producer = confluent_producer(node.bootstrap)
+    for r in recs[:5]:
+        producer.produce(topic, key=r.key, value=r.value, partition=0)
+    assert producer.flush(30) == 0
+    del producer
+    kp = kafka_python_producer(node.bootstrap)
+    for r in recs[5:]:
+        kp.send(topic, key=r.key, value=r.value, partition=0).get(30)
+    kp.close()
+    assert [r.value for r in confluent_consume(node.bootstrap, topic, count=10)] == [r.value for r in recs]
+    assert [r.value for r in kafka_python_consume(node.bootstrap, topic, count=10)] == [r.value for r in recs]
+
+
 def test_a_talking_connection_is_not_idle(start):
     node = start(**{"connections.max.idle.ms": "1000"})
     raw = Raw(node.port, fresh_source())
