@@ -29,7 +29,11 @@ What happens to a new connection, as Kafka's Acceptor does it (`admit`, right af
    least recently active connection of another listener is closed (SocketServer._evict, Kafka's
    closeExcessConnections / lowestPriorityChannel). So is the excess when max.connections is
    lowered under the open count. A lowered per-address or per-listener limit closes nothing.
-3. Per address: the connection is counted, and if its address already had its maximum
+3. Per address rate (KIP-612): with a connection_creation_rate client quota on the ip entity of
+   the address (or the default ip entity), a connection over it is taken back out of the rates,
+   kept for the throttle time and then closed (Kafka's ConnectionThrottledException and
+   delayed close), never served.
+4. Per address count: the connection is counted, and if its address already had its maximum
    (max.connections.per.ip or its override) it is refused at once: closed, counted out,
    logged ("Rejected connection from ..., address already has the configured maximum of N
    connections.").
@@ -61,6 +65,16 @@ from pybroker.metrics.stats import Rate
 log = logging.getLogger("pybroker.net")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class ConnectionThrottled(Exception):
+    """Over its address's connection_creation_rate quota (KIP-612): the new connection is closed
+    `throttle_ms` later, not counted."""
+
+    def __init__(self, address: Address, throttle_ms: int) -> None:
+        super().__init__(f"Throttling {address} for {throttle_ms} ms")
+        self.address = address
+        self.throttle_ms = throttle_ms
 
 
 class TooManyConnections(Exception):
@@ -99,6 +113,7 @@ class ListenerStats:
     refused_per_ip: int = 0  # closed at once for max.connections.per.ip
     blocked_s: float = 0.0  # accept loop waiting for a slot or the rate (AcceptorBlockedPercent)
     throttled: int = 0  # connections delayed by a creation rate quota
+    ip_throttled: int = 0  # connections closed late for their address's connection_creation_rate
     authenticated: int = 0  # TLS / SASL handshakes that succeeded (successful-authentication-total)
     failed_authentication: int = 0  # ... that failed or timed out (failed-authentication-total)
 
@@ -120,6 +135,12 @@ class ConnectionQuotas:
         self.broker_rate = Rate(11, 1000)
         self.num_samples = 11
         self.window_ms = 1000
+        # KIP-612 ip-entity quotas (connection_creation_rate from the client quotas): the default
+        # entity's value (None: unlimited), per address values, and each address's Rate
+        self.ip_default_rate: float | None = None
+        self.ip_rates: dict[Address, float] = {}
+        self.ip_sensors: dict[Address, Rate] = {}
+        self._ip_records = 0
         self._changed = trio.Event()  # set (and replaced) whenever a slot may have freed
         if config is not None:
             self.configure(config)
@@ -169,6 +190,34 @@ class ConnectionQuotas:
                     self.overrides[addr] = limit
             del self.unresolved[host]
 
+    def set_ip_quotas(self, default: float | None, per_address: dict[Address, float]) -> None:
+        """The connection_creation_rate of ip entities (Kafka's updateIpConnectionRateQuota): a
+        specific address's value, else the default entity's, else unlimited."""
+        self.ip_default_rate = default
+        self.ip_rates = dict(per_address)
+
+    def _record_ip(self, listener: str, address: Address | None, now_ms: int) -> int:
+        """Kafka's recordIpConnectionMaybeThrottle: the ms this connection is over its address's
+        quota (then taken back out of every rate it was counted in), 0 within it."""
+        quota = self.ip_rates.get(address, self.ip_default_rate) if address is not None else None
+        if quota is None or quota >= INT_MAX or address is None:
+            return 0
+        self._ip_records += 1
+        if self._ip_records % 1000 == 0:  # forget the addresses that have gone quiet
+            horizon = now_ms - self.num_samples * self.window_ms
+            self.ip_sensors = {a: r for a, r in self.ip_sensors.items() if r.last_record_ms >= horizon}
+        rate = self.ip_sensors.get(address)
+        if rate is None:
+            rate = self.ip_sensors[address] = Rate(self.num_samples, self.window_ms)
+        throttle = self._throttle_ms(rate, int(quota), now_ms)
+        if throttle > 0:
+            rate.record(-1.0, now_ms)
+            self.listeners[listener].rate.record(-1.0, now_ms)
+            if not self.protected(listener):
+                self.broker_rate.record(-1.0, now_ms)
+            self.listeners[listener].ip_throttled += 1
+        return throttle
+
     def limit_for(self, address: Address | None) -> int:
         if address is None:
             return self.max_per_ip
@@ -211,8 +260,9 @@ class ConnectionQuotas:
         return throttle
 
     async def admit(self, listener: str, address: Address | None) -> None:
-        """Wait for the creation rate and a slot, then count the connection; TooManyConnections
-        (already counted out) when its address is at its maximum."""
+        """Wait for the creation rate and a slot, then count the connection; ConnectionThrottled
+        (not counted) over its address's connection_creation_rate, TooManyConnections (already
+        counted out) when its address is at its maximum."""
         stats = self.listeners[listener]
         start = trio.current_time()
         throttle_ms = self.record_creation(listener, self._now_ms())
@@ -226,6 +276,10 @@ class ConnectionQuotas:
                 with trio.move_on_after(remaining if remaining > 0 else math.inf):
                     await changed.wait()
             stats.blocked_s += trio.current_time() - start
+        ip_throttle_ms = self._record_ip(listener, address, self._now_ms())
+        if ip_throttle_ms > 0:
+            assert address is not None
+            raise ConnectionThrottled(address, ip_throttle_ms)
         count = self.counts.get(address, 0) if address is not None else 0
         self._count(listener, address, +1)
         limit = self.limit_for(address)

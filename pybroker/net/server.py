@@ -43,7 +43,13 @@ import trio
 
 from pybroker.config import BrokerConfig, Endpoint
 from pybroker.net.connection import Connection, Handler, serve_connection
-from pybroker.net.connection_quotas import Address, ConnectionQuotas, TooManyConnections, address_of
+from pybroker.net.connection_quotas import (
+    Address,
+    ConnectionQuotas,
+    ConnectionThrottled,
+    TooManyConnections,
+    address_of,
+)
 
 log = logging.getLogger("pybroker.net")
 
@@ -167,12 +173,25 @@ class SocketServer:
                     log.info("%s", exc)
                     stream.socket.close()
                     continue
+                except ConnectionThrottled as exc:
+                    log.debug("Delaying closing of connection from %s for %d ms", exc.address, exc.throttle_ms)
+                    (self._nursery or nursery).start_soon(self._close_later, stream.socket, exc.throttle_ms / 1000)
+                    continue
                 except BaseException:  # shutdown while waiting for a slot
                     stream.socket.close()
                     raise
                 nursery.start_soon(self._run_connection, listener_name, stream, address)
                 if self.quotas.over_limit():
                     self._evict()
+
+    @staticmethod
+    async def _close_later(sock: trio.socket.SocketType, delay_s: float) -> None:
+        """A connection over its address's creation rate: held, unserved, then closed (Kafka's
+        throttledSockets), so the client does not reconnect at once."""
+        try:
+            await trio.sleep(delay_s)
+        finally:
+            sock.close()
 
     @staticmethod
     def _address(listener_name: str, listener: trio.SocketListener) -> str:

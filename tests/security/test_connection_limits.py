@@ -28,6 +28,7 @@ from confluent_kafka.admin import NewTopic
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.frame import decode_response, encode_request
 from pybroker.protocol.messages import (
+    AlterClientQuotasRequest,
     ApiVersionsRequest,
     DescribeConfigsRequest,
     IncrementalAlterConfigsRequest,
@@ -336,6 +337,33 @@ def test_without_a_rate_every_connection_is_served_at_once(start):
         r.close()
 
 
+def test_connection_creation_rate_quota_of_an_ip_entity(start):
+    """KIP-612: AlterClientQuotas ip=<address> connection_creation_rate=5 (2 windows of 1 s): of
+    40 connections opened at once from that address, those over the rate are held and closed
+    unanswered; another address is not affected."""
+    node = start(**{"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    limited, probe = fresh_source(), fresh_source()
+    raw = Raw(node.port)
+    Entry, Entity, Op = (AlterClientQuotasRequest.EntryData, AlterClientQuotasRequest.EntityData,
+                         AlterClientQuotasRequest.OpData)
+    resp = raw.request(ApiKey.ALTER_CLIENT_QUOTAS, 1, AlterClientQuotasRequest(validate_only=False, entries=[
+        Entry(entity=[Entity(entity_type="ip", entity_name=ip)],
+              ops=[Op(key="connection_creation_rate", value=rate, remove=False)])
+        for ip, rate in ((limited, 5.0), (probe, 1.0))]))
+    raw.close()
+    assert [e.error_code for e in resp.entries] == [0, 0]  # type: ignore[attr-defined]
+    until(lambda: not Raw(node.port, probe).api_versions(), "the ip quotas applied")  # 1/s: soon one is closed
+    socks = [Raw(node.port, limited) for _ in range(40)]
+    for r in socks:
+        r.send(ApiKey.API_VERSIONS, 0, ApiVersionsRequest())
+    outcomes = [r.read_frame() is not None for r in socks]  # answered, or closed unanswered
+    assert 1 <= sum(outcomes) <= 15, f"{sum(outcomes)} of 40 served at 5/s"
+    others = [Raw(node.port, fresh_source()) for _ in range(20)]
+    assert all(r.api_versions() for r in others)
+    for r in [*socks, *others]:
+        r.close()
+
+
 # ------------------------------------------------------------------ dynamic changes and metrics
 
 
@@ -566,9 +594,9 @@ def test_half_open_and_dribbling_connections_are_reaped_before_authentication(st
 
 
 def test_failed_authentication_delay_holds_only_that_connection(start):
-    """connection.failed.authentication.delay.ms=3000: a wrong password's answer and close wait
-    3 s; meanwhile another connection logs in and is served, and the failed one has seen nothing."""
-    node = start(**SASL_LISTENERS, **{"connection.failed.authentication.delay.ms": "3000"})
+    """connection.failed.authentication.delay.ms=5000: a wrong password's answer and close wait
+    5 s; meanwhile another connection logs in and is served, and the failed one has seen nothing."""
+    node = start(**SASL_LISTENERS, **{"connection.failed.authentication.delay.ms": "5000"})
     port = ports(node)["SASL_PLAINTEXT"]
     bad = Raw(port, fresh_source())
     bad.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))

@@ -14,7 +14,12 @@ import trio
 import trio.testing
 
 from pybroker.config import BrokerConfig
-from pybroker.net.connection_quotas import ConnectionQuotas, TooManyConnections, address_of
+from pybroker.net.connection_quotas import (
+    ConnectionQuotas,
+    ConnectionThrottled,
+    TooManyConnections,
+    address_of,
+)
 
 LISTENERS = {"listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -121,4 +126,27 @@ def test_creation_rate_delays_by_the_bounded_throttle_time():
         before = trio.current_time()
         await q.admit("EXTERNAL", A)
         assert trio.current_time() - before == pytest.approx(1.0)  # capped at one window
+    run(main)
+
+
+def test_ip_connection_rate_quotas_close_late_and_take_the_connection_back():
+    """KIP-612: over its address's connection_creation_rate a connection is not counted and is
+    taken back out of the listener and broker rates; the default ip entity covers the others."""
+    async def main() -> None:
+        q = ConnectionQuotas(config(**{"quota.window.num": "2", "quota.window.size.seconds": "1"}),
+                             ["PLAINTEXT", "EXTERNAL"])
+        q.set_ip_quotas(2.0, {A: 1.0})
+        await q.admit("EXTERNAL", A)
+        with pytest.raises(ConnectionThrottled) as throttled:
+            await q.admit("EXTERNAL", A)
+        assert 0 < throttled.value.throttle_ms <= 1000
+        assert q.counts == {A: 1} and q.listeners["EXTERNAL"].ip_throttled == 1
+        assert q.accept_rate("EXTERNAL") == 1.0 and q.broker_accept_rate() == 1.0  # taken back
+        await q.admit("EXTERNAL", B)
+        await q.admit("EXTERNAL", B)  # the default, 2/s
+        with pytest.raises(ConnectionThrottled):
+            await q.admit("EXTERNAL", B)
+        q.set_ip_quotas(None, {})
+        await q.admit("EXTERNAL", B)
+        assert q.counts == {A: 1, B: 3}
     run(main)
