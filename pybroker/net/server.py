@@ -20,12 +20,22 @@ of an accepted socket and authenticates it before its first request: PLAINTEXT d
 (User:ANONYMOUS), SSL (net/tls.py, TlsChannelBuilder) runs the TLS handshake and takes the
 principal from the client certificate; SASL (net/sasl.py, SaslChannelBuilder) runs its exchange
 here, over the connection's frames, and sets `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
-smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S`: Kafka has no separate bound
-and reaps a stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a
-peer that opens connections and never finishes them hold sockets that long). A failed or
+smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S` plus
+connection.failed.authentication.delay.ms: Kafka has no separate bound and reaps a stuck
+handshake at connections.max.idle.ms, 10 minutes by default, which lets a peer that opens
+connections and never finishes them, or keeps them alive a byte at a time, hold sockets that
+long; the idle sweep covers a silent one here too). A failed or
 timed-out authentication closes that socket, logged at INFO; the listener goes on serving.
 While it runs the connection is not `busy`: shutdown and the idle sweep wake a silent peer as
 they wake a connection waiting for its next request.
+
+Connection limits (Kafka's ConnectionQuotas, net/connection_quotas.py): every accepted socket
+goes through `quotas.admit` before it gets a task: the listener's accept loop waits there for
+the creation rates and a free slot (max.connections, listener.name.<l>.max.connections), and a
+socket over its address's limit is closed at once (max.connections.per.ip[.overrides]) or held
+and closed later (a connection_creation_rate ip quota). When the protected inter-broker listener
+or a lowered max.connections leaves the broker over max.connections, `_evict` closes the quietest
+connections of the other listeners. `reconfigure` applies changed limits at run time.
 
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
