@@ -130,6 +130,7 @@ class ConnectionQuotas:
         self.max_per_ip = INT_MAX
         self.overrides: dict[Address, int] = {}
         self.unresolved: dict[str, int] = {}  # override hostnames waiting for `resolve_overrides`
+        self._resolved: dict[str, list[Address]] = {}  # hostname -> its addresses, once looked up
         self.max_connections = INT_MAX
         self.max_rate = INT_MAX
         self.broker_rate = Rate(11, 1000)
@@ -159,7 +160,9 @@ class ConnectionQuotas:
             try:
                 addr = ipaddress.ip_address(host)
             except ValueError:
-                self.unresolved[host] = limit
+                if host in self._resolved:  # looked up before: no window without the override
+                    self.overrides.update(dict.fromkeys(self._resolved[host], limit))
+                self.unresolved[host] = limit  # looked up (again) by resolve_overrides
                 continue
             self.overrides[addr.ipv4_mapped or addr if isinstance(addr, ipaddress.IPv6Address) else addr] = limit
         self.max_connections = config["max.connections"]
@@ -184,10 +187,12 @@ class ConnectionQuotas:
                 continue
             if self.unresolved.get(host) != limit:
                 continue  # reconfigured meanwhile
-            for info in infos:
-                addr = address_of(info[4])
-                if addr is not None:
-                    self.overrides[addr] = limit
+            addresses = [a for a in (address_of(info[4]) for info in infos) if a is not None]
+            for addr in self._resolved.get(host, []):
+                if addr not in addresses and self.overrides.get(addr) == limit:
+                    del self.overrides[addr]  # the name no longer resolves to it
+            self._resolved[host] = addresses
+            self.overrides.update(dict.fromkeys(addresses, limit))
             del self.unresolved[host]
 
     def set_ip_quotas(self, default: float | None, per_address: dict[Address, float]) -> None:

@@ -59,6 +59,10 @@ def test_per_address_limit_and_overrides():
         await q.admit("EXTERNAL", A)
         await q.resolve_overrides()
         assert q.limit_for(ipaddress.ip_address("127.0.0.1")) == 5 and not q.unresolved
+        # a reconfiguration keeps what the name resolved to until it is looked up again
+        q.configure(config(**{"max.connections.per.ip": "2", "max.connections.per.ip.overrides": "localhost:7"}))
+        assert q.limit_for(ipaddress.ip_address("127.0.0.1")) == 7 and q.unresolved == {"localhost": 7}
+        assert q.limit_for(B) == 2  # its override is gone
     run(main)
 
 
