@@ -16,6 +16,7 @@ import itertools
 import re
 import select
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -39,6 +40,7 @@ from pybroker.protocol.messages import (
 from tests.clients.adapters import (
     confluent_admin,
     confluent_consume,
+    confluent_produce,
     confluent_producer,
     kafka_python_consume,
     kafka_python_producer,
@@ -46,6 +48,8 @@ from tests.clients.adapters import (
 from tests.clients.broker import BrokerProcess, BrokerStartError
 from tests.clients.helpers import numbered
 from tests.metrics.scrape import metrics_url_from_log, scrape, wait_for
+
+from .test_tls_listener import ssl_conf
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -576,7 +580,10 @@ def test_half_open_and_dribbling_connections_are_reaped_before_authentication(st
     frame = encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "raw", SaslHandshakeRequest(mechanism="PLAIN"))
     frame = frame[:4] + b"".join([frame[4:]] * 100)  # longer than the exchange may last
     closed_dribbler = False
+    give_up = time.monotonic() + 20  # 10x the bound
     for byte in frame:
+        if time.monotonic() > give_up:
+            break
         try:
             dribbler.sock.sendall(bytes([byte]))
         except OSError:
@@ -621,3 +628,51 @@ def test_failed_authentication_delay_must_be_below_the_idle_time(tmp_path):
     with pytest.raises(BrokerStartError, match="should always be less than connections.max.idle.ms"):
         node.start()
     node.close()
+
+
+def client_hello() -> bytes:
+    """A real TLS ClientHello (what ssl's client side writes first)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_tls_handshakes_dribbled_or_stopped_half_way_are_reaped(tls_broker_factory, pki):
+    """connections.max.idle.ms=2000 on an SSL listener: a ClientHello sent a byte every 200 ms
+    (active, so idle expiry alone would keep it, as Kafka would), and a ClientHello followed by
+    silence, are both closed; a real client is served meanwhile and after."""
+    b = tls_broker_factory(**{"connections.max.idle.ms": "2000"})
+    port = int(b.ssl.rsplit(":", 1)[1])
+    hello = client_hello()
+    stopped = Raw(port, fresh_source(), timeout=30)
+    stopped.sock.sendall(hello)  # the server answers with its flight, then waits for ours forever
+    dribbler = Raw(port, fresh_source(), timeout=30)
+    closed = False
+    give_up = time.monotonic() + 20  # 10x the bound
+    for byte in hello * 10:  # far longer than the handshake may last
+        if time.monotonic() > give_up:
+            break
+        try:
+            dribbler.sock.sendall(bytes([byte]))
+        except OSError:
+            closed = True
+            break
+        if dribbler.readable_within(0.2):
+            closed = dribbler.closed()
+            break
+    assert closed, "a dribbled ClientHello kept its connection"
+    deadline = time.monotonic() + 30
+    while True:  # the server's flight arrives first; then EOF
+        try:
+            data = stopped.sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        assert time.monotonic() < deadline, "a handshake stopped half way was kept"
+    assert confluent_produce(b.ssl, "after-dribblers", numbered(2), **ssl_conf(pki)) == [0, 1]
