@@ -30,7 +30,9 @@ Differences from Kafka: re-authentication (KIP-368, connections.max.reauth.ms) i
 and a SaslHandshake after authentication is answered ILLEGAL_SASL_STATE by the request handler
 (server/sasl_requests.py), as Kafka answers one when re-authentication is off.
 
-Concurrency: runs in the connection's task, inside the server's authentication timeout.
+Concurrency: runs in the connection's task, inside the server's authentication timeout; a
+mechanism server marked `blocking` (GSSAPI: MIT's acceptor reads the keytab and a replay cache) is
+evaluated on a worker thread, the others inline.
 """
 
 from __future__ import annotations
@@ -189,6 +191,14 @@ class SaslChannelBuilder:
         return ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
                 + server.mechanism)
 
+    @staticmethod
+    async def _evaluate(server: SaslMechanismServer, token: bytes) -> bytes:
+        """The mechanism's reply; on a worker thread for one that does file or network I/O
+        (GSSAPI's keytab), so the event loop never waits on it."""
+        if getattr(server, "blocking", False):
+            return await trio.to_thread.run_sync(server.evaluate, token)
+        return server.evaluate(token)
+
     async def _framed(self, conn: Connection, server: SaslMechanismServer) -> str:
         """After SaslHandshake v1: every token in a SaslAuthenticate request, every reply in its response."""
         while True:
@@ -210,7 +220,7 @@ class SaslChannelBuilder:
                     session_lifetime_ms=0))
 
             try:
-                reply = server.evaluate(bytes(body.auth_bytes))
+                reply = await self._evaluate(server, bytes(body.auth_bytes))
             except SaslAuthenticationError as exc:
                 raise _Failed(str(exc), failure(str(exc))) from None
             except SaslError as exc:
@@ -226,7 +236,7 @@ class SaslChannelBuilder:
         while True:
             token = await self._read(conn)
             try:
-                reply = server.evaluate(bytes(token))
+                reply = await self._evaluate(server, bytes(token))
             except SaslError as exc:
                 raise _Failed(str(exc)) from None
             await conn.write([_SIZE.pack(len(reply)) + reply])
