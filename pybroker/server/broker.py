@@ -160,6 +160,7 @@ class Broker:
         # this node's SASL logins to its peers' inter-broker and controller listeners (SASL_* only)
         self.inter_broker_client_sasl: SaslClientConfig | None = None
         self.controller_client_sasl: SaslClientConfig | None = None
+        self._listener_sasl: list[ListenerSasl] = []  # every SASL listener's setup (_channels), run in _run
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
@@ -327,6 +328,7 @@ class Broker:
                     sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
+                self._listener_sasl.append(sasl)
                 channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)
         return channels
 
@@ -572,8 +574,15 @@ class Broker:
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
             dispatcher = RequestDispatcher(self)
+            self._listener_sasl = []
             channels = self._channels(dispatcher)
             controller_dispatcher = ControllerDispatcher(self)
+            controller_channels = self._channels(controller_dispatcher) if controller_eps else {}
+            for sasl in self._listener_sasl:  # OAUTHBEARER's JWKS loaded before any listener serves
+                try:
+                    await nursery.start(sasl.run)
+                except ConfigError as exc:
+                    raise StartupError(str(exc)) from None
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
@@ -584,7 +593,7 @@ class Broker:
                     self.controller_server = SocketServer(controller_eps, controller_dispatcher,
                                                           cfg["socket.request.max.bytes"], cfg["max.connections"],
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=self._channels(controller_dispatcher))
+                                                          channels=controller_channels)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"
