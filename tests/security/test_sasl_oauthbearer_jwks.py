@@ -500,7 +500,10 @@ BASE = plaintext_only(jwks_overrides("file:///nonexistent/jwks.json"))
     ({"listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "com.example.Handler"},
      "com.example.Handler of listener SASL_PLAINTEXT is not available in pybroker"),
     ({"sasl.oauthbearer.jwt.validator.class": "com.example.MyValidator"}, "com.example.MyValidator"),
-], ids=["missing file", "no url", "ftp url", "no protocol", "unknown handler", "unknown validator"])
+    ({"inter.broker.listener.name": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"},
+     "this node's own login sends only unsecured ones"),
+], ids=["missing file", "no url", "ftp url", "no protocol", "unknown handler", "unknown validator",
+        "inter-broker login"])
 def test_bad_jwks_config_is_refused_with_one_line(tmp_path, extra, expected):
     merged = {k: v for k, v in (BASE | extra).items() if v is not None}
     broker = Broker(BrokerConfig(merged | {"log.dirs": str(tmp_path / "data")}))

@@ -172,6 +172,13 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
     if mech == "GSSAPI":
         return _gssapi_client(config, listener_name, options)
     if mech == "OAUTHBEARER":
+        handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class")
+        if handler and str(handler).strip() == HANDLER_CLASS:
+            # Kafka's node would fetch a token with OAuthBearerLoginCallbackHandler; pybroker's
+            # login only mints the unsecured one, which this listener's validator refuses
+            raise ConfigError(f"{mechanism_key}=OAUTHBEARER: listener {listener_name} validates signed tokens "
+                              f"({HANDLER_CLASS}) and this node's own login sends only unsecured ones; use another "
+                              "mechanism for it")
         if not options.get("unsecuredLoginStringClaim_sub"):
             raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
                               "unsecuredLoginStringClaim_sub for this node's own login")
