@@ -107,8 +107,8 @@ class BrokerJwtValidator:
             raise InvalidToken(f"Unrecognized header(s) marked critical: {header['crit']}")
         jwk = self.jwks.select(header)
         if jwk is None:
-            raise InvalidToken(f"Unable to find a suitable verification key for JWS w/ header {json.dumps(header)} "
-                               f"from JWKs obtained from {self.jwks.location}")
+            raise InvalidToken(f"Unable to find a suitable verification key for JWS w/ header "
+                               f"{json.dumps(header)[:200]} from JWKs obtained from {self.jwks.location}")
         if not verify(jwk, alg, f"{parts[0]}.{parts[1]}".encode(), signature):
             raise InvalidToken("JWS signature is invalid")
         now_s = now_ms // 1000
@@ -170,7 +170,7 @@ def _numeric_date(claims: dict[str, Any], name: str, required: bool = True) -> f
 def _json(text: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(b64url(text))
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise InvalidToken(f"Malformed JWT {what}: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidToken(f"Malformed JWT {what}: not a JSON object")

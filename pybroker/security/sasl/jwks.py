@@ -125,7 +125,7 @@ def parse_jwks(text: str | bytes, location: str) -> list[JsonWebKey]:
     """The usable public keys of a JWKS document; JwksError when it is not a key set."""
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise JwksError(f"the JWKS from {location} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
         raise JwksError(f"the JWKS from {location} has no \"keys\" array")

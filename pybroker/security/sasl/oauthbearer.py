@@ -107,7 +107,7 @@ def _number(v: Any) -> bool:
 def _json_part(text: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise InvalidToken(f"Invalid JWS {what}: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidToken(f"Invalid JWS {what}: not a JSON object")
