@@ -312,14 +312,15 @@ class Broker:
         self.dynamic_config.listener_tls = self.listener_tls
         self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
 
-    def _channels(self, dispatcher: Handler) -> dict[str, ChannelBuilder]:
-        """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
-        for SASL_*, with `dispatcher` answering a pre-authentication ApiVersions; StartupError for a
-        SASL listener pybroker cannot serve (security/sasl/listener.py)."""
+    def _channels(self, dispatcher: Handler, endpoints: list[Endpoint] | None = None) -> dict[str, ChannelBuilder]:
+        """Each non-PLAINTEXT listener's channel builder (of `endpoints`, default all): TLS for
+        SSL, SASL (over TLS for SASL_SSL) for SASL_*, with `dispatcher` answering a
+        pre-authentication ApiVersions; StartupError for a SASL listener pybroker cannot serve
+        (security/sasl/listener.py)."""
         cfg = self.config
         channels: dict[str, ChannelBuilder] = {}
         credentials = image_credentials(lambda: self.image)
-        for ep in cfg.listeners:
+        for ep in cfg.listeners if endpoints is None else endpoints:
             tls = self.listener_tls.get(ep.listener_name)
             if ep.security_protocol == "SSL" and tls is not None:
                 channels[ep.listener_name] = TlsChannelBuilder(tls)
@@ -575,9 +576,10 @@ class Broker:
             self._build_tls()
             dispatcher = RequestDispatcher(self)
             self._listener_sasl = []
-            channels = self._channels(dispatcher)
+            # each server's own listeners only: a SASL listener's setup (and its JWKS refresh) once
+            channels = self._channels(dispatcher, broker_eps)
             controller_dispatcher = ControllerDispatcher(self)
-            controller_channels = self._channels(controller_dispatcher) if controller_eps else {}
+            controller_channels = self._channels(controller_dispatcher, controller_eps)
             for sasl in self._listener_sasl:  # OAUTHBEARER's JWKS loaded before any listener serves
                 try:
                     await nursery.start(sasl.run)
