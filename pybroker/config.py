@@ -793,15 +793,17 @@ class BrokerConfig:
         return (self.jaas_lines.get((listener_name.upper(), mechanism.upper()))
                 or self.jaas_lines.get(("", mechanism.upper())))
 
-    def sasl_mechanism_config(self, listener_name: str, mechanism: str, name: str) -> Any:
+    def sasl_mechanism_config(self, listener_name: str, mechanism: str, name: str, *,
+                              unprefixed: bool = True) -> Any:
         """`name`'s value for one SASL mechanism of a listener, as Kafka's OAuth ConfigurationUtils
         reads the listener's channel configs: listener.name.<l>.<mech>.<name>, else
-        <mech>.<name>, else listener.name.<l>.<name>, else <name>."""
+        <mech>.<name>, else (unless `unprefixed` is False, as for SaslChannelBuilder's
+        sasl.server.callback.handler.class) listener.name.<l>.<name>, else <name>."""
         for key in ((listener_name.upper(), mechanism.upper()), ("", mechanism.upper())):
             per = self.mechanism_values.get(key)
             if per is not None and name in per:
                 return per[name]
-        return self.listener_config(listener_name, name)
+        return self.listener_config(listener_name, name) if unprefixed else None
 
     def listener_is_set(self, listener_name: str, name: str) -> bool:
         per = self.listener_values.get(listener_name.upper())

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ed25519, padding
 
 from pybroker.config import BrokerConfig, ConfigError
-from pybroker.security.sasl.broker_jwt_validator import BrokerJwtValidator
+from pybroker.security.sasl.broker_jwt_validator import HANDLER_CLASS, BrokerJwtValidator
 from pybroker.security.sasl.jwks import (
     MISSING_KEY_ID_CACHE_IN_FLIGHT_MS,
     JwksError,
@@ -25,6 +25,7 @@ from pybroker.security.sasl.jwks import (
     parse_jwks,
     select,
 )
+from pybroker.security.sasl.listener import ListenerSasl
 from pybroker.security.sasl.oauthbearer import InvalidToken, OAuthBearerSaslServer
 
 from .jwt_issuer import AUDIENCE, ISSUER, Issuer, b64, write_jwks
@@ -282,3 +283,21 @@ def test_unreadable_source_at_start_is_a_config_error(tmp_path):
     unreachable = RefreshingJwks("http://127.0.0.1:1/jwks", 1000, 5, 20, lambda: 0)
     with pytest.raises(JwksError, match="cannot retrieve"):
         unreachable.load()
+
+
+@pytest.mark.parametrize("key,secured", [
+    ("listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class", True),
+    ("oauthbearer.sasl.server.callback.handler.class", True),
+    ("listener.name.other.oauthbearer.sasl.server.callback.handler.class", False),
+    # Kafka's SaslChannelBuilder reads the handler only mechanism-prefixed: the bare key is ignored
+    ("sasl.server.callback.handler.class", False),
+])
+def test_which_handler_key_selects_the_secured_validator(keys, key, secured):
+    config = BrokerConfig({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "oauthbearer.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "sasl.oauthbearer.jwks.endpoint.url": keys[2].as_uri(), key: HANDLER_CLASS})
+    sasl = ListenerSasl.of(config, "SASL_PLAINTEXT", lambda _name, _type: None, Clock())
+    assert isinstance(sasl.jwt_validator, BrokerJwtValidator) is secured

@@ -89,7 +89,8 @@ class ListenerSasl:
             jaas[mech] = parse_one(line)
         jwt_validator = None
         for mech in mechanisms:
-            handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class")
+            handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class",
+                                                   unprefixed=False)
             handler = str(handler).strip() if handler else None
             if mech == "OAUTHBEARER" and handler == HANDLER_CLASS:
                 jwt_validator = BrokerJwtValidator.of(config, listener_name, now_ms)
@@ -172,7 +173,8 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
     if mech == "GSSAPI":
         return _gssapi_client(config, listener_name, options)
     if mech == "OAUTHBEARER":
-        handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class")
+        handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class",
+                                               unprefixed=False)
         if handler and str(handler).strip() == HANDLER_CLASS:
             # Kafka's node would fetch a token with OAuthBearerLoginCallbackHandler; pybroker's
             # login only mints the unsecured one, which this listener's validator refuses
