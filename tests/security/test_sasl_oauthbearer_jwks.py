@@ -486,6 +486,36 @@ def test_http_jwks_endpoint_and_its_failures(tmp_path):
         server.server_close()
 
 
+def test_https_jwks_endpoint_is_verified_against_the_trust_store(tmp_path, pki, monkeypatch):
+    """https: the broker verifies the endpoint's certificate with the system trust store, which
+    SSL_CERT_FILE points at the test CA; without it the start is refused with one line."""
+    key = Issuer("https-1")
+
+    class Handler(_JwksHandler):
+        body = json.dumps({"keys": [key.jwk()]}).encode()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(pki.broker_keystore))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/jwks.json"
+        rc, err = start_exit(tmp_path / "untrusted", BASE | {"sasl.oauthbearer.jwks.endpoint.url": url})
+        lines = [ln for ln in err.splitlines() if ln.startswith("pybroker:")]
+        assert rc == 2 and len(lines) == 1 and "CERTIFICATE_VERIFY_FAILED" in lines[0], err[-2000:]
+        monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca_pem))
+        node = start(tmp_path / "data", jwks_overrides(url))
+        try:
+            assert accepted(f"127.0.0.1:{TlsBroker(node).ports['SASL_PLAINTEXT']}", key.token("alice"))
+        finally:
+            node.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # --------------------------------------------------------------------------- start refusals
 
 

@@ -15,7 +15,8 @@ Selection (jose4j's VerificationJwkSelector): the first key whose `kid` equals t
 `use` is absent or `sig` and whose `alg` is absent or the header's.
 
 Sources: `file:` URLs (a local JWKS) and `http:`/`https:` URLs (fetched with a GET; https
-verified against the system trust store). The keys are loaded once when the broker starts (a
+verified against the system trust store, which OpenSSL's SSL_CERT_FILE / SSL_CERT_DIR can
+point elsewhere; Kafka's JAAS-line `ssl.*` options for the endpoint are not read). The keys are loaded once when the broker starts (a
 missing, unreadable or malformed source stops the start with a one-line error, as Kafka's
 init() does), then reloaded every `sasl.oauthbearer.jwks.endpoint.refresh.ms`, and early when a
 token names a `kid` the set lacks (RefreshingHttpsJwks.maybeExpediteRefresh: at most once a
