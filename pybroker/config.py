@@ -155,7 +155,28 @@ SASL_CONFIG_DEFS = (
     ConfigDef("sasl.kerberos.min.time.before.relogin", "long", 60000),
     ConfigDef("sasl.kerberos.ticket.renew.jitter", "double", 0.05),
     ConfigDef("sasl.kerberos.ticket.renew.window.factor", "double", 0.8),
+    # OAUTHBEARER's validator (security/sasl/listener.py): Kafka reads the handler only mechanism-
+    # prefixed, `[listener.name.<l>.]oauthbearer.sasl.server.callback.handler.class`; the
+    # secured one (OAuthBearerValidatorCallbackHandler, BrokerJwtValidator) reads the
+    # sasl.oauthbearer.* keys below, each also `oauthbearer.`-prefixable (security/sasl/jwks.py,
+    # security/sasl/broker_jwt_validator.py)
+    ConfigDef("sasl.server.callback.handler.class", "class", None),
+    ConfigDef("sasl.oauthbearer.jwt.validator.class", "class",
+              "org.apache.kafka.common.security.oauthbearer.DefaultJwtValidator"),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.url", "string", None),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000),
+    ConfigDef("sasl.oauthbearer.clock.skew.seconds", "int", 30),
+    ConfigDef("sasl.oauthbearer.expected.audience", "list", None),
+    ConfigDef("sasl.oauthbearer.expected.issuer", "string", None),
+    ConfigDef("sasl.oauthbearer.scope.claim.name", "string", "scope"),
+    ConfigDef("sasl.oauthbearer.sub.claim.name", "string", "sub"),
 )
+# keys Kafka also reads with a SASL mechanism's prefix, `[listener.name.<l>.]<mech>.<key>`
+# (SaslChannelBuilder, the OAuth ConfigurationUtils); BrokerConfig.sasl_mechanism_config
+MECHANISM_CONFIG_KEYS = frozenset(d.name for d in SASL_CONFIG_DEFS
+                                  if d.name.startswith("sasl.oauthbearer.") or d.name.endswith(".callback.handler.class"))
 _SASL_JAAS_SUFFIX = ".sasl.jaas.config"
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
@@ -730,6 +751,8 @@ class BrokerConfig:
         self.listener_values: dict[str, dict[str, Any]] = {}
         # (LISTENER or "", MECHANISM) -> JAAS line, from [listener.name.<l>.]<mech>.sasl.jaas.config
         self.jaas_lines: dict[tuple[str, str], str] = {}
+        # (LISTENER or "", MECHANISM) -> {key: value}, from [listener.name.<l>.]<mech>.<key>
+        self.mechanism_values: dict[tuple[str, str], dict[str, Any]] = {}
         for name, raw in merged.items():
             d = BROKER_CONFIGS.get(name)
             if d is None and name.endswith(_SASL_JAAS_SUFFIX):
@@ -739,6 +762,15 @@ class BrokerConfig:
                     lname, _, mech = head[len(_LISTENER_PREFIX):].partition(".")
                 if mech and "." not in mech:
                     self.jaas_lines[(lname.upper(), mech.upper())] = str(raw)
+                    continue
+            if d is None:
+                lname, rest = "", name
+                if name.startswith(_LISTENER_PREFIX):
+                    lname, _, rest = name[len(_LISTENER_PREFIX):].partition(".")
+                mech, _, key = rest.partition(".")
+                if key in MECHANISM_CONFIG_KEYS and mech and (lname or not name.startswith(_LISTENER_PREFIX)):
+                    md = BROKER_CONFIGS[key]
+                    self.mechanism_values.setdefault((lname.upper(), mech.upper()), {})[key] = md.parse(raw)
                     continue
             if d is None and name.startswith(_LISTENER_PREFIX):
                 lname, _, key = name[len(_LISTENER_PREFIX):].partition(".")
@@ -792,6 +824,18 @@ class BrokerConfig:
         listener.name.<l>.<mech>.sasl.jaas.config, else <mech>.sasl.jaas.config, else None."""
         return (self.jaas_lines.get((listener_name.upper(), mechanism.upper()))
                 or self.jaas_lines.get(("", mechanism.upper())))
+
+    def sasl_mechanism_config(self, listener_name: str, mechanism: str, name: str, *,
+                              unprefixed: bool = True) -> Any:
+        """`name`'s value for one SASL mechanism of a listener, as Kafka's OAuth ConfigurationUtils
+        reads the listener's channel configs: listener.name.<l>.<mech>.<name>, else
+        <mech>.<name>, else (unless `unprefixed` is False, as for SaslChannelBuilder's
+        sasl.server.callback.handler.class) listener.name.<l>.<name>, else <name>."""
+        for key in ((listener_name.upper(), mechanism.upper()), ("", mechanism.upper())):
+            per = self.mechanism_values.get(key)
+            if per is not None and name in per:
+                return per[name]
+        return self.listener_config(listener_name, name) if unprefixed else None
 
     def listener_is_set(self, listener_name: str, name: str) -> bool:
         per = self.listener_values.get(listener_name.upper())

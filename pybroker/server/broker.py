@@ -160,6 +160,7 @@ class Broker:
         # this node's SASL logins to its peers' inter-broker and controller listeners (SASL_* only)
         self.inter_broker_client_sasl: SaslClientConfig | None = None
         self.controller_client_sasl: SaslClientConfig | None = None
+        self._listener_sasl: list[ListenerSasl] = []  # every SASL listener's setup (_channels), run in _run
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
@@ -318,14 +319,15 @@ class Broker:
         if server is not None:
             server.quotas.set_ip_quotas(*ip_connection_rates(self.image.client_quotas))
 
-    def _channels(self, dispatcher: Handler) -> dict[str, ChannelBuilder]:
-        """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
-        for SASL_*, with `dispatcher` answering a pre-authentication ApiVersions; StartupError for a
-        SASL listener pybroker cannot serve (security/sasl/listener.py)."""
+    def _channels(self, dispatcher: Handler, endpoints: list[Endpoint] | None = None) -> dict[str, ChannelBuilder]:
+        """Each non-PLAINTEXT listener's channel builder (of `endpoints`, default all): TLS for
+        SSL, SASL (over TLS for SASL_SSL) for SASL_*, with `dispatcher` answering a
+        pre-authentication ApiVersions; StartupError for a SASL listener pybroker cannot serve
+        (security/sasl/listener.py)."""
         cfg = self.config
         channels: dict[str, ChannelBuilder] = {}
         credentials = image_credentials(lambda: self.image)
-        for ep in cfg.listeners:
+        for ep in cfg.listeners if endpoints is None else endpoints:
             tls = self.listener_tls.get(ep.listener_name)
             if ep.security_protocol == "SSL" and tls is not None:
                 channels[ep.listener_name] = TlsChannelBuilder(tls)
@@ -334,6 +336,7 @@ class Broker:
                     sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
+                self._listener_sasl.append(sasl)
                 channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)
         return channels
 
@@ -581,9 +584,17 @@ class Broker:
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
             dispatcher = RequestDispatcher(self)
-            channels = self._channels(dispatcher)
             auth_delay_ms = cfg["connection.failed.authentication.delay.ms"]
+            self._listener_sasl = []
+            # each server's own listeners only: a SASL listener's setup (and its JWKS refresh) once
+            channels = self._channels(dispatcher, broker_eps)
             controller_dispatcher = ControllerDispatcher(self)
+            controller_channels = self._channels(controller_dispatcher, controller_eps)
+            for sasl in self._listener_sasl:  # OAUTHBEARER's JWKS loaded before any listener serves
+                try:
+                    await nursery.start(sasl.run)
+                except ConfigError as exc:
+                    raise StartupError(str(exc)) from None
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
@@ -595,7 +606,7 @@ class Broker:
                     self.controller_server = SocketServer(controller_eps, controller_dispatcher,
                                                           cfg["socket.request.max.bytes"], cfg,
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=self._channels(controller_dispatcher),
+                                                          channels=controller_channels,
                                                           failed_authentication_delay_ms=auth_delay_ms)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:

@@ -10,11 +10,16 @@ Configuration, per listener `<l>` (lower case in keys), the listener-prefixed ke
   on a broker with a warning, as Kafka ignores it;
 - PLAIN reads its users (`user_<name>="<password>"`) from its line; SCRAM reads the credentials in
   the metadata image at each login (AlterUserScramCredentials takes effect on the next one);
-  OAUTHBEARER reads the unsecured validator's options from its line; GSSAPI reads the broker's
+  OAUTHBEARER reads the unsecured validator's options from its line, unless
+  `[listener.name.<l>.]oauthbearer.sasl.server.callback.handler.class` names Kafka's
+  OAuthBearerValidatorCallbackHandler: then the secured validator checks signed JWTs against a
+  JWKS with the `sasl.oauthbearer.*` keys (broker_jwt_validator.py, jwks.py), its keys loaded by
+  `run` before the listener serves; GSSAPI reads the broker's
   `principal` and `keyTab` from its line (Krb5LoginModule's), `sasl.kerberos.service.name` and
   `sasl.kerberos.principal.to.local.rules` (both listener-prefixable), acquiring the keytab's key
   at start (security/sasl/gssapi.py).
-Concurrency: built once at start on the trio thread; `server()` is called per connection.
+Concurrency: built once at start on the trio thread; `server()` is called per connection;
+`run` is the listener's background task (the JWKS refresh), started before the listener serves.
 """
 
 from __future__ import annotations
@@ -23,10 +28,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import trio
+
 from pybroker.config import BrokerConfig, ConfigError
 from pybroker.metadata.image import MetadataImage, ScramCredential
 from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.security.sasl import gssapi, oauthbearer, plain, scram
+from pybroker.security.sasl.broker_jwt_validator import (
+    HANDLER_CLASS,
+    UNSECURED_HANDLER_CLASS,
+    BrokerJwtValidator,
+)
 from pybroker.security.sasl.jaas import JaasEntry, parse_one
 from pybroker.security.sasl.kerberos_name import KerberosShortNamer, default_realm
 
@@ -56,6 +68,7 @@ class ListenerSasl:
     failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
     kerberos: gssapi.ServerLogin | None = None  # GSSAPI's acceptor credential
     short_namer: KerberosShortNamer = field(default_factory=lambda: KerberosShortNamer([]))
+    jwt_validator: BrokerJwtValidator | None = None  # OAUTHBEARER's secured validator, when chosen
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
@@ -74,8 +87,19 @@ class ListenerSasl:
                 raise ConfigError(f"No JAAS configuration for SASL mechanism {mech} on listener {listener_name}: set "
                                   f"listener.name.{listener_name.lower()}.{mech.lower()}.sasl.jaas.config")
             jaas[mech] = parse_one(line)
-        if "OAUTHBEARER" in jaas:
-            oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
+        jwt_validator = None
+        for mech in mechanisms:
+            handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class",
+                                                   unprefixed=False)
+            handler = str(handler).strip() if handler else None
+            if mech == "OAUTHBEARER" and handler == HANDLER_CLASS:
+                jwt_validator = BrokerJwtValidator.of(config, listener_name, now_ms)
+            elif mech == "OAUTHBEARER" and handler in (None, UNSECURED_HANDLER_CLASS):
+                oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
+            elif handler is not None:
+                raise ConfigError(f"{mech.lower()}.sasl.server.callback.handler.class={handler} of listener "
+                                  f"{listener_name} is not available in pybroker (it runs no Java classes); for "
+                                  f"OAUTHBEARER it offers {HANDLER_CLASS}")
         kerberos, short_namer = None, KerberosShortNamer([])
         if "GSSAPI" in jaas:
             kerberos = gssapi.ServerLogin(jaas["GSSAPI"].options,
@@ -84,7 +108,15 @@ class ListenerSasl:
             short_namer = KerberosShortNamer.from_rules(
                 default_realm(), config.listener_config(listener_name, "sasl.kerberos.principal.to.local.rules"))
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
-                   config["connection.failed.authentication.delay.ms"], kerberos, short_namer)
+                   config["connection.failed.authentication.delay.ms"], kerberos, short_namer, jwt_validator)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The listener's background work: OAUTHBEARER's JWKS, loaded (ConfigError when it cannot
+        be) before `started`, then refreshed until cancelled; nothing for the other mechanisms."""
+        if self.jwt_validator is None:
+            task_status.started()
+            return
+        await self.jwt_validator.jwks.run(task_status=task_status)
 
     def server(self, mechanism: str) -> SaslServer:
         """A fresh exchange for an enabled mechanism."""
@@ -95,8 +127,10 @@ class ListenerSasl:
         if mechanism in scram.MECHANISMS:
             return scram.ScramSaslServer(mechanism, self.credentials)
         if mechanism == "OAUTHBEARER":
-            return oauthbearer.OAuthBearerSaslServer(oauthbearer.UnsecuredValidator(self.jaas[mechanism].options),
-                                                     self.now_ms)
+            validator: oauthbearer.TokenValidator = (
+                self.jwt_validator if self.jwt_validator is not None
+                else oauthbearer.UnsecuredValidator(self.jaas[mechanism].options))
+            return oauthbearer.OAuthBearerSaslServer(validator, self.now_ms)
         raise KeyError(mechanism)
 
 
@@ -139,6 +173,14 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
     if mech == "GSSAPI":
         return _gssapi_client(config, listener_name, options)
     if mech == "OAUTHBEARER":
+        handler = config.sasl_mechanism_config(listener_name, mech, "sasl.server.callback.handler.class",
+                                               unprefixed=False)
+        if handler and str(handler).strip() == HANDLER_CLASS:
+            # Kafka's node would fetch a token with OAuthBearerLoginCallbackHandler; pybroker's
+            # login only mints the unsecured one, which this listener's validator refuses
+            raise ConfigError(f"{mechanism_key}=OAUTHBEARER: listener {listener_name} validates signed tokens "
+                              f"({HANDLER_CLASS}) and this node's own login sends only unsecured ones; use another "
+                              "mechanism for it")
         if not options.get("unsecuredLoginStringClaim_sub"):
             raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
                               "unsecuredLoginStringClaim_sub for this node's own login")

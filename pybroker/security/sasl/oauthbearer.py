@@ -17,7 +17,8 @@ empty signature and header `alg` "none". Claims: the principal claim (JAAS optio
 scope claim (`unsecuredValidatorScopeClaimName`, default `scope`: a space-separated string or a
 list) must hold every item of `unsecuredValidatorRequiredScope` (space-separated, default none).
 They are unsigned, so anyone can mint one: Kafka's own documentation says the same and points
-production at a JWKS-validating handler (not here yet).
+production at the JWKS-validating handler (broker_jwt_validator.py), which a listener selects
+with `oauthbearer.sasl.server.callback.handler.class`; both answer a refusal the same way.
 Concurrency: one instance per connection, no I/O; the clock injected (`now_ms`).
 """
 
@@ -26,12 +27,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pybroker.config import ConfigError
 from pybroker.errors import SaslAuthenticationError, SaslError
+
+log = logging.getLogger("pybroker.security")
 
 MECHANISM = "OAUTHBEARER"
 _SASLNAME = r"(?:[\x01-\x2B\x2D-\x3C\x3E-\x7F]|=2C|=3D)+"
@@ -103,17 +107,23 @@ def _number(v: Any) -> bool:
 def _json_part(text: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise InvalidToken(f"Invalid JWS {what}: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidToken(f"Invalid JWS {what}: not a JSON object")
     return value
 
 
+class TokenValidator(Protocol):
+    """UnsecuredValidator here, or the secured BrokerJwtValidator (broker_jwt_validator.py)."""
+
+    def validate(self, token: str, now_ms: int) -> str: ...
+
+
 class OAuthBearerSaslServer:
     mechanism = MECHANISM
 
-    def __init__(self, validator: UnsecuredValidator, now_ms: Callable[[], int]) -> None:
+    def __init__(self, validator: TokenValidator, now_ms: Callable[[], int]) -> None:
         self._validator = validator
         self._now_ms = now_ms
         self._error: str | None = None  # the JSON error sent, awaiting the client's \x01
@@ -146,6 +156,7 @@ class OAuthBearerSaslServer:
         try:
             principal = self._validator.validate(a["token"], self._now_ms())
         except InvalidToken as exc:
+            log.info("OAUTHBEARER token refused: %s", exc)
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
             self._error = f'{{"status":"{status}"' + (f', "scope":"{exc.scope}"' if exc.scope else "") + "}"
             return self._error.encode()
