@@ -28,10 +28,20 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections: a base below it cannot be
+    taken by one of them between our check and the cluster's bind (CI once lost a port so)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_bases(nodes: int) -> tuple[int, int]:
     rnd = random.Random()
+    high = min(_ephemeral_low(), 40000) - 200
     for _ in range(200):
-        base = rnd.randrange(20000, 40000)
+        base = rnd.randrange(10000, high)
         if all(_free(base + i) for i in range(nodes)) and all(_free(base + 100 + i) for i in range(nodes)):
             return base, base + 100
     raise AssertionError("no free ports")

@@ -19,7 +19,6 @@ libsasl2-modules-gssapi-mit.
 from __future__ import annotations
 
 import glob
-import logging
 import socket
 import struct
 import uuid
@@ -323,7 +322,7 @@ def test_unframed_v0_exchange(broker, realm):
     assert versions.error_code == 0
 
 
-def test_ticket_for_another_service_is_refused_while_others_carry_on(broker, realm, monkeypatch, caplog):
+def test_ticket_for_another_service_is_refused_while_others_carry_on(broker, realm, monkeypatch):
     """imposter/127.0.0.1 is a real service of the realm, but not the broker's: its ticket is
     encrypted for a key the broker does not hold, so the context never establishes. A producer
     logged in before keeps producing on its connection through the refusals."""
@@ -339,13 +338,14 @@ def test_ticket_for_another_service_is_refused_while_others_carry_on(broker, rea
         raw, resp = raw_login(broker, realm, "alice", service="imposter")
         assert resp.error_code == 58 and resp.error_message == GENERIC
         assert raw.closed()
-        with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError):
-            # kafka-python retries a refused login until its bootstrap gives up; each refusal is logged
+        with pytest.raises(KafkaTimeoutError):
+            # kafka-python retries a refused login until its bootstrap gives up. What it logs is not
+            # asserted: kafka-python 3.0.12 at times takes the close that follows the error response
+            # (after connection.failed.authentication.delay.ms, as Kafka sends and closes) for a lost
+            # connection and drops the response it had buffered; raw_login above pins the answer.
             kafka_python_produce(gssapi_address(broker), topic_name("krb-imposter"), numbered(1),
                                  **kafka_python_conf(service="imposter"), max_block_ms=5000,
                                  bootstrap_timeout_ms=5000)
-        assert any("SaslAuthenticationFailedError" in r.getMessage() and GENERIC in r.getMessage()
-                   for r in caplog.records)
         assert kafka_python_produce(gssapi_address(broker), topic, numbered(3), producer=producer) == [3, 4, 5]
     finally:
         producer.close()
