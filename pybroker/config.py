@@ -221,6 +221,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
+    # delegation tokens (KIP-48; Kafka's DelegationTokenManagerConfigs): off without a secret key,
+    # which every controller and broker must share (the HMAC of a token id is keyed by it)
+    ConfigDef("delegation.token.secret.key", "password", None),
+    ConfigDef("delegation.token.max.lifetime.ms", "long", 604800000, at_least(1)),
+    ConfigDef("delegation.token.expiry.time.ms", "long", 86400000, at_least(1)),
+    ConfigDef("delegation.token.expiry.check.interval.ms", "long", 3600000, at_least(1)),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),

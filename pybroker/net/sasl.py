@@ -219,6 +219,7 @@ class SaslChannelBuilder:
                                              SaslAuthenticateResponse(error_code=0, error_message=None,
                                                                       auth_bytes=reply, session_lifetime_ms=0)))
             if server.complete:
+                conn.token_authenticated = bool(getattr(server, "token_authenticated", False))
                 return server.authorization_id
 
     async def _unframed(self, conn: Connection, server: SaslMechanismServer) -> str:
@@ -231,4 +232,5 @@ class SaslChannelBuilder:
                 raise _Failed(str(exc)) from None
             await conn.write([_SIZE.pack(len(reply)) + reply])
             if server.complete:
+                conn.token_authenticated = bool(getattr(server, "token_authenticated", False))
                 return server.authorization_id

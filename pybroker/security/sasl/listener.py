@@ -16,11 +16,14 @@ Concurrency: built once at start on the trio thread; `server()` is called per co
 
 from __future__ import annotations
 
+import base64
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from pybroker.config import BrokerConfig, ConfigError
+from pybroker.metadata.delegation_token import split_principal, token_hmac
 from pybroker.metadata.image import MetadataImage, ScramCredential
 from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.security.sasl import oauthbearer, plain, scram
@@ -50,10 +53,11 @@ class ListenerSasl:
     now_ms: Callable[[], int]
     max_receive_size: int  # sasl.server.max.receive.size
     failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
+    tokens: scram.TokenLookup | None = None  # delegation tokens (None: delegation.token.secret.key unset)
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
-           now_ms: Callable[[], int]) -> ListenerSasl:
+           now_ms: Callable[[], int], tokens: scram.TokenLookup | None = None) -> ListenerSasl:
         """ConfigError (one line) for a mechanism pybroker lacks or a missing or malformed JAAS line."""
         mechanisms = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
         if not mechanisms:
@@ -71,14 +75,14 @@ class ListenerSasl:
         if "OAUTHBEARER" in jaas:
             oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
-                   config["connection.failed.authentication.delay.ms"])
+                   config["connection.failed.authentication.delay.ms"], tokens)
 
     def server(self, mechanism: str) -> SaslServer:
         """A fresh exchange for an enabled mechanism."""
         if mechanism == "PLAIN":
             return plain.PlainSaslServer(self.jaas[mechanism].options)
         if mechanism in scram.MECHANISMS:
-            return scram.ScramSaslServer(mechanism, self.credentials)
+            return scram.ScramSaslServer(mechanism, self.credentials, tokens=self.tokens, now_ms=self.now_ms)
         if mechanism == "OAUTHBEARER":
             return oauthbearer.OAuthBearerSaslServer(oauthbearer.UnsecuredValidator(self.jaas[mechanism].options),
                                                      self.now_ms)
@@ -89,6 +93,31 @@ def image_credentials(get_image: Callable[[], MetadataImage]) -> scram.Credentia
     """A SCRAM credential lookup over the node's current metadata image."""
     def lookup(name: str, type_id: int) -> ScramCredential | None:
         return get_image().scram_credentials.get(name, {}).get(type_id)
+    return lookup
+
+
+def image_tokens(get_image: Callable[[], MetadataImage], secret_key: str) -> scram.TokenLookup:
+    """Delegation tokens for SCRAM logins over the node's metadata image (Kafka's
+    DelegationTokenCache): the password is base64(HMAC-SHA512(secret key, token id)), its SCRAM keys
+    derived once per token and mechanism (random salt, 4096 iterations, as
+    DelegationTokenManager.prepareScramCredentials) and dropped with the token."""
+    cache: dict[tuple[str, int], ScramCredential] = {}
+
+    def lookup(token_id: str, type_id: int) -> scram.TokenCredential | None:
+        tokens = get_image().delegation_tokens
+        token = tokens.get(token_id)
+        if token is None:
+            return None
+        credential = cache.get((token_id, type_id))
+        if credential is None:
+            if len(cache) > 2 * len(tokens) + 16:  # forget removed tokens
+                for key in [k for k in cache if k[0] not in tokens]:
+                    del cache[key]
+            password = base64.b64encode(token_hmac(secret_key, token_id))
+            credential = scram.credential_for_password(type_id, password, secrets.token_bytes(16))
+            cache[(token_id, type_id)] = credential
+        return scram.TokenCredential(credential, split_principal(token.owner)[1], token.expiry_timestamp,
+                                     token.max_timestamp)
     return lookup
 
 
