@@ -397,3 +397,55 @@ def test_tokens_survive_a_restart(tls_broker_factory):
     [token] = [t for t in describe(plain(b, "bob")).tokens if t.token_id == created.token_id]
     assert (token.principal_name, token.expiry_timestamp) == ("alice", created.expiry_timestamp_ms)
     assert bytes(token.hmac) == expected_hmac(created.token_id)
+
+
+@pytest.mark.slow
+def test_tokens_on_a_three_node_cluster_survive_a_controller_failover(tmp_path):
+    """A token created through a node whose controller is not the active one (forwarded), logs
+    in on every node; the active controller is killed; the new one renews and expires it; the
+    killed node, restarted, rebuilds the token from the metadata log."""
+    from tests.cluster.harness import Cluster, wait_until
+
+    sasl_ports = free_ports(3)
+    overrides = {k: v for k, v in TLS_OVERRIDES.items() if k not in ("listeners", "listener.security.protocol.map")}
+    overrides["listener.security.protocol.map"] = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    cluster = Cluster(tmp_path, nodes=3, overrides=overrides)
+    for i, node in enumerate(cluster.nodes.values()):
+        node.overrides["listeners"] = (f"PLAINTEXT://127.0.0.1:{cluster.client_ports[i]},"
+                                       f"SASL_PLAINTEXT://127.0.0.1:{sasl_ports[i]},"
+                                       f"CONTROLLER://127.0.0.1:{cluster.controller_ports[i]}")
+
+    class Node:  # what `plain` / `token_login` read of a broker
+        def __init__(self, node_id: int) -> None:
+            self.ports = {"SASL_PLAINTEXT": sasl_ports[node_id - 1]}
+
+    try:
+        cluster.start()
+        active = cluster.active_controller()
+        other = next(i for i in cluster.nodes if i != active)
+        created = wait_until(lambda: (r := create(plain(Node(other), "alice"), renewers=["User:bob"])).error_code
+                             == 0 and r, timeout=30, what="a token created through a non-controller node")
+        for node_id in cluster.nodes:
+            wait_until(lambda n=node_id: token_login(Node(n), created.token_id, bytes(created.hmac)).auth_error == 0,
+                       timeout=30, what=f"the token on node {node_id}")
+
+        cluster.kill(active)
+        new_active = cluster.active_controller(exclude=active, timeout=60)
+        survivor = next(i for i in cluster.nodes if i not in (active, new_active))
+        renewed = wait_until(lambda: (r := renew(plain(Node(survivor), "bob"), bytes(created.hmac), 120_000))
+                             .error_code == 0 and r, timeout=30, what="a renewal by the new controller")
+        for node_id in (new_active, survivor):
+            wait_until(lambda n=node_id: [t.expiry_timestamp for t in describe(plain(Node(n), "alice")).tokens]
+                       == [renewed.expiry_timestamp_ms], timeout=30, what=f"the renewal on node {node_id}")
+            assert token_login(Node(node_id), created.token_id, bytes(created.hmac)).auth_error == 0
+
+        cluster.restart(active)
+        wait_until(lambda: [t.expiry_timestamp for t in describe(plain(Node(active), "alice")).tokens]
+                   == [renewed.expiry_timestamp_ms], timeout=60, what="the token on the restarted node")
+        assert token_login(Node(active), created.token_id, bytes(created.hmac)).auth_error == 0
+        assert expire(plain(Node(active), "alice"), bytes(created.hmac), -1).error_code == 0
+        for node_id in cluster.nodes:
+            wait_until(lambda n=node_id: token_login(Node(n), created.token_id, bytes(created.hmac)).auth_error
+                       == SASL_AUTHENTICATION_FAILED, timeout=30, what=f"the expired token refused on node {node_id}")
+    finally:
+        cluster.close()
