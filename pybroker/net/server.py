@@ -196,7 +196,10 @@ class SocketServer:
             if channel is not PLAINTEXT and not await self._authenticate(channel, conn):
                 sock.close()
                 return
-            await serve_connection(conn, self.handler, self.max_request_bytes,
+            # a SASL channel puts its session checks (KIP-368 re-authentication) before the handler
+            wrap = getattr(channel, "request_handler", None)
+            handler = wrap(self.handler) if wrap is not None else self.handler
+            await serve_connection(conn, handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
             self.connections.discard(conn)

@@ -39,6 +39,7 @@ class ForwardedConnection(Connection):
         self.listener_name = listener_name
         self.principal = ANONYMOUS
         self.token_authenticated = False
+        self.sasl_session = None
         self.client_software_name = ""
         self.client_software_version = ""
         self.busy = True

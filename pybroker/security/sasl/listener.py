@@ -10,7 +10,8 @@ Configuration, per listener `<l>` (lower case in keys), the listener-prefixed ke
   on a broker with a warning, as Kafka ignores it;
 - PLAIN reads its users (`user_<name>="<password>"`) from its line; SCRAM reads the credentials in
   the metadata image at each login (AlterUserScramCredentials takes effect on the next one);
-  OAUTHBEARER reads the unsecured validator's options from its line.
+  OAUTHBEARER reads the unsecured validator's options from its line;
+- `[listener.name.<l>.[<mech>.]]connections.max.reauth.ms` (KIP-368), per mechanism.
 Concurrency: built once at start on the trio thread; `server()` is called per connection.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from pybroker.config import BrokerConfig, ConfigError
@@ -54,6 +55,11 @@ class ListenerSasl:
     max_receive_size: int  # sasl.server.max.receive.size
     failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
     tokens: scram.TokenLookup | None = None  # delegation tokens (None: delegation.token.secret.key unset)
+    # mechanism -> connections.max.reauth.ms on this listener (KIP-368; 0: off)
+    reauth_ms: dict[str, int] = field(default_factory=dict)
+
+    def max_reauth_ms(self, mechanism: str) -> int:
+        return self.reauth_ms.get(mechanism, 0)
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
@@ -75,7 +81,8 @@ class ListenerSasl:
         if "OAUTHBEARER" in jaas:
             oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
-                   config["connection.failed.authentication.delay.ms"], tokens)
+                   config["connection.failed.authentication.delay.ms"], tokens,
+                   {mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms})
 
     def server(self, mechanism: str) -> SaslServer:
         """A fresh exchange for an enabled mechanism."""

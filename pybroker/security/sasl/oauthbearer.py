@@ -65,6 +65,10 @@ class UnsecuredValidator:
 
     def validate(self, token: str, now_ms: int) -> str:
         """The token's principal name; InvalidToken when it is refused."""
+        return self.validate_token(token, now_ms)[0]
+
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]:
+        """(principal name, expiration ms: `exp` x 1000); InvalidToken when it is refused."""
         parts = token.split(".")
         if len(parts) != 3 or parts[2]:
             raise InvalidToken("Unsecured JWS compact serializations must have 3 dot-separated "
@@ -93,7 +97,7 @@ class UnsecuredValidator:
             if missing:
                 raise InvalidToken(f"The provided scope was missing required scope {missing}",
                                    scope=" ".join(self.required_scope))
-        return principal
+        return principal, int(exp * 1000)
 
 
 def _number(v: Any) -> bool:
@@ -120,6 +124,8 @@ class OAuthBearerSaslServer:
         self.complete = False
         self.authorization_id = ""
         self.extensions: dict[str, str] = {}
+        # the token's `exp` (Kafka's CREDENTIAL_LIFETIME_MS): it bounds the session's lifetime (KIP-368)
+        self.credential_expiration_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self._error is not None:
@@ -144,7 +150,7 @@ class OAuthBearerSaslServer:
         if a["scheme"].lower() != "bearer":
             raise SaslError(f"Invalid scheme in OAUTHBEARER client first message: {a['scheme']}")
         try:
-            principal = self._validator.validate(a["token"], self._now_ms())
+            principal, expiration_ms = self._validator.validate_token(a["token"], self._now_ms())
         except InvalidToken as exc:
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
             self._error = f'{{"status":"{status}"' + (f', "scope":"{exc.scope}"' if exc.scope else "") + "}"
@@ -156,5 +162,6 @@ class OAuthBearerSaslServer:
                 f"from the token's principal name ({principal})")
         self.extensions = pairs
         self.authorization_id = principal
+        self.credential_expiration_ms = expiration_ms
         self.complete = True
         return b""

@@ -145,7 +145,9 @@ class ScramSaslServer:
         self.complete = False
         self.authorization_id = ""
         self.token_authenticated = False
-        self.token_expiry_timestamp: int | None = None  # the token's, for a token login
+        # the token's expiry for a token login (Kafka's CREDENTIAL_LIFETIME_MS negotiated property):
+        # it bounds the session's lifetime (KIP-368)
+        self.credential_expiration_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -179,7 +181,7 @@ class ScramSaslServer:
             credential: ScramCredential | None = token.credential
             authorization_id = token.owner_name
             self.token_authenticated = True
-            self.token_expiry_timestamp = token.expiry_timestamp
+            self.credential_expiration_ms = token.expiry_timestamp
         else:
             credential = self._credentials(name, self._type_id)
         if credential is None:
