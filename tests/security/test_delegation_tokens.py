@@ -85,21 +85,28 @@ def sasl_plaintext(b) -> str:
 
 
 class Sasl(Raw):
-    """A blocking connection that logs in (PLAIN, or SCRAM with `tokenauth`) before its requests."""
+    """A blocking connection that logs in (PLAIN, or SCRAM with `tokenauth`) before its requests;
+    `login` again re-authenticates (KIP-368). `auth_error` / `lifetime_ms`: the last login's."""
 
     def __init__(self, address: str, mechanism: str, user: str, password: str, tokenauth: bool = False) -> None:
         super().__init__(address)
+        self.login(mechanism, user, password, tokenauth)
+
+    def login(self, mechanism: str, user: str, password: str, tokenauth: bool = False) -> None:
+        self.auth_error, self.auth_message, self.lifetime_ms = 0, None, 0
         _, hs = self.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
-        assert hs.error_code == 0, hs
-        self.auth_error = 0
+        self.handshake_error = hs.error_code
+        if hs.error_code:
+            return
         options = {"tokenauth": "true"} if tokenauth else {}
         gen = tokens(SaslClientConfig(mechanism, user, password, options))
         token = next(gen)
         while True:
             _, auth = self.request(ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
             if auth.error_code:
-                self.auth_error = auth.error_code
+                self.auth_error, self.auth_message = auth.error_code, auth.error_message
                 return
+            self.lifetime_ms = auth.session_lifetime_ms
             try:
                 token = gen.send(bytes(auth.auth_bytes))
             except StopIteration:
