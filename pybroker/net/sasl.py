@@ -107,6 +107,10 @@ class SaslListener(Protocol):
         """connections.max.reauth.ms of the mechanism on this listener (0: off)."""
         ...
 
+    async def wait_serving(self) -> None:
+        """Until the node can check credentials (its metadata image replayed)."""
+        ...
+
 
 @dataclass(slots=True)
 class SaslSession:
@@ -288,6 +292,7 @@ class SaslChannelBuilder:
             raise _Failed(f"Unsupported SASL mechanism {body.mechanism}", response)
         await conn.write(encode_response(ApiKey.SASL_HANDSHAKE, api_version, header.correlation_id,
                                          SaslHandshakeResponse(error_code=0, mechanisms=mechanisms)))
+        await self.sasl.wait_serving()
         server: SaslMechanismServer = self.sasl.server(body.mechanism)
         if previous is not None and body.mechanism != previous.mechanism:
             server = _Refused(body.mechanism, f"SASL mechanism '{body.mechanism}' requested by client is not "

@@ -331,7 +331,11 @@ class Broker:
                 channels[ep.listener_name] = TlsChannelBuilder(tls)
             elif ep.security_protocol.startswith("SASL_"):
                 try:
-                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms, tokens)
+                    # a controller listener authenticates peers before the node serves; a broker
+                    # listener's logins wait until its image is replayed (SCRAM users, tokens)
+                    controller = ep.listener_name.upper() in (n.upper() for n in cfg.controller_listener_names)
+                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms, tokens,
+                                           None if controller else self.ready.wait)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
                 channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)

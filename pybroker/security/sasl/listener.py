@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,13 +57,21 @@ class ListenerSasl:
     tokens: scram.TokenLookup | None = None  # delegation tokens (None: delegation.token.secret.key unset)
     # mechanism -> connections.max.reauth.ms on this listener (KIP-368; 0: off)
     reauth_ms: dict[str, int] = field(default_factory=dict)
+    # waited for before a mechanism reads credentials: a broker listener's logins wait until the
+    # node serves (its image replayed), as Kafka opens its client listeners only then
+    serving: Callable[[], Awaitable[None]] | None = None
+
+    async def wait_serving(self) -> None:
+        if self.serving is not None:
+            await self.serving()
 
     def max_reauth_ms(self, mechanism: str) -> int:
         return self.reauth_ms.get(mechanism, 0)
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
-           now_ms: Callable[[], int], tokens: scram.TokenLookup | None = None) -> ListenerSasl:
+           now_ms: Callable[[], int], tokens: scram.TokenLookup | None = None,
+           serving: Callable[[], Awaitable[None]] | None = None) -> ListenerSasl:
         """ConfigError (one line) for a mechanism pybroker lacks or a missing or malformed JAAS line."""
         mechanisms = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
         if not mechanisms:
@@ -82,7 +90,7 @@ class ListenerSasl:
             oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
                    config["connection.failed.authentication.delay.ms"], tokens,
-                   {mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms})
+                   {mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms}, serving)
 
     def server(self, mechanism: str) -> SaslServer:
         """A fresh exchange for an enabled mechanism."""
