@@ -32,7 +32,7 @@ from tests.clients.adapters import (
 from .test_delegation_tokens import SECRET, Sasl, create, plain, wait_for
 from .test_tls_clients import topic_name
 
-REAUTH_MS = 2000
+REAUTH_MS = 3000  # clients re-authenticate at 85-95% of it: 150+ ms of margin on a loaded machine
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
 TLS_OVERRIDES = {
@@ -93,7 +93,7 @@ def test_reauthentication_extends_the_session(broker):
         assert (conn.auth_error, conn.lifetime_ms) == (0, REAUTH_MS)
         start = time.monotonic()
         assert metadata(conn).brokers
-    # 3.3 s after the first login, far past its 2 s: still served
+    # 3.3 s after the first login, past its 3 s: still served
     assert metadata(conn).brokers
 
 
@@ -135,8 +135,8 @@ def test_reauthentication_refusals(broker):
 
 
 def test_confluent_producer_keeps_working_across_reauthentications(broker):
-    """librdkafka re-authenticates before each 2 s session ends; 7 s of producing (three or more
-    re-authentications, which librdkafka's log shows) lose nothing."""
+    """librdkafka re-authenticates before each 3 s session ends; 9 s of producing (two or more
+    re-authentications on the same connection, which librdkafka's log shows) lose nothing."""
     topic = topic_name("reauth-confluent")
     reauth_lines: list[str] = []  # librdkafka's debug log
 
@@ -161,7 +161,7 @@ def test_confluent_producer_keeps_working_across_reauthentications(broker):
             errors.append(err)
 
     sent = 0
-    end = time.monotonic() + 7
+    end = time.monotonic() + 9
     while time.monotonic() < end:
         producer.produce(topic, b"v%d" % sent, partition=0, on_delivery=report)
         sent += 1
@@ -169,9 +169,9 @@ def test_confluent_producer_keeps_working_across_reauthentications(broker):
     producer.flush(DEADLINE_S)
     assert errors == [] and delivered == sent
     started = [line for line in reauth_lines if "Auth in state REAUTH" in line]
-    renewed = [line for line in reauth_lines if "Received session lifetime 2000 ms" in line]
+    renewed = [line for line in reauth_lines if f"Received session lifetime {REAUTH_MS} ms" in line]
     dropped = [line for line in reauth_lines if "/1]" in line and ("Disconnected" in line or "failed" in line)]
-    assert len(started) >= 3 and len(renewed) > len(started), reauth_lines[-30:]
+    assert len(started) >= 2 and len(renewed) > len(started), reauth_lines[-30:]
     assert dropped == [], dropped
 
 
@@ -182,7 +182,7 @@ def test_kafka_python_producer_keeps_working_across_reauthentications(broker, ca
                                      sasl_plain_username="alice", sasl_plain_password="alice-secret")
     try:
         futures = []
-        end = time.monotonic() + 7
+        end = time.monotonic() + 9
         while time.monotonic() < end:
             futures.append(producer.send(topic, b"v", partition=0))
             producer.flush(5)
@@ -191,5 +191,5 @@ def test_kafka_python_producer_keeps_working_across_reauthentications(broker, ca
         producer.close(5)
     assert offsets == list(range(len(futures)))
     began = [r for r in caplog.records if "Beginning SASL re-authentication" in r.getMessage()]
-    assert len(began) >= 3, [r.getMessage() for r in caplog.records][-20:]
+    assert len(began) >= 2, [r.getMessage() for r in caplog.records][-20:]
     assert not [r for r in caplog.records if "re-authentication failed" in r.getMessage()]
