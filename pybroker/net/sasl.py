@@ -78,6 +78,9 @@ HANDSHAKE_VERSIONS = (0, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
 _SASL_HANDSHAKE_KEY = struct.pack(">h", ApiKey.SASL_HANDSHAKE)
 MIN_REAUTH_INTERVAL_S = 1.0  # KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS
+# a re-authentication runs in the request loop, where the idle sweep skips the busy connection:
+# bounded like a first login (net/server.AUTHENTICATION_TIMEOUT_S) so a stalled one is closed
+REAUTH_TIMEOUT_S = 10.0
 
 
 class SaslMechanismServer(Protocol):
@@ -214,7 +217,10 @@ class SaslChannelBuilder:
             _, api_version = _KEY_VERSION.unpack_from(frame)
             if api_version == 0:  # the unframed exchange could not be told from requests
                 raise _Failed("re-authentication needs SaslHandshake v1")
-            await self._handshake(conn, frame, session)
+            with trio.move_on_after(REAUTH_TIMEOUT_S) as scope:
+                await self._handshake(conn, frame, session)
+            if scope.cancelled_caught:
+                raise CloseConnection(f"re-authentication not done within {REAUTH_TIMEOUT_S:.0f} s")
         except _Failed as failed:
             await self._fail(conn, failed)
             raise CloseConnection(f"re-authentication failed: {failed}") from None
