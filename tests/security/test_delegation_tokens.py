@@ -310,6 +310,17 @@ def test_disabled_without_secret_key(tls_broker_factory):
     assert expire(alice, b"x").error_code == AUTH_DISABLED
 
 
+def test_the_controller_sweeps_expired_tokens(tls_broker_factory):
+    """Every delegation.token.expiry.check.interval.ms the active controller removes the tokens
+    past their expiry (RemoveDelegationTokenRecord): describe stops listing them."""
+    b = tls_broker_factory(**TLS_OVERRIDES | {"delegation.token.expiry.check.interval.ms": "300"})
+    alice = plain(b, "alice")
+    short, kept = create(alice), create(alice)
+    assert short.error_code == 0 and kept.error_code == 0
+    assert expire(alice, bytes(short.hmac), 0).error_code == 0  # expired now, still listed until swept
+    wait_for(lambda: described_ids(alice) == {kept.token_id}, "the sweep to remove only the expired token")
+
+
 # ------------------------------------------------------------------ logins with a token
 
 
