@@ -147,6 +147,14 @@ RECONFIGURABLE_SSL_CONFIGS = frozenset(d.name for d in SSL_CONFIG_DEFS if not d.
 SASL_CONFIG_DEFS = (
     ConfigDef("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
     ConfigDef("sasl.jaas.config", "password", None),
+    # GSSAPI (Kerberos; security/sasl/gssapi.py): the service name clients ask tickets for, and
+    # the rules mapping a client's Kerberos principal to its User: short name (kerberos_name.py)
+    ConfigDef("sasl.kerberos.service.name", "string", None),
+    ConfigDef("sasl.kerberos.principal.to.local.rules", "list", ["DEFAULT"]),
+    ConfigDef("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
+    ConfigDef("sasl.kerberos.min.time.before.relogin", "long", 60000),
+    ConfigDef("sasl.kerberos.ticket.renew.jitter", "double", 0.05),
+    ConfigDef("sasl.kerberos.ticket.renew.window.factor", "double", 0.8),
 )
 _SASL_JAAS_SUFFIX = ".sasl.jaas.config"
 _REAUTH_SUFFIX = ".connections.max.reauth.ms"

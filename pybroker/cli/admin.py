@@ -14,6 +14,12 @@ pybroker.client.
 Each tool lives in its own module and registers its parser here; the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
 tool, so the import graph is a tree: main -> admin -> tools -> common -> client.
+Every tool that talks to a broker takes `--command-config FILE`, a Kafka client properties
+file whose security keys (security.protocol, ssl.*, sasl.*) its clients connect with
+(security/client_properties.py); the console and perf tools also take Kafka's older names for
+it, `--producer.config` / `--consumer.config`, and read their producer / consumer keys from it,
+under `--producer-property` / `--consumer-property` / `--command-property`. A file that cannot
+be read or a bad value: one line, exit code 2.
 Output, errors and exit codes: see cli/common.py. Concurrency: a one-shot command; one
 blocking AdminClient per run, created only for tools that talk to a broker.
 """
@@ -31,9 +37,11 @@ from pybroker.cli.common import (
     CliError,
     Handler,
     check_bootstrap,
+    client_settings,
     common_options,
     parse_cli_args,
     run_handler,
+    warnings_for,
 )
 from pybroker.client.admin import AdminClient
 
@@ -75,14 +83,17 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     args.stdin = stdin if stdin is not None else sys.stdin
     try:
         check_bootstrap(args)
+        args.client_properties, security = client_settings(args)
     except CliError as exc:
         err.write(f"pybroker: {exc}\n")
         return exc.exit_code
+    for warning in warnings_for(args.client_properties):
+        err.write(f"pybroker: warning: {warning}\n")
     handler: Handler = args.handler
     admin = None
     if getattr(args, "bootstrap_server", None) is not None:
         admin = AdminClient(args.bootstrap_server, request_timeout_s=args.request_timeout_ms / 1000.0,
-                            retries=3, retry_backoff_s=0.1)
+                            retries=3, retry_backoff_s=0.1, security=security)
     try:
         return run_handler(lambda: handler(admin, args, out, err), err)  # type: ignore[arg-type]
     finally:

@@ -36,6 +36,7 @@ from pybroker.client.connection import (
     retry_call,
 )
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
@@ -274,8 +275,10 @@ class AdminClient:
         retries: int = 5,
         retry_backoff_s: float = 0.1,
         connection_factory: Callable[..., BrokerConnection] = BrokerConnection,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self.security = security  # TLS / SASL of every connection (protocol/client_security.py)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retries = retries
@@ -291,9 +294,11 @@ class AdminClient:
     def _connect(self, host: str, port: int) -> BrokerConnection:
         conn = self._conns.get((host, port))
         if conn is None:
+            # only a secured client passes `security`, so the tests' fake factories need not take it
+            extra = {"security": self.security} if self.security is not PLAINTEXT else {}
             conn = self._connection_factory(host, port, client_id=self.client_id,
                                             request_timeout_s=self.request_timeout_s,
-                                            connect_timeout_s=min(10.0, self.request_timeout_s))
+                                            connect_timeout_s=min(10.0, self.request_timeout_s), **extra)
             self._conns[(host, port)] = conn
         conn.connect()
         return conn

@@ -43,7 +43,9 @@ channel. A SaslHandshake without re-authentication (no expiry, or within a secon
 one) reaches the request handler: ILLEGAL_SASL_STATE (server/sasl_requests.py), as Kafka.
 
 Concurrency: runs in the connection's task (the first exchange inside the server's
-authentication timeout; a re-authentication inside the request loop, one request at a time).
+authentication timeout; a re-authentication inside the request loop, one request at a time); a
+mechanism server marked `blocking` (GSSAPI: MIT's acceptor reads the keytab and a replay cache) is
+evaluated on a worker thread, the others inline.
 """
 
 from __future__ import annotations
@@ -320,6 +322,14 @@ class SaslChannelBuilder:
         return ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
                 + server.mechanism)
 
+    @staticmethod
+    async def _evaluate(server: SaslMechanismServer, token: bytes) -> bytes:
+        """The mechanism's reply; on a worker thread for one that does file or network I/O
+        (GSSAPI's keytab), so the event loop never waits on it."""
+        if getattr(server, "blocking", False):
+            return await trio.to_thread.run_sync(server.evaluate, token)
+        return server.evaluate(token)
+
     async def _framed(self, conn: Connection, server: SaslMechanismServer, previous: SaslSession | None) -> None:
         """After SaslHandshake v1: every token in a SaslAuthenticate request, every reply in its response."""
         while True:
@@ -342,7 +352,7 @@ class SaslChannelBuilder:
 
             lifetime_ms = 0
             try:
-                reply = server.evaluate(bytes(body.auth_bytes))
+                reply = await self._evaluate(server, bytes(body.auth_bytes))
                 if server.complete:
                     lifetime_ms = self._start_session(conn, server, previous)
             except SaslAuthenticationError as exc:
@@ -361,7 +371,7 @@ class SaslChannelBuilder:
         while True:
             token = await self._read(conn)
             try:
-                reply = server.evaluate(bytes(token))
+                reply = await self._evaluate(server, bytes(token))
                 if server.complete:
                     self._start_session(conn, server, None)
             except SaslError as exc:

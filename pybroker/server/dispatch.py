@@ -176,8 +176,9 @@ class RequestDispatcher:
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         traced = request_log.isEnabledFor(logging.DEBUG)
         if traced:
-            request_log.debug("request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
-                              ctx.api_version, header.correlation_id, header.client_id, conn.peer, body)
+            request_log.debug("request %s v%d corr=%d client=%s peer=%s principal=%s listener=%s: %.500r",
+                              ApiKey(api_key).name, ctx.api_version, header.correlation_id, header.client_id,
+                              conn.peer, ctx.principal, conn.listener_name, body)
         try:
             if api_key in _ASYNC:
                 response = await handler(self.broker, ctx, body)
@@ -215,9 +216,9 @@ class RequestDispatcher:
         if self.request_metrics is not None:
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         if request_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("forwarding %s v%d corr=%d client=%s peer=%s to the active controller",
-                              ApiKey(api_key).name, ctx.api_version, header.correlation_id, header.client_id,
-                              conn.peer)
+            request_log.debug("forwarding %s v%d corr=%d client=%s peer=%s principal=%s listener=%s to the active "
+                              "controller", ApiKey(api_key).name, ctx.api_version, header.correlation_id,
+                              header.client_id, conn.peer, ctx.principal, conn.listener_name)
         return await forwarding.forward(self.broker, ctx, bytes(frame), body)
 
 
@@ -243,8 +244,9 @@ class ControllerDispatcher:
         api_key = header.request_api_key
         traced = request_log.isEnabledFor(logging.DEBUG) and api_key not in controller_apis.RAFT_APIS
         if traced:
-            request_log.debug("controller request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
-                              header.request_api_version, header.correlation_id, header.client_id, conn.peer, body)
+            request_log.debug("controller request %s v%d corr=%d client=%s peer=%s principal=%s listener=%s: %.500r",
+                              ApiKey(api_key).name, header.request_api_version, header.correlation_id,
+                              header.client_id, conn.peer, conn.principal, conn.listener_name, body)
         try:
             response = await controller_apis.handle(self.broker, conn, api_key, header.request_api_version,
                                                     header.correlation_id, header.client_id, body)

@@ -10,7 +10,8 @@ in the partition when it does not lead).
 
 A request that does not name exactly __cluster_metadata partition 0 gets, for every requested
 partition, UNKNOWN_TOPIC_OR_PARTITION with Errors' message (top-level error 0, no nodes), here,
-without asking the Raft client.
+without asking the Raft client. Without DESCRIBE on the cluster (an authorizer on): the top-level
+CLUSTER_AUTHORIZATION_FAILED, as ControllerApis.handleDescribeQuorum.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pybroker.controller.metadata_log import METADATA_TOPIC
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import require_cluster
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -37,6 +40,7 @@ def valid_request(req: DescribeQuorumRequest) -> bool:
 
 async def handle_describe_quorum(broker: Broker, ctx: RequestContext, req: DescribeQuorumRequest
                                  ) -> DescribeQuorumResponse:
+    require_cluster(broker, ctx, Op.DESCRIBE)
     if not valid_request(req):
         return DescribeQuorumResponse(error_code=0, topics=[DescribeQuorumResponse.TopicData(
             topic_name=t.topic_name, partitions=[DescribeQuorumResponse.PartitionData(

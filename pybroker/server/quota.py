@@ -20,9 +20,10 @@ few ms it took. Worked
 example, quota 1000 B/s, a client's first request carries 21000 bytes at t=0: W = 10 s,
 O = 2100 B/s, X = (2100 - 1000) / 1000 * 10000 ms = 11000 ms.
 
-Which quota applies (DefaultQuotaCallback): the principal is taken as User:ANONYMOUS, even
-for a TLS client whose certificate names another (principals in quotas are issue 20 item 4),
-the client-id is the request header's. Most specific first: <user, client-id>,
+Which quota applies (DefaultQuotaCallback): the user is the name of the connection's
+authenticated principal (`User:alice` -> `alice`: a SASL username, a token's owner, a TLS
+certificate's mapped subject; `ANONYMOUS` on an unauthenticated listener), the client-id is the
+request header's. Most specific first: <user, client-id>,
 <user, default client-id>, <user>, <default user, client-id>, <default user, default
 client-id>, <default user>, <client-id>, <default client-id>. Clients whose quota comes
 from the same entity share one sensor when only one level of quotas was ever configured,
@@ -50,8 +51,6 @@ from pybroker.metrics.stats import Rate
 if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
-# KafkaPrincipal.ANONYMOUS: every PLAINTEXT connection's principal
-ANONYMOUS_USER = "ANONYMOUS"
 # ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
 _PURGE_INTERVAL_MS = 60 * 1000
@@ -228,6 +227,13 @@ class QuotaManagers:
 
 # ---------------------------------------------------------------------- request-path helpers
 
+def quota_user(ctx: RequestContext) -> str:
+    """The user a request's quotas are looked up by: KafkaPrincipal.getName of its principal."""
+    principal = ctx.principal
+    _, sep, name = principal.partition(":")
+    return name if sep else principal
+
+
 def throttle_connection(ctx: RequestContext, throttle_ms: int, now: float) -> None:
     """Mute the request's connection for throttle_ms from `now` (trio time), after its
     response is written (KIP-219; Kafka's ThrottledChannel starts when throttling is decided)."""
@@ -241,7 +247,7 @@ def record_produce(manager: ClientQuotaManager, ctx: RequestContext) -> int:
     """KafkaApis.handleProduceRequest's bandwidth quota: the request's size is recorded;
     returns the throttle time (the connection is muted for it)."""
     now = trio.current_time()
-    throttle_ms = manager.record_and_get_throttle_time_ms(ANONYMOUS_USER, ctx.client_id or "",
+    throttle_ms = manager.record_and_get_throttle_time_ms(quota_user(ctx), ctx.client_id or "",
                                                           ctx.request_size, int(now * 1000))
     if throttle_ms > 0:
         throttle_connection(ctx, throttle_ms, now)
@@ -254,14 +260,15 @@ def record_fetch(manager: ClientQuotaManager, ctx: RequestContext, response_size
     now = trio.current_time()
     now_ms = int(now * 1000)
     client_id = ctx.client_id or ""
-    throttle_ms = manager.record_and_get_throttle_time_ms(ANONYMOUS_USER, client_id, response_size, now_ms)
+    user = quota_user(ctx)
+    throttle_ms = manager.record_and_get_throttle_time_ms(user, client_id, response_size, now_ms)
     if throttle_ms > 0:
-        manager.unrecord(ANONYMOUS_USER, client_id, response_size, now_ms)
+        manager.unrecord(user, client_id, response_size, now_ms)
         throttle_connection(ctx, throttle_ms, now)
     return throttle_ms
 
 
 def fetch_max_bytes(manager: ClientQuotaManager, ctx: RequestContext, max_bytes: int) -> int:
     """Cap a consumer fetch to what its quota window can take without certain throttling."""
-    cap = manager.max_value_in_quota_window(ANONYMOUS_USER, ctx.client_id or "")
+    cap = manager.max_value_in_quota_window(quota_user(ctx), ctx.client_id or "")
     return max_bytes if cap >= max_bytes else int(cap)

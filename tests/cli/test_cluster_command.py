@@ -123,6 +123,15 @@ def test_a_local_cluster_with_tls_on_every_listener(tmp_path: Path):
         assert adapters.confluent_produce(bootstrap, "over-tls", [Rec(b"k", b"v")], partition=0, **props) == [0]
         got = adapters.confluent_consume(bootstrap, "over-tls", count=1, **props)
         assert [r.value for r in got] == [b"v"]
+        # the CLI with DIR/client.properties (Kafka's names: PEM truststore, the client certificate)
+        import io
+
+        from pybroker.cli.admin import main as tool
+
+        out, err = io.StringIO(), io.StringIO()
+        assert tool(["consume", "--topic", "over-tls", "--from-beginning", "--max-messages", "1", "--bootstrap-server",
+                     bootstrap, "--command-config", str(directory / "client.properties")], out, err) == 0, err
+        assert out.getvalue() == "v\n"
         # a client without a certificate is refused by every node
         plain = adapters.confluent_admin(bootstrap)
         try:
@@ -134,3 +143,16 @@ def test_a_local_cluster_with_tls_on_every_listener(tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_directory_formatted_without_sasl_is_refused_for_sasl_ssl(tmp_path: Path, capsys):
+    """Its metadata has no SCRAM users, so the nodes could never log in to each other."""
+    from pybroker.cli.cluster import prepare
+
+    base, controller = free_bases(3)
+    with open(os.devnull, "w") as devnull:
+        prepare(tmp_path / "c", 3, base, controller, {}, devnull)  # formatted, PLAINTEXT
+    assert main(["--nodes", "3", "--dir", str(tmp_path / "c"), "--base-port", str(base), "--security",
+                 "sasl_ssl"]) == 2
+    err = capsys.readouterr().err
+    assert "formatted without --security sasl_ssl" in err and err.count("\n") == 1, err

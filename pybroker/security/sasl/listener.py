@@ -3,14 +3,17 @@ mechanisms it offers and a fresh mechanism server per connection.
 
 Configuration, per listener `<l>` (lower case in keys), the listener-prefixed key first:
 - `listener.name.<l>.sasl.enabled.mechanisms`, else `sasl.enabled.mechanisms` (Kafka's default
-  GSSAPI, which pybroker does not offer yet: refused at start, naming the ones it does);
+  GSSAPI; a mechanism pybroker lacks is refused at start, naming the ones it has);
 - one JAAS line per enabled mechanism, `listener.name.<l>.<mech>.sasl.jaas.config`, else
   `<mech>.sasl.jaas.config`; Kafka refuses to start without one (it would look for a JAAS file,
   which pybroker does not read), and so does pybroker. The unprefixed `sasl.jaas.config` is ignored
   on a broker with a warning, as Kafka ignores it;
 - PLAIN reads its users (`user_<name>="<password>"`) from its line; SCRAM reads the credentials in
   the metadata image at each login (AlterUserScramCredentials takes effect on the next one);
-  OAUTHBEARER reads the unsecured validator's options from its line;
+  OAUTHBEARER reads the unsecured validator's options from its line; GSSAPI reads the broker's
+  `principal` and `keyTab` from its line (Krb5LoginModule's), `sasl.kerberos.service.name` and
+  `sasl.kerberos.principal.to.local.rules` (both listener-prefixable), acquiring the keytab's key
+  at start (security/sasl/gssapi.py);
 - `[listener.name.<l>.[<mech>.]]connections.max.reauth.ms` (KIP-368), per mechanism.
 Concurrency: built once at start on the trio thread; `server()` is called per connection.
 """
@@ -27,10 +30,11 @@ from pybroker.config import BrokerConfig, ConfigError
 from pybroker.metadata.delegation_token import split_principal, token_hmac
 from pybroker.metadata.image import MetadataImage, ScramCredential
 from pybroker.protocol.sasl_client import SaslClientConfig
-from pybroker.security.sasl import oauthbearer, plain, scram
+from pybroker.security.sasl import gssapi, oauthbearer, plain, scram
 from pybroker.security.sasl.jaas import JaasEntry, parse_one
+from pybroker.security.sasl.kerberos_name import KerberosShortNamer, default_realm
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SUPPORTED_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 class SaslServer(Protocol):
@@ -54,6 +58,8 @@ class ListenerSasl:
     now_ms: Callable[[], int]
     max_receive_size: int  # sasl.server.max.receive.size
     failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
+    kerberos: gssapi.ServerLogin | None = None  # GSSAPI's acceptor credential
+    short_namer: KerberosShortNamer = field(default_factory=lambda: KerberosShortNamer([]))
     tokens: scram.TokenLookup | None = None  # delegation tokens (None: delegation.token.secret.key unset)
     # mechanism -> connections.max.reauth.ms on this listener (KIP-368; 0: off)
     reauth_ms: dict[str, int] = field(default_factory=dict)
@@ -88,12 +94,23 @@ class ListenerSasl:
             jaas[mech] = parse_one(line)
         if "OAUTHBEARER" in jaas:
             oauthbearer.UnsecuredValidator(jaas["OAUTHBEARER"].options)  # the options must be valid now
+        kerberos, short_namer = None, KerberosShortNamer([])
+        if "GSSAPI" in jaas:
+            kerberos = gssapi.ServerLogin(jaas["GSSAPI"].options,
+                                          config.listener_config(listener_name, "sasl.kerberos.service.name"),
+                                          listener_name)
+            short_namer = KerberosShortNamer.from_rules(
+                default_realm(), config.listener_config(listener_name, "sasl.kerberos.principal.to.local.rules"))
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
-                   config["connection.failed.authentication.delay.ms"], tokens,
-                   {mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms}, serving)
+                   config["connection.failed.authentication.delay.ms"], kerberos, short_namer,
+                   tokens=tokens,
+                   reauth_ms={mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms},
+                   serving=serving)
 
     def server(self, mechanism: str) -> SaslServer:
         """A fresh exchange for an enabled mechanism."""
+        if mechanism == "GSSAPI" and self.kerberos is not None:
+            return gssapi.GssapiSaslServer(self.kerberos, self.short_namer)
         if mechanism == "PLAIN":
             return plain.PlainSaslServer(self.jaas[mechanism].options)
         if mechanism in scram.MECHANISMS:
@@ -143,8 +160,9 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
     """This node's login to its peers' `listener_name` (the inter-broker listener with
     `sasl.mechanism.inter.broker.protocol`, the controller listener with
     `sasl.mechanism.controller.protocol`): None unless the listener is SASL_*; the username and
-    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub) from the listener's JAAS line for
-    that mechanism, as Kafka's inter-broker client takes them. ConfigError (one line) otherwise."""
+    password (or OAUTHBEARER's unsecuredLoginStringClaim_sub, or GSSAPI's keyTab and principal)
+    from the listener's JAAS line for that mechanism, as Kafka's inter-broker client takes them.
+    ConfigError (one line) otherwise."""
     protocol = config.security_protocol_map.get(listener_name.upper(), "PLAINTEXT")
     if not protocol.startswith("SASL_"):
         return None
@@ -164,6 +182,8 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
                           "username and password")
     options = dict(parse_one(line).options)
     username, password = options.pop("username", ""), options.pop("password", "")
+    if mech == "GSSAPI":
+        return _gssapi_client(config, listener_name, options)
     if mech == "OAUTHBEARER":
         if not options.get("unsecuredLoginStringClaim_sub"):
             raise ConfigError(f"The OAUTHBEARER JAAS line of listener {listener_name} needs "
@@ -172,3 +192,23 @@ def client_sasl(config: BrokerConfig, listener_name: str, mechanism_key: str) ->
         raise ConfigError(f"The {mech} JAAS line of listener {listener_name} needs username and password for this "
                           "node's own login")
     return SaslClientConfig(mech, username, password, options)
+
+
+def _gssapi_client(config: BrokerConfig, listener_name: str, options: dict[str, str]) -> SaslClientConfig:
+    """The node's Kerberos login: its keytab and principal (useKeyTab=true), else the default
+    ticket cache (useTicketCache=true); the peer's service name."""
+    if not gssapi.AVAILABLE:
+        raise ConfigError("SASL mechanism GSSAPI needs the python package gssapi (pip install "
+                          "'pybroker[kerberos]'; it builds against MIT Kerberos: apt-get install libkrb5-dev)")
+    service = options.get("serviceName") or config.listener_config(listener_name, "sasl.kerberos.service.name")
+    if not service:
+        raise ConfigError(f"No serviceName defined in either JAAS or Kafka config (listener {listener_name}: "
+                          "set sasl.kerberos.service.name)")
+    keytab_login = options.get("useKeyTab", "false").lower() == "true"
+    if keytab_login and not (options.get("keyTab") and options.get("principal")):
+        raise ConfigError(f"The GSSAPI JAAS line of listener {listener_name} needs keyTab and principal with "
+                          "useKeyTab=true for this node's own login")
+    if not keytab_login and options.get("useTicketCache", "false").lower() != "true":
+        raise ConfigError(f"The GSSAPI JAAS line of listener {listener_name} needs useKeyTab=true (with keyTab and "
+                          "principal) or useTicketCache=true for this node's own login")
+    return SaslClientConfig("GSSAPI", options=options | {"serviceName": service})
