@@ -467,3 +467,61 @@ def test_tokens_on_a_three_node_cluster_survive_a_controller_failover(tmp_path):
                        == SASL_AUTHENTICATION_FAILED, timeout=30, what=f"the expired token refused on node {node_id}")
     finally:
         cluster.close()
+
+
+# ------------------------------------------------------------------ the tool
+
+
+def test_pybroker_delegation_tokens_tool(tls_broker, tmp_path, tokenauth_patch):
+    """`pybroker delegation-tokens` over a SASL login (--command-config): create for alice with bob
+    as renewer, describe, renew, expire; the token it printed logs kafka-python and pybroker's own
+    tool in."""
+    import io
+    import re
+
+    from pybroker.cli.admin import main
+
+    def props(user: str) -> str:
+        path = tmp_path / f"{user}.properties"
+        path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                        f'username="{user}" password="{user}-secret";\n')
+        return str(path)
+
+    def run(user: str, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["delegation-tokens", "--bootstrap-server", sasl_plaintext(tls_broker),
+                     "--command-config", props(user), *argv], stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, err = run("alice", "--create", "--renewer-principal", "User:bob", "--max-life-time-period", "3600000")
+    assert code == 0, err
+    token_id = re.search(r"Created delegation token with tokenId : (\S+)", out).group(1)
+    row = next(line.split() for line in out.splitlines() if line.startswith(token_id))
+    hmac_b64, owner, requester, renewers = row[1], row[2], row[3], row[4]
+    assert base64.b64decode(hmac_b64) == expected_hmac(token_id)
+    assert (owner, requester, renewers) == ("User:alice", "User:alice", "[User:bob]")
+
+    wait_for(lambda: token_id in run("bob", "--describe", "--owner-principal", "User:alice")[1], "bob's describe")
+    code, out, _ = run("bob", "--renew", "--hmac", hmac_b64, "--renew-time-period", "60000")
+    assert code == 0 and "Completed renew operation. New expiry date : " in out
+    code, _, err = run("carol", "--renew", "--hmac", hmac_b64)
+    assert code == 1 and "DELEGATION_TOKEN_OWNER_MISMATCH" in err
+    assert kafka_python_produce(sasl_plaintext(tls_broker), topic_name("tool-token"), numbered(1), idempotent=False,
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                                sasl_plain_username=token_id, sasl_plain_password=hmac_b64) == [0]
+    # pybroker's own tools log in with the token too (ScramLoginModule's tokenauth=true), as its owner,
+    # and a token session may not touch tokens
+    token_props = tmp_path / "token.properties"
+    token_props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                           "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                           f'username="{token_id}" password="{hmac_b64}" tokenauth=true;\n')
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["delegation-tokens", "--bootstrap-server", sasl_plaintext(tls_broker), "--command-config",
+                 str(token_props), "--describe"], stdout=out, stderr=err)
+    assert code == 1 and "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED" in err.getvalue(), err.getvalue()
+    code, out, _ = run("alice", "--expire", "--hmac", hmac_b64)
+    assert code == 0 and "Completed expire operation." in out
+    wait_for(lambda: token_id not in run("alice", "--describe")[1], "the expired token gone")
+    code, _, err = run("alice", "--renew")
+    assert code == 2 and "--hmac" in err
