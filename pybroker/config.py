@@ -160,7 +160,8 @@ _SASL_JAAS_SUFFIX = ".sasl.jaas.config"
 _REAUTH_SUFFIX = ".connections.max.reauth.ms"
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
-LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS)
+LISTENER_CONFIG_KEYS = frozenset([*(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS),
+                                  "max.connections", "max.connection.creation.rate"])
 _LISTENER_PREFIX = "listener.name."
 
 
@@ -214,7 +215,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("connections.max.idle.ms", "long", 600000),
     # pybroker's Prometheus endpoint (pybroker/metrics): http://host:port, off when unset
     ConfigDef("metrics.listener", "string", None, lambda n, v: parse_metrics_listener(n, v) and None),
+    # Kafka's ConnectionQuotas (net/connection_quotas.py); all dynamic. max.connections and
+    # max.connection.creation.rate may also be set per listener (listener.name.<l>.<key>)
     ConfigDef("max.connections", "int", INT_MAX, at_least(0), read_only=False),
+    ConfigDef("max.connections.per.ip", "int", INT_MAX, at_least(0), read_only=False),
+    ConfigDef("max.connections.per.ip.overrides", "string", "",
+              lambda n, v: parse_connection_overrides(n, v) and None, read_only=False),
+    ConfigDef("max.connection.creation.rate", "int", INT_MAX, at_least(0), read_only=False),
     # client quotas (Kafka's QuotaConfig): 10 whole windows + the current one
     ConfigDef("quota.window.num", "int", 11, at_least(1)),
     ConfigDef("quota.window.size.seconds", "int", 1, at_least(1)),
@@ -427,6 +434,31 @@ REPLICA_SELECTOR_CLASSES = (RACK_AWARE_REPLICA_SELECTOR,)
 def check_replica_selector_class(name: str, value: Any) -> None:
     if value and value not in REPLICA_SELECTOR_CLASSES:
         raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
+
+
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+
+
+def parse_connection_overrides(name: str, value: Any) -> dict[str, int]:
+    """max.connections.per.ip.overrides, "host:count,host:count" (Kafka's parseCsvMap: each entry
+    splits at its last colon, so IPv6 addresses need no brackets) -> {host: count}."""
+    out: dict[str, int] = {}
+    text = str(value or "").strip()
+    if not text:
+        return out
+    for entry in re.split(r"\s*,\s*", text):
+        host, sep, count = entry.rpartition(":")
+        host = host.strip()
+        if not sep or not host:
+            raise ConfigError(f"Error parsing configuration property '{name}': expected host:count, got '{entry}'")
+        if not _VALID_HOST.fullmatch(host):
+            raise ConfigError(f"{name} contains invalid addresses : {host}")
+        try:
+            out[host] = int(count.strip())
+        except ValueError:
+            raise ConfigError(f"Error parsing configuration property '{name}': For input string: "
+                              f"\"{count.strip()}\"") from None
+    return out
 
 
 _METRICS_LISTENER_RE = re.compile(r"^http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d+)/?$")
@@ -849,6 +881,15 @@ class BrokerConfig:
         if self["replica.fetch.wait.max.ms"] > self["replica.socket.timeout.ms"]:
             raise ConfigError("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to "
                               "prevent unnecessary socket timeouts")
+        if self["max.connections.per.ip"] == 0 and not parse_connection_overrides(
+                "max.connections.per.ip.overrides", self["max.connections.per.ip.overrides"]):
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "property is set.")
+        if self["connections.max.idle.ms"] < self["connection.failed.authentication.delay.ms"]:
+            raise ConfigError(f"connection.failed.authentication.delay.ms="
+                              f"{self['connection.failed.authentication.delay.ms']} should always be less than "
+                              f"connections.max.idle.ms={self['connections.max.idle.ms']} to prevent failed "
+                              "authentication responses from timing out")
         if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
             raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
                               "replica.lag.time.max.ms to prevent frequent changes in ISR")

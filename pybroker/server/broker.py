@@ -107,7 +107,7 @@ from pybroker.server.dispatch import ControllerDispatcher, RequestDispatcher, ap
 from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
-from pybroker.server.quota import QuotaManagers
+from pybroker.server.quota import QuotaManagers, ip_connection_rates
 from pybroker.server.sasl_requests import illegal_state_response
 from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
@@ -316,6 +316,13 @@ class Broker:
         self.dynamic_config.listener_tls = self.listener_tls
         self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
 
+    def _apply_ip_connection_rates(self) -> None:
+        """KIP-612: the image's connection_creation_rate quotas of ip entities -> the client
+        listeners' connection quotas (Kafka's ClientQuotaMetadataManager)."""
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.quotas.set_ip_quotas(*ip_connection_rates(self.image.client_quotas))
+
     def _channels(self, dispatcher: Handler) -> dict[str, ChannelBuilder]:
         """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
         for SASL_*, with `dispatcher` answering a pre-authentication ApiVersions; StartupError for a
@@ -500,6 +507,8 @@ class Broker:
                     self.quotas.apply_image(self.image.client_quotas)
                 else:
                     self.quotas.on_metadata(self.image, delta.records)
+                if delta.records is None or any(type(r).__name__ == "ClientQuotaRecord" for r in delta.records):
+                    self._apply_ip_connection_rates()
 
             loader.add_publisher("client quotas", quotas)
         assert self.raft is not None
@@ -584,18 +593,21 @@ class Broker:
             self._build_tls()
             dispatcher = RequestDispatcher(self)
             channels = self._channels(dispatcher)
+            auth_delay_ms = cfg["connection.failed.authentication.delay.ms"]
             controller_dispatcher = ControllerDispatcher(self)
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
-                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
-                                               channels=channels)
+                                               cfg, timing, cfg["connections.max.idle.ms"], channels=channels,
+                                               failed_authentication_delay_ms=auth_delay_ms)
+                    self._apply_ip_connection_rates()
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, controller_dispatcher,
-                                                          cfg["socket.request.max.bytes"], cfg["max.connections"],
+                                                          cfg["socket.request.max.bytes"], cfg,
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=self._channels(controller_dispatcher))
+                                                          channels=self._channels(controller_dispatcher),
+                                                          failed_authentication_delay_ms=auth_delay_ms)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"

@@ -47,6 +47,7 @@ import trio
 
 from pybroker.controller import client_quotas as cq
 from pybroker.metrics.stats import Rate
+from pybroker.net.connection_quotas import Address, address_of
 
 if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
@@ -223,6 +224,26 @@ class QuotaManagers:
         """Controller listener: re-apply when a commit carried ClientQuotaRecords."""
         if any(type(r).__name__ == "ClientQuotaRecord" for r in records):
             self.apply_image(image.client_quotas)
+
+
+def ip_connection_rates(client_quotas: Mapping[cq.Entity, Mapping[str, float]]
+                        ) -> tuple[float | None, dict[Address, float]]:
+    """KIP-612: the connection_creation_rate of the image's ip entities, as the SocketServer's
+    ConnectionQuotas takes them: (the default ip entity's, {address: rate})."""
+    default: float | None = None
+    per_address: dict[Address, float] = {}
+    for entity, values in client_quotas.items():
+        as_map = dict(entity)
+        if set(as_map) != {cq.IP} or cq.IP_CONNECTION_RATE not in values:
+            continue
+        name = as_map[cq.IP]
+        if name is None:
+            default = values[cq.IP_CONNECTION_RATE]
+            continue
+        address = address_of((name, 0))
+        if address is not None:
+            per_address[address] = values[cq.IP_CONNECTION_RATE]
+    return default, per_address
 
 
 # ---------------------------------------------------------------------- request-path helpers
