@@ -178,6 +178,7 @@ SASL_CONFIG_DEFS = (
 MECHANISM_CONFIG_KEYS = frozenset(d.name for d in SASL_CONFIG_DEFS
                                   if d.name.startswith("sasl.oauthbearer.") or d.name.endswith(".callback.handler.class"))
 _SASL_JAAS_SUFFIX = ".sasl.jaas.config"
+_REAUTH_SUFFIX = ".connections.max.reauth.ms"
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
 LISTENER_CONFIG_KEYS = frozenset([*(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS),
@@ -257,6 +258,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
+    # delegation tokens (KIP-48; Kafka's DelegationTokenManagerConfigs): off without a secret key,
+    # which every controller and broker must share (the HMAC of a token id is keyed by it)
+    ConfigDef("delegation.token.secret.key", "password", None),
+    ConfigDef("delegation.token.max.lifetime.ms", "long", 604800000, at_least(1)),
+    ConfigDef("delegation.token.expiry.time.ms", "long", 86400000, at_least(1)),
+    ConfigDef("delegation.token.expiry.check.interval.ms", "long", 3600000, at_least(1)),
+    # KIP-368 re-authentication: the longest a SASL session lasts before the client must log in
+    # again (0: sessions never expire unless their credential does); per listener and mechanism
+    # as listener.name.<l>.<mechanism>.connections.max.reauth.ms (BrokerConfig.connections_max_reauth_ms)
+    ConfigDef("connections.max.reauth.ms", "long", 0),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -753,6 +764,8 @@ class BrokerConfig:
         self.jaas_lines: dict[tuple[str, str], str] = {}
         # (LISTENER or "", MECHANISM) -> {key: value}, from [listener.name.<l>.]<mech>.<key>
         self.mechanism_values: dict[tuple[str, str], dict[str, Any]] = {}
+        # (LISTENER, MECHANISM or "") -> ms, from listener.name.<l>.[<mech>.]connections.max.reauth.ms
+        self.reauth_ms: dict[tuple[str, str], int] = {}
         for name, raw in merged.items():
             d = BROKER_CONFIGS.get(name)
             if d is None and name.endswith(_SASL_JAAS_SUFFIX):
@@ -762,6 +775,11 @@ class BrokerConfig:
                     lname, _, mech = head[len(_LISTENER_PREFIX):].partition(".")
                 if mech and "." not in mech:
                     self.jaas_lines[(lname.upper(), mech.upper())] = str(raw)
+                    continue
+            if d is None and name.startswith(_LISTENER_PREFIX) and name.endswith(_REAUTH_SUFFIX):
+                lname, _, mech = name[len(_LISTENER_PREFIX):-len(_REAUTH_SUFFIX)].partition(".")
+                if lname and "." not in mech:
+                    self.reauth_ms[(lname.upper(), mech.upper())] = parse_value(name, "long", raw)
                     continue
             if d is None:
                 lname, rest = "", name
@@ -836,6 +854,16 @@ class BrokerConfig:
             if per is not None and name in per:
                 return per[name]
         return self.listener_config(listener_name, name) if unprefixed else None
+
+    def connections_max_reauth_ms(self, listener_name: str, mechanism: str) -> int:
+        """connections.max.reauth.ms of a mechanism on a listener (Kafka's SaslChannelBuilder
+        connectionsMaxReauthMsByMechanism): listener.name.<l>.<mech>.connections.max.reauth.ms, else
+        listener.name.<l>.connections.max.reauth.ms, else connections.max.reauth.ms."""
+        key = listener_name.upper()
+        for mech in (mechanism.upper(), ""):
+            if (key, mech) in self.reauth_ms:
+                return int(self.reauth_ms[(key, mech)])
+        return int(self["connections.max.reauth.ms"])
 
     def listener_is_set(self, listener_name: str, name: str) -> bool:
         per = self.listener_values.get(listener_name.upper())

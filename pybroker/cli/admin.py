@@ -10,6 +10,7 @@ pybroker.client.
     pybroker dump-log --files F[,F...]                                  kafka-dump-log.sh
     pybroker acls     {--add|--remove|--list}                           kafka-acls.sh
     pybroker quotas   {describe|alter}        kafka-configs.sh's client-quota path (Kafka has no own tool)
+    pybroker delegation-tokens {--create|--renew|--expire|--describe}  kafka-delegation-tokens.sh
 
 Each tool lives in its own module and registers its parser here; the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
@@ -31,7 +32,18 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from pybroker.cli import acls, configs, consume, dump_log, groups, perf, produce, quotas, topics
+from pybroker.cli import (
+    acls,
+    configs,
+    consume,
+    delegation_tokens,
+    dump_log,
+    groups,
+    perf,
+    produce,
+    quotas,
+    topics,
+)
 from pybroker.cli.common import (
     ArgumentParser,
     CliError,
@@ -45,7 +57,8 @@ from pybroker.cli.common import (
 )
 from pybroker.client.admin import AdminClient
 
-TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas")
+TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
+         "delegation-tokens")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     acls.register(tools.add_parser("acls", help="add, remove and list ACLs (kafka-acls)"), common)
     quotas.register(tools.add_parser("quotas", help="client quotas: an alias of `configs` for clients/users "
                                      "(Kafka has no separate tool)"), common)
+    delegation_tokens.register(tools.add_parser("delegation-tokens", help="create, renew, expire and describe "
+                                                "delegation tokens (kafka-delegation-tokens)"), common)
     return parser
 
 

@@ -284,7 +284,10 @@ class SocketServer:
                     sock.close()
                     return
                 stats.authenticated += 1
-            await serve_connection(conn, self.handler, self.max_request_bytes,
+            # a SASL channel puts its session checks (KIP-368 re-authentication) before the handler
+            wrap = getattr(channel, "request_handler", None)
+            handler = wrap(self.handler) if wrap is not None else self.handler
+            await serve_connection(conn, handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
             sock.close()

@@ -7,6 +7,8 @@ the mechanism is done; no ApiVersions first (pybroker nodes speak the same versi
 - PLAIN: `NUL username NUL password`;
 - SCRAM-SHA-256/512 (RFC 5802): `n,,n=<name>,r=<nonce>`, then `c=biws,r=<nonce>,p=<proof>`, and
   the server's `v=` signature is checked, so a peer that does not hold the credential is refused;
+  the JAAS option `tokenauth=true` (Kafka's ScramLoginModule) adds the extension of a delegation
+  token login;
 - OAUTHBEARER: an unsecured JWT (alg none) as Kafka's OAuthBearerUnsecuredLoginCallbackHandler
   mints it from the JAAS options `unsecuredLoginStringClaim_sub` (the principal) and
   `unsecuredLoginLifetimeSeconds` (3600);
@@ -54,12 +56,15 @@ _DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
 
 class ScramClient:
-    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None) -> None:
+    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None,
+                 tokenauth: bool = False) -> None:
         self.digest = _DIGESTS[mechanism]
         self.password = password.encode()
         self.nonce = nonce or secrets.token_hex(16)
         name = username.replace("=", "=3D").replace(",", "=2C")
-        self.client_first_bare = f"n={name},r={self.nonce}"
+        # a delegation token login (KIP-48): user = token id, password = base64 HMAC, and the
+        # `tokenauth=true` extension, part of client-first-bare (Kafka's ScramExtensions)
+        self.client_first_bare = f"n={name},r={self.nonce}" + (",tokenauth=true" if tokenauth else "")
         self.server_signature = b""
 
     def first(self) -> bytes:
@@ -144,7 +149,8 @@ def tokens(config: SaslClientConfig, host: str = "") -> Generator[bytes, bytes, 
     if mech == "PLAIN":
         yield f"\0{config.username}\0{config.password}".encode()
     elif mech in _DIGESTS:
-        client = ScramClient(mech, config.username, config.password)
+        client = ScramClient(mech, config.username, config.password,
+                             tokenauth=config.options.get("tokenauth", "").lower() == "true")
         server_first = yield client.first()
         server_final = yield client.final(server_first)
         client.check(server_final)

@@ -90,7 +90,12 @@ from pybroker.replication.alter_partition_manager import (
 from pybroker.replication.leader_end_point import remote_leader_end_points
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
-from pybroker.security.sasl.listener import ListenerSasl, client_sasl, image_credentials
+from pybroker.security.sasl.listener import (
+    ListenerSasl,
+    client_sasl,
+    image_credentials,
+    image_tokens,
+)
 from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
@@ -327,13 +332,19 @@ class Broker:
         cfg = self.config
         channels: dict[str, ChannelBuilder] = {}
         credentials = image_credentials(lambda: self.image)
+        secret = cfg["delegation.token.secret.key"]
+        tokens = image_tokens(lambda: self.image, secret) if secret else None
         for ep in cfg.listeners if endpoints is None else endpoints:
             tls = self.listener_tls.get(ep.listener_name)
             if ep.security_protocol == "SSL" and tls is not None:
                 channels[ep.listener_name] = TlsChannelBuilder(tls)
             elif ep.security_protocol.startswith("SASL_"):
                 try:
-                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
+                    # a controller listener authenticates peers before the node serves; a broker
+                    # listener's logins wait until its image is replayed (SCRAM users, tokens)
+                    controller = ep.listener_name.upper() in (n.upper() for n in cfg.controller_listener_names)
+                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms, tokens,
+                                           None if controller else self.ready.wait)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
                 self._listener_sasl.append(sasl)

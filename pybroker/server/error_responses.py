@@ -23,15 +23,19 @@ from pybroker.protocol.messages import (
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsResponse,
     CreateAclsResponse,
+    CreateDelegationTokenResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
     DeleteTopicsResponse,
+    DescribeDelegationTokenResponse,
     DescribeQuorumResponse,
     ElectLeadersResponse,
+    ExpireDelegationTokenResponse,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsResponse,
     MetadataResponse,
+    RenewDelegationTokenResponse,
     UpdateFeaturesResponse,
 )
 
@@ -155,4 +159,12 @@ ERROR_RESPONSES: dict[int, ErrorResponse] = {
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_scram,
     ApiKey.UPDATE_FEATURES: _update_features,
+    # delegation tokens: DelegationTokenManager.ErrorTimestamp (-1), no token
+    ApiKey.CREATE_DELEGATION_TOKEN: _top_level(
+        CreateDelegationTokenResponse, principal_type="", principal_name="", token_requester_principal_type="",
+        token_requester_principal_name="", issue_timestamp_ms=-1, expiry_timestamp_ms=-1, max_timestamp_ms=-1,
+        token_id="", hmac=b""),
+    ApiKey.RENEW_DELEGATION_TOKEN: _top_level(RenewDelegationTokenResponse, expiry_timestamp_ms=-1),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: _top_level(ExpireDelegationTokenResponse, expiry_timestamp_ms=-1),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: _top_level(DescribeDelegationTokenResponse, tokens=[]),
 }

@@ -92,6 +92,11 @@ class BrokerJwtValidator:
 
     def validate(self, token: str, now_ms: int) -> str:
         """The token's principal name (the subject claim); InvalidToken when it is refused."""
+        return self.validate_token(token, now_ms)[0]
+
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]:
+        """(principal name: the subject claim, expiration ms: `exp` x 1000, which bounds the session
+        (KIP-368)); InvalidToken when it is refused."""
         parts = token.split(".")
         if len(parts) != 3 or not all(parts):
             raise InvalidToken("Malformed JWT provided; expected three sections (header, payload, and signature)")
@@ -137,7 +142,7 @@ class BrokerJwtValidator:
             raise InvalidToken(f"Could not extract the '{self.sub_claim}' claim from the access token")
         if sub is None or not sub.strip():
             raise InvalidToken(f"{self.sub_claim} value must be non-null, non-empty and not only whitespace")
-        return sub.strip()
+        return sub.strip(), int(min(exp * 1000, 2**63 - 1))  # json.loads takes Infinity
 
     def _check_audience(self, aud: Any) -> None:
         if aud is None:

@@ -17,20 +17,24 @@ Configuration, per listener `<l>` (lower case in keys), the listener-prefixed ke
   `run` before the listener serves; GSSAPI reads the broker's
   `principal` and `keyTab` from its line (Krb5LoginModule's), `sasl.kerberos.service.name` and
   `sasl.kerberos.principal.to.local.rules` (both listener-prefixable), acquiring the keytab's key
-  at start (security/sasl/gssapi.py).
+  at start (security/sasl/gssapi.py);
+- `[listener.name.<l>.[<mech>.]]connections.max.reauth.ms` (KIP-368), per mechanism.
 Concurrency: built once at start on the trio thread; `server()` is called per connection;
 `run` is the listener's background task (the JWKS refresh), started before the listener serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import base64
+import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
 
 from pybroker.config import BrokerConfig, ConfigError
+from pybroker.metadata.delegation_token import split_principal, token_hmac
 from pybroker.metadata.image import MetadataImage, ScramCredential
 from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.security.sasl import gssapi, oauthbearer, plain, scram
@@ -69,10 +73,24 @@ class ListenerSasl:
     kerberos: gssapi.ServerLogin | None = None  # GSSAPI's acceptor credential
     short_namer: KerberosShortNamer = field(default_factory=lambda: KerberosShortNamer([]))
     jwt_validator: BrokerJwtValidator | None = None  # OAUTHBEARER's secured validator, when chosen
+    tokens: scram.TokenLookup | None = None  # delegation tokens (None: delegation.token.secret.key unset)
+    # mechanism -> connections.max.reauth.ms on this listener (KIP-368; 0: off)
+    reauth_ms: dict[str, int] = field(default_factory=dict)
+    # waited for before a mechanism reads credentials: a broker listener's logins wait until the
+    # node serves (its image replayed), as Kafka opens its client listeners only then
+    serving: Callable[[], Awaitable[None]] | None = None
+
+    async def wait_serving(self) -> None:
+        if self.serving is not None:
+            await self.serving()
+
+    def max_reauth_ms(self, mechanism: str) -> int:
+        return self.reauth_ms.get(mechanism, 0)
 
     @classmethod
     def of(cls, config: BrokerConfig, listener_name: str, credentials: scram.CredentialLookup,
-           now_ms: Callable[[], int]) -> ListenerSasl:
+           now_ms: Callable[[], int], tokens: scram.TokenLookup | None = None,
+           serving: Callable[[], Awaitable[None]] | None = None) -> ListenerSasl:
         """ConfigError (one line) for a mechanism pybroker lacks or a missing or malformed JAAS line."""
         mechanisms = [m.strip().upper() for m in config.listener_config(listener_name, "sasl.enabled.mechanisms")]
         if not mechanisms:
@@ -108,7 +126,10 @@ class ListenerSasl:
             short_namer = KerberosShortNamer.from_rules(
                 default_realm(), config.listener_config(listener_name, "sasl.kerberos.principal.to.local.rules"))
         return cls(listener_name, mechanisms, jaas, credentials, now_ms, config["sasl.server.max.receive.size"],
-                   config["connection.failed.authentication.delay.ms"], kerberos, short_namer, jwt_validator)
+                   config["connection.failed.authentication.delay.ms"], kerberos, short_namer, jwt_validator,
+                   tokens=tokens,
+                   reauth_ms={mech: config.connections_max_reauth_ms(listener_name, mech) for mech in mechanisms},
+                   serving=serving)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The listener's background work: OAUTHBEARER's JWKS, loaded (ConfigError when it cannot
@@ -125,7 +146,7 @@ class ListenerSasl:
         if mechanism == "PLAIN":
             return plain.PlainSaslServer(self.jaas[mechanism].options)
         if mechanism in scram.MECHANISMS:
-            return scram.ScramSaslServer(mechanism, self.credentials)
+            return scram.ScramSaslServer(mechanism, self.credentials, tokens=self.tokens, now_ms=self.now_ms)
         if mechanism == "OAUTHBEARER":
             validator: oauthbearer.TokenValidator = (
                 self.jwt_validator if self.jwt_validator is not None
@@ -138,6 +159,31 @@ def image_credentials(get_image: Callable[[], MetadataImage]) -> scram.Credentia
     """A SCRAM credential lookup over the node's current metadata image."""
     def lookup(name: str, type_id: int) -> ScramCredential | None:
         return get_image().scram_credentials.get(name, {}).get(type_id)
+    return lookup
+
+
+def image_tokens(get_image: Callable[[], MetadataImage], secret_key: str) -> scram.TokenLookup:
+    """Delegation tokens for SCRAM logins over the node's metadata image (Kafka's
+    DelegationTokenCache): the password is base64(HMAC-SHA512(secret key, token id)), its SCRAM keys
+    derived once per token and mechanism (random salt, 4096 iterations, as
+    DelegationTokenManager.prepareScramCredentials) and dropped with the token."""
+    cache: dict[tuple[str, int], ScramCredential] = {}
+
+    def lookup(token_id: str, type_id: int) -> scram.TokenCredential | None:
+        tokens = get_image().delegation_tokens
+        token = tokens.get(token_id)
+        if token is None:
+            return None
+        credential = cache.get((token_id, type_id))
+        if credential is None:
+            if len(cache) > 2 * len(tokens) + 16:  # forget removed tokens
+                for key in [k for k in cache if k[0] not in tokens]:
+                    del cache[key]
+            password = base64.b64encode(token_hmac(secret_key, token_id))
+            credential = scram.credential_for_password(type_id, password, secrets.token_bytes(16))
+            cache[(token_id, type_id)] = credential
+        return scram.TokenCredential(credential, split_principal(token.owner)[1], token.expiry_timestamp,
+                                     token.max_timestamp)
     return lookup
 
 

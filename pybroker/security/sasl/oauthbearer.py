@@ -28,6 +28,7 @@ import base64
 import binascii
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -69,6 +70,10 @@ class UnsecuredValidator:
 
     def validate(self, token: str, now_ms: int) -> str:
         """The token's principal name; InvalidToken when it is refused."""
+        return self.validate_token(token, now_ms)[0]
+
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]:
+        """(principal name, expiration ms: `exp` x 1000); InvalidToken when it is refused."""
         parts = token.split(".")
         if len(parts) != 3 or parts[2]:
             raise InvalidToken("Unsecured JWS compact serializations must have 3 dot-separated "
@@ -97,11 +102,12 @@ class UnsecuredValidator:
             if missing:
                 raise InvalidToken(f"The provided scope was missing required scope {missing}",
                                    scope=" ".join(self.required_scope))
-        return principal
+        return principal, int(min(exp * 1000, 2**63 - 1))  # json.loads takes Infinity
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    # finite: json.loads takes Infinity and NaN, which Kafka's JSON parser refuses
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _json_part(text: str, what: str) -> dict[str, Any]:
@@ -117,7 +123,7 @@ def _json_part(text: str, what: str) -> dict[str, Any]:
 class TokenValidator(Protocol):
     """UnsecuredValidator here, or the secured BrokerJwtValidator (broker_jwt_validator.py)."""
 
-    def validate(self, token: str, now_ms: int) -> str: ...
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]: ...
 
 
 class OAuthBearerSaslServer:
@@ -130,6 +136,8 @@ class OAuthBearerSaslServer:
         self.complete = False
         self.authorization_id = ""
         self.extensions: dict[str, str] = {}
+        # the token's `exp` (Kafka's CREDENTIAL_LIFETIME_MS): it bounds the session's lifetime (KIP-368)
+        self.credential_expiration_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self._error is not None:
@@ -154,7 +162,7 @@ class OAuthBearerSaslServer:
         if a["scheme"].lower() != "bearer":
             raise SaslError(f"Invalid scheme in OAUTHBEARER client first message: {a['scheme']}")
         try:
-            principal = self._validator.validate(a["token"], self._now_ms())
+            principal, expiration_ms = self._validator.validate_token(a["token"], self._now_ms())
         except InvalidToken as exc:
             log.info("OAUTHBEARER token refused: %s", exc)
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
@@ -167,5 +175,6 @@ class OAuthBearerSaslServer:
                 f"from the token's principal name ({principal})")
         self.extensions = pairs
         self.authorization_id = principal
+        self.credential_expiration_ms = expiration_ms
         self.complete = True
         return b""
