@@ -176,6 +176,23 @@ def test_kcat_plain_produce_consume(broker, pki, listener):
     assert [r.value for r in parse_kcat_output(out)] == [b"line-%d" % i for i in range(10)]
 
 
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SASL_PLAINTEXT"])
+def test_kcat_oauthbearer_unsecured_jwt_produce_consume(broker, pki, listener):
+    """librdkafka's own unsecured JWT (enable.sasl.oauthbearer.unsecure.jwt) against Kafka's default
+    unsecured validator: the principal claim names the user."""
+    topic = topic_name("kcat-oauth")
+    conf = ["-X", f"security.protocol={listener}", "-X", "sasl.mechanisms=OAUTHBEARER",
+            "-X", "enable.sasl.oauthbearer.unsecure.jwt=true", "-X", "sasl.oauthbearer.config=principal=alice"]
+    if listener == "SASL_SSL":
+        conf += ["-X", f"ssl.ca.location={pki.ca_pem}"]
+    address = f"127.0.0.1:{broker.ports[listener]}"
+    lines = b"".join(b"jwt-%d\n" % i for i in range(10))
+    kcat(["-P", "-b", address, *conf, "-t", topic, "-p", "0"], stdin=lines)
+    out = kcat(["-C", "-b", address, *conf, "-t", topic, "-p", "0", "-o", "beginning", "-c", "10", "-e",
+                "-f", r"%o %p %T %K %S\t%h\n%k%s\n"]).stdout
+    assert [r.value for r in parse_kcat_output(out)] == [b"jwt-%d" % i for i in range(10)]
+
+
 def test_kcat_scram_of_librdkafka_before_2_6_1_is_refused_as_kafka_4_refuses_it(broker, pki):
     """Debian's kcat links librdkafka 2.0.2, whose SCRAM client-final repeats the client nonce
     before the server's combined nonce (librdkafka#4895, fixed in 2.6.1). Kafka 4 compares the
