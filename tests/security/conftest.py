@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,16 @@ class TlsBroker:
     def __init__(self, node: BrokerProcess) -> None:
         self.node = node
         self.ports: dict[str, int] = {}
-        for m in _LISTENING.finditer(node._read_output(0)):
-            self.ports[m.group(1).decode()] = int(m.group(3))
+        # start() returns at the first "listening on" line; the others may still be on their way
+        wanted = {item.split("://", 1)[0].strip().upper() for item in node.overrides.get("listeners", "").split(",")
+                  if "://" in item} - {"CONTROLLER"}
+        deadline = time.monotonic() + 20
+        while True:
+            for m in _LISTENING.finditer(node._read_output(0)):
+                self.ports[m.group(1).decode()] = int(m.group(3))
+            if wanted <= set(self.ports) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
     @property
     def plain(self) -> str:
