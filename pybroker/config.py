@@ -147,11 +147,42 @@ RECONFIGURABLE_SSL_CONFIGS = frozenset(d.name for d in SSL_CONFIG_DEFS if not d.
 SASL_CONFIG_DEFS = (
     ConfigDef("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
     ConfigDef("sasl.jaas.config", "password", None),
+    # GSSAPI (Kerberos; security/sasl/gssapi.py): the service name clients ask tickets for, and
+    # the rules mapping a client's Kerberos principal to its User: short name (kerberos_name.py)
+    ConfigDef("sasl.kerberos.service.name", "string", None),
+    ConfigDef("sasl.kerberos.principal.to.local.rules", "list", ["DEFAULT"]),
+    ConfigDef("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
+    ConfigDef("sasl.kerberos.min.time.before.relogin", "long", 60000),
+    ConfigDef("sasl.kerberos.ticket.renew.jitter", "double", 0.05),
+    ConfigDef("sasl.kerberos.ticket.renew.window.factor", "double", 0.8),
+    # OAUTHBEARER's validator (security/sasl/listener.py): Kafka reads the handler only mechanism-
+    # prefixed, `[listener.name.<l>.]oauthbearer.sasl.server.callback.handler.class`; the
+    # secured one (OAuthBearerValidatorCallbackHandler, BrokerJwtValidator) reads the
+    # sasl.oauthbearer.* keys below, each also `oauthbearer.`-prefixable (security/sasl/jwks.py,
+    # security/sasl/broker_jwt_validator.py)
+    ConfigDef("sasl.server.callback.handler.class", "class", None),
+    ConfigDef("sasl.oauthbearer.jwt.validator.class", "class",
+              "org.apache.kafka.common.security.oauthbearer.DefaultJwtValidator"),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.url", "string", None),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100),
+    ConfigDef("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000),
+    ConfigDef("sasl.oauthbearer.clock.skew.seconds", "int", 30),
+    ConfigDef("sasl.oauthbearer.expected.audience", "list", None),
+    ConfigDef("sasl.oauthbearer.expected.issuer", "string", None),
+    ConfigDef("sasl.oauthbearer.scope.claim.name", "string", "scope"),
+    ConfigDef("sasl.oauthbearer.sub.claim.name", "string", "sub"),
 )
+# keys Kafka also reads with a SASL mechanism's prefix, `[listener.name.<l>.]<mech>.<key>`
+# (SaslChannelBuilder, the OAuth ConfigurationUtils); BrokerConfig.sasl_mechanism_config
+MECHANISM_CONFIG_KEYS = frozenset(d.name for d in SASL_CONFIG_DEFS
+                                  if d.name.startswith("sasl.oauthbearer.") or d.name.endswith(".callback.handler.class"))
 _SASL_JAAS_SUFFIX = ".sasl.jaas.config"
+_REAUTH_SUFFIX = ".connections.max.reauth.ms"
 # keys a listener may override (listener.name.<l>.<key>); Kafka allows any key there, pybroker
 # reads the per-listener value of these
-LISTENER_CONFIG_KEYS = frozenset(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS)
+LISTENER_CONFIG_KEYS = frozenset([*(d.name for d in SSL_CONFIG_DEFS + SASL_CONFIG_DEFS),
+                                  "max.connections", "max.connection.creation.rate"])
 _LISTENER_PREFIX = "listener.name."
 
 
@@ -205,7 +236,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("connections.max.idle.ms", "long", 600000),
     # pybroker's Prometheus endpoint (pybroker/metrics): http://host:port, off when unset
     ConfigDef("metrics.listener", "string", None, lambda n, v: parse_metrics_listener(n, v) and None),
+    # Kafka's ConnectionQuotas (net/connection_quotas.py); all dynamic. max.connections and
+    # max.connection.creation.rate may also be set per listener (listener.name.<l>.<key>)
     ConfigDef("max.connections", "int", INT_MAX, at_least(0), read_only=False),
+    ConfigDef("max.connections.per.ip", "int", INT_MAX, at_least(0), read_only=False),
+    ConfigDef("max.connections.per.ip.overrides", "string", "",
+              lambda n, v: parse_connection_overrides(n, v) and None, read_only=False),
+    ConfigDef("max.connection.creation.rate", "int", INT_MAX, at_least(0), read_only=False),
     # client quotas (Kafka's QuotaConfig): 10 whole windows + the current one
     ConfigDef("quota.window.num", "int", 11, at_least(1)),
     ConfigDef("quota.window.size.seconds", "int", 1, at_least(1)),
@@ -221,6 +258,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
+    # delegation tokens (KIP-48; Kafka's DelegationTokenManagerConfigs): off without a secret key,
+    # which every controller and broker must share (the HMAC of a token id is keyed by it)
+    ConfigDef("delegation.token.secret.key", "password", None),
+    ConfigDef("delegation.token.max.lifetime.ms", "long", 604800000, at_least(1)),
+    ConfigDef("delegation.token.expiry.time.ms", "long", 86400000, at_least(1)),
+    ConfigDef("delegation.token.expiry.check.interval.ms", "long", 3600000, at_least(1)),
+    # KIP-368 re-authentication: the longest a SASL session lasts before the client must log in
+    # again (0: sessions never expire unless their credential does); per listener and mechanism
+    # as listener.name.<l>.<mechanism>.connections.max.reauth.ms (BrokerConfig.connections_max_reauth_ms)
+    ConfigDef("connections.max.reauth.ms", "long", 0),
     # storage
     ConfigDef("log.dirs", "list", None),
     ConfigDef("log.dir", "string", "./pybroker-data"),
@@ -408,6 +455,31 @@ REPLICA_SELECTOR_CLASSES = (RACK_AWARE_REPLICA_SELECTOR,)
 def check_replica_selector_class(name: str, value: Any) -> None:
     if value and value not in REPLICA_SELECTOR_CLASSES:
         raise ConfigError(f"Invalid value {value} for configuration {name}: Class {value} could not be found.")
+
+
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+
+
+def parse_connection_overrides(name: str, value: Any) -> dict[str, int]:
+    """max.connections.per.ip.overrides, "host:count,host:count" (Kafka's parseCsvMap: each entry
+    splits at its last colon, so IPv6 addresses need no brackets) -> {host: count}."""
+    out: dict[str, int] = {}
+    text = str(value or "").strip()
+    if not text:
+        return out
+    for entry in re.split(r"\s*,\s*", text):
+        host, sep, count = entry.rpartition(":")
+        host = host.strip()
+        if not sep or not host:
+            raise ConfigError(f"Error parsing configuration property '{name}': expected host:count, got '{entry}'")
+        if not _VALID_HOST.fullmatch(host):
+            raise ConfigError(f"{name} contains invalid addresses : {host}")
+        try:
+            out[host] = int(count.strip())
+        except ValueError:
+            raise ConfigError(f"Error parsing configuration property '{name}': For input string: "
+                              f"\"{count.strip()}\"") from None
+    return out
 
 
 _METRICS_LISTENER_RE = re.compile(r"^http://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d+)/?$")
@@ -690,6 +762,10 @@ class BrokerConfig:
         self.listener_values: dict[str, dict[str, Any]] = {}
         # (LISTENER or "", MECHANISM) -> JAAS line, from [listener.name.<l>.]<mech>.sasl.jaas.config
         self.jaas_lines: dict[tuple[str, str], str] = {}
+        # (LISTENER or "", MECHANISM) -> {key: value}, from [listener.name.<l>.]<mech>.<key>
+        self.mechanism_values: dict[tuple[str, str], dict[str, Any]] = {}
+        # (LISTENER, MECHANISM or "") -> ms, from listener.name.<l>.[<mech>.]connections.max.reauth.ms
+        self.reauth_ms: dict[tuple[str, str], int] = {}
         for name, raw in merged.items():
             d = BROKER_CONFIGS.get(name)
             if d is None and name.endswith(_SASL_JAAS_SUFFIX):
@@ -699,6 +775,20 @@ class BrokerConfig:
                     lname, _, mech = head[len(_LISTENER_PREFIX):].partition(".")
                 if mech and "." not in mech:
                     self.jaas_lines[(lname.upper(), mech.upper())] = str(raw)
+                    continue
+            if d is None and name.startswith(_LISTENER_PREFIX) and name.endswith(_REAUTH_SUFFIX):
+                lname, _, mech = name[len(_LISTENER_PREFIX):-len(_REAUTH_SUFFIX)].partition(".")
+                if lname and "." not in mech:
+                    self.reauth_ms[(lname.upper(), mech.upper())] = parse_value(name, "long", raw)
+                    continue
+            if d is None:
+                lname, rest = "", name
+                if name.startswith(_LISTENER_PREFIX):
+                    lname, _, rest = name[len(_LISTENER_PREFIX):].partition(".")
+                mech, _, key = rest.partition(".")
+                if key in MECHANISM_CONFIG_KEYS and mech and (lname or not name.startswith(_LISTENER_PREFIX)):
+                    md = BROKER_CONFIGS[key]
+                    self.mechanism_values.setdefault((lname.upper(), mech.upper()), {})[key] = md.parse(raw)
                     continue
             if d is None and name.startswith(_LISTENER_PREFIX):
                 lname, _, key = name[len(_LISTENER_PREFIX):].partition(".")
@@ -752,6 +842,28 @@ class BrokerConfig:
         listener.name.<l>.<mech>.sasl.jaas.config, else <mech>.sasl.jaas.config, else None."""
         return (self.jaas_lines.get((listener_name.upper(), mechanism.upper()))
                 or self.jaas_lines.get(("", mechanism.upper())))
+
+    def sasl_mechanism_config(self, listener_name: str, mechanism: str, name: str, *,
+                              unprefixed: bool = True) -> Any:
+        """`name`'s value for one SASL mechanism of a listener, as Kafka's OAuth ConfigurationUtils
+        reads the listener's channel configs: listener.name.<l>.<mech>.<name>, else
+        <mech>.<name>, else (unless `unprefixed` is False, as for SaslChannelBuilder's
+        sasl.server.callback.handler.class) listener.name.<l>.<name>, else <name>."""
+        for key in ((listener_name.upper(), mechanism.upper()), ("", mechanism.upper())):
+            per = self.mechanism_values.get(key)
+            if per is not None and name in per:
+                return per[name]
+        return self.listener_config(listener_name, name) if unprefixed else None
+
+    def connections_max_reauth_ms(self, listener_name: str, mechanism: str) -> int:
+        """connections.max.reauth.ms of a mechanism on a listener (Kafka's SaslChannelBuilder
+        connectionsMaxReauthMsByMechanism): listener.name.<l>.<mech>.connections.max.reauth.ms, else
+        listener.name.<l>.connections.max.reauth.ms, else connections.max.reauth.ms."""
+        key = listener_name.upper()
+        for mech in (mechanism.upper(), ""):
+            if (key, mech) in self.reauth_ms:
+                return int(self.reauth_ms[(key, mech)])
+        return int(self["connections.max.reauth.ms"])
 
     def listener_is_set(self, listener_name: str, name: str) -> bool:
         per = self.listener_values.get(listener_name.upper())
@@ -813,6 +925,15 @@ class BrokerConfig:
         if self["replica.fetch.wait.max.ms"] > self["replica.socket.timeout.ms"]:
             raise ConfigError("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to "
                               "prevent unnecessary socket timeouts")
+        if self["max.connections.per.ip"] == 0 and not parse_connection_overrides(
+                "max.connections.per.ip.overrides", self["max.connections.per.ip.overrides"]):
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "property is set.")
+        if self["connections.max.idle.ms"] < self["connection.failed.authentication.delay.ms"]:
+            raise ConfigError(f"connection.failed.authentication.delay.ms="
+                              f"{self['connection.failed.authentication.delay.ms']} should always be less than "
+                              f"connections.max.idle.ms={self['connections.max.idle.ms']} to prevent failed "
+                              "authentication responses from timing out")
         if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
             raise ConfigError("replica.fetch.wait.max.ms should always be less than or equal to "
                               "replica.lag.time.max.ms to prevent frequent changes in ISR")

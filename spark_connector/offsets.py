@@ -25,7 +25,14 @@ from pybroker.client.admin import (
     AdminClient,
     TopicPartition,
 )
-from spark_connector.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
+from spark_connector.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    client_security,
+)
 
 __all__ = ["OffsetRange", "OffsetReader", "split_ranges", "to_json_offsets", "from_json_offsets"]
 
@@ -109,7 +116,7 @@ class OffsetReader:
 
     def __post_init__(self) -> None:
         self.admin = AdminClient(self.opts.bootstrap_servers, client_id=self.opts.client_id,
-                                 request_timeout_s=self.opts.request_timeout_s)
+                                 request_timeout_s=self.opts.request_timeout_s, security=client_security(self.opts))
 
     def close(self) -> None:
         self.admin.close()

@@ -23,6 +23,16 @@ minOffsetsPerTrigger, maxTriggerDelay, kafkaConsumer.pollTimeoutMs; consumer pro
 isolation.level, max.partition.fetch.bytes, fetch.max.bytes, fetch.max.wait.ms,
 request.timeout.ms, client.id.
 
+Security (both ways), Kafka's client keys with the `kafka.` prefix, as Spark's Kafka source
+takes them: kafka.security.protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), kafka.ssl.*
+(truststore and keystore as PEM or PKCS12, ssl.endpoint.identification.algorithm, ...),
+kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) and
+kafka.sasl.jaas.config. They are checked on the driver (stores loaded, the JAAS line parsed:
+pybroker/security/client_properties.py) and kept as text in the options (an SSLContext does not
+pickle); `client_security(opts)` builds the connections' TLS context and SASL login once per
+process, driver or executor. The store files must be readable at the same paths on every
+executor, as with Spark's Kafka source.
+
 Errors are `OptionError` (a ValueError) with one clear sentence, raised from
 DataSource.reader()/writer() on the driver, i.e. before any task starts.
 """
@@ -39,7 +49,10 @@ from typing import Any
 from pybroker.client.admin import TopicPartition
 from pybroker.client.connection import parse_bootstrap_servers
 from pybroker.client.section_producer import ProducerConfig
+from pybroker.config import ConfigError
+from pybroker.protocol.client_security import ClientSecurity
 from pybroker.records import compression as codecs
+from pybroker.security import client_properties
 
 __all__ = [
     "AT_LEAST_ONCE", "EXACTLY_ONCE", "OffsetSpec", "OptionError", "ReadOptions", "WriteOptions",
@@ -114,14 +127,36 @@ def _bootstrap(o: _Options, role: str) -> str:
     return servers.strip()
 
 
-def _check_security(kafka: Mapping[str, str]) -> None:
-    protocol = kafka.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise OptionError(f"Kafka option 'security.protocol'={protocol} is not supported by the "
-                          "pybroker connector: it speaks PLAINTEXT only")
+SECURITY_PREFIXES = ("security.protocol", "ssl.", "sasl.")
+
+
+def _check_security(kafka: Mapping[str, str]) -> dict[str, str]:
+    """The kafka.* security keys, checked now (stores loaded, JAAS parsed): OptionError if bad."""
     for key in ("interceptor.classes",):
         if key in kafka:
             raise OptionError(f"Kafka option '{key}' is not supported")
+    props = {k: v for k, v in kafka.items() if k.startswith(SECURITY_PREFIXES)}
+    try:
+        client_properties.client_security(props)
+    except ConfigError as exc:
+        raise OptionError(f"Kafka security options (kafka.security.protocol, kafka.ssl.*, kafka.sasl.*): "
+                          f"{exc}") from None
+    return props
+
+
+_SECURITY_CACHE: dict[tuple[tuple[str, str], ...], ClientSecurity] = {}
+
+
+def client_security(opts: WriteOptions | ReadOptions) -> ClientSecurity:
+    """The connections' security for these options, built once per process (see the docstring)."""
+    key = tuple(sorted(opts.security.items()))
+    security = _SECURITY_CACHE.get(key)
+    if security is None:
+        try:
+            security = _SECURITY_CACHE[key] = client_properties.client_security(opts.security)
+        except ConfigError as exc:  # a store missing on this executor
+            raise OptionError(f"Kafka security options: {exc}") from None
+    return security
 
 
 # ---- write ------------------------------------------------------------------------------
@@ -145,6 +180,7 @@ class WriteOptions:
     producer: ProducerConfig
     max_section_bytes: int
     options: dict[str, str] = field(default_factory=dict)
+    security: dict[str, str] = field(default_factory=dict)  # the kafka.* security keys (client_security)
 
     @property
     def exactly_once(self) -> bool:
@@ -178,7 +214,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     o = _Options(options)
     servers = _bootstrap(o, "producer")
     kafka = o.kafka()
-    _check_security(kafka)
+    security = _check_security(kafka)
     for key in ("key.serializer", "value.serializer"):
         if key in kafka:
             what = "keys" if key.startswith("key") else "values"
@@ -248,7 +284,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         batch = 1  # Kafka: batch.size=0 disables batching -- one record per batch
     # A batch's records section must leave room for its header (61 bytes) and the request's.
     section = max(1, min(batch, max_request - 1024))
-    unknown = sorted(set(kafka) - _PRODUCER_KNOWN)
+    unknown = sorted(set(kafka) - _PRODUCER_KNOWN - set(security))
     if unknown:
         log.warning("pybroker connector: ignoring Kafka producer options it does not use: %s", unknown)
     producer = ProducerConfig(
@@ -262,7 +298,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         client_id=kafka.get("client.id", "pybroker-spark-producer"),
     )
     return WriteOptions(servers, topic, o.bool("includeHeaders", True), guarantee, prefix, producer,
-                        section, dict(o.raw))
+                        section, dict(o.raw), security)
 
 
 # ---- read -------------------------------------------------------------------------------
@@ -305,6 +341,7 @@ class ReadOptions:
     fetch_max_wait_ms: int
     request_timeout_s: float
     client_id: str
+    security: dict[str, str] = field(default_factory=dict)  # the kafka.* security keys (client_security)
 
 
 _STRATEGIES = ("subscribe", "subscribepattern", "assign")
@@ -415,7 +452,7 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptio
         assigned = [TopicPartition(t, p) for t, ps in data.items() for p in ps]
     servers = _bootstrap(o, "consumer")
     kafka = o.kafka()
-    _check_security(kafka)
+    security = _check_security(kafka)
     if "auto.offset.reset" in kafka:
         raise OptionError("Kafka option 'auto.offset.reset' is not supported. Instead set the source "
                           "option 'startingoffsets' to 'earliest' or 'latest' to specify where to start.")
@@ -495,4 +532,5 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptio
         fetch_max_wait_ms=_kint(kafka, "fetch.max.wait.ms", 500),
         request_timeout_s=_ms(kafka, "request.timeout.ms", 30000),
         client_id=kafka.get("client.id", "pybroker-spark-consumer"),
+        security=security,
     )

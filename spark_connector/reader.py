@@ -51,7 +51,7 @@ from spark_connector.offsets import (
     split_ranges,
     to_json_offsets,
 )
-from spark_connector.options import OptionError, ReadOptions
+from spark_connector.options import OptionError, ReadOptions, client_security
 
 __all__ = ["PyBrokerReader", "PyBrokerStreamReader", "read_range"]
 
@@ -79,7 +79,7 @@ def read_range(opts: ReadOptions, r: OffsetRange) -> Iterator[Any]:
     """Arrow RecordBatches of the records in [r.from_offset, r.until_offset) of one partition."""
     tp = TopicPartition(r.topic, r.partition)
     admin = AdminClient(opts.bootstrap_servers, client_id=opts.client_id,
-                        request_timeout_s=opts.request_timeout_s)
+                        request_timeout_s=opts.request_timeout_s, security=client_security(opts))
     fetcher = PartitionFetcher(admin, tp, isolation_level=opts.isolation_level,
                                max_bytes=opts.fetch_max_bytes, partition_max_bytes=opts.partition_max_bytes,
                                max_wait_ms=opts.fetch_max_wait_ms,

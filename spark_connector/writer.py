@@ -78,7 +78,7 @@ from pybroker.client.transactions import end_txn, fetch_stable_offsets, init_pro
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
 from spark_connector import arrow_columns
-from spark_connector.options import OptionError, WriteOptions
+from spark_connector.options import OptionError, WriteOptions, client_security
 
 __all__ = ["CommitMessage", "InputLayout", "PyBrokerStreamWriter", "PyBrokerWriter", "check_broker",
            "validate_input"]
@@ -162,7 +162,8 @@ def check_broker(opts: WriteOptions) -> None:
     """Reach the cluster from the driver before any task runs: an unreachable broker, a
     topic that cannot exist, or a broker without transactions fail the job here."""
     admin = AdminClient(opts.bootstrap_servers, client_id=opts.producer.client_id,
-                        request_timeout_s=min(opts.producer.request_timeout_s, 30.0), retries=2)
+                        request_timeout_s=min(opts.producer.request_timeout_s, 30.0), retries=2,
+                        security=client_security(opts))
     try:
         try:
             conn = admin._any()
@@ -266,7 +267,7 @@ def _make_producer(opts: WriteOptions, transactional_id: str | None) -> Producer
         from dataclasses import replace
 
         config = replace(config, transactional_id=transactional_id)
-    return Producer(opts.bootstrap_servers, config)
+    return Producer(opts.bootstrap_servers, config, security=client_security(opts))
 
 
 def _write(opts: WriteOptions, layout: InputLayout, iterator: Any, transactional_id: str | None,
@@ -311,7 +312,7 @@ def _committed_batch(producer: Producer, group_id: str, opts: WriteOptions) -> i
 def _end_all(opts: WriteOptions, messages: list[Any], commit: bool, txn_id_of: Any) -> None:
     """EndTxn for every listed task; on abort also fence the ids of unlisted (failed) tasks."""
     admin = AdminClient(opts.bootstrap_servers, client_id=opts.producer.client_id,
-                        request_timeout_s=opts.producer.request_timeout_s)
+                        request_timeout_s=opts.producer.request_timeout_s, security=client_security(opts))
     failures: list[str] = []
     try:
         for index, m in enumerate(messages):

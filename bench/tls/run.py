@@ -1,10 +1,12 @@
-"""Produce and consume over TLS against PLAINTEXT, on one pybroker node, in the same run (issue 20).
+"""Produce and consume over TLS and SASL_SSL against PLAINTEXT, on one pybroker node, in the same run
+(issue 20).
 
     python bench/tls/run.py [--records 1000000] [--rounds 3] [--codec none] [--out DIR]
                             [--latency-seconds 5] [--profile perf|py-spy]
 
-One broker process with two listeners: PLAINTEXT and SSL (a fresh CA and broker certificate
-in the work directory, PEM keystore, ECDSA P-256, no client authentication). For each round,
+One broker process with three listeners: PLAINTEXT, SSL and SASL_SSL (a fresh CA and broker
+certificate in the work directory, PEM keystore, ECDSA P-256, no client authentication; SASL_SSL
+logs in with PLAIN: a mechanism costs once per connection, the TLS records after it are SSL's). For each round,
 each protocol in turn (the order alternates between rounds), the C librdkafka load generator
 of bench/e2e (`loadgen`: 100-byte values, 6 partitions, linger.ms 5, acks=1) produces
 `--records` records to a fresh topic through that listener, then reads them back from offset 0
@@ -44,7 +46,9 @@ import run as e2e  # noqa: E402  (bench/e2e/run.py: the broker process, loadgen,
 
 from tests.security.certs import CertificateAuthority  # noqa: E402  (the test suite's PKI maker)
 
-PROTOCOLS = ("PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="bench" '
+        'password="bench-secret" user_bench="bench-secret";')
 
 
 def make_pki(workdir: Path) -> tuple[Path, Path]:
@@ -55,23 +59,29 @@ def make_pki(workdir: Path) -> tuple[Path, Path]:
     return keystore, ca.write_pem(workdir / "ca.pem")
 
 
-def tls_broker(workdir: Path, keystore: Path) -> tuple[e2e.Broker, int]:
-    """The broker (ready-checked on its PLAINTEXT port) and its SSL port."""
-    plain, tls = e2e.free_port(), e2e.free_port()
+def tls_broker(workdir: Path, keystore: Path) -> tuple[e2e.Broker, int, int]:
+    """The broker (ready-checked on its PLAINTEXT port), its SSL port and its SASL_SSL port."""
+    plain, tls, sasl = e2e.free_port(), e2e.free_port(), e2e.free_port()
     cmd = [sys.executable, "-m", "pybroker",
-           "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls},SASL_SSL://127.0.0.1:{sasl}",
+           "--override", "inter.broker.listener.name=PLAINTEXT",
+           "--override", "sasl.enabled.mechanisms=PLAIN",
+           "--override", f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
            "--override", "ssl.keystore.type=PEM", "--override", f"ssl.keystore.location={keystore}",
            "--override", f"log.dirs={workdir / 'pybroker-data'}",
            "--override", f"num.partitions={e2e.PARTITIONS}",
            "--log-level", "WARNING"]
     env = {"PYTHONPATH": str(REPO_ROOT)}
-    return e2e.Broker("pybroker", cmd, plain, workdir, env), tls
+    return e2e.Broker("pybroker", cmd, plain, workdir, env), tls, sasl
 
 
 def client_args(protocol: str, ca: Path) -> list[str]:
     if protocol == "PLAINTEXT":
         return []
-    return ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={ca}"]
+    args = ["-X", f"security.protocol={protocol}", "-X", f"ssl.ca.location={ca}"]
+    if protocol == "SASL_SSL":
+        args += ["-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=bench", "-X", "sasl.password=bench-secret"]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
         workdir = Path(tmp)
         keystore, ca = make_pki(workdir)
-        broker, tls_port = tls_broker(workdir, keystore)
-        addresses = {"PLAINTEXT": broker.bootstrap, "SSL": f"127.0.0.1:{tls_port}"}
+        broker, tls_port, sasl_port = tls_broker(workdir, keystore)
+        addresses = {"PLAINTEXT": broker.bootstrap, "SSL": f"127.0.0.1:{tls_port}",
+                     "SASL_SSL": f"127.0.0.1:{sasl_port}"}
         print(f"== {' '.join(broker.cmd)}", flush=True)
         broker.start()
         try:
@@ -101,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
                       for kind in ("", "latency-")]
             broker.create_topics(topics)
             for r in range(args.rounds):
-                order = PROTOCOLS if r % 2 == 0 else PROTOCOLS[::-1]
+                order = PROTOCOLS[r % len(PROTOCOLS):] + PROTOCOLS[:r % len(PROTOCOLS)]  # rotates per round
                 for proto in order:
                     topic, extra = f"{proto}-{r}", client_args(proto, ca)
                     for mode in ("produce", "consume"):
                         mode_args = ["-a", "1", "-z", args.codec] if mode == "produce" else []
-                        profile = args.profile if proto == "SSL" and r == 0 else None
+                        profile = args.profile if proto == "SSL" and r == 0 else None  # SASL_SSL's cost is SSL's
                         (args.out / mode).mkdir(exist_ok=True)
                         assert broker.proc is not None
                         with e2e.profiler(profile, broker.proc.pid, args.out / mode):
@@ -147,13 +158,16 @@ def main(argv: list[str] | None = None) -> int:
                 "records_per_s": statistics.median(x["records_per_s"] for x in ok),
                 "broker_cpu_s_per_million": statistics.median(x["broker_cpu_s_per_million"] for x in ok),
             }
-    ratios = {}
+    ratios: dict[str, dict[str, float]] = {}
     for mode in ("produce", "consume"):
-        plain, tls = summary.get(f"{mode} PLAINTEXT"), summary.get(f"{mode} SSL")
-        if plain and tls:
-            ratios[mode] = {"throughput_ssl_over_plaintext": round(tls["records_per_s"] / plain["records_per_s"], 3),
-                            "cpu_per_record_ssl_over_plaintext": round(
-                                tls["broker_cpu_s_per_million"] / plain["broker_cpu_s_per_million"], 3)}
+        plain = summary.get(f"{mode} PLAINTEXT")
+        for proto in PROTOCOLS[1:]:
+            tls = summary.get(f"{mode} {proto}")
+            if plain and tls:
+                ratios[f"{mode} {proto}"] = {
+                    "throughput_over_plaintext": round(tls["records_per_s"] / plain["records_per_s"], 3),
+                    "cpu_per_record_over_plaintext": round(
+                        tls["broker_cpu_s_per_million"] / plain["broker_cpu_s_per_million"], 3)}
     print("\nmedians over rounds:")
     for phase, s in summary.items():
         if "p50_ms" in s:
@@ -162,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"  {phase:18} {s['records_per_s']:>12,.0f} rec/s  "
                   f"{s['broker_cpu_s_per_million']:6.3f} broker CPU s/M")
-    for mode, r in ratios.items():
-        print(f"  {mode}: SSL/PLAINTEXT throughput {r['throughput_ssl_over_plaintext']:.2f}, "
-              f"broker CPU per record {r['cpu_per_record_ssl_over_plaintext']:.2f}")
+    for phase, r in ratios.items():
+        mode, proto = phase.split()
+        print(f"  {mode}: {proto}/PLAINTEXT throughput {r['throughput_over_plaintext']:.2f}, "
+              f"broker CPU per record {r['cpu_per_record_over_plaintext']:.2f}")
     (args.out / "tls.json").write_text(json.dumps(
         {"records": n, "rounds": args.rounds, "codec": args.codec, "value_size": e2e.VALUE_SIZE,
          "partitions": e2e.PARTITIONS, "runs": runs, "medians": summary, "ratios": ratios}, indent=2))

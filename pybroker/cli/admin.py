@@ -10,10 +10,17 @@ pybroker.client.
     pybroker dump-log --files F[,F...]                                  kafka-dump-log.sh
     pybroker acls     {--add|--remove|--list}                           kafka-acls.sh
     pybroker quotas   {describe|alter}        kafka-configs.sh's client-quota path (Kafka has no own tool)
+    pybroker delegation-tokens {--create|--renew|--expire|--describe}  kafka-delegation-tokens.sh
 
 Each tool lives in its own module and registers its parser here; the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
 tool, so the import graph is a tree: main -> admin -> tools -> common -> client.
+Every tool that talks to a broker takes `--command-config FILE`, a Kafka client properties
+file whose security keys (security.protocol, ssl.*, sasl.*) its clients connect with
+(security/client_properties.py); the console and perf tools also take Kafka's older names for
+it, `--producer.config` / `--consumer.config`, and read their producer / consumer keys from it,
+under `--producer-property` / `--consumer-property` / `--command-property`. A file that cannot
+be read or a bad value: one line, exit code 2.
 Output, errors and exit codes: see cli/common.py. Concurrency: a one-shot command; one
 blocking AdminClient per run, created only for tools that talk to a broker.
 """
@@ -25,19 +32,33 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from pybroker.cli import acls, configs, consume, dump_log, groups, perf, produce, quotas, topics
+from pybroker.cli import (
+    acls,
+    configs,
+    consume,
+    delegation_tokens,
+    dump_log,
+    groups,
+    perf,
+    produce,
+    quotas,
+    topics,
+)
 from pybroker.cli.common import (
     ArgumentParser,
     CliError,
     Handler,
     check_bootstrap,
+    client_settings,
     common_options,
     parse_cli_args,
     run_handler,
+    warnings_for,
 )
 from pybroker.client.admin import AdminClient
 
-TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas")
+TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
+         "delegation-tokens")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     acls.register(tools.add_parser("acls", help="add, remove and list ACLs (kafka-acls)"), common)
     quotas.register(tools.add_parser("quotas", help="client quotas: an alias of `configs` for clients/users "
                                      "(Kafka has no separate tool)"), common)
+    delegation_tokens.register(tools.add_parser("delegation-tokens", help="create, renew, expire and describe "
+                                                "delegation tokens (kafka-delegation-tokens)"), common)
     return parser
 
 
@@ -75,14 +98,17 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     args.stdin = stdin if stdin is not None else sys.stdin
     try:
         check_bootstrap(args)
+        args.client_properties, security = client_settings(args)
     except CliError as exc:
         err.write(f"pybroker: {exc}\n")
         return exc.exit_code
+    for warning in warnings_for(args.client_properties):
+        err.write(f"pybroker: warning: {warning}\n")
     handler: Handler = args.handler
     admin = None
     if getattr(args, "bootstrap_server", None) is not None:
         admin = AdminClient(args.bootstrap_server, request_timeout_s=args.request_timeout_ms / 1000.0,
-                            retries=3, retry_backoff_s=0.1)
+                            retries=3, retry_backoff_s=0.1, security=security)
     try:
         return run_handler(lambda: handler(admin, args, out, err), err)  # type: ignore[arg-type]
     finally:

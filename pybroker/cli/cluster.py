@@ -1,7 +1,7 @@
 """`pybroker cluster`: a local KRaft cluster for development, one process per node.
 
     pybroker cluster [--nodes 3] [--dir ./pybroker-cluster] [--base-port 9092]
-                     [--controller-base-port BASE+100] [--security plaintext|ssl]
+                     [--controller-base-port BASE+100] [--security plaintext|ssl|sasl_ssl]
                      [--override key=value ...]
 
 Node i (1..N) is a combined broker and controller (`process.roles=broker,controller`): its client
@@ -16,8 +16,25 @@ a clean shutdown; SIGKILL after 30 s), as does its own death (each node dies wit
 `--security ssl` puts TLS on every listener, client and controller, with client certificates
 required, so Raft, forwarding, heartbeats and replication between the nodes all run over TLS
 with the nodes' own certificate: a local CA and the certificates are made in `DIR/tls/`
-(security/local_ca.py) and reused, and `DIR/client-ssl.properties` holds the client settings
-(librdkafka names; the command prints them).
+(security/local_ca.py) and reused. The client settings are written in Kafka's names to
+`DIR/client.properties` (`pybroker <tool> --command-config`, Java clients: the truststore and a
+client certificate as PEM stores) and in librdkafka's to `DIR/client-ssl.properties`
+(confluent-kafka, `kcat -F`); the command prints both.
+
+`--security sasl_ssl` puts SASL_SSL on every listener (TLS with the same local CA, no client
+certificates; the login authenticates): the client and inter-broker listener takes
+SCRAM-SHA-512, the controller listener PLAIN (the controllers log in to each other before any
+metadata, where SCRAM credentials live, has been replicated: the layout Kafka's developers give
+for a KRaft cluster on SCRAM, KAFKA-15513). Two users get generated passwords on first use, kept in
+`DIR/credentials.properties` (0600): `broker`, the nodes' own principal, and `admin`, the
+client's. Their SCRAM-SHA-512 credentials are written into the bootstrap metadata when the nodes
+are formatted (`pybroker storage format --add-scram`), so they exist before the first node
+serves. The StandardAuthorizer is on, with `super.users=User:broker;User:admin`; other users
+need ACLs (`pybroker acls`) and credentials (`pybroker configs --alter --entity-type users
+--add-config 'SCRAM-SHA-512=[password=...]'`). The client settings go to `DIR/client.properties`
+(Kafka's names: sasl.jaas.config with ScramLoginModule, the PEM truststore) and
+`DIR/client-librdkafka.properties` (librdkafka's), both 0600, and the command prints them.
+A directory first formatted without `--security sasl_ssl` has no SCRAM users and is refused.
 
 Errors (ports in use, a directory of another shape): one line on stderr, exit code 2; a node that
 fails to start: its log's last lines, every node stopped, exit code 1.
@@ -29,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -47,13 +65,14 @@ from pybroker.cli.common import (
     parse_cli_args,
 )
 from pybroker.cli.storage import format_storage
-from pybroker.config import ConfigError, build_config, parse_overrides
+from pybroker.config import ConfigError, build_config, load_properties, parse_overrides
 from pybroker.log.file_lock import LOCK_FILE, DirectoryLockedError, lock_dirs, release_all
 from pybroker.log.meta_properties import random_uuid_str, read_meta_properties
 from pybroker.security.local_ca import (
     CA_CERT,
     CLIENT_CERT,
     CLIENT_KEY,
+    CLIENT_KEYSTORE,
     NODE_KEYSTORE,
     ensure_local_ca,
 )
@@ -61,6 +80,15 @@ from pybroker.security.local_ca import (
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 LISTENING = "listening on {listener}://"
+SECURITY_MODES = ("plaintext", "ssl", "sasl_ssl")
+LISTENER = {"plaintext": "PLAINTEXT", "ssl": "SSL", "sasl_ssl": "SASL_SSL"}
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+BROKER_USER = "broker"
+ADMIN_USER = "admin"
+CREDENTIALS_FILE = "credentials.properties"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 if sys.platform.startswith("linux"):
     import ctypes
@@ -74,9 +102,12 @@ else:  # pragma: no cover
 
 
 def node_properties(node_id: int, nodes: int, base_port: int, controller_base_port: int, data_dir: Path,
-                    extra: dict[str, str], tls_dir: Path | None = None) -> dict[str, str]:
+                    extra: dict[str, str], tls_dir: Path | None = None,
+                    credentials: dict[str, str] | None = None) -> dict[str, str]:
+    """One node's server.properties: PLAINTEXT; SSL with `tls_dir`; SASL_SSL with `tls_dir` and
+    the users' `credentials` (user -> password)."""
     voters = ",".join(f"{i}@127.0.0.1:{controller_base_port + i - 1}" for i in range(1, nodes + 1))
-    proto = "PLAINTEXT" if tls_dir is None else "SSL"
+    proto = "PLAINTEXT" if tls_dir is None else "SSL" if credentials is None else "SASL_SSL"
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
@@ -96,7 +127,22 @@ def node_properties(node_id: int, nodes: int, base_port: int, controller_base_po
     if tls_dir is not None:
         props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / NODE_KEYSTORE),
                       "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / CA_CERT),
-                      "ssl.client.auth": "required"})
+                      "ssl.client.auth": "required" if credentials is None else "none"})
+    if credentials is not None:
+        secret = credentials[BROKER_USER]
+        props.update({
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                f'{SCRAM_MODULE} required username="{BROKER_USER}" password="{secret}";',
+            "listener.name.controller.plain.sasl.jaas.config":
+                f'{PLAIN_MODULE} required username="{BROKER_USER}" password="{secret}" '
+                f'user_{BROKER_USER}="{secret}";',
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": f"User:{BROKER_USER};User:{ADMIN_USER}",
+        })
     props.update(extra)
     return props
 
@@ -107,9 +153,54 @@ def client_properties(tls_dir: Path) -> dict[str, str]:
             "ssl.certificate.location": str(tls_dir / CLIENT_CERT), "ssl.key.location": str(tls_dir / CLIENT_KEY)}
 
 
-def _write_properties(path: Path, props: dict[str, str]) -> None:
-    lines = ["# written by `pybroker cluster` at every start"] + [f"{k}={v}" for k, v in props.items()]
+def kafka_client_properties(tls_dir: Path, credentials: dict[str, str] | None) -> dict[str, str]:
+    """The same in Kafka's names (--command-config, Java clients): `--security ssl` with the client
+    certificate's PEM keystore, `--security sasl_ssl` as the admin user over SCRAM-SHA-512."""
+    props = {"security.protocol": "SSL" if credentials is None else "SASL_SSL",
+             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / CA_CERT)}
+    if credentials is None:
+        props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / CLIENT_KEYSTORE)})
+    else:
+        props.update({"sasl.mechanism": SCRAM_MECHANISM,
+                      "sasl.jaas.config": f'{SCRAM_MODULE} required username="{ADMIN_USER}" '
+                                          f'password="{credentials[ADMIN_USER]}";'})
+    return props
+
+
+def librdkafka_sasl_properties(tls_dir: Path, credentials: dict[str, str]) -> dict[str, str]:
+    """`--security sasl_ssl`'s client settings in librdkafka's names (confluent-kafka, kcat -F)."""
+    return {"security.protocol": "SASL_SSL", "ssl.ca.location": str(tls_dir / CA_CERT),
+            "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": ADMIN_USER, "sasl.password": credentials[ADMIN_USER]}
+
+
+def _property_line(key: str, value: str) -> str:
+    """key=value in Java's Properties format (a backslash escapes itself; values here have no newline)."""
+    return f"{key}={value.replace(chr(92), chr(92) * 2)}"
+
+
+def _write_properties(path: Path, props: dict[str, str], private: bool = False) -> None:
+    lines = ["# written by `pybroker cluster` at every start"] + [_property_line(k, v) for k, v in props.items()]
+    if private:  # passwords: readable by the owner only
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="latin-1") as f:
+            f.write("\n".join(lines) + "\n")
+        return
     path.write_text("\n".join(lines) + "\n", encoding="latin-1")
+
+
+def ensure_credentials(directory: Path) -> dict[str, str]:
+    """The broker and admin users' passwords, generated on first use (DIR/credentials.properties)."""
+    path = directory / CREDENTIALS_FILE
+    if path.exists():
+        stored = load_properties(str(path))
+        creds = {u: stored.get(f"{u}.password", "") for u in (BROKER_USER, ADMIN_USER)}
+        if all(creds.values()):
+            return creds
+        raise CliError(f"{path} lacks {BROKER_USER}.password or {ADMIN_USER}.password")
+    creds = {u: secrets.token_urlsafe(18) for u in (BROKER_USER, ADMIN_USER)}
+    _write_properties(path, {f"{u}.password": p for u, p in creds.items()}, private=True)
+    return creds
 
 
 def _port_free(port: int) -> bool:
@@ -149,9 +240,27 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
     else:
         cluster_id = random_uuid_str()
         id_file.write_text(cluster_id + "\n")
-    tls_dir = ensure_local_ca((directory / "tls").resolve()) if security == "ssl" else None
+    if security not in SECURITY_MODES:
+        raise CliError(f"--security must be one of {', '.join(SECURITY_MODES)}")
+    tls_dir = ensure_local_ca((directory / "tls").resolve()) if security != "plaintext" else None
+    credentials = ensure_credentials(directory) if security == "sasl_ssl" else None
+    shape = json.loads(shape_file.read_text())
+    if credentials is not None and not shape.get("scram_users"):
+        formatted = [d for d in directory.glob("node-*/data") if (d / "meta.properties").exists()]
+        if formatted:
+            raise CliError(f"{directory} was formatted without --security sasl_ssl, so its metadata has no SCRAM "
+                           "users; use another --dir")
+        shape["scram_users"] = [BROKER_USER, ADMIN_USER]
+        shape_file.write_text(json.dumps(shape) + "\n")
     if tls_dir is not None:
-        _write_properties(directory / "client-ssl.properties", client_properties(tls_dir))
+        _write_properties(directory / "client.properties", kafka_client_properties(tls_dir, credentials),
+                          private=credentials is not None)
+        if credentials is None:
+            _write_properties(directory / "client-ssl.properties", client_properties(tls_dir))
+        else:
+            _write_properties(directory / "client-librdkafka.properties",
+                              librdkafka_sasl_properties(tls_dir, credentials), private=True)
+    scram = [f"{SCRAM_MECHANISM}=[name={u},password={p}]" for u, p in (credentials or {}).items()]
     files = []
     for node_id in range(1, nodes + 1):
         node_dir = directory / f"node-{node_id}"
@@ -162,9 +271,10 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
                 release_all(lock_dirs([data]))
             except DirectoryLockedError as exc:
                 raise CliError(f"node {node_id}: {exc}") from None
-        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides, tls_dir)
+        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides, tls_dir,
+                                credentials)
         path = node_dir / "server.properties"
-        _write_properties(path, props)
+        _write_properties(path, props, private=credentials is not None)
         files.append(path)
         try:
             cfg = build_config(str(path))
@@ -172,7 +282,8 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
             raise CliError(str(exc)) from None
         meta = read_meta_properties(data) if data.exists() else None
         if meta is None:
-            format_storage(cfg, cluster_id, out=open(os.devnull, "w"))
+            with open(os.devnull, "w") as devnull:
+                format_storage(cfg, cluster_id, add_scram=scram, out=devnull)
         elif meta.cluster_id != cluster_id:
             raise CliError(f"{data} belongs to cluster {meta.cluster_id}, not {cluster_id} ({id_file})")
     busy = [p for p in sorted(clients | {controller_base_port + i for i in range(nodes)}) if not _port_free(p)]
@@ -242,8 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client port of node 1; node i listens on BASE+i-1 (default 9092)")
     p.add_argument("--controller-base-port", type=int, default=None,
                    help="controller port of node 1 (default BASE+100)")
-    p.add_argument("--security", choices=("plaintext", "ssl"), default="plaintext",
-                   help="ssl: TLS with client certificates on every listener, a local CA in DIR/tls")
+    p.add_argument("--security", choices=SECURITY_MODES, default="plaintext",
+                   help="ssl: TLS with client certificates on every listener, a local CA in DIR/tls; sasl_ssl: "
+                   "SASL_SSL on every listener (SCRAM-SHA-512 for clients, generated passwords, an authorizer); "
+                   "either way DIR/client.properties is for --command-config")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="a property for every node (repeatable)")
     return p
@@ -263,7 +376,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     except (CliError, ConfigError) as exc:
         err.write(f"pybroker: {exc}\n")
         return EXIT_BAD_INPUT
-    nodes = [Node(i + 1, f, "SSL" if args.security == "ssl" else "PLAINTEXT") for i, f in enumerate(files)]
+    nodes = [Node(i + 1, f, LISTENER[args.security]) for i, f in enumerate(files)]
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -289,10 +402,15 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.nodes))
         out.write(f"pybroker cluster: {args.nodes} node(s), cluster id {cluster_id}, files in {args.dir}\n")
         out.write(f"bootstrap servers: {bootstrap}\n")
-        if args.security == "ssl":
-            client = Path(args.dir) / "client-ssl.properties"
-            settings = " ".join(f"{k}={v}" for k, v in client_properties((Path(args.dir) / "tls").resolve()).items())
-            out.write(f"client properties ({client}): {settings}\n")
+        if args.security != "plaintext":
+            for name in ("client.properties", "client-ssl.properties" if args.security == "ssl"
+                         else "client-librdkafka.properties"):
+                path = Path(args.dir) / name
+                lines = [x for x in path.read_text(encoding="latin-1").splitlines() if not x.startswith("#")]
+                names = "Kafka's names, for --command-config" if name == "client.properties" else "librdkafka's names"
+                out.write(f"client properties ({names}): {path}\n" + "".join(f"  {x}\n" for x in lines))
+            out.write(f"e.g. pybroker topics list --bootstrap-server {bootstrap} --command-config "
+                      f"{Path(args.dir) / 'client.properties'}\n")
         out.flush()
         while not stop_requested:
             for n in nodes:

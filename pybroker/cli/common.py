@@ -1,7 +1,8 @@
 """What every `pybroker <tool>` shares: exit codes, the one-line error, argument parsing,
 aligned tables, bootstrap and key=value parsing, and the error-to-exit-code mapping.
 
-Imports only pybroker.client and pybroker.protocol, never another pybroker.cli module, so
+Imports only pybroker.client, pybroker.protocol and the client half of pybroker.security
+(--command-config), never another pybroker.cli module, so
 the tools (topics, groups, configs, ...) import this and the dispatcher (cli/admin.py)
 imports the tools: no import circle.
 
@@ -26,12 +27,23 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from pybroker.client.admin import AdminClient, TopicPartition
-from pybroker.client.connection import BrokerConnectionError, parse_bootstrap_servers
+from pybroker.client.connection import (
+    AuthenticationFailedError,
+    BrokerConnectionError,
+    parse_bootstrap_servers,
+)
+from pybroker.config import ConfigError
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError, ProtocolError
+from pybroker.security.client_properties import (
+    client_security,
+    load_client_properties,
+    warnings_for,
+)
 
 __all__ = [
     "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
-    "CliError", "Handler", "bool_property", "common_options", "describe_error", "parse_key_value",
+    "CliError", "Handler", "bool_property", "client_settings", "warnings_for", "common_options", "describe_error", "parse_key_value",
     "parse_properties", "parse_topic_partitions", "print_table", "resolve_partitions", "run_handler",
 ]
 
@@ -165,7 +177,24 @@ def common_options(timeout_flags: Sequence[str] = ("--timeout-ms", "--request-ti
                    help=f"broker(s) to connect to, comma-separated (default {DEFAULT_BOOTSTRAP})")
     p.add_argument(*timeout_flags, dest="request_timeout_ms", type=int, default=30000, metavar="MS",
                    help="timeout of each broker request in milliseconds (default 30000)")
+    p.add_argument("--command-config", dest="command_config", metavar="FILE",
+                   help="client properties file (Kafka's names): security.protocol, ssl.truststore.*, "
+                   "ssl.keystore.*, ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.jaas.config")
     return p
+
+
+def client_settings(args: argparse.Namespace) -> tuple[dict[str, str], ClientSecurity]:
+    """The properties of --command-config (or --producer.config / --consumer.config) and the
+    security they set up (security/client_properties.py); CliError (exit 2) when the file cannot be
+    read or a value is bad. No file: no properties, PLAINTEXT."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}, PLAINTEXT
+    try:
+        props = load_client_properties(path)
+        return props, client_security(props)
+    except ConfigError as exc:
+        raise CliError(f"{path}: {exc}") from None
 
 
 def add_common(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
@@ -189,6 +218,9 @@ def run_handler(fn: Callable[[], int], err: TextIO) -> int:
     except CliError as exc:
         err.write(f"pybroker: {exc}\n")
         return exc.exit_code
+    except AuthenticationFailedError as exc:
+        err.write(f"pybroker: authentication failed at {exc}\n")
+        return EXIT_FAILURE
     except BrokerConnectionError as exc:
         err.write(f"pybroker: cannot reach the broker at {exc}\n")
         return EXIT_FAILURE

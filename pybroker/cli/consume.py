@@ -67,9 +67,13 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
                         help="formatter property: print.timestamp, print.key, print.offset, print.partition, "
                         "print.headers, print.epoch, print.value, key.separator, line.separator, "
                         "headers.separator, null.literal (repeatable)")
-    parser.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--consumer-property", "--command-property", dest="consumer_property", action="append",
+                        default=[], metavar="KEY=VALUE",
                         help="consumer setting: group.id, auto.offset.reset, isolation.level, client.id, "
-                        "fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes (repeatable)")
+                        "fetch.min.bytes, fetch.max.wait.ms, max.partition.fetch.bytes (repeatable; wins over "
+                        "the properties file)")
+    parser.add_argument("--consumer.config", dest="command_config", metavar="FILE",
+                        help="consumer properties file: Kafka's older name of --command-config")
     parser.add_argument("--isolation-level", choices=sorted(ISOLATION), metavar="LEVEL",
                         help="read_uncommitted (default) or read_committed")
     parser.add_argument("--formatter", default="default", metavar="NAME",
@@ -172,7 +176,7 @@ def _topics(admin: AdminClient, args: argparse.Namespace) -> list[str]:
 
 def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fprops = parse_properties(args.property)
-    cprops = parse_properties(args.consumer_property, "consumer property")
+    cprops = {**args.client_properties, **parse_properties(args.consumer_property, "consumer property")}
     if args.partition is not None and args.topic is None:
         raise CliError("The topic is required when partition is specified.")
     if args.from_beginning and args.offset is not None:

@@ -33,7 +33,8 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 # The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
 # does not import them.
-ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas")
+ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
+               "delegation-tokens")
 NODE_TOOLS = ("storage", "cluster")  # tools that work on nodes and their files, not through a broker
 
 

@@ -55,9 +55,11 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
                    help="delimiter of --payload-file (default \\n)")
     p.add_argument("--throughput", required=True, type=float, metavar="THROUGHPUT",
                    help="at most about THROUGHPUT messages/sec; -1 for no limit")
-    p.add_argument("--producer-props", nargs="+", default=[], metavar="PROP-NAME=PROP-VALUE",
+    p.add_argument("--producer-props", "--command-property", dest="producer_props", nargs="+", default=[],
+                   metavar="PROP-NAME=PROP-VALUE",
                    help="producer settings: acks, linger.ms, batch.size, compression.type, client.id, bootstrap.servers")
-    p.add_argument("--producer.config", dest="producer_config", metavar="CONFIG-FILE", help="producer properties file")
+    p.add_argument("--producer.config", dest="command_config", metavar="CONFIG-FILE",
+                   help="producer properties file: Kafka's older name of --command-config")
     p.add_argument("--warmup-records", type=int, default=0, metavar="WARMUP-RECORDS",
                    help="records left out of the steady-state summary printed after the total")
     p.add_argument("--print-metrics", action="store_true", help="accepted for compatibility; prints nothing more")
@@ -82,27 +84,12 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
                    help="Java SimpleDateFormat pattern of the time fields (default yyyy-MM-dd HH:mm:ss:SSS)")
     p.add_argument("--hide-header", action="store_true", help="no header line")
     p.add_argument("--print-metrics", action="store_true", help="accepted for compatibility; prints nothing more")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="config file",
-                   help="consumer properties file (group.id, client.id, isolation.level, ...)")
+    p.add_argument("--consumer.config", dest="command_config", metavar="config file",
+                   help="consumer properties file (group.id, client.id, isolation.level, ...): Kafka's older name "
+                   "of --command-config")
     p.set_defaults(handler=run_consume)
     for name, action in actions.choices.items():
         action.prog = f"pybroker perf {name}"
-
-
-def read_properties(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    props: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line and line[0] not in "#!":
-                    k, _, v = line.partition("=") if "=" in line else line.partition(":")
-                    props[k.strip()] = v.strip()
-    except OSError as exc:
-        raise CliError(f"cannot read '{path}': {exc.strerror or exc}") from None
-    return props
 
 
 def _int(props: dict[str, str], key: str, default: int) -> int:
@@ -201,7 +188,7 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
     if args.warmup_records < 0 or args.warmup_records >= args.num_records:
         raise CliError("The value for --warmup-records must be strictly fewer than the number of records in the "
                        "test, --num-records.")
-    props = read_properties(args.producer_config)
+    props = dict(args.client_properties)
     for item in args.producer_props:
         k, v = parse_key_value(item, "producer property")
         props[k] = v
@@ -239,7 +226,7 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
 
     try:
         if parse_bootstrap_servers(bootstrap) != admin.bootstrap:
-            admin = AdminClient(bootstrap, request_timeout_s=args.request_timeout_ms / 1000.0)
+            admin = AdminClient(bootstrap, request_timeout_s=args.request_timeout_ms / 1000.0, security=admin.security)
     except ValueError as exc:
         raise CliError(f"bad bootstrap.servers: {exc}") from None
     producer = Producer(bootstrap, acks=acks, compression=CODEC_IDS[codec],
@@ -329,7 +316,7 @@ def run_consume(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
         raise CliError("--messages should be greater than zero")
     if args.reporting_interval <= 0:
         raise CliError("--reporting-interval should be greater than zero")
-    props = read_properties(args.consumer_config)
+    props = dict(args.client_properties)
     group = args.group or props.get("group.id") or random_group_id("perf-consumer")
     d = admin.describe_topics([args.topic]).get(args.topic)
     if d is None or d.error:

@@ -53,9 +53,12 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                         help="line-reader property: parse.key, key.separator, parse.headers, headers.delimiter, "
                         "headers.separator, headers.key.separator, null.marker, ignore.error (repeatable)")
-    parser.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--producer-property", "--command-property", dest="producer_property", action="append",
+                        default=[], metavar="KEY=VALUE",
                         help="producer setting: acks, compression.type, linger.ms, batch.size, "
-                        "max.request.size, client.id (repeatable)")
+                        "max.request.size, client.id (repeatable; wins over the properties file)")
+    parser.add_argument("--producer.config", dest="command_config", metavar="FILE",
+                        help="producer properties file: Kafka's older name of --command-config")
     parser.add_argument("--request-required-acks", metavar="ACKS",
                         help="acks: -1/all (the default), 0 or 1")
     parser.add_argument("--compression-codec", nargs="?", const="gzip", metavar="CODEC",
@@ -152,7 +155,7 @@ class LineReader:
 
 def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     reader = LineReader(parse_properties(args.property))
-    pprops = parse_properties(args.producer_property, "producer property")
+    pprops = {**args.client_properties, **parse_properties(args.producer_property, "producer property")}
     acks = _acks(args.request_required_acks if args.request_required_acks is not None
                  else pprops.get("acks", "-1"))
     codec_name = args.compression_codec if args.compression_codec is not None else pprops.get("compression.type",

@@ -4,12 +4,16 @@
     pybroker storage format -t CLUSTER_ID -c server.properties [--ignore-formatted]
                             [--standalone | --initial-controllers 1@host:port:DIRID,... | --no-initial-controllers]
                             [--release-version 4.2] [--feature name=level ...] [--override key=value ...]
+                            [--add-scram 'SCRAM-SHA-512=[name=admin,password=...]' ...]
     pybroker storage info -c server.properties
 
 `format` writes meta.properties (version 1: cluster.id, node.id, directory.id) in every log
 dir and the metadata log dir, and the bootstrap metadata (bootstrap.checkpoint: the
 metadata.version and feature levels the first active controller writes) in the metadata log
-dir; `--standalone` / `--initial-controllers` also write the initial voter set as the offset-0
+dir, with a UserScramCredentialRecord per `--add-scram` (Kafka's ScramParser: MECHANISM=[name=N,
+password=P] or [name=N,salt=B64,saltedpassword=B64,iterations=I]; iterations default 4096, a random
+32-byte salt), so SCRAM users exist before the first node serves, e.g. the nodes' own inter-broker
+user on a SASL_SSL cluster; `--standalone` / `--initial-controllers` also write the initial voter set as the offset-0
 snapshot of __cluster_metadata (controller/bootstrap_metadata.py). A directory that is already
 formatted is an error unless `--ignore-formatted` (then it is left as it is). A controller
 without controller.quorum.voters needs one of the three voter options, as in Kafka.
@@ -23,15 +27,20 @@ Concurrency: a one-shot command; blocking file work only.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
+import hashlib
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from pybroker.cli.common import EXIT_BAD_INPUT, EXIT_OK, ArgumentParser, CliError, parse_cli_args
 from pybroker.config import BrokerConfig, ConfigError, build_config
 from pybroker.controller import features as feature_control
+from pybroker.controller import scram as scram_control
 from pybroker.controller.bootstrap_metadata import (
     BOOTSTRAP_FILE,
     read_bootstrap_records,
@@ -86,6 +95,79 @@ def parse_initial_controllers(text: str) -> dict[int, tuple[str, int, bytes | No
     return out
 
 
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": scram_control.SCRAM_SHA_256, "SCRAM-SHA-512": scram_control.SCRAM_SHA_512}
+SCRAM_KEYS = ("name", "password", "salt", "saltedpassword", "iterations")
+
+
+def _scram_fields(text: str, spec: str) -> dict[str, str]:
+    """`name=alice,password="a,b"` -> fields; a value may be double-quoted (then it may hold , and =)."""
+    out: dict[str, str] = {}
+    i, n = 0, len(text)
+    while i < n:
+        key, sep, _ = text[i:].partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"bad --add-scram '{spec}': expected key=value pairs inside [...]")
+        i += len(key) + 1
+        if i < n and text[i] == '"':
+            end = text.find('"', i + 1)
+            if end < 0:
+                raise CliError(f"bad --add-scram '{spec}': unterminated quoted value")
+            value, i = text[i + 1:end], end + 1
+        else:
+            end = text.find(",", i)
+            end = n if end < 0 else end
+            value, i = text[i:end], end
+        if i < n and text[i] != ",":
+            raise CliError(f"bad --add-scram '{spec}': expected ',' after the value of {key.strip()}")
+        i += 1
+        key = key.strip().lower()
+        if key not in SCRAM_KEYS:
+            raise CliError(f"bad --add-scram '{spec}': unknown key '{key}' (expected {', '.join(SCRAM_KEYS)})")
+        if key in out:
+            raise CliError(f"bad --add-scram '{spec}': {key} given twice")
+        out[key] = value
+    return out
+
+
+def parse_add_scram(spec: str, metadata_version: int) -> m.UserScramCredentialRecord:
+    """One `--add-scram MECHANISM=[...]` as Kafka's ScramParser reads it -> the credential record
+    (stored key and server key, never the password)."""
+    mech_text, sep, rest = spec.partition("=")
+    mech = mech_text.strip().upper()
+    if mech not in SCRAM_MECHANISMS:
+        raise CliError(f"bad --add-scram '{spec}': the mechanism must be one of {', '.join(SCRAM_MECHANISMS)}")
+    rest = rest.strip()
+    if not sep or not rest.startswith("[") or not rest.endswith("]"):
+        raise CliError(f"bad --add-scram '{spec}': expected {mech}=[name=USER,password=PASSWORD]")
+    if metadata_version < scram_control.SCRAM_MIN_METADATA_VERSION:
+        raise CliError("SCRAM is only supported in metadata.version 3.5-IV2 or later.")
+    fields = _scram_fields(rest[1:-1], spec)
+    name = fields.get("name", "")
+    if not name:
+        raise CliError(f"bad --add-scram '{spec}': you must supply 'name' to add-scram")
+    mechanism = SCRAM_MECHANISMS[mech]
+    try:
+        iterations = int(fields.get("iterations", str(scram_control.MIN_ITERATIONS)))
+        salt = base64.b64decode(fields["salt"], validate=True) if "salt" in fields else os.urandom(32)
+        if "saltedpassword" in fields:
+            if "password" in fields or "salt" not in fields:
+                raise CliError(f"bad --add-scram '{spec}': saltedpassword goes with salt and without password")
+            salted = base64.b64decode(fields["saltedpassword"], validate=True)
+        elif "password" in fields:
+            salted = hashlib.pbkdf2_hmac(scram_control.MECHANISM_HASHES[mechanism], fields["password"].encode(),
+                                         salt, iterations)
+        else:
+            raise CliError(f"bad --add-scram '{spec}': you must supply one of 'password' or 'saltedpassword'")
+    except (ValueError, binascii.Error) as exc:
+        raise CliError(f"bad --add-scram '{spec}': {exc}") from None
+    if not scram_control.MIN_ITERATIONS <= iterations <= scram_control.MAX_ITERATIONS:
+        raise CliError(f"bad --add-scram '{spec}': iterations must be between {scram_control.MIN_ITERATIONS} "
+                       f"and {scram_control.MAX_ITERATIONS}")
+    stored_key, server_key = scram_control.stored_and_server_key(mechanism, salted)
+    return m.UserScramCredentialRecord(name=name, mechanism=mechanism, salt=salt, stored_key=stored_key,
+                                       server_key=server_key, iterations=iterations)
+
+
 def _config(args: argparse.Namespace) -> BrokerConfig:
     try:
         return build_config(args.config, args.override)
@@ -100,7 +182,7 @@ def _directories(cfg: BrokerConfig) -> list[str]:
 def format_storage(cfg: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False,
                    standalone: bool = False, initial_controllers: str | None = None,
                    no_initial_controllers: bool = False, release_version: str | None = None,
-                   features: Sequence[str] = (), out: TextIO = sys.stdout) -> None:
+                   features: Sequence[str] = (), add_scram: Sequence[str] = (), out: TextIO = sys.stdout) -> None:
     """Kafka's Formatter, for one node's directories (raises CliError)."""
     try:
         uuid_from_str(cluster_id)
@@ -131,6 +213,7 @@ def format_storage(cfg: BrokerConfig, cluster_id: str, *, ignore_formatted: bool
         records = [r for r in records if r.name != name]
         if int(value) > 0:
             records.append(m.FeatureLevelRecord(name=name, feature_level=int(value)))
+    scram_records = [parse_add_scram(spec, level) for spec in add_scram]
     dirs = _directories(cfg)
     try:
         locks = lock_dirs(dirs)  # a running node's directories are not formatted under it
@@ -139,13 +222,13 @@ def format_storage(cfg: BrokerConfig, cluster_id: str, *, ignore_formatted: bool
     except OSError as exc:
         raise CliError(f"cannot lock {', '.join(dirs)}: {exc.strerror or exc}") from None
     try:
-        _format_locked(cfg, cluster_id, dirs, records, level, ignore_formatted=ignore_formatted,
+        _format_locked(cfg, cluster_id, dirs, [*records, *scram_records], level, ignore_formatted=ignore_formatted,
                        standalone=standalone, initial_controllers=initial_controllers, out=out)
     finally:
         release_all(locks)
 
 
-def _format_locked(cfg: BrokerConfig, cluster_id: str, dirs: list[str], records: list[m.FeatureLevelRecord],
+def _format_locked(cfg: BrokerConfig, cluster_id: str, dirs: list[str], records: list[Any],
                    level: int, *, ignore_formatted: bool, standalone: bool, initial_controllers: str | None,
                    out: TextIO) -> None:
     todo: list[str] = []
@@ -229,8 +312,12 @@ def _info(cfg: BrokerConfig, out: TextIO) -> int:
     if meta_dir in metas:
         records = read_bootstrap_records(meta_dir)
         if records:
-            levels = ", ".join(f"{r.name}={r.feature_level}" for r in records)
+            levels = ", ".join(f"{r.name}={r.feature_level}" for r in records
+                               if isinstance(r, m.FeatureLevelRecord))
             out.write(f"Found bootstrap metadata ({BOOTSTRAP_FILE}): {levels}\n")
+            users = sorted({r.name for r in records if isinstance(r, m.UserScramCredentialRecord)})
+            if users:
+                out.write(f"Found bootstrap SCRAM credentials for: {', '.join(users)}\n")
         voters = read_bootstrap_voters(Path(meta_dir) / METADATA_DIR, "")
         if voters:
             out.write("Found initial voters: " + ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(voters.items()))
@@ -268,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--release-version", "-r", metavar="VERSION", help="metadata.version to start at (e.g. 4.2)")
     fmt.add_argument("--feature", "-f", metavar="NAME=LEVEL", action="append", default=[],
                      help="a feature level to start at (repeatable)")
+    fmt.add_argument("--add-scram", "-S", metavar="MECHANISM=[name=N,password=P]", action="append", default=[],
+                     help="a SCRAM credential to create with the cluster, e.g. "
+                     "'SCRAM-SHA-512=[name=admin,password=secret]' (repeatable)")
     return parser
 
 
@@ -286,7 +376,8 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
             format_storage(cfg, args.cluster_id, ignore_formatted=args.ignore_formatted, standalone=args.standalone,
                            initial_controllers=args.initial_controllers,
                            no_initial_controllers=args.no_initial_controllers,
-                           release_version=args.release_version, features=args.feature, out=out)
+                           release_version=args.release_version, features=args.feature,
+                           add_scram=args.add_scram, out=out)
             return EXIT_OK
         return _info(cfg, out)
     except CliError as exc:

@@ -36,6 +36,7 @@ from pybroker.client.connection import (
     retry_call,
 )
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
@@ -43,6 +44,7 @@ from pybroker.protocol.messages import (
     AlterUserScramCredentialsRequest,
     ConsumerProtocolAssignment,
     CreateAclsRequest,
+    CreateDelegationTokenRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
     DeleteGroupsRequest,
@@ -50,8 +52,10 @@ from pybroker.protocol.messages import (
     DescribeAclsRequest,
     DescribeClientQuotasRequest,
     DescribeConfigsRequest,
+    DescribeDelegationTokenRequest,
     DescribeGroupsRequest,
     DescribeUserScramCredentialsRequest,
+    ExpireDelegationTokenRequest,
     FindCoordinatorRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
@@ -61,6 +65,7 @@ from pybroker.protocol.messages import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    RenewDelegationTokenRequest,
 )
 
 __all__ = [
@@ -233,6 +238,21 @@ class MemberDescription:
 
 
 @dataclass
+class DelegationToken:
+    """A delegation token as Create / DescribeDelegationToken answer it (Kafka's DelegationToken:
+    TokenInformation + HMAC); principals as "Type:name", timestamps in epoch ms."""
+
+    token_id: str
+    hmac: bytes
+    owner: str
+    requester: str
+    renewers: list[str]
+    issue_timestamp: int
+    expiry_timestamp: int
+    max_timestamp: int
+
+
+@dataclass
 class GroupDescription:
     group_id: str
     state: str
@@ -274,8 +294,10 @@ class AdminClient:
         retries: int = 5,
         retry_backoff_s: float = 0.1,
         connection_factory: Callable[..., BrokerConnection] = BrokerConnection,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self.security = security  # TLS / SASL of every connection (protocol/client_security.py)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retries = retries
@@ -291,9 +313,11 @@ class AdminClient:
     def _connect(self, host: str, port: int) -> BrokerConnection:
         conn = self._conns.get((host, port))
         if conn is None:
+            # only a secured client passes `security`, so the tests' fake factories need not take it
+            extra = {"security": self.security} if self.security is not PLAINTEXT else {}
             conn = self._connection_factory(host, port, client_id=self.client_id,
                                             request_timeout_s=self.request_timeout_s,
-                                            connect_timeout_s=min(10.0, self.request_timeout_s))
+                                            connect_timeout_s=min(10.0, self.request_timeout_s), **extra)
             self._conns[(host, port)] = conn
         conn.connect()
         return conn
@@ -868,6 +892,71 @@ class AdminClient:
         return self._run(call)
 
     # -- SCRAM credentials --------------------------------------------------------------
+
+    # ------------------------------------------------------------------ delegation tokens (KIP-48)
+
+    def create_delegation_token(self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
+                                owner: str | None = None) -> DelegationToken:
+        """A token for the caller (or `owner`, "Type:name", KIP-373), renewable by `renewers`
+        ("User:name"); KafkaError when refused."""
+        pairs = [r.partition(":") for r in renewers]
+
+        def call() -> DelegationToken:
+            conn = self._any()
+            version = conn.version_for(ApiKey.CREATE_DELEGATION_TOKEN, 3 if owner else 0)
+            kind, _, name = (owner or "").partition(":")
+            req = CreateDelegationTokenRequest(
+                owner_principal_type=kind if owner else None, owner_principal_name=name if owner else None,
+                renewers=[CreateDelegationTokenRequest.CreatableRenewers(principal_type=k, principal_name=n)
+                          for k, _, n in pairs], max_lifetime_ms=max_lifetime_ms)
+            resp = conn.send(req, version)
+            _check(resp.error_code, "cannot create a delegation token")
+            requester = (f"{resp.token_requester_principal_type}:{resp.token_requester_principal_name}"
+                         if version >= 3 else f"{resp.principal_type}:{resp.principal_name}")
+            return DelegationToken(resp.token_id, bytes(resp.hmac), f"{resp.principal_type}:{resp.principal_name}",
+                                   requester, [f"{k}:{n}" for k, _, n in pairs], resp.issue_timestamp_ms,
+                                   resp.expiry_timestamp_ms, resp.max_timestamp_ms)
+        return self._run(call)
+
+    def renew_delegation_token(self, hmac: bytes, renew_period_ms: int = -1) -> int:
+        """The token's new expiry timestamp (ms)."""
+        def call() -> int:
+            conn = self._any()
+            resp = conn.send(RenewDelegationTokenRequest(hmac=hmac, renew_period_ms=renew_period_ms),
+                             conn.version_for(ApiKey.RENEW_DELEGATION_TOKEN))
+            _check(resp.error_code, "cannot renew the delegation token")
+            return int(resp.expiry_timestamp_ms)
+        return self._run(call)
+
+    def expire_delegation_token(self, hmac: bytes, expiry_time_period_ms: int = -1) -> int:
+        """The token's new expiry timestamp (ms); a negative period expires it at once."""
+        def call() -> int:
+            conn = self._any()
+            resp = conn.send(ExpireDelegationTokenRequest(hmac=hmac, expiry_time_period_ms=expiry_time_period_ms),
+                             conn.version_for(ApiKey.EXPIRE_DELEGATION_TOKEN))
+            _check(resp.error_code, "cannot expire the delegation token")
+            return int(resp.expiry_timestamp_ms)
+        return self._run(call)
+
+    def describe_delegation_tokens(self, owners: Iterable[str] | None = None) -> list[DelegationToken]:
+        """The tokens the caller may see, of `owners` ("Type:name") or all (None)."""
+        names = None if owners is None else [o.partition(":") for o in owners]
+
+        def call() -> list[DelegationToken]:
+            conn = self._any()
+            req = DescribeDelegationTokenRequest(owners=None if names is None else [
+                DescribeDelegationTokenRequest.DescribeDelegationTokenOwner(principal_type=k, principal_name=n)
+                for k, _, n in names])
+            version = conn.version_for(ApiKey.DESCRIBE_DELEGATION_TOKEN)
+            resp = conn.send(req, version)
+            _check(resp.error_code, "cannot describe delegation tokens")
+            return [DelegationToken(
+                t.token_id, bytes(t.hmac), f"{t.principal_type}:{t.principal_name}",
+                f"{t.token_requester_principal_type}:{t.token_requester_principal_name}" if version >= 3
+                else f"{t.principal_type}:{t.principal_name}",
+                [f"{r.principal_type}:{r.principal_name}" for r in t.renewers], t.issue_timestamp,
+                t.expiry_timestamp, t.max_timestamp) for t in resp.tokens]
+        return self._run(call)
 
     def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None

@@ -10,6 +10,14 @@ error and closes the connection.
 Timeouts: `request_timeout_s` bounds each request from send to the end of its response
 (Kafka's request.timeout.ms); when it expires the connection is closed, since a late
 response would otherwise be read as the answer to the next request.
+Security (protocol/client_security.ClientSecurity, built from Kafka's client properties by
+security/client_properties.py): with an `ssl_context` the socket is wrapped in TLS before
+anything is sent (the server name is the broker's host, checked against its certificate when the
+context checks host names); with `sasl` the login follows ApiVersions, as in Kafka's
+SaslClientAuthenticator: SaslHandshake naming the mechanism, then SaslAuthenticate until the
+mechanism is done (protocol/sasl_client.py's tokens: PLAIN, SCRAM with the server's signature
+checked, unsecured OAUTHBEARER). A refused login or a failed TLS handshake is an
+AuthenticationFailedError, which is not retried (Kafka's AuthenticationException is fatal too).
 Concurrency: not thread-safe; one request in flight at a time, like the broker's own
 one-request-per-connection rule.
 
@@ -21,6 +29,7 @@ backoff, up to a count and a deadline.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -29,11 +38,21 @@ from typing import Any, TypeVar
 from pybroker import __version__
 from pybroker.protocol.api_keys import VALID_VERSIONS, ApiKey
 from pybroker.protocol.api_message import ApiMessage
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError, ProtocolError, UnsupportedVersionError
 from pybroker.protocol.frame import decode_response, encode_request
-from pybroker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from pybroker.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from pybroker.protocol.sasl_client import SaslClientError, tokens
 
 __all__ = [
+    "AuthenticationFailedError",
     "BrokerConnection",
     "BrokerConnectionError",
     "RequestTimeoutError",
@@ -79,6 +98,13 @@ class BrokerConnectionError(Exception):
 
 class RequestTimeoutError(BrokerConnectionError):
     """No complete response within the request timeout (Kafka's TimeoutException)."""
+
+
+class AuthenticationFailedError(BrokerConnectionError):
+    """The broker refused the login, or the TLS handshake failed (Kafka's
+    SaslAuthenticationException / SslAuthenticationException): not retried."""
+
+    retriable = False
 
 
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
@@ -131,6 +157,7 @@ class BrokerConnection:
         connect_timeout_s: float = 10.0,
         socket_factory: SocketFactory = _default_socket_factory,
         clock: Callable[[], float] = time.monotonic,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.host = host
         self.port = port
@@ -138,6 +165,7 @@ class BrokerConnection:
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._socket_factory = socket_factory
+        self.security = security
         self._clock = clock
         self._sock: Any = None
         self._correlation_id = 0
@@ -164,10 +192,56 @@ class BrokerConnection:
             raise BrokerConnectionError(self.address, f"cannot connect: {exc.strerror or exc}") from exc
         self._correlation_id = 0
         try:
+            if self.security.ssl_context is not None:
+                self._handshake(self.security.ssl_context)
             self.api_versions = self._negotiate()
+            if self.security.sasl is not None:
+                self._login()
         except BaseException:
             self.close()
             raise
+
+    def _handshake(self, context: ssl.SSLContext) -> None:
+        """TLS over the connected socket, within the connect timeout."""
+        raw = self._sock
+        raw.settimeout(self.connect_timeout_s)
+        try:
+            self._sock = context.wrap_socket(raw, server_hostname=self.host)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError) as exc:
+            # the broker closed the connection mid-handshake (restarting, over its limits): retried
+            raise BrokerConnectionError(self.address, f"SSL handshake failed: {exc.reason or exc}") from exc
+        except ssl.SSLError as exc:  # an untrusted certificate, no common protocol or cipher: final
+            raise AuthenticationFailedError(self.address, f"SSL handshake failed: {exc.reason or exc}") from exc
+        except OSError as exc:
+            raise BrokerConnectionError(self.address, f"SSL handshake failed: {exc.strerror or exc}") from exc
+
+    def _login(self) -> None:
+        """SaslHandshake, then SaslAuthenticate per token (see the module docstring)."""
+        sasl = self.security.sasl
+        assert sasl is not None
+        hs = self.send(SaslHandshakeRequest(mechanism=sasl.mechanism), self.version_for(ApiKey.SASL_HANDSHAKE, 1))
+        assert isinstance(hs, SaslHandshakeResponse)
+        if hs.error_code:
+            raise AuthenticationFailedError(
+                self.address, f"SASL mechanism {sasl.mechanism} is not enabled on this listener "
+                f"({Errors.for_code(hs.error_code).name}); it offers {', '.join(hs.mechanisms) or 'none'}")
+        version = self.version_for(ApiKey.SASL_AUTHENTICATE)
+        gen = tokens(sasl)
+        try:
+            token = next(gen)
+            while True:
+                resp = self.send(SaslAuthenticateRequest(auth_bytes=token), version)
+                assert isinstance(resp, SaslAuthenticateResponse)
+                if resp.error_code:
+                    raise AuthenticationFailedError(
+                        self.address, f"{resp.error_message or 'SASL authentication failed'} "
+                        f"({Errors.for_code(resp.error_code).name})")
+                try:
+                    token = gen.send(bytes(resp.auth_bytes))
+                except StopIteration:
+                    return
+        except SaslClientError as exc:
+            raise AuthenticationFailedError(self.address, str(exc)) from exc
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -350,7 +424,7 @@ class BrokerConnection:
 def is_retriable(exc: BaseException) -> bool:
     """Connection failures and Kafka errors Kafka marks retriable (Errors.retriable)."""
     if isinstance(exc, BrokerConnectionError):
-        return True
+        return exc.retriable
     if isinstance(exc, ProtocolError):
         return False
     return isinstance(exc, KafkaError) and exc.retriable

@@ -40,6 +40,7 @@ from pybroker.client.admin import (
 )
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     ConsumerProtocolAssignment,
@@ -134,6 +135,7 @@ class Consumer:
         rebalance_timeout_ms: int = 300000,
         request_timeout_s: float = 30.0,
         admin: AdminClient | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto.offset.reset must be earliest, latest or none, not '{auto_offset_reset}'")
@@ -152,7 +154,8 @@ class Consumer:
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.request_timeout_s = request_timeout_s
         self._own_admin = admin is None
-        self.admin = admin or AdminClient(bootstrap_servers, client_id=client_id, request_timeout_s=request_timeout_s)
+        self.admin = admin or AdminClient(bootstrap_servers, client_id=client_id, request_timeout_s=request_timeout_s,
+                                          security=security)
         self._positions: dict[TopicPartition, int] = {}
         self._assignment: list[TopicPartition] = []
         self._leaders: dict[TopicPartition, int] = {}
@@ -243,7 +246,7 @@ class Consumer:
             node = self.admin.find_coordinator(self.group_id)
             # JoinGroup may wait up to the rebalance timeout for other members.
             self._coordinator = BrokerConnection(
-                node.host, node.port, client_id=self.client_id,
+                node.host, node.port, client_id=self.client_id, security=self.admin.security,
                 request_timeout_s=max(self.request_timeout_s, self.rebalance_timeout_ms / 1000.0 + 5.0))
             self._coordinator.connect()
         return self._coordinator
@@ -389,7 +392,7 @@ class Consumer:
             node = self.admin.metadata([]).brokers.get(node_id)
             if node is None:
                 raise KafkaError(Errors.LEADER_NOT_AVAILABLE, f"broker {node_id} is not in the metadata")
-            conn = BrokerConnection(node.host, node.port, client_id=self.client_id,
+            conn = BrokerConnection(node.host, node.port, client_id=self.client_id, security=self.admin.security,
                                     request_timeout_s=self.request_timeout_s + self.fetch_max_wait_ms / 1000.0)
             conn.connect()
             self._conns[node_id] = conn

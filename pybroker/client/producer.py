@@ -30,6 +30,7 @@ from pybroker._native import arrow_records
 from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import ProduceRequest
 from pybroker.records.batch import build_batch
@@ -91,6 +92,7 @@ class Producer:
         retry_backoff_s: float = 0.1,
         on_delivery: Callable[[RecordMetadata], None] | None = None,
         admin: AdminClient | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
@@ -107,7 +109,7 @@ class Producer:
         self.on_delivery = on_delivery
         self._own_admin = admin is None
         self.admin = admin or AdminClient(bootstrap_servers, client_id=client_id,
-                                          request_timeout_s=request_timeout_s)
+                                          request_timeout_s=request_timeout_s, security=security)
         self._batches: dict[TopicPartition, _Batch] = {}
         self._partitions: dict[str, int] = {}
         self._leaders: dict[TopicPartition, int] = {}
@@ -200,7 +202,7 @@ class Producer:
             node = self.admin.metadata([]).brokers.get(node_id)
             if node is None:
                 raise KafkaError(Errors.LEADER_NOT_AVAILABLE, f"broker {node_id} is not in the metadata")
-            conn = BrokerConnection(node.host, node.port, client_id=self.client_id,
+            conn = BrokerConnection(node.host, node.port, client_id=self.client_id, security=self.admin.security,
                                     request_timeout_s=self.request_timeout_s)
             conn.connect()
             self._conns[node_id] = conn

@@ -55,6 +55,7 @@ from pybroker.client.transactions import (
     txn_offset_commit,
 )
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import MetadataRequest, ProduceRequest
 from pybroker.records import compression as _codecs
@@ -117,7 +118,8 @@ def topic_metadata(admin: AdminClient, topics: list[str], allow_auto_create: boo
 class Producer:
     """Sends records sections; see the module docstring."""
 
-    def __init__(self, bootstrap_servers: str, config: ProducerConfig | None = None) -> None:
+    def __init__(self, bootstrap_servers: str, config: ProducerConfig | None = None,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.config = config or ProducerConfig()
         if self.config.acks not in (-1, 1):
             raise ValueError(f"acks={self.config.acks} is not supported (use 1 or all)")
@@ -129,9 +131,9 @@ class Producer:
         self.bootstrap_servers = bootstrap_servers
         timeout = self.config.request_timeout_s
         self._admin = AdminClient(bootstrap_servers, client_id=self.config.client_id,
-                                  request_timeout_s=timeout)
+                                  request_timeout_s=timeout, security=security)
         self._sender_admin = AdminClient(bootstrap_servers, client_id=self.config.client_id,
-                                         request_timeout_s=timeout)
+                                         request_timeout_s=timeout, security=security)
         self._partitions: dict[str, int] = {}
         self._leaders: dict[TopicPartition, int] = {}
         self._sequences: dict[TopicPartition, int] = {}

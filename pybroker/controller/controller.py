@@ -56,6 +56,7 @@ from pybroker.controller import acls as acl_control
 from pybroker.controller import (
     broker_configs,
     client_quotas,
+    delegation_tokens,
     group_configs,
     replication_control,
     scram,
@@ -190,6 +191,7 @@ class QuorumController:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._fence_stale_brokers)
             nursery.start_soon(self._leader_checks)
+            nursery.start_soon(self._sweep_expired_delegation_tokens)
             async for leader in self._leader_events[1]:
                 if leader.is_leader(self.config.node_id):
                     await self._activate(leader.epoch)
@@ -850,6 +852,62 @@ class QuorumController:
                                                        deletions, upsertions)
             await self._commit(records)
             return results
+
+    # ------------------------------------------------------------------ delegation tokens (KIP-48)
+
+    def token_settings(self) -> delegation_tokens.TokenSettings:
+        cfg = self.config
+        return delegation_tokens.TokenSettings(cfg["delegation.token.secret.key"] or None,
+                                               cfg["delegation.token.max.lifetime.ms"],
+                                               cfg["delegation.token.expiry.time.ms"])
+
+    async def create_delegation_token(self, requester: str, owner: str, renewers: Sequence[tuple[str, str]],
+                                      max_lifetime_ms: int) -> delegation_tokens.CreateResult:
+        """DelegationTokenControlManager.createDelegationToken: one DelegationTokenRecord."""
+        async with self._lock:
+            version = self.image.features.get("metadata.version", METADATA_VERSION)
+            records, result = delegation_tokens.create(self.token_settings(), version, self.now_ms(), requester,
+                                                       owner, renewers, max_lifetime_ms)
+            await self._commit(records)
+            return result
+
+    async def renew_delegation_token(self, principal: str, hmac: bytes, renew_period_ms: int
+                                     ) -> delegation_tokens.ExpiryResult:
+        async with self._lock:
+            version = self.image.features.get("metadata.version", METADATA_VERSION)
+            result = delegation_tokens.renew(self.token_settings(), version, self.image.delegation_tokens,
+                                             self.now_ms(), principal, hmac, renew_period_ms)
+            await self._commit(result.records)
+            return result
+
+    async def expire_delegation_token(self, principal: str, hmac: bytes, expiry_time_period_ms: int
+                                      ) -> delegation_tokens.ExpiryResult:
+        async with self._lock:
+            version = self.image.features.get("metadata.version", METADATA_VERSION)
+            result = delegation_tokens.expire(self.token_settings(), version, self.image.delegation_tokens,
+                                              self.now_ms(), principal, hmac, expiry_time_period_ms)
+            await self._commit(result.records)
+            return result
+
+    async def _sweep_expired_delegation_tokens(self) -> None:
+        """The active controller removes expired tokens every
+        delegation.token.expiry.check.interval.ms when tokens are enabled (Kafka's
+        maybeScheduleNextExpiredDelegationTokenSweep)."""
+        interval_s = self.config["delegation.token.expiry.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval_s)
+            if not self.active or not self.config["delegation.token.secret.key"]:
+                continue
+            async with self._lock:
+                if not self.active:
+                    continue
+                records = delegation_tokens.sweep(self.image.delegation_tokens, self.now_ms())
+                for r in records:
+                    log.info("Delegation token expired for token: %s", r.token_id)
+                try:
+                    await self._commit(records, user_op=False)
+                except KafkaError:
+                    continue
 
     # ------------------------------------------------------------------ client quotas (KIP-546)
 

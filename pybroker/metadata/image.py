@@ -8,7 +8,8 @@ Record types handled: FeatureLevelRecord, RegisterBrokerRecord, UnregisterBroker
 FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord,
 PartitionRecord, PartitionChangeRecord, ConfigRecord, RemoveTopicRecord,
 ProducerIdsRecord, UserScramCredentialRecord, RemoveUserScramCredentialRecord,
-ClientQuotaRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord. Topic ids
+ClientQuotaRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
+DelegationTokenRecord, RemoveDelegationTokenRecord. Topic ids
 are 16-byte values (`bytes`).
 
 `snapshot_records()` is Kafka's MetadataImage.write: the records that rebuild this image from
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker.acl import StandardAcl, replay_add, replay_remove
+from pybroker.metadata.delegation_token import TokenInformation
 
 # ConfigRecord resource types (Kafka's ConfigResource.Type ids)
 RESOURCE_TOPIC = 2
@@ -162,6 +164,8 @@ class MetadataImage:
         # changes with every ACL record so the authorizer knows when to rebuild its index
         self.acls: dict[bytes, StandardAcl] = {}
         self.acls_version = 0
+        # token id -> token (Kafka's DelegationTokenImage / the brokers' DelegationTokenCache)
+        self.delegation_tokens: dict[str, TokenInformation] = {}
         self.offset = -1  # offset of the last record applied
 
     # ------------------------------------------------------------------ reading
@@ -279,6 +283,12 @@ class MetadataImage:
             if not mechanisms:
                 del self.scram_credentials[r.name]
 
+    def _replay_DelegationTokenRecord(self, r: Any) -> None:
+        self.delegation_tokens[r.token_id] = TokenInformation.from_record(r)
+
+    def _replay_RemoveDelegationTokenRecord(self, r: Any) -> None:
+        self.delegation_tokens.pop(r.token_id, None)
+
     def _replay_ClientQuotaRecord(self, r: Any) -> None:
         # ClientQuotaControlManager.replay / ClientQuotasDelta
         entity = canonical({e.entity_type: e.entity_name for e in r.entity})
@@ -304,7 +314,7 @@ class MetadataImage:
     def snapshot_records(self) -> list[Any]:
         """Records that rebuild this image when replayed into an empty one (Kafka's
         MetadataImage.write, in its order: features, cluster, topics, configs, quotas, producer
-        ids, ACLs, SCRAM). Broker registrations carry their current fencing state."""
+        ids, ACLs, SCRAM, delegation tokens). Broker registrations carry their current fencing state."""
         from pybroker.protocol import messages as m
 
         out: list[Any] = []
@@ -348,4 +358,6 @@ class MetadataImage:
                 out.append(m.UserScramCredentialRecord(name=user, mechanism=mechanism, salt=c.salt,
                                                        stored_key=c.stored_key, server_key=c.server_key,
                                                        iterations=c.iterations))
+        for token in self.delegation_tokens.values():
+            out.append(token.to_record())
         return out

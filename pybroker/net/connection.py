@@ -92,7 +92,7 @@ class Connection:
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
                  "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "waits", "fd", "waited",
                  "throttle_deadline", "_throttle_scope", "request_meter", "remote_s", "idle_mark", "idle_since",
-                 "principal")
+                 "principal", "token_authenticated", "sasl_session")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -122,6 +122,10 @@ class Connection:
         # the authenticated principal (Kafka's KafkaPrincipal as "Type:name"): User:ANONYMOUS on
         # PLAINTEXT and on SSL without a client certificate; set by the server after a TLS handshake
         self.principal = ANONYMOUS
+        # logged in with a delegation token (KafkaPrincipal.tokenAuthenticated): no token APIs then
+        self.token_authenticated = False
+        # the SASL session (net/sasl.SaslSession: mechanism, expiry for KIP-368), None unless SASL
+        self.sasl_session: Any = None
 
     @property
     def buffer_bytes(self) -> int:

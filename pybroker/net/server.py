@@ -20,12 +20,22 @@ of an accepted socket and authenticates it before its first request: PLAINTEXT d
 (User:ANONYMOUS), SSL (net/tls.py, TlsChannelBuilder) runs the TLS handshake and takes the
 principal from the client certificate; SASL (net/sasl.py, SaslChannelBuilder) runs its exchange
 here, over the connection's frames, and sets `conn.principal`. Authentication is bounded by `authentication_timeout_s` (the
-smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S`: Kafka has no separate bound
-and reaps a stuck handshake at connections.max.idle.ms, 10 minutes by default, which lets a
-peer that opens connections and never finishes them hold sockets that long). A failed or
+smaller of connections.max.idle.ms and `AUTHENTICATION_TIMEOUT_S` plus
+connection.failed.authentication.delay.ms: Kafka has no separate bound and reaps a stuck
+handshake at connections.max.idle.ms, 10 minutes by default, which lets a peer that opens
+connections and never finishes them, or keeps them alive a byte at a time, hold sockets that
+long; the idle sweep covers a silent one here too). A failed or
 timed-out authentication closes that socket, logged at INFO; the listener goes on serving.
 While it runs the connection is not `busy`: shutdown and the idle sweep wake a silent peer as
 they wake a connection waiting for its next request.
+
+Connection limits (Kafka's ConnectionQuotas, net/connection_quotas.py): every accepted socket
+goes through `quotas.admit` before it gets a task: the listener's accept loop waits there for
+the creation rates and a free slot (max.connections, listener.name.<l>.max.connections), and a
+socket over its address's limit is closed at once (max.connections.per.ip[.overrides]) or held
+and closed later (a connection_creation_rate ip quota). When the protected inter-broker listener
+or a lowered max.connections leaves the broker over max.connections, `_evict` closes the quietest
+connections of the other listeners. `reconfigure` applies changed limits at run time.
 
 Shutdown: `begin_shutdown()` stops accepting and cancels connections that are idle
 (waiting for a request); a connection in the middle of a request finishes it and writes
@@ -41,8 +51,15 @@ from typing import Any, Protocol
 
 import trio
 
-from pybroker.config import Endpoint
+from pybroker.config import BrokerConfig, Endpoint
 from pybroker.net.connection import Connection, Handler, serve_connection
+from pybroker.net.connection_quotas import (
+    Address,
+    ConnectionQuotas,
+    ConnectionThrottled,
+    TooManyConnections,
+    address_of,
+)
 
 log = logging.getLogger("pybroker.net")
 
@@ -87,19 +104,25 @@ def sweep_period(max_idle_ms: int) -> float:
 
 class SocketServer:
     def __init__(self, listeners: Sequence[Endpoint], handler: Handler, max_request_bytes: int,
-                 max_connections: int = 2**31 - 1, request_timer: Callable[[], float] | None = None,
-                 max_idle_ms: int = 600_000, channels: Mapping[str, ChannelBuilder] | None = None) -> None:
+                 config: BrokerConfig | None = None, request_timer: Callable[[], float] | None = None,
+                 max_idle_ms: int = 600_000, channels: Mapping[str, ChannelBuilder] | None = None,
+                 failed_authentication_delay_ms: int = 0) -> None:
+        """`config`: the connection limits (ConnectionQuotas), None for none."""
         self.endpoints = list(listeners)
         self.channels = dict(channels or {})  # listener name -> its builder; PLAINTEXT when absent
-        self.authentication_timeout_s = (AUTHENTICATION_TIMEOUT_S if max_idle_ms < 0
-                                         else min(AUTHENTICATION_TIMEOUT_S, max_idle_ms / 1000))
+        # the failure delay of SASL (connection.failed.authentication.delay.ms) is inside the bound
+        auth_s = AUTHENTICATION_TIMEOUT_S + failed_authentication_delay_ms / 1000
+        self.authentication_timeout_s = auth_s if max_idle_ms < 0 else min(auth_s, max_idle_ms / 1000)
         self.max_idle_ms = max_idle_ms  # connections.max.idle.ms
         self.request_timer = request_timer  # set when request metrics are kept (serve_connection)
         self.handler = handler
         self.max_request_bytes = max_request_bytes
-        self.max_connections = max_connections
+        self.quotas = ConnectionQuotas(config, dict.fromkeys(ep.listener_name for ep in self.endpoints))
         self.bound: list[Endpoint] = []
         self.connections: set[Connection] = set()
+        self._evicting: set[Connection] = set()  # closed to make room for the inter-broker listener
+        self._nursery: trio.Nursery | None = None
+        self.started_at = 0.0  # trio time the listeners were bound (AcceptorBlockedPercent's span)
         self._shutting_down = False
         self._accept_scope = trio.CancelScope()
         self._all_closed = trio.Event()
@@ -116,8 +139,12 @@ class SocketServer:
                 port = listeners[0].socket.getsockname()[1]
                 self.bound.append(Endpoint(ep.listener_name, ep.host, port, ep.security_protocol))
                 all_listeners.extend((ep.listener_name, lst) for lst in listeners)
+            self.started_at = trio.current_time()
             task_status.started(self.bound)
             async with trio.open_nursery() as accept_nursery:
+                self._nursery = accept_nursery
+                if self.quotas.unresolved:
+                    accept_nursery.start_soon(self.quotas.resolve_overrides)
                 for name, lst in all_listeners:
                     accept_nursery.start_soon(self._accept_loop, name, lst, nursery)
                 accept_nursery.start_soon(self._sweep_idle)
@@ -146,10 +173,35 @@ class SocketServer:
                     log.info("accepting connections on %s again after %.1f s (%d accepts failed)",
                              self._address(listener_name, listener), trio.current_time() - failing_since, failures)
                     failing_since, failures = None, 0
-                if len(self.connections) >= self.max_connections:
-                    await stream.aclose()
+                try:
+                    address = address_of(stream.socket.getpeername())
+                except OSError:
+                    address = None
+                try:
+                    await self.quotas.admit(listener_name, address)
+                except TooManyConnections as exc:
+                    log.info("%s", exc)
+                    stream.socket.close()
                     continue
-                nursery.start_soon(self._run_connection, listener_name, stream)
+                except ConnectionThrottled as exc:
+                    log.debug("Delaying closing of connection from %s for %d ms", exc.address, exc.throttle_ms)
+                    (self._nursery or nursery).start_soon(self._close_later, stream.socket, exc.throttle_ms / 1000)
+                    continue
+                except BaseException:  # shutdown while waiting for a slot
+                    stream.socket.close()
+                    raise
+                nursery.start_soon(self._run_connection, listener_name, stream, address)
+                if self.quotas.over_limit():
+                    self._evict()
+
+    @staticmethod
+    async def _close_later(sock: trio.socket.SocketType, delay_s: float) -> None:
+        """A connection over its address's creation rate: held, unserved, then closed (Kafka's
+        throttledSockets), so the client does not reconnect at once."""
+        try:
+            await trio.sleep(delay_s)
+        finally:
+            sock.close()
 
     @staticmethod
     def _address(listener_name: str, listener: trio.SocketListener) -> str:
@@ -166,6 +218,8 @@ class SocketServer:
         while True:
             await trio.sleep(period)
             now = trio.current_time()
+            if self.quotas.over_limit():
+                self._evict()
             for i, conn in enumerate(list(self.connections)):
                 if i and i % _SWEEP_STEP == 0:
                     await trio.lowlevel.checkpoint()
@@ -182,24 +236,65 @@ class SocketServer:
                               conn.peer, self.max_idle_ms)
                     conn.close_idle()
 
-    async def _run_connection(self, listener_name: str, stream: trio.SocketStream) -> None:
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Apply changed connection limits (dynamic configs): accept loops waiting for a slot look
+        again; max.connections lowered under the open count closes the excess of the unprotected
+        listeners, as Kafka's processors do; other lowered limits close nothing."""
+        self.quotas.configure(config)
+        if self.quotas.unresolved and self._nursery is not None:
+            self._nursery.start_soon(self.quotas.resolve_overrides)
+        if self.quotas.over_limit():
+            self._evict()
+
+    def _evict(self) -> None:
+        """Close connections of unprotected listeners while the broker is over max.connections
+        (the protected inter-broker listener took it there, or the limit was lowered): the quiet ones first, the
+        longest quiet first (Kafka's lowestPriorityChannel: the least recently used). One in the
+        middle of a request is left to finish it; the next accept or sweep looks again."""
+        excess = self.quotas.over_limit() - len(self._evicting)
+        if excess <= 0:
+            return
+        candidates = [c for c in self.connections
+                      if not c.busy and c not in self._evicting and not self.quotas.protected(c.listener_name)]
+        quiet = lambda c: c.idle_mark == c.requests + c.waits  # noqa: E731 - nothing done since the last sweep
+        candidates.sort(key=lambda c: (not quiet(c), c.idle_since if quiet(c) else 0.0))
+        for conn in candidates[:excess]:
+            log.info("closing connection from %s on %s: max.connections (%d) exceeded: the inter-broker listener "
+                     "or a lowered limit needs the slot", conn.peer, conn.listener_name, self.quotas.max_connections)
+            self._evicting.add(conn)
+            conn.close_idle()
+
+    async def _run_connection(self, listener_name: str, stream: trio.SocketStream,
+                              address: Address | None = None) -> None:
         sock = stream.socket
+        conn: Connection | None = None
         try:
-            peer = sock.getpeername()
-        except OSError:
-            peer = None
-        channel = self.channels.get(listener_name, PLAINTEXT)
-        conn = channel.create(sock, peer, listener_name)
-        self.connections.add(conn)
-        self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
-        try:
-            if channel is not PLAINTEXT and not await self._authenticate(channel, conn):
-                sock.close()
-                return
-            await serve_connection(conn, self.handler, self.max_request_bytes,
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                peer = None
+            channel = self.channels.get(listener_name, PLAINTEXT)
+            conn = channel.create(sock, peer, listener_name)
+            self.connections.add(conn)
+            self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
+            if channel is not PLAINTEXT:
+                stats = self.quotas.listeners[listener_name]
+                if not await self._authenticate(channel, conn):
+                    stats.failed_authentication += 1
+                    sock.close()
+                    return
+                stats.authenticated += 1
+            # a SASL channel puts its session checks (KIP-368 re-authentication) before the handler
+            wrap = getattr(channel, "request_handler", None)
+            handler = wrap(self.handler) if wrap is not None else self.handler
+            await serve_connection(conn, handler, self.max_request_bytes,
                                    lambda: self._shutting_down, self.request_timer)
         finally:
-            self.connections.discard(conn)
+            sock.close()
+            self.quotas.release(listener_name, address)
+            if conn is not None:
+                self._evicting.discard(conn)
+                self.connections.discard(conn)
             if not self.connections:
                 self._all_closed.set()
 

@@ -61,7 +61,12 @@ from pybroker.protocol.messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from pybroker.protocol.sasl_client import SaslClientConfig, SaslClientError, tokens
+from pybroker.protocol.sasl_client import (
+    BLOCKING_MECHANISMS,
+    SaslClientConfig,
+    SaslClientError,
+    tokens,
+)
 
 _INT32 = struct.Struct(">i")
 
@@ -163,7 +168,7 @@ class OutboundConnection:
                 stream = trio.SSLStream(tcp, self.ssl_context, server_hostname=address[0])
                 await stream.do_handshake()
             if self.sasl is not None:
-                await self._login(stream, self.sasl)
+                await self._login(stream, self.sasl, address[0])
         except BaseException:
             with trio.CancelScope(shield=True):
                 await tcp.aclose()  # the socket itself: a TLS close_notify could wait on a dead peer
@@ -178,25 +183,38 @@ class OutboundConnection:
             raise ProtocolError(f"correlation id {got}, expected {self._correlation_id}")
         return response
 
-    async def _login(self, stream: trio.abc.Stream, sasl: SaslClientConfig) -> None:
-        """SaslHandshake v1 + SaslAuthenticate v2 until the mechanism is done; SaslClientError."""
+    async def _login(self, stream: trio.abc.Stream, sasl: SaslClientConfig, host: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2 until the mechanism is done; SaslClientError.
+        A mechanism that may wait on the network for its tokens (GSSAPI asks the KDC) is stepped
+        on a worker thread."""
         hs = await self._exchange(stream, ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=sasl.mechanism))
         assert isinstance(hs, SaslHandshakeResponse)
         if hs.error_code:
             raise SaslClientError(f"SASL mechanism {sasl.mechanism} refused (error {hs.error_code}); the peer offers "
                                   f"{', '.join(hs.mechanisms)}")
-        gen = tokens(sasl)
-        token = next(gen)
-        while True:
+        gen = tokens(sasl, host)
+
+        def advance(reply: bytes | None) -> bytes | None:
+            """The next token; None when the login is complete."""
+            try:
+                return next(gen) if reply is None else gen.send(reply)
+            except StopIteration:
+                return None
+
+        async def step(reply: bytes | None) -> bytes | None:
+            if sasl.mechanism in BLOCKING_MECHANISMS:
+                # abandoned on cancel: a KDC that does not answer must not outlast the login timeout
+                return await trio.to_thread.run_sync(advance, reply, abandon_on_cancel=True)
+            return advance(reply)
+
+        token = await step(None)
+        while token is not None:
             resp = await self._exchange(stream, ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
             assert isinstance(resp, SaslAuthenticateResponse)
             if resp.error_code:
                 raise SaslClientError(f"SASL {sasl.mechanism} login as {sasl.username or 'the token principal'} "
                                       f"refused: {resp.error_message}")
-            try:
-                token = gen.send(bytes(resp.auth_bytes))
-            except StopIteration:
-                return
+            token = await step(bytes(resp.auth_bytes))
 
     def _closed_by_peer(self) -> bool:
         """Is the kept connection, unused for STALE_CHECK_S or more, readable (closed by the peer)?

@@ -5,6 +5,8 @@ Files, all PEM, written into one directory (0700) and reused when they exist:
   ca.key               its private key (kept so later runs can issue more certificates)
   broker.keystore.pem  the nodes' private key and certificate (CN=broker, SAN 127.0.0.1, localhost)
   client.key / client.pem  a client key and certificate (CN=client)
+  client.keystore.pem  the same key and certificate in one file, Kafka's PEM keystore
+                       (ssl.keystore.type=PEM for --command-config and Java clients)
 ECDSA P-256 keys, SHA-256 signatures, certificates valid for a year. Not for production: the CA
 key sits next to what it signs.
 Concurrency: plain blocking file I/O, called before any node starts.
@@ -21,6 +23,7 @@ CA_CERT = "ca.pem"
 NODE_KEYSTORE = "broker.keystore.pem"
 CLIENT_CERT = "client.pem"
 CLIENT_KEY = "client.key"
+CLIENT_KEYSTORE = "client.keystore.pem"
 
 
 def ensure_local_ca(directory: Path) -> Path:
@@ -33,6 +36,9 @@ def ensure_local_ca(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     if all((directory / f).exists() for f in (CA_CERT, NODE_KEYSTORE, CLIENT_CERT, CLIENT_KEY)):
+        if not (directory / CLIENT_KEYSTORE).exists():  # a directory made before the keystore file
+            _write(directory / CLIENT_KEYSTORE, (directory / CLIENT_KEY).read_bytes()
+                   + (directory / CLIENT_CERT).read_bytes())
         return directory
     now = datetime.datetime.now(datetime.UTC)
 
@@ -64,16 +70,18 @@ def ensure_local_ca(directory: Path) -> Path:
         cert = builder.sign(ca_key, hashes.SHA256())
         return key_pem(key), cert.public_bytes(serialization.Encoding.PEM)
 
-    def write(path: Path, data: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "wb") as f:
-            f.write(data)
-
-    write(directory / "ca.key", key_pem(ca_key))
-    write(directory / CA_CERT, ca.public_bytes(serialization.Encoding.PEM))
+    _write(directory / "ca.key", key_pem(ca_key))
+    _write(directory / CA_CERT, ca.public_bytes(serialization.Encoding.PEM))
     node_key, node_cert = issue("broker", server=True)
-    write(directory / NODE_KEYSTORE, node_key + node_cert)
+    _write(directory / NODE_KEYSTORE, node_key + node_cert)
     client_key, client_cert = issue("client", server=False)
-    write(directory / CLIENT_KEY, client_key)
-    write(directory / CLIENT_CERT, client_cert)
+    _write(directory / CLIENT_KEY, client_key)
+    _write(directory / CLIENT_CERT, client_cert)
+    _write(directory / CLIENT_KEYSTORE, client_key + client_cert)
     return directory
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "wb") as f:
+        f.write(data)

@@ -15,7 +15,7 @@ The shapes newer than ../shared/kafka-protocol come from the project's overlay s
 - Fetch 18 / ListOffsets 11: tiered-storage fields, answered as a broker without tiered storage;
 - ListConfigResources 0-1 (KIP-1142; v0 was ListClientMetricsResources).
 Kafka 4.2 also advertises what is out of scope here: share groups (KIP-932), streams groups
-(KIP-1071), delegation tokens, the KRaft voter changes (KIP-853), UnregisterBroker.
+(KIP-1071), the KRaft voter changes (KIP-853), UnregisterBroker.
 """
 
 from __future__ import annotations
@@ -92,6 +92,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-554 SCRAM credentials, kept in the metadata log (server/scram.py; SASL/SCRAM logins read them)
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # KIP-48 delegation tokens in the metadata log (server/delegation_tokens.py); v0 removed in Kafka 4
+    ApiKey.CREATE_DELEGATION_TOKEN: (1, 3),
+    ApiKey.RENEW_DELEGATION_TOKEN: (1, 2),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: (1, 2),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: (1, 3),
     # KIP-966 paged topic description (server/describe_topic_partitions.py)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     # KIP-546 client quotas, kept in the metadata log (server/client_quotas.py)

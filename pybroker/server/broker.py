@@ -90,7 +90,12 @@ from pybroker.replication.alter_partition_manager import (
 from pybroker.replication.leader_end_point import remote_leader_end_points
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
-from pybroker.security.sasl.listener import ListenerSasl, client_sasl, image_credentials
+from pybroker.security.sasl.listener import (
+    ListenerSasl,
+    client_sasl,
+    image_credentials,
+    image_tokens,
+)
 from pybroker.security.ssl_factory import ClientSsl, ListenerSsl
 from pybroker.server import controller_apis
 from pybroker.server.api_versions import SUPPORTED
@@ -102,7 +107,7 @@ from pybroker.server.dispatch import ControllerDispatcher, RequestDispatcher, ap
 from pybroker.server.dynamic_config import DynamicBrokerConfig
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quorum import valid_request
-from pybroker.server.quota import QuotaManagers
+from pybroker.server.quota import QuotaManagers, ip_connection_rates
 from pybroker.server.sasl_requests import illegal_state_response
 from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
@@ -160,6 +165,7 @@ class Broker:
         # this node's SASL logins to its peers' inter-broker and controller listeners (SASL_* only)
         self.inter_broker_client_sasl: SaslClientConfig | None = None
         self.controller_client_sasl: SaslClientConfig | None = None
+        self._listener_sasl: list[ListenerSasl] = []  # every SASL listener's setup (_channels), run in _run
         self.dynamic_config = DynamicBrokerConfig(config)  # KIP-226 layers over `config`
         # client byte-rate quotas (KIP-13); filled from the image's ClientQuotaRecords
         self.quotas = QuotaManagers(config["quota.window.num"], config["quota.window.size.seconds"])
@@ -311,22 +317,37 @@ class Broker:
         self.dynamic_config.listener_tls = self.listener_tls
         self.dynamic_config.client_tls = {n: c for n, c in clients.items() if c is not None}
 
-    def _channels(self, dispatcher: Handler) -> dict[str, ChannelBuilder]:
-        """Each non-PLAINTEXT listener's channel builder: TLS for SSL, SASL (over TLS for SASL_SSL)
-        for SASL_*, with `dispatcher` answering a pre-authentication ApiVersions; StartupError for a
-        SASL listener pybroker cannot serve (security/sasl/listener.py)."""
+    def _apply_ip_connection_rates(self) -> None:
+        """KIP-612: the image's connection_creation_rate quotas of ip entities -> the client
+        listeners' connection quotas (Kafka's ClientQuotaMetadataManager)."""
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.quotas.set_ip_quotas(*ip_connection_rates(self.image.client_quotas))
+
+    def _channels(self, dispatcher: Handler, endpoints: list[Endpoint] | None = None) -> dict[str, ChannelBuilder]:
+        """Each non-PLAINTEXT listener's channel builder (of `endpoints`, default all): TLS for
+        SSL, SASL (over TLS for SASL_SSL) for SASL_*, with `dispatcher` answering a
+        pre-authentication ApiVersions; StartupError for a SASL listener pybroker cannot serve
+        (security/sasl/listener.py)."""
         cfg = self.config
         channels: dict[str, ChannelBuilder] = {}
         credentials = image_credentials(lambda: self.image)
-        for ep in cfg.listeners:
+        secret = cfg["delegation.token.secret.key"]
+        tokens = image_tokens(lambda: self.image, secret) if secret else None
+        for ep in cfg.listeners if endpoints is None else endpoints:
             tls = self.listener_tls.get(ep.listener_name)
             if ep.security_protocol == "SSL" and tls is not None:
                 channels[ep.listener_name] = TlsChannelBuilder(tls)
             elif ep.security_protocol.startswith("SASL_"):
                 try:
-                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms)
+                    # a controller listener authenticates peers before the node serves; a broker
+                    # listener's logins wait until its image is replayed (SCRAM users, tokens)
+                    controller = ep.listener_name.upper() in (n.upper() for n in cfg.controller_listener_names)
+                    sasl = ListenerSasl.of(cfg, ep.listener_name, credentials, self.clock.wall_ms, tokens,
+                                           None if controller else self.ready.wait)
                 except ConfigError as exc:
                     raise StartupError(str(exc)) from None
+                self._listener_sasl.append(sasl)
                 channels[ep.listener_name] = SaslChannelBuilder(sasl, dispatcher, tls, illegal_state_response)
         return channels
 
@@ -489,6 +510,8 @@ class Broker:
                     self.quotas.apply_image(self.image.client_quotas)
                 else:
                     self.quotas.on_metadata(self.image, delta.records)
+                if delta.records is None or any(type(r).__name__ == "ClientQuotaRecord" for r in delta.records):
+                    self._apply_ip_connection_rates()
 
             loader.add_publisher("client quotas", quotas)
         assert self.raft is not None
@@ -572,19 +595,30 @@ class Broker:
             controller_eps = cfg.controller_listeners if cfg.is_controller else []
             self._build_tls()
             dispatcher = RequestDispatcher(self)
-            channels = self._channels(dispatcher)
+            auth_delay_ms = cfg["connection.failed.authentication.delay.ms"]
+            self._listener_sasl = []
+            # each server's own listeners only: a SASL listener's setup (and its JWKS refresh) once
+            channels = self._channels(dispatcher, broker_eps)
             controller_dispatcher = ControllerDispatcher(self)
+            controller_channels = self._channels(controller_dispatcher, controller_eps)
+            for sasl in self._listener_sasl:  # OAUTHBEARER's JWKS loaded before any listener serves
+                try:
+                    await nursery.start(sasl.run)
+                except ConfigError as exc:
+                    raise StartupError(str(exc)) from None
             try:
                 if broker_eps:
                     self.server = SocketServer(broker_eps, dispatcher, cfg["socket.request.max.bytes"],
-                                               cfg["max.connections"], timing, cfg["connections.max.idle.ms"],
-                                               channels=channels)
+                                               cfg, timing, cfg["connections.max.idle.ms"], channels=channels,
+                                               failed_authentication_delay_ms=auth_delay_ms)
+                    self._apply_ip_connection_rates()
                     self.bound = await nursery.start(self.server.serve, nursery)
                 if controller_eps:
                     self.controller_server = SocketServer(controller_eps, controller_dispatcher,
-                                                          cfg["socket.request.max.bytes"], cfg["max.connections"],
+                                                          cfg["socket.request.max.bytes"], cfg,
                                                           max_idle_ms=cfg["connections.max.idle.ms"],
-                                                          channels=self._channels(controller_dispatcher))
+                                                          channels=controller_channels,
+                                                          failed_authentication_delay_ms=auth_delay_ms)
                     self.controller_bound = await nursery.start(self.controller_server.serve, nursery)
             except OSError as exc:
                 raise StartupError(f"cannot bind {', '.join(map(str, cfg.listeners))}: {exc.strerror or exc}"

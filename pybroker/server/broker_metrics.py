@@ -356,7 +356,34 @@ def _socket_server(broker: Broker) -> list[Family]:
                ("listener", "networkProcessor"))
     for name, n in sorted(by_listener.items()):
         f.add(n, name, "0")
-    return [f]
+    # Kafka's Selector counters and ConnectionQuotas rates (net/connection_quotas.py)
+    quotas = broker.server.quotas
+    per_processor = ("listener", "networkProcessor")
+    created = Family("kafka_server_socket_server_metrics_connection_creation_total", "counter",
+                     "connections accepted (after the connection limits)", per_processor)
+    closed = Family("kafka_server_socket_server_metrics_connection_close_total", "counter",
+                    "accepted connections since closed", per_processor)
+    auth_ok = Family("kafka_server_socket_server_metrics_successful_authentication_total", "counter",
+                     "TLS / SASL authentications that succeeded", per_processor)
+    auth_failed = Family("kafka_server_socket_server_metrics_failed_authentication_total", "counter",
+                         "TLS / SASL authentications that failed or timed out", per_processor)
+    accept_rate = Family("kafka_server_socket_server_metrics_connection_accept_rate", "gauge",
+                         "new connections per second (max.connection.creation.rate's measure)", ("listener",))
+    blocked = Family("kafka_network_acceptor_acceptorblocked_percent", "gauge",
+                     "fraction of the time since start the listener's accept loop waited for max.connections "
+                     "or the connection creation rate (Kafka's AcceptorBlockedPercent MeanRate)", ("listener",))
+    span = max(trio.current_time() - broker.server.started_at, 1e-9)
+    for name, stats in sorted(quotas.listeners.items()):
+        created.add(stats.accepted, name, "0")
+        closed.add(stats.closed, name, "0")
+        auth_ok.add(stats.authenticated, name, "0")
+        auth_failed.add(stats.failed_authentication, name, "0")
+        accept_rate.add(quotas.accept_rate(name), name)
+        blocked.add(min(1.0, stats.blocked_s / span), name)
+    return [f, created, closed, auth_ok, auth_failed, accept_rate, blocked,
+            gauge("kafka_server_socket_server_metrics_broker_connection_accept_rate",
+                  "new connections per second on every listener but the inter-broker one",
+                  quotas.broker_accept_rate())]
 
 
 def _event_loop(idle: EventLoopIdle) -> list[Family]:

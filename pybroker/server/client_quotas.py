@@ -16,7 +16,8 @@ answers without writing. An op with remove=true removes the key (value ignored).
 Describe reads the image (Kafka's ClientQuotasImage.describe): a filter Kafka rejects
 (empty or repeated entity type, match type/string mismatch, ip mixed with user/client-id)
 answers INVALID_REQUEST (an unknown type UNSUPPORTED_VERSION) with no entries.
-No authorizer, so no CLUSTER_AUTHORIZATION_FAILED.
+With an authorizer: Describe needs DESCRIBE_CONFIGS on the cluster (KafkaApis), Alter
+ALTER_CONFIGS (ControllerApis); otherwise CLUSTER_AUTHORIZATION_FAILED for the whole request.
 
 Concurrency: handlers run on the trio thread; describe reads the image between awaits.
 """
@@ -30,11 +31,18 @@ from typing import TYPE_CHECKING
 import trio
 
 from pybroker.controller import client_quotas as cq
+from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
+)
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import (
+    CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+    cluster_authorized,
+    require_cluster,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +60,9 @@ _AEntity = AlterClientQuotasResponse.EntityData
 
 def handle_describe_client_quotas(broker: Broker, ctx: RequestContext, req: DescribeClientQuotasRequest
                                   ) -> DescribeClientQuotasResponse:
+    if not cluster_authorized(broker, ctx, Op.DESCRIBE_CONFIGS):  # KafkaApis: the request's error response
+        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE, entries=None)
     components = [(c.entity_type, c.match_type, c.match) for c in req.components]
     try:
         found = cq.describe_client_quotas(broker.image.client_quotas, components, req.strict)
@@ -85,6 +96,7 @@ async def _resolvable(names: set[str]) -> set[str]:
 
 async def handle_alter_client_quotas(broker: Broker, ctx: RequestContext, req: AlterClientQuotasRequest
                                      ) -> AlterClientQuotasResponse:
+    require_cluster(broker, ctx, Op.ALTER_CONFIGS)
     alterations = [cq.Alteration([(e.entity_type, e.entity_name) for e in entry.entity],
                                  [(op.key, None if op.remove else op.value) for op in entry.ops])
                    for entry in req.entries]

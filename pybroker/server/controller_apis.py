@@ -58,6 +58,7 @@ from pybroker.raft import raft_util
 from pybroker.security.authorizer import ANONYMOUS, Op
 from pybroker.server import forwarding
 from pybroker.server.api_versions import SUPPORTED
+from pybroker.server.auth_helper import require_cluster
 from pybroker.server.error_responses import ERROR_RESPONSES
 from pybroker.server.request_context import ForwardedConnection, RequestContext
 
@@ -119,8 +120,11 @@ def _refusal(broker: Broker, conn: Connection, api_key: int, version: int, corre
         log.info("refusing %s from %s (%s): no CLUSTER_ACTION on the cluster", ApiKey(api_key).name, conn.peer,
                  conn.principal)
         return build()
-    if api_key == ApiKey.DESCRIBE_QUORUM and not auth.authorize_cluster(ctx, Op.DESCRIBE):
-        return ERROR_RESPONSES[api_key](body, version, _DENIED, None)
+    if api_key == ApiKey.DESCRIBE_QUORUM:  # ControllerApis.handleDescribeQuorum: DESCRIBE
+        try:
+            require_cluster(broker, ctx, Op.DESCRIBE)
+        except KafkaError as exc:
+            return ERROR_RESPONSES[api_key](body, version, int(exc.code), exc.message)
     return None
 
 

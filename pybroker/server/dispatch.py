@@ -40,6 +40,7 @@ from pybroker.server import (
     configs,
     consumer_group,
     controller_apis,
+    delegation_tokens,
     delete_records,
     describe_topic_partitions,
     features,
@@ -124,6 +125,10 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.UPDATE_FEATURES: features.handle_update_features,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram.handle_alter_user_scram_credentials,
+    ApiKey.CREATE_DELEGATION_TOKEN: delegation_tokens.handle_create_delegation_token,
+    ApiKey.RENEW_DELEGATION_TOKEN: delegation_tokens.handle_renew_delegation_token,
+    ApiKey.EXPIRE_DELEGATION_TOKEN: delegation_tokens.handle_expire_delegation_token,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: delegation_tokens.handle_describe_delegation_token,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle_describe_topic_partitions,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
@@ -171,8 +176,9 @@ class RequestDispatcher:
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         traced = request_log.isEnabledFor(logging.DEBUG)
         if traced:
-            request_log.debug("request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
-                              ctx.api_version, header.correlation_id, header.client_id, conn.peer, body)
+            request_log.debug("request %s v%d corr=%d client=%s peer=%s principal=%s listener=%s: %.500r",
+                              ApiKey(api_key).name, ctx.api_version, header.correlation_id, header.client_id,
+                              conn.peer, ctx.principal, conn.listener_name, body)
         try:
             if api_key in _ASYNC:
                 response = await handler(self.broker, ctx, body)
@@ -210,9 +216,9 @@ class RequestDispatcher:
         if self.request_metrics is not None:
             conn.request_meter = self.request_metrics.on_request(api_key, ctx.api_version, body)
         if request_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("forwarding %s v%d corr=%d client=%s peer=%s to the active controller",
-                              ApiKey(api_key).name, ctx.api_version, header.correlation_id, header.client_id,
-                              conn.peer)
+            request_log.debug("forwarding %s v%d corr=%d client=%s peer=%s principal=%s listener=%s to the active "
+                              "controller", ApiKey(api_key).name, ctx.api_version, header.correlation_id,
+                              header.client_id, conn.peer, ctx.principal, conn.listener_name)
         return await forwarding.forward(self.broker, ctx, bytes(frame), body)
 
 
@@ -238,8 +244,9 @@ class ControllerDispatcher:
         api_key = header.request_api_key
         traced = request_log.isEnabledFor(logging.DEBUG) and api_key not in controller_apis.RAFT_APIS
         if traced:
-            request_log.debug("controller request %s v%d corr=%d client=%s peer=%s: %.500r", ApiKey(api_key).name,
-                              header.request_api_version, header.correlation_id, header.client_id, conn.peer, body)
+            request_log.debug("controller request %s v%d corr=%d client=%s peer=%s principal=%s listener=%s: %.500r",
+                              ApiKey(api_key).name, header.request_api_version, header.correlation_id,
+                              header.client_id, conn.peer, conn.principal, conn.listener_name, body)
         try:
             response = await controller_apis.handle(self.broker, conn, api_key, header.request_api_version,
                                                     header.correlation_id, header.client_id, body)

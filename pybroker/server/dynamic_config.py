@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from pybroker.config import (
     BROKER_CONFIGS,
     DYNAMIC_ONLY_BROKER_CONFIGS,
+    LISTENER_CONFIG_KEYS,
     LONG_MAX,
     RECONFIGURABLE_SSL_CONFIGS,
     TOPIC_CONFIGS,
@@ -151,6 +152,12 @@ def parse_dynamic(name: str, d: ConfigDef, raw: str) -> Any:
     if d.validator is not None:
         d.validator(name, v)
     return v
+
+
+def _listener_override_def(name: str) -> ConfigDef | None:
+    """The definition behind listener.name.<l>.<key> when pybroker reads that key per listener."""
+    m = _LISTENER_CONFIG.match(name)
+    return BROKER_CONFIGS[m.group(1)] if m and m.group(1) in LISTENER_CONFIG_KEYS else None
 
 
 def _is_per_broker(name: str) -> bool:
@@ -282,9 +289,10 @@ class DynamicBrokerConfig:
         """Push values that components captured at start-up (Kafka's BrokerReconfigurables)."""
         self.reload_tls()
         cfg = self.config
-        server = getattr(broker, "server", None)
-        if server is not None:
-            server.max_connections = cfg["max.connections"]
+        # the connection limits (Kafka's DynamicConnectionQuota and the listeners' ListenerReconfigurables)
+        for server in {id(s): s for s in (getattr(broker, "server", None),
+                                          getattr(broker, "controller_server", None)) if s is not None}.values():
+            server.reconfigure(cfg)
         log_manager = getattr(broker, "log_manager", None)
         if log_manager is not None:
             log_manager.producer_id_expiration_ms = cfg["producer.id.expiration.ms"]
@@ -451,14 +459,16 @@ class DynamicBrokerConfig:
             if keys is not None and n not in keys:
                 continue
             d = BROKER_CONFIGS.get(n)
+            # a listener override has its key's type (KafkaConfig.configType through the synonyms)
+            typed = d if d is not None else _listener_override_def(n)
             # KafkaConfig.maybeSensitive: passwords, and configs of unknown type
-            sensitive = d is None or d.type == "password" or n.endswith(_SENSITIVE_SUFFIXES)
+            sensitive = typed is None or typed.type == "password" or n.endswith(_SENSITIVE_SUFFIXES)
             chain = self._synonyms(n, broker_config_synonyms(n), sensitive)
             if not per_broker:
                 chain = [s for s in chain if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
                 value = self.dynamic_default.get(n)
             elif d is None:
-                value = None
+                value = chain[0].value if typed is not None and chain else None
             elif n == "node.id":
                 value = format_value(self.config.node_id)
             else:
@@ -467,7 +477,8 @@ class DynamicBrokerConfig:
                              read_only=n not in DYNAMIC_CONFIGS, is_default=False,
                              config_source=chain[0].source if chain else DEFAULT_CONFIG,
                              is_sensitive=sensitive, synonyms=chain if include_synonyms else [],
-                             config_type=_TYPES.get(d.type, 0) if d is not None else 0, documentation=None))
+                             config_type=_TYPES.get(typed.type, 0) if typed is not None else 0,
+                             documentation=None))
         return out
 
     def topic_default_source(self, synonym: str | None) -> int:

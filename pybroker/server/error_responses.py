@@ -23,15 +23,19 @@ from pybroker.protocol.messages import (
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsResponse,
     CreateAclsResponse,
+    CreateDelegationTokenResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
     DeleteTopicsResponse,
+    DescribeDelegationTokenResponse,
     DescribeQuorumResponse,
     ElectLeadersResponse,
+    ExpireDelegationTokenResponse,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsResponse,
     MetadataResponse,
+    RenewDelegationTokenResponse,
     UpdateFeaturesResponse,
 )
 
@@ -103,9 +107,26 @@ def _alter_client_quotas(req: Any, version: int, code: int, message: str | None)
 
 def _alter_scram(req: Any, version: int, code: int, message: str | None) -> Any:
     R = AlterUserScramCredentialsResponse
-    users = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
+    users = sorted({d.name for d in req.deletions} | {u.name for u in req.upsertions})  # Kafka: a sorted set
     return R(throttle_time_ms=0, results=[
         R.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=message) for u in users])
+
+
+def _elect_leaders(req: Any, version: int, code: int, message: str | None) -> Any:
+    R = ElectLeadersResponse
+    return R(throttle_time_ms=0, error_code=code, replica_election_results=[
+        R.ReplicaElectionResult(topic=t.topic, partition_result=[
+            R.PartitionResult(partition_id=p, error_code=code, error_message=message) for p in t.partitions])
+        for t in req.topic_partitions or []])
+
+
+def _alter_reassignments(req: Any, version: int, code: int, message: str | None) -> Any:
+    R = AlterPartitionReassignmentsResponse
+    return R(throttle_time_ms=0, error_code=code, error_message=message, responses=[
+        R.ReassignableTopicResponse(name=t.name, partitions=[
+            R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=message)
+            for p in t.partitions])
+        for t in req.topics])
 
 
 def _update_features(req: Any, version: int, code: int, message: str | None) -> Any:
@@ -124,8 +145,8 @@ def _top_level(cls: Any, **fields: Any) -> ErrorResponse:
 
 ERROR_RESPONSES: dict[int, ErrorResponse] = {
     ApiKey.DESCRIBE_QUORUM: _top_level(DescribeQuorumResponse, topics=[]),
-    ApiKey.ELECT_LEADERS: _top_level(ElectLeadersResponse, replica_election_results=[]),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _top_level(AlterPartitionReassignmentsResponse, responses=[]),
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _top_level(ListPartitionReassignmentsResponse, topics=[]),
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
@@ -138,4 +159,12 @@ ERROR_RESPONSES: dict[int, ErrorResponse] = {
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_scram,
     ApiKey.UPDATE_FEATURES: _update_features,
+    # delegation tokens: DelegationTokenManager.ErrorTimestamp (-1), no token
+    ApiKey.CREATE_DELEGATION_TOKEN: _top_level(
+        CreateDelegationTokenResponse, principal_type="", principal_name="", token_requester_principal_type="",
+        token_requester_principal_name="", issue_timestamp_ms=-1, expiry_timestamp_ms=-1, max_timestamp_ms=-1,
+        token_id="", hmac=b""),
+    ApiKey.RENEW_DELEGATION_TOKEN: _top_level(RenewDelegationTokenResponse, expiry_timestamp_ms=-1),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: _top_level(ExpireDelegationTokenResponse, expiry_timestamp_ms=-1),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: _top_level(DescribeDelegationTokenResponse, tokens=[]),
 }

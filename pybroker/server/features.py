@@ -18,8 +18,8 @@ atomically, or nothing. Response shape by version:
 - success: error 0, message null, and for v0-1 one result per request entry with error 0
   and message "NONE" (Kafka sets it from Errors.NONE.message()); v2 has no results.
 v0's AllowDowngrade is ignored, as Kafka's KRaft controller reads only UpgradeType (whose
-v0 default is UPGRADE), so a v0 downgrade is refused. No authorizer: ALTER on CLUSTER is
-always granted.
+v0 default is UPGRADE), so a v0 downgrade is refused. With an authorizer, a principal without ALTER
+on the cluster gets CLUSTER_AUTHORIZATION_FAILED for the whole request (ControllerApis).
 
 Handlers run on the trio thread; UpdateFeatures waits for the controller's lock and fsync.
 """
@@ -34,6 +34,8 @@ from pybroker.protocol.messages import (
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
 )
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import require_cluster
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -58,6 +60,7 @@ def api_versions_features(broker: Broker, version: int) -> dict[str, Any]:
 
 
 async def handle_update_features(broker: Broker, ctx: RequestContext, req: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+    require_cluster(broker, ctx, Op.ALTER)
     updates = [(u.feature, u.max_version_level, u.upgrade_type) for u in req.feature_updates]
     error, message = await broker.controller.update_features(updates, validate_only=bool(req.validate_only))
     if error:

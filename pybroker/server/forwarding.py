@@ -60,8 +60,10 @@ FORWARDED_APIS = frozenset({
     ApiKey.UPDATE_FEATURES, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_QUORUM,
 })
-# forwarded by their handlers after the broker's own checks
-HANDLER_FORWARDED_APIS = frozenset({ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS})
+# forwarded by their handlers after the broker's own checks (delegation tokens: allowTokenRequests)
+HANDLER_FORWARDED_APIS = frozenset({ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                    ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                                    ApiKey.EXPIRE_DELEGATION_TOKEN})
 ENVELOPED_APIS = FORWARDED_APIS | HANDLER_FORWARDED_APIS
 
 

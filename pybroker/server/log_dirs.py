@@ -8,7 +8,8 @@ partition being moved (AlterReplicaLogDirs) is also listed in its destination wi
 true, the bytes copied so far and lag = current LEO - copied end offset. v4 adds the volume's total and usable bytes from
 statvfs (Java's FileStore.getTotalSpace / getUsableSpace). A dir that cannot be read
 answers KAFKA_STORAGE_ERROR. Topics with no matching partition are left out, as in Kafka.
-v0 is not advertised: Kafka 4 removed it.
+v0 is not advertised: Kafka 4 removed it. Without DESCRIBE on the cluster (an authorizer on): no
+results and, from v3, the top-level CLUSTER_AUTHORIZATION_FAILED (KafkaApis).
 
 Concurrency: trio thread. statvfs is one quick syscall and sizes are in memory.
 """
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import cluster_authorized
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -40,6 +43,8 @@ def _volume_bytes(path: str) -> tuple[int, int]:
 
 
 def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not cluster_authorized(broker, ctx, Op.DESCRIBE):
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted: set[tuple[str, int]] | None = None
     if req.topics is not None:
         wanted = {(t.topic, p) for t in req.topics for p in t.partitions}

@@ -30,6 +30,10 @@ QuorumController; a broker forwards these requests to it unchanged).
 - ListPartitionReassignments: the partitions with adding or removing replicas, every topic's
   for a null list; Kafka silently leaves out unknown topics and partitions rather than erroring.
 
+Authorization (ControllerApis): ElectLeaders and AlterPartitionReassignments need ALTER on the
+cluster, ListPartitionReassignments DESCRIBE; without it the whole request gets
+CLUSTER_AUTHORIZATION_FAILED (server/auth_helper.py, the error shapes in server/error_responses.py).
+
 Concurrency: trio thread; elections and reassignments go through the controller's lock, the
 listing reads the committed image.
 """
@@ -47,6 +51,8 @@ from pybroker.protocol.messages import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import require_cluster
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -65,6 +71,7 @@ OngoingPartition = ListPartitionReassignmentsResponse.OngoingPartitionReassignme
 
 
 async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse:
+    require_cluster(broker, ctx, Op.ALTER)
     requested = req.topic_partitions
     if requested is not None and not requested:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[])
@@ -91,6 +98,7 @@ async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: ElectLe
 async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestContext,
                                                req: AlterPartitionReassignmentsRequest
                                                ) -> AlterPartitionReassignmentsResponse:
+    require_cluster(broker, ctx, Op.ALTER)
     if not req.topics:
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message="", responses=[])
     allow_rf_change = req.allow_replication_factor_change if ctx.api_version >= 1 else True
@@ -107,6 +115,7 @@ async def handle_alter_partition_reassignments(broker: Broker, ctx: RequestConte
 
 def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                         req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+    require_cluster(broker, ctx, Op.DESCRIBE)
     # Kafka lists only partitions with adding/removing replicas and skips unknown ones silently
     requested = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
     return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[

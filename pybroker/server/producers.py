@@ -28,6 +28,12 @@ partition not served here -> NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS; unk
 -> TRANSACTIONAL_ID_NOT_FOUND; else state name, producer id/epoch, timeout, start time and
 the transaction's partitions by topic (sorted). Error entries keep Kafka's field defaults.
 
+Authorization (an authorizer on), as KafkaApis: DescribeProducers needs READ on each topic
+(after the name check; TOPIC_AUTHORIZATION_FAILED on its partitions otherwise), DescribeTransactions
+DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and lists only the
+partitions of topics the principal may DESCRIBE, ListTransactions lists only the ids it may
+DESCRIBE.
+
 Concurrency: reads on the trio thread (the owner of logs and coordinator shards); no writes.
 """
 
@@ -47,12 +53,14 @@ from pybroker.protocol.messages import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from pybroker.security.authorizer import Op, Res
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
     from pybroker.server.request_context import RequestContext
 
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."  # Errors.TOPIC_AUTHORIZATION_FAILED's
 NO_DURATION_FILTER = -1
 STATES_BY_NAME = {s.state_name: s for s in TxnState}
 
@@ -80,10 +88,13 @@ def _active_producers(broker: Broker, topic: str, partition: int) -> ProducersPa
 
 def handle_describe_producers(broker: Broker, ctx: RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
+    auth = broker.authorizer
     for t in req.topics:
         reason = validate_topic_name(t.name)
         if reason is not None:
             topic_error: tuple[int, str] | None = (Errors.INVALID_TOPIC_EXCEPTION, reason)
+        elif auth is not None and not auth.authorize(ctx, Op.READ, Res.TOPIC, t.name):
+            topic_error = (Errors.TOPIC_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_MESSAGE)
         elif broker.image.topic(t.name) is None:
             topic_error = (Errors.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_MESSAGE)
         else:
@@ -163,6 +174,10 @@ def handle_list_transactions(broker: Broker, ctx: RequestContext, req: ListTrans
             return False
         return not (duration >= 0 and now - md.txn_start_ms <= duration)
 
+    auth = broker.authorizer
+    if auth is not None:  # only the ids the principal may DESCRIBE (KafkaApis.handleListTransactionsRequest)
+        allowed = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, [md.transactional_id for md in states])
+        states = [md for md in states if md.transactional_id in allowed]
     return ListTransactionsResponse(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
                                     transaction_states=[
         ListTransactionsResponse.TransactionState(transactional_id=md.transactional_id, producer_id=md.producer_id,
@@ -200,5 +215,18 @@ def _describe(broker: Broker, transactional_id: str) -> DescribeTransactionsResp
 
 def handle_describe_transactions(broker: Broker, ctx: RequestContext,
                                  req: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
-    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=[
-        _describe(broker, tid) for tid in req.transactional_ids])
+    auth = broker.authorizer
+    if auth is None:
+        return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=[
+            _describe(broker, tid) for tid in req.transactional_ids])
+    states = []
+    for tid in req.transactional_ids:  # KafkaApis.handleDescribeTransactionsRequest
+        if not auth.authorize(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, tid):
+            states.append(DescribeTransactionsResponse.TransactionState(
+                transactional_id=tid, error_code=Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            continue
+        state = _describe(broker, tid)
+        # only the partitions of topics the principal may DESCRIBE
+        state.topics = [t for t in state.topics if auth.authorize(ctx, Op.DESCRIBE, Res.TOPIC, t.topic)]
+        states.append(state)
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

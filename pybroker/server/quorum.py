@@ -10,10 +10,8 @@ in the partition when it does not lead).
 
 A request that does not name exactly __cluster_metadata partition 0 gets, for every requested
 partition, UNKNOWN_TOPIC_OR_PARTITION with Errors' message (top-level error 0, no nodes), here,
-without asking the Raft client.
-
-Authorisation: DESCRIBE on the cluster (Kafka's ControllerApis), else CLUSTER_AUTHORIZATION_FAILED
-at the top level.
+without asking the Raft client. Without DESCRIBE on the cluster (an authorizer on): the top-level
+CLUSTER_AUTHORIZATION_FAILED, as ControllerApis.handleDescribeQuorum.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import require_cluster
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -41,10 +40,7 @@ def valid_request(req: DescribeQuorumRequest) -> bool:
 
 async def handle_describe_quorum(broker: Broker, ctx: RequestContext, req: DescribeQuorumRequest
                                  ) -> DescribeQuorumResponse:
-    auth = broker.authorizer
-    if auth is not None and not auth.authorize_cluster(ctx, Op.DESCRIBE):
-        return DescribeQuorumResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=[],
-                                      nodes=[])
+    require_cluster(broker, ctx, Op.DESCRIBE)
     if not valid_request(req):
         return DescribeQuorumResponse(error_code=0, topics=[DescribeQuorumResponse.TopicData(
             topic_name=t.topic_name, partitions=[DescribeQuorumResponse.PartitionData(

@@ -20,9 +20,10 @@ few ms it took. Worked
 example, quota 1000 B/s, a client's first request carries 21000 bytes at t=0: W = 10 s,
 O = 2100 B/s, X = (2100 - 1000) / 1000 * 10000 ms = 11000 ms.
 
-Which quota applies (DefaultQuotaCallback): the principal is taken as User:ANONYMOUS, even
-for a TLS client whose certificate names another (principals in quotas are issue 20 item 4),
-the client-id is the request header's. Most specific first: <user, client-id>,
+Which quota applies (DefaultQuotaCallback): the user is the name of the connection's
+authenticated principal (`User:alice` -> `alice`: a SASL username, a token's owner, a TLS
+certificate's mapped subject; `ANONYMOUS` on an unauthenticated listener), the client-id is the
+request header's. Most specific first: <user, client-id>,
 <user, default client-id>, <user>, <default user, client-id>, <default user, default
 client-id>, <default user>, <client-id>, <default client-id>. Clients whose quota comes
 from the same entity share one sensor when only one level of quotas was ever configured,
@@ -46,12 +47,11 @@ import trio
 
 from pybroker.controller import client_quotas as cq
 from pybroker.metrics.stats import Rate
+from pybroker.net.connection_quotas import Address, address_of
 
 if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
-# KafkaPrincipal.ANONYMOUS: every PLAINTEXT connection's principal
-ANONYMOUS_USER = "ANONYMOUS"
 # ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
 _PURGE_INTERVAL_MS = 60 * 1000
@@ -226,7 +226,34 @@ class QuotaManagers:
             self.apply_image(image.client_quotas)
 
 
+def ip_connection_rates(client_quotas: Mapping[cq.Entity, Mapping[str, float]]
+                        ) -> tuple[float | None, dict[Address, float]]:
+    """KIP-612: the connection_creation_rate of the image's ip entities, as the SocketServer's
+    ConnectionQuotas takes them: (the default ip entity's, {address: rate})."""
+    default: float | None = None
+    per_address: dict[Address, float] = {}
+    for entity, values in client_quotas.items():
+        as_map = dict(entity)
+        if set(as_map) != {cq.IP} or cq.IP_CONNECTION_RATE not in values:
+            continue
+        name = as_map[cq.IP]
+        if name is None:
+            default = values[cq.IP_CONNECTION_RATE]
+            continue
+        address = address_of((name, 0))
+        if address is not None:
+            per_address[address] = values[cq.IP_CONNECTION_RATE]
+    return default, per_address
+
+
 # ---------------------------------------------------------------------- request-path helpers
+
+def quota_user(ctx: RequestContext) -> str:
+    """The user a request's quotas are looked up by: KafkaPrincipal.getName of its principal."""
+    principal = ctx.principal
+    _, sep, name = principal.partition(":")
+    return name if sep else principal
+
 
 def throttle_connection(ctx: RequestContext, throttle_ms: int, now: float) -> None:
     """Mute the request's connection for throttle_ms from `now` (trio time), after its
@@ -241,7 +268,7 @@ def record_produce(manager: ClientQuotaManager, ctx: RequestContext) -> int:
     """KafkaApis.handleProduceRequest's bandwidth quota: the request's size is recorded;
     returns the throttle time (the connection is muted for it)."""
     now = trio.current_time()
-    throttle_ms = manager.record_and_get_throttle_time_ms(ANONYMOUS_USER, ctx.client_id or "",
+    throttle_ms = manager.record_and_get_throttle_time_ms(quota_user(ctx), ctx.client_id or "",
                                                           ctx.request_size, int(now * 1000))
     if throttle_ms > 0:
         throttle_connection(ctx, throttle_ms, now)
@@ -254,14 +281,15 @@ def record_fetch(manager: ClientQuotaManager, ctx: RequestContext, response_size
     now = trio.current_time()
     now_ms = int(now * 1000)
     client_id = ctx.client_id or ""
-    throttle_ms = manager.record_and_get_throttle_time_ms(ANONYMOUS_USER, client_id, response_size, now_ms)
+    user = quota_user(ctx)
+    throttle_ms = manager.record_and_get_throttle_time_ms(user, client_id, response_size, now_ms)
     if throttle_ms > 0:
-        manager.unrecord(ANONYMOUS_USER, client_id, response_size, now_ms)
+        manager.unrecord(user, client_id, response_size, now_ms)
         throttle_connection(ctx, throttle_ms, now)
     return throttle_ms
 
 
 def fetch_max_bytes(manager: ClientQuotaManager, ctx: RequestContext, max_bytes: int) -> int:
     """Cap a consumer fetch to what its quota window can take without certain throttling."""
-    cap = manager.max_value_in_quota_window(ANONYMOUS_USER, ctx.client_id or "")
+    cap = manager.max_value_in_quota_window(quota_user(ctx), ctx.client_id or "")
     return max_bytes if cap >= max_bytes else int(cap)

@@ -38,6 +38,8 @@ class ForwardedConnection(Connection):
         self.peer = peer
         self.listener_name = listener_name
         self.principal = ANONYMOUS
+        self.token_authenticated = False
+        self.sasl_session = None
         self.client_software_name = ""
         self.client_software_version = ""
         self.busy = True

@@ -1,10 +1,11 @@
 """SaslHandshake (17) and SaslAuthenticate (36) after authentication (Kafka's KafkaApis
 handleSaslHandshakeRequest / handleSaslAuthenticateRequest).
 
-The exchange itself runs before the first request, in the listener's channel (net/sasl.py). A
-request that reaches a handler arrives on an authenticated or a non-SASL connection, where both
-are answered ILLEGAL_SASL_STATE (34), as Kafka answers them when re-authentication
-(connections.max.reauth.ms, KIP-368) is off.
+The exchange itself runs before the first request, in the listener's channel (net/sasl.py), and
+so does a re-authentication (KIP-368: a SaslHandshake on a connection whose session expires). A
+request that reaches a handler arrives on an authenticated or a non-SASL connection where no
+re-authentication is possible (no session expiry, or one begun less than a second ago), and is
+answered ILLEGAL_SASL_STATE (34), as Kafka answers it.
 
 `illegal_state_response` is what the exchange (net/sasl.py) answers when another request comes
 where a SaslAuthenticate was due: that request's own error response with ILLEGAL_SASL_STATE

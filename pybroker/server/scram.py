@@ -15,7 +15,9 @@ RESOURCE_NOT_FOUND for deleting a credential that does not exist.
 
 Describe reads the image (Kafka's ScramImage.describe): null or empty `users` lists every
 user with credentials; a named user without credentials is RESOURCE_NOT_FOUND, a user
-named twice DUPLICATE_RESOURCE. No authorizer, so no CLUSTER_AUTHORIZATION_FAILED.
+named twice DUPLICATE_RESOURCE. With an authorizer: Describe needs DESCRIBE on the cluster (KafkaApis;
+otherwise the error on the response and on one result per named user, user unset), Alter ALTER
+(ControllerApis; otherwise every named user's result, sorted).
 
 Concurrency: handlers run on the trio thread; Describe reads the image between awaits.
 """
@@ -32,6 +34,12 @@ from pybroker.protocol.messages import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
+from pybroker.security.authorizer import Op
+from pybroker.server.auth_helper import (
+    CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+    cluster_authorized,
+    require_cluster,
+)
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -46,6 +54,11 @@ _Info = DescribeUserScramCredentialsResponse.CredentialInfo
 
 def handle_describe_user_scram_credentials(broker: Broker, ctx: RequestContext, req: DescribeUserScramCredentialsRequest
                                            ) -> DescribeUserScramCredentialsResponse:
+    if not cluster_authorized(broker, ctx, Op.DESCRIBE):  # KafkaApis: the request's getErrorResponse
+        code, message = Errors.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED_MESSAGE
+        return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                                    results=[_Result(error_code=code, error_message=message,
+                                                                     credential_infos=[]) for _ in req.users or []])
     credentials = broker.image.scram_credentials
     # user -> named more than once; request order for named users, sorted for "all users"
     users: dict[str, bool] = {}
@@ -73,6 +86,7 @@ def handle_describe_user_scram_credentials(broker: Broker, ctx: RequestContext, 
 
 async def handle_alter_user_scram_credentials(broker: Broker, ctx: RequestContext, req: AlterUserScramCredentialsRequest
                                               ) -> AlterUserScramCredentialsResponse:
+    require_cluster(broker, ctx, Op.ALTER)
     deletions = [scram.Deletion(d.name, d.mechanism) for d in req.deletions]
     upsertions = [scram.Upsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
                   for u in req.upsertions]

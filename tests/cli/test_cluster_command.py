@@ -28,10 +28,20 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections: a base below it cannot be
+    taken by one of them between our check and the cluster's bind (CI once lost a port so)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_bases(nodes: int) -> tuple[int, int]:
     rnd = random.Random()
+    high = min(_ephemeral_low(), 40000) - 200
     for _ in range(200):
-        base = rnd.randrange(20000, 40000)
+        base = rnd.randrange(10000, high)
         if all(_free(base + i) for i in range(nodes)) and all(_free(base + 100 + i) for i in range(nodes)):
             return base, base + 100
     raise AssertionError("no free ports")
@@ -123,6 +133,15 @@ def test_a_local_cluster_with_tls_on_every_listener(tmp_path: Path):
         assert adapters.confluent_produce(bootstrap, "over-tls", [Rec(b"k", b"v")], partition=0, **props) == [0]
         got = adapters.confluent_consume(bootstrap, "over-tls", count=1, **props)
         assert [r.value for r in got] == [b"v"]
+        # the CLI with DIR/client.properties (Kafka's names: PEM truststore, the client certificate)
+        import io
+
+        from pybroker.cli.admin import main as tool
+
+        out, err = io.StringIO(), io.StringIO()
+        assert tool(["consume", "--topic", "over-tls", "--from-beginning", "--max-messages", "1", "--bootstrap-server",
+                     bootstrap, "--command-config", str(directory / "client.properties")], out, err) == 0, err
+        assert out.getvalue() == "v\n"
         # a client without a certificate is refused by every node
         plain = adapters.confluent_admin(bootstrap)
         try:
@@ -134,3 +153,16 @@ def test_a_local_cluster_with_tls_on_every_listener(tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_directory_formatted_without_sasl_is_refused_for_sasl_ssl(tmp_path: Path, capsys):
+    """Its metadata has no SCRAM users, so the nodes could never log in to each other."""
+    from pybroker.cli.cluster import prepare
+
+    base, controller = free_bases(3)
+    with open(os.devnull, "w") as devnull:
+        prepare(tmp_path / "c", 3, base, controller, {}, devnull)  # formatted, PLAINTEXT
+    assert main(["--nodes", "3", "--dir", str(tmp_path / "c"), "--base-port", str(base), "--security",
+                 "sasl_ssl"]) == 2
+    err = capsys.readouterr().err
+    assert "formatted without --security sasl_ssl" in err and err.count("\n") == 1, err

@@ -140,16 +140,14 @@ def test_aiokafka_describe_sees_default_entities_as_null_names(broker):
     assert got == {frozenset({("user", None), ("client-id", "ai-c")}): {"consumer_byte_rate": 777.0}}
 
 
-def test_confluent_producer_over_its_quota_is_throttled_but_delivers_everything(broker, topic):
-    client_id = f"throttled-{uuid.uuid4().hex[:8]}"
-    quota = 10_000.0
-    assert _alter_v0(broker.bootstrap, {"client-id": client_id}, {"producer_byte_rate": quota}) == [(0, None)]
+def produce_counting_throttles(bootstrap: str, topic: str, count: int, size: int, **conf: object) -> list[float]:
+    """A confluent-kafka producer (`conf` added) sends `count` records of `size` bytes, every one
+    of which must be delivered; returns the throttle times librdkafka reported (throttle_cb)."""
     throttles: list[float] = []
     delivered: list[object] = []
-    producer = confluent_producer(broker.bootstrap, acks=1, **{
-        "client.id": client_id, "throttle_cb": lambda ev: throttles.append(ev.throttle_time),
-        "message.timeout.ms": 60_000, "batch.size": 4096})
-    count, size = 130, 1000  # 130 kB in the first 10 s window: ~30% over a 10 kB/s quota
+    producer = confluent_producer(bootstrap, acks=1, **{
+        "throttle_cb": lambda ev: throttles.append(ev.throttle_time), "message.timeout.ms": 60_000,
+        "batch.size": 4096, **conf})
 
     def on_delivery(err, msg):
         assert err is None, err
@@ -164,4 +162,13 @@ def test_confluent_producer_over_its_quota_is_throttled_but_delivers_everything(
             break
         producer.poll(0.1)
     assert len(delivered) == count and len(set(delivered)) == count
+    return throttles
+
+
+def test_confluent_producer_over_its_quota_is_throttled_but_delivers_everything(broker, topic):
+    client_id = f"throttled-{uuid.uuid4().hex[:8]}"
+    quota = 10_000.0
+    assert _alter_v0(broker.bootstrap, {"client-id": client_id}, {"producer_byte_rate": quota}) == [(0, None)]
+    # 130 kB in the first 10 s window: ~30% over a 10 kB/s quota
+    throttles = produce_counting_throttles(broker.bootstrap, topic, 130, 1000, **{"client.id": client_id})
     assert throttles and max(throttles) > 0

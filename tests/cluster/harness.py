@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.log.meta_properties import random_uuid_str
+from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.messages import DescribeQuorumRequest
 from tests.clients.broker import BrokerProcess
 
@@ -71,6 +72,9 @@ def wait_until(check: Callable[[], T | None], timeout: float = WAIT_S, what: str
 
 
 class Cluster:
+    # how the harness's own connections (DescribeQuorum, Metadata) reach a secured cluster
+    client_security: ClientSecurity = PLAINTEXT
+
     def __init__(self, root: Path, nodes: int = 3, overrides: dict[str, str] | None = None,
                  start_timeout: float = 90.0) -> None:
         self.root = Path(root)
@@ -176,7 +180,7 @@ class Cluster:
             host, port = self.address(n).split(":")
             try:
                 with BrokerConnection(host, int(port), request_timeout_s=timeout_s,
-                                      connect_timeout_s=timeout_s) as conn:
+                                      connect_timeout_s=timeout_s, security=self.client_security) as conn:
                     resp = conn.send(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
                         topic_name="__cluster_metadata",
                         partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])]))

@@ -3,7 +3,8 @@
 Each of `slots` connections sends one frame, then waits up to `answer_timeout_s` for one response
 frame; a closed connection is reopened, and one that answers nothing in time (a request still
 parked, a frame whose size prefix promised more bytes) is reset and reopened: so the broker also
-sees clients vanish mid-request. Bounded: it stops after `frames` frames.
+sees clients vanish mid-request. Bounded: it stops after `frames` frames. `login`, when given, runs on each new connection before
+its first frame (blocking; e.g. a SASL exchange), so the frames reach an authenticated session.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import selectors
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .frames import FrameFuzzer
@@ -26,6 +28,7 @@ class Stats:
     timed_out: int = 0
     seconds: float = 0.0
     samples: list[str] = field(default_factory=list)
+    ports: set[int] = field(default_factory=set)  # our ends of every connection (to count leaks)
 
 
 class _Slot:
@@ -39,7 +42,7 @@ class _Slot:
 
 
 def run_campaign(port: int, seed: int, frames: int, *, slots: int = 16,
-                 answer_timeout_s: float = 0.15) -> Stats:
+                 answer_timeout_s: float = 0.15, login: Callable[[socket.socket], None] | None = None) -> Stats:
     from pybroker.server.api_versions import SUPPORTED
 
     fuzzer = FrameFuzzer(seed, SUPPORTED)
@@ -52,7 +55,11 @@ def run_campaign(port: int, seed: int, frames: int, *, slots: int = 16,
         if stats.sent >= frames:
             return
         if slot.sock is None:
-            slot.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            stats.ports.add(sock.getsockname()[1])
+            if login is not None:
+                login(sock)
+            slot.sock = sock
             slot.sock.setblocking(False)
             sel.register(slot.sock, selectors.EVENT_READ, slot)
         slot.frame = fuzzer.frame()

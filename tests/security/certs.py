@@ -93,7 +93,8 @@ class CertificateAuthority:
             None, None, None, [self.cert], serialization.BestAvailableEncryption(password.encode())))
         return path
 
-    def issue(self, cn: str, ou: str | None = None, server: bool = False) -> Issued:
+    def issue(self, cn: str, ou: str | None = None, server: bool = False, ips: tuple[str, ...] = ()) -> Issued:
+        """A certificate for `cn`; `server`: with SANs localhost, 127.0.0.1 and the `ips`."""
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (x509.CertificateBuilder().subject_name(_name(cn, ou)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -102,5 +103,6 @@ class CertificateAuthority:
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                 *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)]), critical=False)
         return Issued(key, builder.sign(self.key, hashes.SHA256()), self.cert)

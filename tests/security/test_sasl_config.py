@@ -18,7 +18,8 @@ BASE = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN}
 
 BAD = {
-    "gssapi by default": ({"sasl.enabled.mechanisms": None}, "SASL mechanism GSSAPI of listener SASL_PLAINTEXT"),
+    "gssapi by default": ({"sasl.enabled.mechanisms": None},
+                          "No JAAS configuration for SASL mechanism GSSAPI on listener SASL_PLAINTEXT"),
     "unknown mechanism": ({"sasl.enabled.mechanisms": "PLAIN,DIGEST-MD5"}, "DIGEST-MD5"),
     "no jaas line": ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
                      "No JAAS configuration for SASL mechanism PLAIN on listener SASL_PLAINTEXT"),
@@ -30,7 +31,8 @@ BAD = {
                              "oauthbearer.sasl.jaas.config": "O required unsecuredValidatorAllowableClockSkewMs=\"-5\";"},
                             "clock skew"),
     "inter-broker mechanism gssapi by default": ({"inter.broker.listener.name": "SASL_PLAINTEXT"},
-                                                 "sasl.mechanism.inter.broker.protocol=GSSAPI is not supported"),
+                                                 "sasl.mechanism.inter.broker.protocol must be included in "
+                                                 "sasl.enabled.mechanisms of listener SASL_PLAINTEXT"),
     "inter-broker mechanism not enabled": ({"inter.broker.listener.name": "SASL_PLAINTEXT",
                                             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
                                            "must be included in sasl.enabled.mechanisms of listener SASL_PLAINTEXT"),

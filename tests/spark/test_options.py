@@ -60,7 +60,11 @@ def test_write_options_are_case_insensitive_and_pass_kafka_properties():
     ({**BOOT, "kafka.compression.type": "brotli"}, "compression.type' must be one of"),
     ({**BOOT, "kafka.key.serializer": "x"}, "keys are serialized with ByteArraySerializer"),
     ({**BOOT, "kafka.partitioner.class": "x"}, "partitioner.class' is not supported"),
-    ({**BOOT, "kafka.security.protocol": "SSL"}, "PLAINTEXT only"),
+    ({**BOOT, "kafka.security.protocol": "TLS"}, "security.protocol: String must be one of"),
+    ({**BOOT, "kafka.security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism"),
+    ({**BOOT, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"}, "sasl.jaas.config"),
+    ({**BOOT, "kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/nonexistent.jks"},
+     "ssl.truststore.type"),
     ({**BOOT, "topic": "  "}, "option 'topic' is empty"),
     ({**BOOT, "kafka.batch.size": "big"}, "must be an integer"),
 ])
@@ -132,3 +136,26 @@ def test_read_defaults_and_precedence():
                   **{"kafka.isolation.level": "read_committed"}, maxTriggerDelay="2s")
     assert o.starting.offsets == {TopicPartition("a", 0): 7, TopicPartition("a", 1): -2}
     assert o.isolation_level == 1 and o.max_trigger_delay_ms == 2000
+
+
+SECURE = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+          "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                    'username="alice" password="a;b";'}
+
+
+def test_security_options_are_kept_as_text_for_the_executors_both_ways():
+    """An SSLContext does not pickle: the options keep the keys, client_security builds them once."""
+    import pickle
+
+    from spark_connector.options import client_security
+
+    w = write_opts(topic="t", **SECURE)
+    r = read_opts(subscribe="t", **SECURE)
+    for o in (w, r):
+        assert o.security == {k[len("kafka."):]: v for k, v in SECURE.items()}
+        back = pickle.loads(pickle.dumps(o))
+        security = client_security(back)
+        assert security.protocol == "SASL_PLAINTEXT" and security.ssl_context is None
+        assert security.sasl is not None and (security.sasl.mechanism, security.sasl.username,
+                                              security.sasl.password) == ("SCRAM-SHA-512", "alice", "a;b")
+        assert client_security(back) is security  # once per process

@@ -159,6 +159,8 @@ def test_oauthbearer_accepts_unsecured_jwt_and_names_the_principal():
     ({"sub": "alice", "exp": NOW_MS // 1000 + 60, "iat": NOW_MS // 1000 + 30}, {}, "invalid_token"),  # iat ahead
     ({"sub": "alice"}, {}, "invalid_token"),  # no exp
     ({"exp": NOW_MS // 1000 + 60}, {}, "invalid_token"),  # no principal
+    ({"sub": "alice", "exp": float("inf")}, {}, "invalid_token"),  # json.dumps writes Infinity, Kafka refuses it
+    ({"sub": "alice", "exp": float("nan")}, {}, "invalid_token"),
     ({"sub": "alice", "exp": NOW_MS // 1000 + 60, "scope": "read"}, {"unsecuredValidatorRequiredScope": "read write"},
      "insufficient_scope"),
 ])

@@ -17,7 +17,8 @@ empty signature and header `alg` "none". Claims: the principal claim (JAAS optio
 scope claim (`unsecuredValidatorScopeClaimName`, default `scope`: a space-separated string or a
 list) must hold every item of `unsecuredValidatorRequiredScope` (space-separated, default none).
 They are unsigned, so anyone can mint one: Kafka's own documentation says the same and points
-production at a JWKS-validating handler (not here yet).
+production at the JWKS-validating handler (broker_jwt_validator.py), which a listener selects
+with `oauthbearer.sasl.server.callback.handler.class`; both answer a refusal the same way.
 Concurrency: one instance per connection, no I/O; the clock injected (`now_ms`).
 """
 
@@ -26,12 +27,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
+import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pybroker.config import ConfigError
 from pybroker.errors import SaslAuthenticationError, SaslError
+
+log = logging.getLogger("pybroker.security")
 
 MECHANISM = "OAUTHBEARER"
 _SASLNAME = r"(?:[\x01-\x2B\x2D-\x3C\x3E-\x7F]|=2C|=3D)+"
@@ -65,6 +70,10 @@ class UnsecuredValidator:
 
     def validate(self, token: str, now_ms: int) -> str:
         """The token's principal name; InvalidToken when it is refused."""
+        return self.validate_token(token, now_ms)[0]
+
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]:
+        """(principal name, expiration ms: `exp` x 1000); InvalidToken when it is refused."""
         parts = token.split(".")
         if len(parts) != 3 or parts[2]:
             raise InvalidToken("Unsecured JWS compact serializations must have 3 dot-separated "
@@ -93,33 +102,42 @@ class UnsecuredValidator:
             if missing:
                 raise InvalidToken(f"The provided scope was missing required scope {missing}",
                                    scope=" ".join(self.required_scope))
-        return principal
+        return principal, int(min(exp * 1000, 2**63 - 1))  # json.loads takes Infinity
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    # finite: json.loads takes Infinity and NaN, which Kafka's JSON parser refuses
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _json_part(text: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise InvalidToken(f"Invalid JWS {what}: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidToken(f"Invalid JWS {what}: not a JSON object")
     return value
 
 
+class TokenValidator(Protocol):
+    """UnsecuredValidator here, or the secured BrokerJwtValidator (broker_jwt_validator.py)."""
+
+    def validate_token(self, token: str, now_ms: int) -> tuple[str, int]: ...
+
+
 class OAuthBearerSaslServer:
     mechanism = MECHANISM
 
-    def __init__(self, validator: UnsecuredValidator, now_ms: Callable[[], int]) -> None:
+    def __init__(self, validator: TokenValidator, now_ms: Callable[[], int]) -> None:
         self._validator = validator
         self._now_ms = now_ms
         self._error: str | None = None  # the JSON error sent, awaiting the client's \x01
         self.complete = False
         self.authorization_id = ""
         self.extensions: dict[str, str] = {}
+        # the token's `exp` (Kafka's CREDENTIAL_LIFETIME_MS): it bounds the session's lifetime (KIP-368)
+        self.credential_expiration_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self._error is not None:
@@ -144,8 +162,9 @@ class OAuthBearerSaslServer:
         if a["scheme"].lower() != "bearer":
             raise SaslError(f"Invalid scheme in OAUTHBEARER client first message: {a['scheme']}")
         try:
-            principal = self._validator.validate(a["token"], self._now_ms())
+            principal, expiration_ms = self._validator.validate_token(a["token"], self._now_ms())
         except InvalidToken as exc:
+            log.info("OAUTHBEARER token refused: %s", exc)
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
             self._error = f'{{"status":"{status}"' + (f', "scope":"{exc.scope}"' if exc.scope else "") + "}"
             return self._error.encode()
@@ -156,5 +175,6 @@ class OAuthBearerSaslServer:
                 f"from the token's principal name ({principal})")
         self.extensions = pairs
         self.authorization_id = principal
+        self.credential_expiration_ms = expiration_ms
         self.complete = True
         return b""

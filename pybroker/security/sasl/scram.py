@@ -16,8 +16,12 @@ ServerSignature = HMAC(ServerKey, AuthMessage), AuthMessage being client-first-b
 server-first and client-final-without-proof joined by commas.
 
 As Kafka: the only extension accepted is `tokenauth` (delegation tokens, KIP-48); others fail.
-`tokenauth=true` looks the name up as a delegation token, and pybroker keeps no tokens yet, so
-it fails as Kafka fails for an unknown token id. An unknown user, too few iterations (below
+`tokenauth=true` makes the name a delegation token id (Kafka's ScramServerCallbackHandler with
+DelegationTokenCredentialCallback): the credential is the token's (`TokenLookup`: SCRAM keys of the
+base64 HMAC, 4096 iterations), the authorization id its owner's name and `token_authenticated`
+is set. An unknown token id fails with Kafka's "Token Authentication failed: Invalid tokenId";
+pybroker also refuses a token past its expiry or max timestamp that the controller has not swept
+yet (Kafka accepts it and cuts the session at once through its lifetime). An unknown user, too few iterations (below
 4096), a wrong proof or nonce fail with the generic message (SaslError); an authzid other than
 the user name with Kafka's own text. Kafka never sends `e=`: a failure is the SaslAuthenticate
 error alone.
@@ -37,6 +41,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pybroker.errors import SaslAuthenticationError, SaslError
 from pybroker.metadata.image import ScramCredential
@@ -96,14 +101,41 @@ def _parse_extensions(text: str) -> dict[str, str]:
 CredentialLookup = Callable[[str, int], ScramCredential | None]
 
 
+@dataclass(frozen=True, slots=True)
+class TokenCredential:
+    """A delegation token as a SCRAM login sees it (Kafka's DelegationTokenCache entry)."""
+
+    credential: ScramCredential
+    owner_name: str  # the authorization id: the owner principal's name
+    expiry_timestamp: int
+    max_timestamp: int
+
+
+# (token id, mechanism type id) -> the token's credential, None for an unknown token
+TokenLookup = Callable[[str, int], TokenCredential | None]
+
+
+def credential_for_password(mechanism_type: int, password: bytes, salt: bytes,
+                            iterations: int = MIN_ITERATIONS) -> ScramCredential:
+    """ScramFormatter.generateCredential: the stored and server keys of a password."""
+    digest = "sha256" if mechanism_type == 1 else "sha512"
+    salted = salted_password(digest, password, salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    return ScramCredential(salt, hashlib.new(digest, client_key).digest(),
+                           hmac.new(salted, b"Server Key", digest).digest(), iterations)
+
+
 class ScramSaslServer:
     """One SCRAM exchange: `evaluate` twice (client-first, client-final), then `complete`."""
 
     def __init__(self, mechanism: str, credentials: CredentialLookup,
-                 nonce: Callable[[], str] | None = None) -> None:
+                 nonce: Callable[[], str] | None = None, tokens: TokenLookup | None = None,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.mechanism = mechanism
         self._type_id, self._digest = MECHANISMS[mechanism]
         self._credentials = credentials
+        self._tokens = tokens
+        self._now_ms = now_ms
         self._nonce = nonce or _secure_random_string
         self._state = "client-first"
         self._credential: ScramCredential | None = None
@@ -113,6 +145,9 @@ class ScramSaslServer:
         self.complete = False
         self.authorization_id = ""
         self.token_authenticated = False
+        # the token's expiry for a token login (Kafka's CREDENTIAL_LIFETIME_MS negotiated property):
+        # it bounds the session's lifetime (KIP-368)
+        self.credential_expiration_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -134,10 +169,21 @@ class ScramSaslServer:
         if unsupported:
             raise SaslError(f"Unsupported extensions will not be processed, requested extensions {sorted(unsupported)}")
         name = username(m["saslname"])
+        authorization_id = name
         if extensions.get("tokenauth", "").lower() == "true":
-            # a delegation token login: pybroker keeps no tokens yet, so every id is unknown
-            raise SaslError(f"Token Authentication failed: Invalid tokenId : {name}")
-        credential = self._credentials(name, self._type_id)
+            token = self._tokens(name, self._type_id) if self._tokens is not None else None
+            if token is None:
+                raise SaslError(f"Token Authentication failed: Invalid tokenId : {name}")
+            if self._now_ms is not None:
+                now = self._now_ms()
+                if token.expiry_timestamp < now or token.max_timestamp < now:
+                    raise SaslError(f"Token Authentication failed: token {name} has expired")
+            credential: ScramCredential | None = token.credential
+            authorization_id = token.owner_name
+            self.token_authenticated = True
+            self.credential_expiration_ms = token.expiry_timestamp
+        else:
+            credential = self._credentials(name, self._type_id)
         if credential is None:
             raise SaslError("Authentication failed: Invalid user credentials")
         authzid = m["authzid"]
@@ -148,7 +194,7 @@ class ScramSaslServer:
             raise SaslError(f"Iterations {credential.iterations} is less than the minimum {MIN_ITERATIONS} "
                             f"for {self.mechanism}")
         self._credential = credential
-        self.authorization_id = name
+        self.authorization_id = authorization_id
         ext = ",".join(f"{k}={v}" for k, v in extensions.items())
         self._client_first_bare = f"n={m['saslname']},r={m['nonce']}" + (f",{ext}" if ext else "")
         self._nonce_full = m["nonce"] + self._nonce()

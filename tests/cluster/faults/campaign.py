@@ -46,6 +46,7 @@ from .workloads import (
     committed_offsets,
     read_partitions,
     replica_log,
+    security_conf,
 )
 
 UNCLEAN_METRIC = "kafka_controller_controllerstats_uncleanleaderelections_total"
@@ -89,7 +90,8 @@ def create_topic(cluster: FaultCluster, name: str, partitions: int, rf: int, con
                  timeout: float = 60) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10_000})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10_000,
+                         **security_conf(cluster.bootstrap)})
 
     def created() -> bool:
         fut = admin.create_topics([NewTopic(name, partitions, rf, config=configs)], operation_timeout=10,
@@ -136,7 +138,8 @@ def require_cross_node_transactions(cluster: FaultCluster, rf: int, partitions: 
     if len(set(leaders.values())) < 2:
         return  # every partition on one node: nothing to probe, the campaign judges
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex[:6]}",
-                         "transaction.timeout.ms": 20_000, "message.timeout.ms": 20_000})
+                         "transaction.timeout.ms": 20_000, "message.timeout.ms": 20_000,
+                         **security_conf(cluster.bootstrap)})
     try:
         bounded(lambda: producer.init_transactions(20), 30, "init_transactions")
         producer.begin_transaction()

@@ -62,6 +62,61 @@ class PartitionView(NamedTuple):
     replicas: tuple[int, ...]
 
 
+# Every listener SASL_SSL (`security="sasl_ssl"`): one CA, a broker certificate naming every node's
+# data and control address, PLAIN logins (the nodes as User:broker, a super user; clients as
+# alice), the StandardAuthorizer on (allow.everyone.if.no.acl.found, so only the broker-only APIs'
+# CLUSTER_ACTION and the listener rules restrict anything). Replication, Raft, forwarding,
+# heartbeats and the coordinators' traffic all log in over TLS.
+_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+         'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";')
+
+
+def secure_settings(cluster: FaultCluster, security: str) -> dict[int, dict[str, str]]:
+    """Per-node settings for `security`, registering the clients' side as it goes (the harness's
+    ClientSecurity, the librdkafka settings keyed by bootstrap in workloads.CLIENT_SECURITY)."""
+    if security == "plaintext":
+        return {}
+    if security != "sasl_ssl":
+        raise ValueError(f"unknown security {security!r}")
+    from pybroker.security.client_properties import client_security
+    from tests.security.certs import CertificateAuthority
+
+    from .workloads import CLIENT_SECURITY
+
+    tls_dir = cluster.root / "tls"
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    ca = CertificateAuthority("fault campaign CA")
+    ips = tuple(a for n in cluster.net.nodes for a in (cluster.net.host(n), cluster.net.control_host(n)))
+    keystore, _, _ = ca.issue("broker", ou="brokers", server=True, ips=ips).write_pem(tls_dir, "broker")
+    ca_pem = ca.write_pem(tls_dir / "ca.pem")
+    cluster.client_security = client_security({
+        "security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_pem),
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            'username="alice" password="alice-secret";'})
+    bootstrap = ",".join(f"{cluster.net.host(n)}:{CLIENT_PORT}" for n in cluster.net.nodes)  # = cluster.bootstrap
+    CLIENT_SECURITY[bootstrap] = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca_pem),
+                                          "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                          "sasl.password": "alice-secret"}
+    common = {
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL",
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": _JAAS,
+        "listener.name.controller.plain.sasl.jaas.config": _JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_pem),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+        "super.users": "User:broker",
+    }
+    return {n: {**common, "listeners": f"SASL_SSL://{cluster.net.host(n)}:{CLIENT_PORT},"
+                                       f"CONTROLLER://{cluster.net.control_host(n)}:{CONTROLLER_PORT}"}
+            for n in cluster.net.nodes}
+
+
 class NamespacedBroker(BrokerProcess):
     def __init__(self, *args: object, prefix: list[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -73,12 +128,13 @@ class NamespacedBroker(BrokerProcess):
 
 class FaultCluster(Cluster):
     def __init__(self, root: Path, nodes: int = 3, overrides: dict[str, str] | None = None,
-                 start_timeout: float = 90.0) -> None:
+                 start_timeout: float = 90.0, security: str = "plaintext") -> None:
         # deliberately not Cluster.__init__: same fields, namespaced addresses
         self.root = Path(root)
         self.count = nodes
         self.cluster_id = random_uuid_str()
         self.net = Network(list(range(1, nodes + 1))).create()
+        secured = secure_settings(self, security)
         self.client_ports = [CLIENT_PORT] * nodes
         self.controller_ports = [CONTROLLER_PORT] * nodes
         voters = ",".join(f"{n}@{self.net.control_host(n)}:{CONTROLLER_PORT}" for n in self.net.nodes)
@@ -103,6 +159,7 @@ class FaultCluster(Cluster):
                 "group.initial.rebalance.delay.ms": "0",
                 **FAST,
                 **REPLICATION_FAST,
+                **secured.get(n, {}),
                 **(overrides or {}),
             }
             node = NamespacedBroker(self.root / f"node-{n}" / "data", node_id=n, overrides=settings, host=host,
@@ -140,6 +197,9 @@ class FaultCluster(Cluster):
             raise AssertionError(f"nodes {stuck} did not shut down within {timeout:.0f}s of SIGTERM; killed")
 
     def close(self) -> None:
+        from .workloads import CLIENT_SECURITY
+
+        CLIENT_SECURITY.pop(self.bootstrap, None)  # a later cluster may get the same addresses
         try:
             self.net.heal_all()  # a cut node must be able to finish its controlled shutdown
             self.stop_all()
@@ -163,7 +223,7 @@ class FaultCluster(Cluster):
             host, port = self.address(n).split(":")
             try:
                 with BrokerConnection(host, int(port), request_timeout_s=timeout_s,
-                                      connect_timeout_s=timeout_s) as conn:
+                                      connect_timeout_s=timeout_s, security=self.client_security) as conn:
                     md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                                                    allow_auto_topic_creation=False))
                 if md.topics and md.topics[0].error_code == 0:
@@ -189,7 +249,8 @@ class FaultCluster(Cluster):
         that leader answers a consumer's OffsetForLeaderEpoch: where a new leader's log left
         its predecessor's (KIP-101). AssertionError on an error answer."""
         host, port = self.address(leader).split(":")
-        with BrokerConnection(host, int(port), request_timeout_s=5, connect_timeout_s=5) as conn:
+        with BrokerConnection(host, int(port), request_timeout_s=5, connect_timeout_s=5,
+                              security=self.client_security) as conn:
             resp = conn.send(OffsetForLeaderEpochRequest(replica_id=-1, topics=[
                 OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[
                     OffsetForLeaderEpochRequest.OffsetForLeaderPartition(

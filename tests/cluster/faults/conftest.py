@@ -1,7 +1,8 @@
 """Fixtures of the fault suite: ``fault_cluster`` (function scope) is a started 3-node
 FaultCluster (one network namespace per node), closed, healed and its namespaces deleted at
 the end; it skips, with the reason, where namespaces cannot be made (not root, no iproute2).
-``make_fault_cluster(overrides)`` makes one with extra node settings (unclean election).
+``make_fault_cluster(overrides, security=...)`` makes one with extra node settings (unclean
+election), or with every listener SASL_SSL (`security="sasl_ssl"`).
 A failing test's report gets every node's output tail."""
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def make_fault_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Callab
     if why:
         pytest.skip(f"the fault suite partitions nodes with network namespaces: {why}")
 
-    def make(overrides: dict[str, str] | None = None, nodes: int = 3) -> FaultCluster:
-        c = FaultCluster(tmp_path / f"c{len(made)}", nodes=nodes, overrides=overrides)
+    def make(overrides: dict[str, str] | None = None, nodes: int = 3, security: str = "plaintext") -> FaultCluster:
+        c = FaultCluster(tmp_path / f"c{len(made)}", nodes=nodes, overrides=overrides, security=security)
         made.append(c)
         request.addfinalizer(c.close)
         c.start()

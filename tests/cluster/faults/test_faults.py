@@ -47,6 +47,7 @@ LONG_BUDGET_S = 390.0
 TXN_BUDGET_S = 135.0
 KILLS_BUDGET_S = 210.0
 UNCLEAN_BUDGET_S = 110.0
+SASL_SSL_BUDGET_S = 90.0
 
 
 def seeded(request: pytest.FixtureRequest, budget_s: float | None = None) -> Budget:
@@ -110,6 +111,24 @@ def test_a_long_transactional_campaign_copies_exactly_once(make_fault_cluster: C
         b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s")
         assert out.problems == [], out.report
         assert out.nemesis.applied >= 35 and out.extra["txn_committed"] > 0
+
+
+@pytest.mark.slow
+def test_a_campaign_on_sasl_ssl_listeners_loses_no_acknowledged_record_and_copies_exactly_once(
+        make_fault_cluster: Callable[..., FaultCluster], request: pytest.FixtureRequest) -> None:
+    """Issue 20: every listener SASL_SSL (clients, inter-broker and controller; PLAIN logins, the
+    authorizer on, the nodes a super user): replication, Raft, forwarding and coordinator traffic
+    reconnect and log in again through every fault, and the same checks hold."""
+    c = make_fault_cluster(security="sasl_ssl")
+    b = seeded(request, SASL_SSL_BUDGET_S)
+    with b.replaying(b.seed):
+        out = run_campaign(c, Campaign(seed=b.seed, faults=200, min_faults=20, budget_s=b.seconds,
+                                       hold_s=(0.5, 2.0), gap_s=(0.3, 1.0), produce_interval_s=0.02, snapshot_every=5,
+                                       catch_up_s=180))
+        print(out.report)
+        b.covered(f"{out.nemesis.applied} faults in {out.extra['duration_s']}s over SASL_SSL")
+        assert out.problems == [], out.report
+        assert out.nemesis.applied >= 20 and out.extra["txn_committed"] > 0
 
 
 @pytest.mark.slow

@@ -41,9 +41,18 @@ from tests.clients.adapters import confluent_common
 PARTITION_EOF = -191
 
 
+# librdkafka settings a secured cluster's clients need (security.protocol, CA, SASL login), by
+# the cluster's bootstrap string: FaultCluster registers them, every client built here adds them
+CLIENT_SECURITY: dict[str, dict[str, str]] = {}
+
+
+def security_conf(bootstrap: str) -> dict[str, str]:
+    return CLIENT_SECURITY.get(bootstrap, {})
+
+
 def _conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
     return confluent_common(bootstrap) | {"topic.metadata.refresh.interval.ms": 1000,
-                                          "metadata.max.age.ms": 5000} | extra
+                                          "metadata.max.age.ms": 5000} | security_conf(bootstrap) | extra
 
 
 class Workload:
