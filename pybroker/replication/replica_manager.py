@@ -611,6 +611,8 @@ class ReplicaManager:
                              r.max_bytes, r.topic, r.partition_index)
                 continue
             code = p.fetch_records(params, r)
+            if not code and from_follower and self._stale_broker_epoch(replica_id, params.replica_epoch):
+                code = Errors.NOT_LEADER_OR_FOLLOWER
             if code:
                 r.partition = None
                 r.error_code = code
@@ -883,6 +885,16 @@ class ReplicaManager:
             # the follower's log start offset may have reached a waiting DeleteRecords' offset
             # (Kafka compares the low watermark before and after; trying the waiting ones is the same)
             self.delete_records_purgatory.check_and_complete(tp)
+
+    def _stale_broker_epoch(self, broker_id: int, broker_epoch: int) -> bool:
+        """KIP-903 (Kafka's Replica.updateFetchStateOrThrow): a follower's fetch whose ReplicaState
+        names a broker epoch older than the one this node's metadata has for that live broker
+        comes from a previous incarnation and must not move the follower's state
+        (NOT_LEADER_OR_FOLLOWER). -1 (a fetch before v15) is not checked, as in Kafka."""
+        if broker_epoch < 0:
+            return False
+        reg = self.image.brokers.get(broker_id)
+        return reg is not None and not reg.fenced and reg.epoch > broker_epoch
 
     def _eligible(self, broker_id: int) -> bool:
         """A broker the controller accepts in an ISR: registered, unfenced, not shutting down."""

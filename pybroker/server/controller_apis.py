@@ -17,6 +17,18 @@ Anything else closes the connection, as Kafka's controller does for an API it do
 The same `handle` serves requests a node sends to its own active controller without a socket
 (server/controller_channel.py).
 
+Authorisation (with an authorizer, as Kafka's ControllerApis): the Raft RPCs but DescribeQuorum,
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition and Envelope need
+CLUSTER_ACTION on the cluster for the connection's principal (the nodes' own: super.users or an
+ACL), else their response carries CLUSTER_AUTHORIZATION_FAILED and nothing is done;
+DescribeQuorum needs DESCRIBE on the cluster (for an envelope's, the envelope's principal); the
+admin APIs check what their broker handlers check. A controller listener is a privileged
+listener (server/broker_only.py). A request from this node itself (no connection) is trusted.
+Without an authorizer the controller still refuses a heartbeat, AlterPartition or
+AllocateProducerIds whose broker epoch is not the broker's registered one (STALE_BROKER_EPOCH,
+controller/cluster_control.py), and an AlterPartition from a broker that does not lead the
+partition (INVALID_REQUEST, controller/alter_partition.py), as Kafka's controller does.
+
 Concurrency: trio thread; one request at a time per connection, as on every listener.
 """
 
@@ -33,14 +45,20 @@ from pybroker.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionResponse,
     ApiVersionsResponse,
+    BeginQuorumEpochResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    EndQuorumEpochResponse,
     EnvelopeResponse,
+    FetchResponse,
+    FetchSnapshotResponse,
+    VoteResponse,
 )
 from pybroker.raft import raft_util
-from pybroker.security.authorizer import ANONYMOUS
+from pybroker.security.authorizer import ANONYMOUS, Op
 from pybroker.server import forwarding
 from pybroker.server.api_versions import SUPPORTED
+from pybroker.server.auth_helper import require_cluster
 from pybroker.server.error_responses import ERROR_RESPONSES
 from pybroker.server.request_context import ForwardedConnection, RequestContext
 
@@ -70,6 +88,45 @@ CONTROLLER_SUPPORTED: dict[int, tuple[int, int]] = {
 }
 RAFT_APIS = raft_util.RAFT_APIS
 
+_DENIED = int(Errors.CLUSTER_AUTHORIZATION_FAILED)
+# ControllerApis: CLUSTER_ACTION on the cluster, else the API's response with this error
+_CLUSTER_ACTION_DENIED: dict[int, Any] = {
+    ApiKey.VOTE: lambda: VoteResponse(error_code=_DENIED, topics=[]),
+    ApiKey.BEGIN_QUORUM_EPOCH: lambda: BeginQuorumEpochResponse(error_code=_DENIED, topics=[]),
+    ApiKey.END_QUORUM_EPOCH: lambda: EndQuorumEpochResponse(error_code=_DENIED, topics=[]),
+    ApiKey.FETCH: lambda: FetchResponse(throttle_time_ms=0, error_code=_DENIED, session_id=0, responses=[]),
+    ApiKey.FETCH_SNAPSHOT: lambda: FetchSnapshotResponse(throttle_time_ms=0, error_code=_DENIED, topics=[]),
+    ApiKey.BROKER_REGISTRATION: lambda: BrokerRegistrationResponse(throttle_time_ms=0, error_code=_DENIED,
+                                                                   broker_epoch=-1),
+    ApiKey.BROKER_HEARTBEAT: lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=_DENIED),
+    ApiKey.ALLOCATE_PRODUCER_IDS: lambda: AllocateProducerIdsResponse(throttle_time_ms=0, error_code=_DENIED,
+                                                                      producer_id_start=-1, producer_id_len=0),
+    ApiKey.ALTER_PARTITION: lambda: AlterPartitionResponse(throttle_time_ms=0, error_code=_DENIED, topics=[]),
+    ApiKey.ENVELOPE: lambda: EnvelopeResponse(error_code=_DENIED),
+}
+
+
+def _refusal(broker: Broker, conn: Connection, api_key: int, version: int, correlation_id: int,
+             client_id: str | None, body: Any) -> Any:
+    """The answer to a request its principal may not send (ControllerApis' checks), else None."""
+    auth = broker.authorizer
+    if auth is None:
+        return None
+    ctx = RequestContext(conn, api_key, version, correlation_id, client_id, principal=conn.principal)
+    build = _CLUSTER_ACTION_DENIED.get(api_key)
+    if build is not None:
+        if auth.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            return None
+        log.info("refusing %s from %s (%s): no CLUSTER_ACTION on the cluster", ApiKey(api_key).name, conn.peer,
+                 conn.principal)
+        return build()
+    if api_key == ApiKey.DESCRIBE_QUORUM:  # ControllerApis.handleDescribeQuorum: DESCRIBE
+        try:
+            require_cluster(broker, ctx, Op.DESCRIBE)
+        except KafkaError as exc:
+            return ERROR_RESPONSES[api_key](body, version, int(exc.code), exc.message)
+    return None
+
 
 async def handle(broker: Broker, conn: Connection | None, api_key: int, version: int, correlation_id: int,
                  client_id: str | None, body: Any) -> Any:
@@ -78,6 +135,10 @@ async def handle(broker: Broker, conn: Connection | None, api_key: int, version:
         return ApiVersionsResponse(error_code=0, throttle_time_ms=0, api_keys=[
             ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(CONTROLLER_SUPPORTED.items())])
+    if conn is not None:
+        refusal = _refusal(broker, conn, api_key, version, correlation_id, client_id, body)
+        if refusal is not None:
+            return refusal
     if api_key in RAFT_APIS:
         assert broker.raft is not None
         return await broker.raft.driver.handle_request(api_key, version, body)
@@ -182,12 +243,11 @@ async def _envelope(broker: Broker, conn: Connection | None, env: Any) -> Envelo
     ctx = RequestContext(ForwardedConnection(peer, listener), api_key, version, header.correlation_id,
                          header.client_id, len(env.request_data), forwarded=True, principal=principal)
     try:
-        if api_key == ApiKey.DESCRIBE_QUORUM:
-            response = await handle(broker, conn, api_key, version, header.correlation_id, header.client_id, inner)
-        else:
-            if _controller(broker) is None:
-                return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)
-            response = await _call(HANDLERS[api_key], broker, ctx, inner)
+        # DescribeQuorum is the Raft leader's to answer (its handler checks DESCRIBE for the
+        # envelope's principal), the others the active controller's
+        if api_key != ApiKey.DESCRIBE_QUORUM and _controller(broker) is None:
+            return EnvelopeResponse(error_code=Errors.NOT_CONTROLLER)
+        response = await _call(HANDLERS[api_key], broker, ctx, inner)
     except (CloseConnection, ProtocolError) as exc:
         # what closes a client's own connection (a request Kafka fails to parse, e.g. ACL filters
         # with UNKNOWN elements) is, inside an envelope, the envelope's UNSUPPORTED_VERSION, as

@@ -5,7 +5,8 @@ fetch_session.py: the request's session id and epoch choose a FetchContext, whic
 partitions to read, all of an incremental session's in its order, and which results to send:
 an incremental response leaves out the partitions with nothing new); the partitions refused
 before reading (an unknown topic id, no READ on the topic or, for a follower, no
-CLUSTER_ACTION, a partition the metadata lacks), which never make a fetch wait and are answered
+CLUSTER_ACTION or a listener other than the inter-broker or a controller one, server/broker_only.py:
+TOPIC_AUTHORIZATION_FAILED, a partition the metadata lacks), which never make a fetch wait and are answered
 after the ones read (a follower's fetch naming a topic this node does not know yet is answered
 at once, unlike Kafka's, so a follower that applied a new topic first asks again within
 milliseconds rather than after max_wait_ms); the byte limits (`max_bytes` capped by fetch.max.bytes, and by the client
@@ -36,6 +37,7 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest, FetchResponse
 from pybroker.replication.fetch_params import FETCH_LOG_END, READ_COMMITTED, FetchParams, LogRead
 from pybroker.security.authorizer import Op, Res
+from pybroker.server.broker_only import cluster_action_allowed
 from pybroker.server.fetch_session import ZERO_ID, CachedPartition, Update
 from pybroker.server.leader_hints import LeaderHints
 from pybroker.server.quota import fetch_max_bytes, record_fetch
@@ -92,17 +94,20 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     refused: list[tuple[CachedPartition, int]] = []
     auth = broker.authorizer
     allowed: dict[str, bool] = {}
+    # KafkaApis: a follower needs CLUSTER_ACTION on the cluster; pybroker also wants it on the
+    # inter-broker listener (server/broker_only.py), so a client listener never moves a HW
+    follower_ok = cluster_action_allowed(broker, ctx) if from_follower else True
     topics_by_name = image.topics_by_name
     for cp in context.partitions():
         name = cp.topic
         if name is None:
             refused.append((cp, Errors.UNKNOWN_TOPIC_ID))
             continue
-        if auth is not None:
+        if from_follower or auth is not None:
             ok = allowed.get(name)
-            if ok is None:  # KafkaApis: a consumer needs READ on the topic, a follower CLUSTER_ACTION
-                ok = allowed[name] = (auth.authorize_cluster(ctx, Op.CLUSTER_ACTION) if from_follower
-                                      else auth.authorize(ctx, Op.READ, Res.TOPIC, name))
+            if ok is None:  # KafkaApis: a consumer needs READ on the topic
+                ok = allowed[name] = (follower_ok if from_follower
+                                      else auth is None or auth.authorize(ctx, Op.READ, Res.TOPIC, name))
             if not ok:
                 refused.append((cp, Errors.TOPIC_AUTHORIZATION_FAILED))
                 continue

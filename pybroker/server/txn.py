@@ -15,8 +15,9 @@ these paths from the request version, not from the finalized transaction.version
 TxnOffsetCommit). The cluster keeps transaction.version 0 finalized and Kafka's clients pick
 these versions only when 2 is, but a request at these versions gets transaction version 2's
 behaviour:
-- AddPartitionsToTxn v4-5: the batched broker-to-coordinator form (needs CLUSTER_ACTION on the
-  cluster with an authorizer, else CLUSTER_AUTHORIZATION_FAILED for the whole request); each
+- AddPartitionsToTxn v4-5: the batched broker-to-coordinator form (needs the inter-broker
+  listener, and CLUSTER_ACTION on the cluster with an authorizer, server/broker_only.py, else
+  CLUSTER_AUTHORIZATION_FAILED for the whole request); each
   transaction either VerifyOnly (Kafka's handleVerifyPartitionsInTransaction) or is added with
   transaction version 2; v5 is answered as v4 (it tells that its sender knows
   TRANSACTION_ABORTABLE);
@@ -61,6 +62,7 @@ from pybroker.protocol.messages import (
     TxnOffsetCommitResponse,
 )
 from pybroker.security.authorizer import Op, Res
+from pybroker.server.broker_only import cluster_action_allowed
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -169,8 +171,9 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
     R = AddPartitionsToTxnResponse
     if v >= 4:
         # the batched form brokers send to a transaction coordinator (KIP-890 part 1): CLUSTER_ACTION,
-        # else the whole request fails with CLUSTER_AUTHORIZATION_FAILED at the top level
-        if broker.authorizer is not None and not broker.authorizer.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+        # else the whole request fails with CLUSTER_AUTHORIZATION_FAILED at the top level; pybroker
+        # also wants the inter-broker listener (server/broker_only.py)
+        if not cluster_action_allowed(broker, ctx):
             return R(throttle_time_ms=0, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[],
                      results_by_topic_v3_and_below=[])
         return R(throttle_time_ms=0, error_code=0, results_by_topic_v3_and_below=[],

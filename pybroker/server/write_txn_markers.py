@@ -19,11 +19,20 @@ Per partition:
   epoch is INVALID_PRODUCER_EPOCH, a stale coordinator epoch TRANSACTION_COORDINATOR_FENCED,
   other storage errors their codes) and, like an acks=all produce, the answer waits until the
   high watermark covers it (REQUEST_TIMED_OUT after request.timeout.ms).
-Authorisation: ALTER or CLUSTER_ACTION on the cluster, as Kafka (only brokers send this request). Nodes
-talk as User:ANONYMOUS over a PLAINTEXT inter-broker listener, or as their certificate's mapped
-subject over SSL (no SASL yet), so with an authorizer on a multi-node cluster that principal needs
-CLUSTER_ACTION or super.users, as in a Kafka cluster with ACLs; until then the sender logs the
-refusal and retries.
+Authorisation: ALTER or CLUSTER_ACTION on the cluster, as Kafka (only brokers send this request),
+and, unlike Kafka, only on the inter-broker listener (server/broker_only.py): on any other
+listener every partition answers CLUSTER_AUTHORIZATION_FAILED, with or without an authorizer.
+Nodes talk as their inter-broker principal (User:ANONYMOUS over PLAINTEXT, the certificate's
+mapped subject over SSL, the SASL user), so with an authorizer on a multi-node cluster that
+principal needs CLUSTER_ACTION or super.users, as in a Kafka cluster with ACLs; until then the
+sender logs the refusal and retries.
+
+Producer epochs, as Kafka's ProducerAppendInfo.appendEndTxnMarker: a marker older than the
+producer's epoch is INVALID_PRODUCER_EPOCH (transaction version 2: not above it); a newer one is
+accepted and becomes the producer's epoch, even for a producer with no transaction open (Kafka
+writes such a marker too; it only completes a transaction when one is open). That is why only
+the nodes may send markers: a marker at epoch 32767 leaves an idempotent producer at an older
+epoch refused with INVALID_PRODUCER_EPOCH from then on.
 
 `write_txn_markers` is also what this node's own marker sender calls for the partitions it
 leads (no socket).
@@ -42,6 +51,7 @@ from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from pybroker.records.end_txn_marker import ABORT, COMMIT, build_marker_batch
 from pybroker.security.authorizer import Op
+from pybroker.server.broker_only import privileged_listener
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -62,9 +72,11 @@ def _response(req: WriteTxnMarkersRequest, codes: list[dict[tuple[str, int], int
 async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: WriteTxnMarkersRequest
                                    ) -> WriteTxnMarkersResponse:
     auth = broker.authorizer
-    # KafkaApis: ALTER on the cluster, else CLUSTER_ACTION
-    if auth is not None and not auth.authorize_cluster(ctx, Op.ALTER) and not auth.authorize_cluster(
-            ctx, Op.CLUSTER_ACTION):
+    # KafkaApis: ALTER on the cluster, else CLUSTER_ACTION; pybroker also wants the inter-broker
+    # or a controller listener (server/broker_only.py): a marker fences its producer for good
+    if not privileged_listener(broker, ctx.conn.listener_name) or (
+            auth is not None and not auth.authorize_cluster(ctx, Op.ALTER)
+            and not auth.authorize_cluster(ctx, Op.CLUSTER_ACTION)):
         denied = int(Errors.CLUSTER_AUTHORIZATION_FAILED)
         return _response(req, [{(t.name, p): denied for t in m.topics for p in t.partition_indexes}
                                for m in req.markers])

@@ -168,6 +168,14 @@ class Network:
 
 # -- a follower's leader ------------------------------------------------------------------------
 
+class HandlerConfig(dict[str, Any]):
+    """A node's config as handle_fetch reads it: its keys, and the listener names that make a
+    follower's connection a privileged one (server/broker_only.py)."""
+
+    inter_broker_listener_name = "PLAINTEXT"
+    controller_listener_names: list[str] = []
+
+
 class _Conn:
     """What handle_fetch sees as the follower's connection: a parked fetch just waits."""
 
@@ -405,7 +413,7 @@ class SimBroker:
                     replica_manager=rm, image=self.image, authorizer=None, clock=sim.clock,
                     fetch_manager=FetchManager(FetchSessionCache.create(
                         1000, rng=random.Random(sim.rng.getrandbits(64)))),
-                    config={"fetch.max.bytes": 50 * 1024 * 1024},
+                    config=HandlerConfig({"fetch.max.bytes": 50 * 1024 * 1024}),
                     quotas=SimpleNamespace(fetch=SimpleNamespace(enabled=False)))
                 nursery.start_soon(alter.run)
                 await rm.apply_metadata_records(None)

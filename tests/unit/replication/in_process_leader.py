@@ -80,6 +80,14 @@ async def open_node(config: BrokerConfig, lm: LogManager, image: MetadataImage, 
     return rm
 
 
+class HandlerConfig(dict[str, Any]):
+    """The leader's config as handle_fetch reads it: its keys, and the listener names that make
+    the follower's connection a privileged one (server/broker_only.py)."""
+
+    inter_broker_listener_name = "PLAINTEXT"
+    controller_listener_names: list[str] = []
+
+
 class _Conn:
     """What handle_fetch sees as the follower's connection: a parked fetch just waits."""
 
@@ -104,7 +112,7 @@ class InProcessLeader:
         self.rm = rm
         self.fetch_manager = FetchManager(FetchSessionCache.create(slots))
         self.broker = SimpleNamespace(replica_manager=rm, image=rm.image, fetch_manager=self.fetch_manager,
-                                      authorizer=None, config={"fetch.max.bytes": 50 * 1024 * 1024},
+                                      authorizer=None, config=HandlerConfig({"fetch.max.bytes": 50 * 1024 * 1024}),
                                       quotas=SimpleNamespace(fetch=SimpleNamespace(enabled=False)),
                                       clock=rm.clock)
         self.requests: Counter[int] = Counter()

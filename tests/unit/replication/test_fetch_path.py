@@ -30,6 +30,8 @@ from pybroker.server.fetch import handle_fetch
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.quota import QuotaManagers
 
+from .in_process_leader import HandlerConfig
+
 TID = b"\x0d" * 16
 OTHER_TID = b"\x0e" * 16
 
@@ -200,7 +202,7 @@ def test_a_parked_fetch_reads_the_log_once(tmp_path: Path, monkeypatch: pytest.M
     async def body(rm: ReplicaManager, p: Partition) -> None:
         p.isr = [1]  # the leader alone: the high watermark moves with each append
         broker = SimpleNamespace(replica_manager=rm, image=rm.image, authorizer=None, quotas=QuotaManagers(),
-                                 config={"fetch.max.bytes": 50 << 20}, clock=rm.clock,
+                                 config=HandlerConfig({"fetch.max.bytes": 50 << 20}), clock=rm.clock,
                                  fetch_manager=FetchManager(FetchSessionCache.create(10)))
         conn = SimpleNamespace(listener_name="PLAINTEXT", peer=("127.0.0.1", 1))
 
