@@ -29,7 +29,6 @@ from pybroker.log.manager import LogManager
 from pybroker.metadata.image import MetadataImage
 from pybroker.protocol import messages as m
 from pybroker.protocol.api_keys import ApiKey
-from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.frame import decode_request, decode_response, encode_request, encode_response
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.records.batch import iter_batch_records, iter_batches
@@ -43,6 +42,7 @@ from pybroker.server.fetch import handle_fetch
 from pybroker.server.fetch_session import FetchManager, FetchSessionCache
 from pybroker.server.list_offsets import handle_list_offsets, handle_offset_for_leader_epoch
 from pybroker.server.request_context import RequestContext
+from tests.unit.replication.in_process_leader import FollowerConn, HandlerConfig, response_bytes
 
 if TYPE_CHECKING:
     from .replication_sim import Simulation
@@ -168,31 +168,6 @@ class Network:
 
 # -- a follower's leader ------------------------------------------------------------------------
 
-class HandlerConfig(dict[str, Any]):
-    """A node's config as handle_fetch reads it: its keys, and the listener names that make a
-    follower's connection a privileged one (server/broker_only.py)."""
-
-    inter_broker_listener_name = "PLAINTEXT"
-    controller_listener_names: list[str] = []
-
-
-class _Conn:
-    """What handle_fetch sees as the follower's connection: a parked fetch just waits."""
-
-    peer = ("127.0.0.1", 0)
-    listener_name = "PLAINTEXT"
-
-    async def park(self, op: Any) -> None:
-        await op.wait()
-
-
-def _bytes(parts: list[Any]) -> bytes:
-    out = bytearray()
-    for c in parts:
-        out += os.pread(c.fd, c.length, c.position) if type(c) is FileRegion else c
-    return bytes(out)
-
-
 class SimLeaderEndPoint:
     """The LeaderEndPoint the simulation gives each fetcher: its requests cross the `Network` to
     the leader's current incarnation and are served by the leader's real handlers, through the
@@ -215,7 +190,7 @@ class SimLeaderEndPoint:
 
         async def serve(node: SimBroker) -> bytes:
             _header, req = decode_request(frame[4:])
-            ctx = RequestContext(conn=_Conn(), api_key=api_key, api_version=version,  # type: ignore[arg-type]
+            ctx = RequestContext(conn=FollowerConn(), api_key=api_key, api_version=version,  # type: ignore[arg-type]
                                  correlation_id=correlation, client_id="follower", request_size=len(frame) - 4)
             if api_key == ApiKey.FETCH:
                 resp = await handle_fetch(node.handler_view, ctx, req)  # type: ignore[arg-type]
@@ -223,7 +198,7 @@ class SimLeaderEndPoint:
                 resp = handle_offset_for_leader_epoch(node.handler_view, ctx, req)  # type: ignore[arg-type]
             else:
                 resp = handle_list_offsets(node.handler_view, ctx, req)  # type: ignore[arg-type]
-            return _bytes(encode_response(api_key, version, correlation, resp))
+            return response_bytes(encode_response(api_key, version, correlation, resp))
 
         data = await self.sim.network.rpc(self.follower.id, self.leader_id, serve, self.timeout_s)
         got, decoded = decode_response(api_key, version, data[4:])
@@ -539,7 +514,7 @@ class SimBroker:
             await sim.network.transit(self.id, CONTROLLER)
             _header, decoded = decode_request(frame[4:])
             resp = sim.controller.alter_partition(decoded)
-            data = _bytes(encode_response(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, 1, resp))
+            data = response_bytes(encode_response(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, 1, resp))
             await sim.network.transit(CONTROLLER, self.id)
         return decode_response(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, data[4:])[1]
 

@@ -88,8 +88,9 @@ class HandlerConfig(dict[str, Any]):
     controller_listener_names: list[str] = []
 
 
-class _Conn:
-    """What handle_fetch sees as the follower's connection: a parked fetch just waits."""
+class FollowerConn:
+    """What handle_fetch sees as the follower's connection: a parked fetch just waits (shared with
+    the replication simulation, tests/sim/replication_cluster.py)."""
 
     peer = ("127.0.0.1", 0)
     listener_name = "PLAINTEXT"
@@ -98,7 +99,8 @@ class _Conn:
         await op.wait()
 
 
-def _bytes(parts: list[Any]) -> bytes:
+def response_bytes(parts: list[Any]) -> bytes:
+    """An encoded response's chunks as bytes (file regions read with pread)."""
     out = bytearray()
     for c in parts:
         out += os.pread(c.fd, c.length, c.position) if type(c) is FileRegion else c
@@ -143,7 +145,7 @@ class InProcessLeader:
             exc, self.fail_next = self.fail_next, None
             raise exc
         _header, req = decode_request(frame[4:])
-        ctx = RequestContext(conn=_Conn(), api_key=api_key, api_version=version,  # type: ignore[arg-type]
+        ctx = RequestContext(conn=FollowerConn(), api_key=api_key, api_version=version,  # type: ignore[arg-type]
                              correlation_id=self._correlation, client_id="follower", request_size=len(frame) - 4)
         if api_key == ApiKey.FETCH:
             self.fetches.append((req, len(frame)))
@@ -157,7 +159,7 @@ class InProcessLeader:
             resp = handle_list_offsets(self.broker, ctx, req)  # type: ignore[arg-type]
         else:
             raise AssertionError(f"unexpected api key {api_key}")
-        data = _bytes(encode_response(api_key, version, self._correlation, resp))
+        data = response_bytes(encode_response(api_key, version, self._correlation, resp))
         got, decoded = decode_response(api_key, version, data[4:])
         assert got == self._correlation
         if api_key == ApiKey.FETCH:
