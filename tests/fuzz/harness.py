@@ -36,17 +36,23 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def connections_from(pid: int, client_ports: set[int]) -> int:
-    """How many of the broker's open sockets are connected to one of `client_ports` (our ends)."""
+Ends = set[int] | set[tuple[int, int]]
+
+
+def connections_from(pid: int, client_ports: Ends) -> int:
+    """How many of the broker's open sockets are connected to one of `client_ports` (our ends), or,
+    given (our port, the broker's port) pairs, to exactly those: the kernel hands one ephemeral
+    port to several sockets with different destinations, so a bare port of ours can also be the
+    source port of another node's connection to this broker."""
     return len(_sockets_to(pid, client_ports))
 
 
-def unread_bytes(pid: int, client_ports: set[int]) -> int:
+def unread_bytes(pid: int, client_ports: Ends) -> int:
     """Bytes our connections sent that the broker has not read yet (its sockets' receive queues)."""
     return sum(_sockets_to(pid, client_ports))
 
 
-def _sockets_to(pid: int, client_ports: set[int]) -> list[int]:
+def _sockets_to(pid: int, client_ports: Ends) -> list[int]:
     """The receive-queue length of each broker socket connected to one of `client_ports`."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -64,8 +70,9 @@ def _sockets_to(pid: int, client_ports: set[int]) -> list[int]:
             continue
         for line in lines:
             f = line.split()  # sl local rem st tx_queue:rx_queue ... inode
+            local_port = int(f[1].rsplit(":", 1)[1], 16)
             remote_port = int(f[2].rsplit(":", 1)[1], 16)
-            if f[9] in inodes and remote_port in client_ports:
+            if f[9] in inodes and (remote_port in client_ports or (remote_port, local_port) in client_ports):
                 queues.append(int(f[4].split(":")[1], 16))
     return queues
 

@@ -399,9 +399,10 @@ def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> 
         # (1) more connections than descriptors
         limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds(pid) + 100, limits[1]))
-        socks = open_many("127.0.0.1", cluster.client_ports[node_id - 1], 400)
+        target = cluster.client_ports[node_id - 1]
+        socks = open_many("127.0.0.1", target, 400)
         try:
-            ports = {s.getsockname()[1] for s in socks}
+            ports = {(s.getsockname()[1], target) for s in socks}  # pairs: ephemeral ports are shared
             wait_until(lambda: connections_from(pid, ports) >= 50 or not node.is_running(), 30,
                        "the node to accept what it can")
             assert_all_running(cluster)
@@ -420,15 +421,17 @@ def test_connection_abuse_leaves_the_cluster_serving(abuse_cluster: Cluster) -> 
         idle = []
         for n in cluster.nodes:
             for port in (cluster.client_ports[n - 1], cluster.controller_ports[n - 1]):
-                idle += [(n, s) for s in open_many("127.0.0.1", port, 1000 // (2 * len(cluster.nodes)))]
+                idle += [(n, port, s) for s in open_many("127.0.0.1", port, 1000 // (2 * len(cluster.nodes)))]
         try:
             for n, nd in cluster.nodes.items():
-                mine = {s.getsockname()[1] for m, s in idle if m == n}
+                # (our port, the node's port) pairs: a bare ephemeral port of ours may also be the
+                # source port of another node's connection to this one, which it keeps
+                mine = {(s.getsockname()[1], port) for m, port, s in idle if m == n}
                 assert nd.pid is not None
                 wait_until(lambda nd=nd, mine=mine: connections_from(nd.pid, mine) == 0, 10 * IDLE_MS / 1000 + 30,
                            f"node {n} to close its idle connections (connections.max.idle.ms={IDLE_MS})")
         finally:
-            reset_all([s for _, s in idle])
+            reset_all([s for _, _, s in idle])
         assert_all_running(cluster)
         report.append(f"(2) {len(idle)} idle connections closed by the nodes")
 

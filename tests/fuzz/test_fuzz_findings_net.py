@@ -141,9 +141,12 @@ def test_running_out_of_descriptors_does_not_end_the_node(tmp_path: Path) -> Non
         client_round_trip(node.bootstrap)  # confluent-kafka: new connections, a topic, produce and consume
         text = output_since(node, offset)
         warnings = [line for line in text.splitlines() if "cannot accept connections" in line]
-        assert len(warnings) == 1 and " WARNING " in warnings[0], "\n".join(warnings[:5])
-        failed = re.search(r"accepting connections on \S+ again after [\d.]+ s \((\d+) accepts failed\)", text)
-        assert failed and int(failed.group(1)) > 1, text[-2000:]  # one line for a burst of failures
+        # one WARNING per burst, not per failed accept: draining the reset connections still in the
+        # backlog can run the descriptors out once more (a loaded CI run saw a second, short burst)
+        assert 1 <= len(warnings) <= 3 and all(" WARNING " in w for w in warnings), "\n".join(warnings[:5])
+        failed = [int(n) for n in re.findall(r"accepting connections on \S+ again after [\d.]+ s \((\d+) accepts failed\)",
+                                            text)]
+        assert failed and sum(failed) > len(warnings), text[-2000:]  # one line for a burst of failures
         assert node.is_running()
         # Whatever else opened a file during the burst failed too (a high watermark checkpoint
         # logs an ERROR and is written at the next tick): allowed, as long as that was the cause.
