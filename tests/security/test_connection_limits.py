@@ -49,6 +49,7 @@ from tests.clients.broker import BrokerProcess, BrokerStartError
 from tests.clients.helpers import numbered
 from tests.metrics.scrape import metrics_url_from_log, scrape, wait_for
 
+from .raw import FrameSocket
 from .test_tls_listener import ssl_conf
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -62,8 +63,10 @@ def fresh_source() -> str:
     return f"127.0.{n // 250}.{n % 250 + 2}"
 
 
-class Raw:
+class Raw(FrameSocket):
     """A blocking client socket from a chosen source address, speaking size-prefixed frames."""
+
+    closed_errors = (ConnectionResetError, TimeoutError)
 
     def __init__(self, port: int, source: str = "127.0.0.1", timeout: float = 10.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
@@ -90,24 +93,6 @@ class Raw:
             return False
         return self.read_frame() is not None
 
-    def read_frame(self) -> bytes | None:
-        head = self._exactly(4)
-        if head is None:
-            return None
-        return self._exactly(struct.unpack(">i", head)[0])
-
-    def _exactly(self, n: int) -> bytes | None:
-        buf = b""
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except (ConnectionResetError, TimeoutError):
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
-
     def readable_within(self, seconds: float) -> bool:
         """Has the broker sent anything (or closed) within `seconds`? (a bounded wait for an event
         that must NOT happen: used only where a positive check follows)"""
@@ -121,9 +106,6 @@ class Raw:
             return True
         except TimeoutError:
             return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

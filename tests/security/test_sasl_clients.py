@@ -49,6 +49,7 @@ from tests.clients.adapters import (
 )
 from tests.clients.helpers import assert_same_records, numbered
 
+from .raw import FrameSocket
 from .test_tls_clients import allow_only, produce_error, topic_name
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -257,7 +258,7 @@ def test_confluent_wrong_password_is_refused_while_others_go_on(broker, pki):
 # ------------------------------------------------------------------ raw sockets: the wire itself
 
 
-class Raw:
+class Raw(FrameSocket):
     """A blocking client socket speaking frames (size prefix + bytes)."""
 
     def __init__(self, address: str) -> None:
@@ -274,30 +275,9 @@ class Raw:
         assert corr == self.correlation
         return corr, resp
 
-    def read_frame(self) -> bytes | None:
-        head = self._exactly(4)
-        if head is None:
-            return None
-        return self._exactly(struct.unpack(">i", head)[0])
-
-    def _exactly(self, n: int) -> bytes | None:
-        buf = b""
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
-
     def closed(self) -> bool:
         """True once the broker has closed its end (EOF or reset), waiting up to 10 s."""
         return self.read_frame() is None
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_wrong_password_gets_generic_failure_then_close_after_delay(broker):
