@@ -22,6 +22,8 @@ from pybroker.protocol._generated.alter_partition_request import AlterPartitionR
 from pybroker.protocol._generated.alter_partition_response import AlterPartitionResponse
 from pybroker.protocol._generated.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from pybroker.protocol._generated.alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
+from pybroker.protocol._generated.alter_share_group_offsets_request import AlterShareGroupOffsetsRequest
+from pybroker.protocol._generated.alter_share_group_offsets_response import AlterShareGroupOffsetsResponse
 from pybroker.protocol._generated.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
 from pybroker.protocol._generated.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
 from pybroker.protocol._generated.api_versions_request import ApiVersionsRequest
@@ -76,6 +78,8 @@ from pybroker.protocol._generated.delete_groups_request import DeleteGroupsReque
 from pybroker.protocol._generated.delete_groups_response import DeleteGroupsResponse
 from pybroker.protocol._generated.delete_records_request import DeleteRecordsRequest
 from pybroker.protocol._generated.delete_records_response import DeleteRecordsResponse
+from pybroker.protocol._generated.delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
+from pybroker.protocol._generated.delete_share_group_offsets_response import DeleteShareGroupOffsetsResponse
 from pybroker.protocol._generated.delete_share_group_state_request import DeleteShareGroupStateRequest
 from pybroker.protocol._generated.delete_share_group_state_response import DeleteShareGroupStateResponse
 from pybroker.protocol._generated.delete_topics_request import DeleteTopicsRequest
@@ -98,6 +102,8 @@ from pybroker.protocol._generated.describe_producers_request import DescribeProd
 from pybroker.protocol._generated.describe_producers_response import DescribeProducersResponse
 from pybroker.protocol._generated.describe_quorum_request import DescribeQuorumRequest
 from pybroker.protocol._generated.describe_quorum_response import DescribeQuorumResponse
+from pybroker.protocol._generated.describe_share_group_offsets_request import DescribeShareGroupOffsetsRequest
+from pybroker.protocol._generated.describe_share_group_offsets_response import DescribeShareGroupOffsetsResponse
 from pybroker.protocol._generated.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from pybroker.protocol._generated.describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from pybroker.protocol._generated.describe_transactions_request import DescribeTransactionsRequest
@@ -268,6 +274,8 @@ __all__ = [
     'AlterPartitionResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterShareGroupOffsetsRequest',
+    'AlterShareGroupOffsetsResponse',
     'AlterUserScramCredentialsRequest',
     'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
@@ -322,6 +330,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupOffsetsRequest',
+    'DeleteShareGroupOffsetsResponse',
     'DeleteShareGroupStateRequest',
     'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
@@ -344,6 +354,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeShareGroupOffsetsRequest',
+    'DescribeShareGroupOffsetsResponse',
     'DescribeTopicPartitionsRequest',
     'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',

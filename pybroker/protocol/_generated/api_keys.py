@@ -102,6 +102,9 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 VALID_VERSIONS: dict[int, tuple[int, int]] = {
@@ -181,10 +184,10 @@ VALID_VERSIONS: dict[int, tuple[int, int]] = {
     73: (0, 0),
     74: (0, 1),
     75: (0, 0),
-    76: (0, 0),
-    77: (0, 0),
-    78: (0, 0),
-    79: (0, 0),
+    76: (1, 1),
+    77: (1, 1),
+    78: (1, 2),
+    79: (1, 2),
     80: (0, 0),
     81: (0, 0),
     82: (0, 0),
@@ -193,6 +196,9 @@ VALID_VERSIONS: dict[int, tuple[int, int]] = {
     85: (0, 0),
     86: (0, 0),
     87: (0, 0),
+    90: (0, 0),
+    91: (0, 0),
+    92: (0, 0),
 }
 
 FIRST_FLEXIBLE_VERSION: dict[int, int | None] = {
@@ -284,6 +290,9 @@ FIRST_FLEXIBLE_VERSION: dict[int, int | None] = {
     85: 0,
     86: 0,
     87: 0,
+    90: 0,
+    91: 0,
+    92: 0,
 }
 
 REQUEST_MODULES: dict[int, tuple[str, str]] = {
@@ -375,6 +384,9 @@ REQUEST_MODULES: dict[int, tuple[str, str]] = {
     85: ('write_share_group_state_request', 'WriteShareGroupStateRequest'),
     86: ('delete_share_group_state_request', 'DeleteShareGroupStateRequest'),
     87: ('read_share_group_state_summary_request', 'ReadShareGroupStateSummaryRequest'),
+    90: ('describe_share_group_offsets_request', 'DescribeShareGroupOffsetsRequest'),
+    91: ('alter_share_group_offsets_request', 'AlterShareGroupOffsetsRequest'),
+    92: ('delete_share_group_offsets_request', 'DeleteShareGroupOffsetsRequest'),
 }
 
 RESPONSE_MODULES: dict[int, tuple[str, str]] = {
@@ -466,6 +478,9 @@ RESPONSE_MODULES: dict[int, tuple[str, str]] = {
     85: ('write_share_group_state_response', 'WriteShareGroupStateResponse'),
     86: ('delete_share_group_state_response', 'DeleteShareGroupStateResponse'),
     87: ('read_share_group_state_summary_response', 'ReadShareGroupStateSummaryResponse'),
+    90: ('describe_share_group_offsets_response', 'DescribeShareGroupOffsetsResponse'),
+    91: ('alter_share_group_offsets_response', 'AlterShareGroupOffsetsResponse'),
+    92: ('delete_share_group_offsets_response', 'DeleteShareGroupOffsetsResponse'),
 }
 
 METADATA_RECORD_MODULES: dict[int, tuple[str, str]] = {

@@ -45,7 +45,7 @@ class ReadShareGroupStateSummaryRequest(ApiMessage):
         self,
         *,
         group_id: str = '',
-        topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = _UNSET,
+        topics: list[ReadShareGroupStateSummaryRequest.ReadSummaryStateData] = _UNSET,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.group_id = group_id
@@ -71,8 +71,8 @@ class ReadShareGroupStateSummaryRequest(ApiMessage):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    class ReadStateSummaryData(ApiMessage):
-        """A ReadStateSummaryData struct of ReadShareGroupStateSummaryRequest."""
+    class ReadSummaryStateData(ApiMessage):
+        """A ReadSummaryStateData struct of ReadShareGroupStateSummaryRequest."""
 
         __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields',)
 
@@ -90,7 +90,7 @@ class ReadShareGroupStateSummaryRequest(ApiMessage):
 
 _C_ReadShareGroupStateSummaryRequest = ReadShareGroupStateSummaryRequest
 _C_PartitionData = ReadShareGroupStateSummaryRequest.PartitionData
-_C_ReadStateSummaryData = ReadShareGroupStateSummaryRequest.ReadStateSummaryData
+_C_ReadSummaryStateData = ReadShareGroupStateSummaryRequest.ReadSummaryStateData
 
 
 def _e_PartitionData_0(o, out):
@@ -101,7 +101,7 @@ def _e_PartitionData_0(o, out):
         out.append(b"\x00")
 
 
-def _e_ReadStateSummaryData_0(o, out):
+def _e_ReadSummaryStateData_0(o, out):
     _a1 = o.partitions
     out.append(_S_u.pack(o.topic_id))
     out.append(_clen(len(_a1)))
@@ -118,7 +118,7 @@ def _e_ReadShareGroupStateSummaryRequest_0(o, out):
     _a1 = o.topics
     out.append(_clen(len(_a1)))
     for _x2 in _a1:
-        _e_ReadStateSummaryData_0(_x2, out)
+        _e_ReadSummaryStateData_0(_x2, out)
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
     else:
@@ -135,9 +135,9 @@ def _d_PartitionData_0(buf, pos):
     return o, pos
 
 
-def _d_ReadStateSummaryData_0(buf, pos):
+def _d_ReadSummaryStateData_0(buf, pos):
     _len = len(buf)
-    o = _new(_C_ReadStateSummaryData)
+    o = _new(_C_ReadSummaryStateData)
     o.unknown_tagged_fields = None
     o.topic_id, = _S_u.unpack_from(buf, pos)
     pos += 16
@@ -184,7 +184,7 @@ def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
         if _n3 * 18 > _len - pos: raise _Malformed("array topics too long")
         _l4 = []
         for _ in range(_n3):
-            _x5, pos = _d_ReadStateSummaryData_0(buf, pos)
+            _x5, pos = _d_ReadSummaryStateData_0(buf, pos)
             _l4.append(_x5)
         o.topics = _l4
     if buf[pos]: pos = _rutags(o, buf, pos)
@@ -196,7 +196,7 @@ _C_ReadShareGroupStateSummaryRequest._ENCODERS = {0: _e_ReadShareGroupStateSumma
 _C_ReadShareGroupStateSummaryRequest._DECODERS = {0: _d_ReadShareGroupStateSummaryRequest_0}
 _C_ReadShareGroupStateSummaryRequest._FIELDS = (
     FieldSpec('group_id', 'GroupId', 'string', (0, 32767), None, None, None, False, False, '', None),
-    FieldSpec('topics', 'Topics', '[]ReadStateSummaryData', (0, 32767), None, None, None, False, False, (), _C_ReadStateSummaryData),
+    FieldSpec('topics', 'Topics', '[]ReadSummaryStateData', (0, 32767), None, None, None, False, False, (), _C_ReadSummaryStateData),
 )
 _C_PartitionData._ENCODERS = {0: _e_PartitionData_0}
 _C_PartitionData._DECODERS = {0: _d_PartitionData_0}
@@ -206,11 +206,11 @@ _C_PartitionData._FIELDS = (
     FieldSpec('partition', 'Partition', 'int32', (0, 32767), None, None, None, False, False, 0, None),
     FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
 )
-_C_ReadStateSummaryData._ENCODERS = {0: _e_ReadStateSummaryData_0}
-_C_ReadStateSummaryData._DECODERS = {0: _d_ReadStateSummaryData_0}
-_C_ReadStateSummaryData.VALID_VERSIONS = (0, 0)
-_C_ReadStateSummaryData.FLEXIBLE_VERSION = 0
-_C_ReadStateSummaryData._FIELDS = (
+_C_ReadSummaryStateData._ENCODERS = {0: _e_ReadSummaryStateData_0}
+_C_ReadSummaryStateData._DECODERS = {0: _d_ReadSummaryStateData_0}
+_C_ReadSummaryStateData.VALID_VERSIONS = (0, 0)
+_C_ReadSummaryStateData.FLEXIBLE_VERSION = 0
+_C_ReadSummaryStateData._FIELDS = (
     FieldSpec('topic_id', 'TopicId', 'uuid', (0, 32767), None, None, None, False, False, b'\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00', None),
     FieldSpec('partitions', 'Partitions', '[]PartitionData', (0, 32767), None, None, None, False, False, (), _C_PartitionData),
 )

@@ -33,7 +33,7 @@ _new = object.__new__
 _str = str
 
 _S_ih = _Struct('>ih')
-_S_iq = _Struct('>iq')
+_S_iiq = _Struct('>iiq')
 _S_u = _Struct('>16s')
 
 
@@ -57,7 +57,7 @@ class ReadShareGroupStateSummaryResponse(ApiMessage):
     class PartitionResult(ApiMessage):
         """A PartitionResult struct of ReadShareGroupStateSummaryResponse."""
 
-        __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'start_offset', 'unknown_tagged_fields',)
+        __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'leader_epoch', 'start_offset', 'unknown_tagged_fields',)
 
         def __init__(
             self,
@@ -66,6 +66,7 @@ class ReadShareGroupStateSummaryResponse(ApiMessage):
             error_code: int = 0,
             error_message: str | None = None,
             state_epoch: int = 0,
+            leader_epoch: int = 0,
             start_offset: int = 0,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
@@ -73,6 +74,7 @@ class ReadShareGroupStateSummaryResponse(ApiMessage):
             self.error_code = error_code
             self.error_message = error_message
             self.state_epoch = state_epoch
+            self.leader_epoch = leader_epoch
             self.start_offset = start_offset
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -101,7 +103,7 @@ _C_ReadStateSummaryResult = ReadShareGroupStateSummaryResponse.ReadStateSummaryR
 def _e_PartitionResult_0(o, out):
     out.append(_S_ih.pack(o.partition, o.error_code))
     out.append(_cnstr(o.error_message))
-    out.append(_S_iq.pack(o.state_epoch, o.start_offset))
+    out.append(_S_iiq.pack(o.state_epoch, o.leader_epoch, o.start_offset))
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
     else:
@@ -148,8 +150,8 @@ def _d_PartitionResult_0(buf, pos):
         if _e2 > _len or _n1 < 0: raise _Malformed("error_message runs past the end")
         o.error_message = _str(buf[pos:_e2], "utf-8", "replace")
         pos = _e2
-    o.state_epoch, o.start_offset = _S_iq.unpack_from(buf, pos)
-    pos += 12
+    o.state_epoch, o.leader_epoch, o.start_offset = _S_iiq.unpack_from(buf, pos)
+    pos += 16
     if buf[pos]: pos = _rutags(o, buf, pos)
     else: pos += 1
     return o, pos
@@ -168,7 +170,7 @@ def _d_ReadStateSummaryResult_0(buf, pos):
         raise _Malformed("null value in non-nullable partitions")
     else:
         _n1 -= 1
-        if _n1 * 20 > _len - pos: raise _Malformed("array partitions too long")
+        if _n1 * 24 > _len - pos: raise _Malformed("array partitions too long")
         _l2 = []
         for _ in range(_n1):
             _x3, pos = _d_PartitionResult_0(buf, pos)
@@ -215,6 +217,7 @@ _C_PartitionResult._FIELDS = (
     FieldSpec('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('error_message', 'ErrorMessage', 'string', (0, 32767), (0, 32767), None, None, True, False, None, None),
     FieldSpec('state_epoch', 'StateEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
+    FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', (0, 32767), None, None, None, True, False, 0, None),
     FieldSpec('start_offset', 'StartOffset', 'int64', (0, 32767), None, None, None, True, False, 0, None),
 )
 _C_ReadStateSummaryResult._ENCODERS = {0: _e_ReadStateSummaryResult_0}
