@@ -1,0 +1,205 @@
+"""The share coordinator service (Kafka's ShareCoordinatorService): routes a share partition's
+state to the shard of its __share_group_state partition and runs the operation there.
+
+Partition of a share partition: Utils.abs(key.hashCode()) % share.coordinator.state.topic.num.partitions
+over Kafka's coordinator key string "groupId:topicId:partition" (SharePartitionKey.asCoordinatorKey,
+the topic id in Kafka's base64 form), so a key lands on the same partition here and in Kafka.
+
+__share_group_state is created on first use (FindCoordinator SHARE, a state RPC, the persister)
+through the active controller: share.coordinator.state.topic.num.partitions partitions,
+replication factor share.coordinator.state.topic.replication.factor (as Kafka: while fewer
+brokers are unfenced, creation fails and callers get COORDINATOR_NOT_AVAILABLE), and Kafka's
+topic configs (ShareCoordinatorService.shareGroupStateTopicConfigs): cleanup.policy=delete,
+retention.ms=-1 (the coordinator, not retention, decides what is redundant),
+compression.type=producer, segment.bytes=share.coordinator.state.topic.segment.bytes,
+min.insync.replicas=share.coordinator.state.topic.min.isr (at most the replication factor, as
+pybroker does for __transaction_state). Creation is serialised by a lock.
+
+Every operation is one share partition (Kafka schedules one per partition of a request). Reads
+that record a new leader epoch and all writes go through the runtime's write path (appended,
+replayed, answered once the high watermark covers them, share.coordinator.write.timeout.ms);
+the summary is a read. A runtime failure becomes the partition's error as Kafka's
+handleOperationException maps it (shard.operation_error): NOT_COORDINATOR and
+COORDINATOR_LOAD_IN_PROGRESS as they are, a write not replicated in time COORDINATOR_NOT_AVAILABLE.
+
+Concurrency: trio thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pybroker.coordinators.partition_writer import PartitionWriter
+from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
+from pybroker.coordinators.shard import CoordinatorResult, operation_error
+from pybroker.coordinators.share import record_serde as serde
+from pybroker.coordinators.share.share_coordinator_shard import (
+    OpError,
+    ReadAnswer,
+    ShareCoordinatorShard,
+    SummaryAnswer,
+)
+from pybroker.log.errors import LogError
+from pybroker.protocol.errors import Errors, KafkaError
+from pybroker.share.persister import StateBatch
+
+log = logging.getLogger("pybroker.share.coordinator")
+
+SHARE_GROUP_STATE_TOPIC_NAME = "__share_group_state"
+
+
+def kafka_uuid_str(topic_id: bytes) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(bytes(topic_id)).rstrip(b"=").decode("ascii")
+
+
+def coordinator_key(group_id: str, topic_id: bytes, partition: int) -> str:
+    """Kafka's SharePartitionKey.asCoordinatorKey: "groupId:topicId:partition"."""
+    return f"{group_id}:{kafka_uuid_str(topic_id)}:{partition}"
+
+
+def parse_coordinator_key(key: str) -> tuple[str, bytes, int]:
+    """(group id, topic id, partition) of a coordinator key; ValueError when it is not one
+    (Kafka's SharePartitionKey.getInstance(String): the last two ':' tokens are a topic id and a
+    partition, the rest the group id)."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"Invalid key format: expected - groupId:topicId:partition, found - {key}")
+    group_id, tid, part = parts
+    try:
+        raw = base64.urlsafe_b64decode(tid + "==")
+        partition = int(part)
+    except ValueError as exc:
+        raise ValueError(f"Invalid key format: expected - groupId:topicId:partition, found - {key}") from exc
+    if len(raw) != 16 or kafka_uuid_str(raw) != tid:
+        raise ValueError(f"Invalid key format: expected - groupId:topicId:partition, found - {key}")
+    return group_id, raw, partition
+
+
+class ShareCoordinator:
+    def __init__(self, broker_config: Any, replica_manager: PartitionWriter, controller: Any, image: Any,
+                 spawn: Callable[..., Any]) -> None:
+        self.config = broker_config
+        self.controller = controller
+        self.image = image
+        self.rm = replica_manager
+        per_snapshot = broker_config["share.coordinator.snapshot.update.records.per.snapshot"]
+        self.runtime = CoordinatorRuntime(
+            SHARE_GROUP_STATE_TOPIC_NAME, replica_manager,
+            lambda index, timer: ShareCoordinatorShard(index, per_snapshot, image), spawn,
+            commit_timeout_ms=broker_config["share.coordinator.write.timeout.ms"], decode=serde.decode)
+        self._create_lock = trio.Lock()
+
+    # ------------------------------------------------------------------ topic + routing
+
+    def num_partitions(self) -> int:
+        t = self.image.topic(SHARE_GROUP_STATE_TOPIC_NAME)
+        if t is not None and t.partitions:
+            return len(t.partitions)
+        return int(self.config["share.coordinator.state.topic.num.partitions"])
+
+    def partition_for_key(self, key: str) -> int:
+        return partition_for(key, self.num_partitions())
+
+    def partition_for(self, group_id: str, topic_id: bytes, partition: int) -> int:
+        return self.partition_for_key(coordinator_key(group_id, topic_id, partition))
+
+    def topic_configs(self) -> dict[str, str]:
+        rf = int(self.config["share.coordinator.state.topic.replication.factor"])
+        return {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer",
+                "segment.bytes": str(self.config["share.coordinator.state.topic.segment.bytes"]),
+                "min.insync.replicas": str(min(rf, int(self.config["share.coordinator.state.topic.min.isr"])))}
+
+    async def ensure_topic(self) -> bool:
+        """Create __share_group_state if missing; False if it cannot be created now."""
+        if self.image.topic(SHARE_GROUP_STATE_TOPIC_NAME) is not None:
+            return True
+        async with self._create_lock:
+            if self.image.topic(SHARE_GROUP_STATE_TOPIC_NAME) is not None:
+                return True
+            rf = self.config["share.coordinator.state.topic.replication.factor"]
+            n = self.config["share.coordinator.state.topic.num.partitions"]
+            try:
+                results = await self.controller.create_topics(
+                    [(SHARE_GROUP_STATE_TOPIC_NAME, n, rf, {}, self.topic_configs())])
+            except KafkaError as exc:
+                log.warning("cannot create %s: %s", SHARE_GROUP_STATE_TOPIC_NAME, exc)
+                return False
+            if results[0].error and self.image.topic(SHARE_GROUP_STATE_TOPIC_NAME) is None:
+                log.warning("cannot create %s: %s", SHARE_GROUP_STATE_TOPIC_NAME, results[0].message)
+                return False
+            log.info("created %s with %d partitions", SHARE_GROUP_STATE_TOPIC_NAME, n)
+            return True
+
+    def coordinator_node_of(self, index: int) -> int | None:
+        """The broker leading __share_group_state-`index`, or None."""
+        t = self.image.topic(SHARE_GROUP_STATE_TOPIC_NAME)
+        reg = None if t is None else t.partitions.get(index)
+        return None if reg is None or reg.leader < 0 else reg.leader
+
+    def coordinator_node(self, key: str) -> int | None:
+        return self.coordinator_node_of(self.partition_for_key(key))
+
+    # ------------------------------------------------------------------ operations
+
+    async def _write(self, group_id: str, topic_id: bytes, partition: int,
+                     op: Callable[[ShareCoordinatorShard, int], CoordinatorResult]) -> Any:
+        """Run a write operation on the key's shard; its response, or OpError for a runtime failure."""
+        if not await self.ensure_topic():
+            return OpError(Errors.COORDINATOR_NOT_AVAILABLE)
+        index = self.partition_for(group_id, topic_id, partition)
+        try:
+            return await self.runtime.write(index, op)
+        except LogError as exc:
+            log.warning("%s-%d write failed: %s", SHARE_GROUP_STATE_TOPIC_NAME, index, exc)
+            return OpError(operation_error(int(exc.code)))
+        except KafkaError as exc:
+            return OpError(operation_error(exc.code), exc.message if operation_error(exc.code) == exc.code else None)
+
+    async def initialize_state(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int,
+                               start_offset: int) -> OpError | None:
+        result: OpError | None = await self._write(
+            group_id, topic_id, partition,
+            lambda s, now: s.initialize(group_id, topic_id, partition, state_epoch, start_offset, now))
+        return result
+
+    async def read_state(self, group_id: str, topic_id: bytes, partition: int,
+                         leader_epoch: int) -> ReadAnswer | OpError:
+        result: ReadAnswer | OpError = await self._write(
+            group_id, topic_id, partition, lambda s, now: s.read(group_id, topic_id, partition, leader_epoch, now))
+        return result
+
+    async def write_state(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int,
+                          leader_epoch: int, start_offset: int, batches: list[StateBatch]) -> OpError | None:
+        result: OpError | None = await self._write(
+            group_id, topic_id, partition,
+            lambda s, now: s.write(group_id, topic_id, partition, state_epoch, leader_epoch, start_offset,
+                                   batches, now))
+        return result
+
+    async def delete_state(self, group_id: str, topic_id: bytes, partition: int) -> OpError | None:
+        result: OpError | None = await self._write(group_id, topic_id, partition,
+                                                   lambda s, now: s.delete(group_id, topic_id, partition))
+        return result
+
+    async def read_summary(self, group_id: str, topic_id: bytes, partition: int) -> SummaryAnswer | OpError:
+        if not await self.ensure_topic():
+            return OpError(Errors.COORDINATOR_NOT_AVAILABLE)
+        index = self.partition_for(group_id, topic_id, partition)
+        try:
+            result: SummaryAnswer | OpError = self.runtime.read(
+                index, lambda s, now: s.read_summary(group_id, topic_id, partition))
+        except KafkaError as exc:
+            return OpError(operation_error(exc.code))
+        return result
+
+    def on_metadata(self) -> None:
+        self.runtime.on_metadata()
+
+    def shutdown(self) -> None:
+        self.runtime.close()
