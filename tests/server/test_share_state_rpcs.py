@@ -1,0 +1,214 @@
+"""The share-state RPCs (83-87) and FindCoordinator SHARE against a live broker, with raw frames.
+
+The broker has two listeners: INTERNAL (the inter-broker listener) and CLIENT. Over INTERNAL a
+node's requests reach the share coordinator: initialize, read (a new leader epoch fences older
+ones), write, summary, delete, with __share_group_state created on first use with Kafka's
+configs. Over CLIENT the same requests are refused with CLUSTER_AUTHORIZATION_FAILED and change
+nothing (server/broker_only.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from pybroker.coordinators.runtime import partition_for
+from pybroker.coordinators.share.coordinator import coordinator_key
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.frame import decode_response, encode_request
+from pybroker.protocol.messages import (
+    DeleteShareGroupStateRequest,
+    FindCoordinatorRequest,
+    InitializeShareGroupStateRequest,
+    MetadataRequest,
+    ReadShareGroupStateRequest,
+    ReadShareGroupStateSummaryRequest,
+    WriteShareGroupStateRequest,
+)
+from pybroker.testing import EmbeddedBroker
+from tests.cluster.harness import free_ports, wait_until
+from tests.security.raw import FrameSocket
+
+DENIED = int(Errors.CLUSTER_AUTHORIZATION_FAILED)
+
+
+class Raw(FrameSocket):
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+        self.correlation = 0
+
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(encode_request(api_key, version, self.correlation, "share-state-test", body))
+        frame = self.read_frame()
+        assert frame is not None, "the broker closed the connection instead of answering"
+        corr, resp = decode_response(api_key, version, frame)
+        assert corr == self.correlation
+        return resp
+
+
+class Node:
+    def __init__(self, embedded: EmbeddedBroker, internal: int, client: int) -> None:
+        self.embedded = embedded
+        self.internal = internal
+        self.client = client
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[Node]:
+    internal, client = free_ports(2)
+    embedded = EmbeddedBroker(port=client, overrides={
+        "listeners": f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "share.coordinator.state.topic.num.partitions": "3",
+        "share.coordinator.snapshot.update.records.per.snapshot": "2",
+    })
+    embedded.start()
+    try:
+        yield Node(embedded, internal, client)
+    finally:
+        embedded.close()
+
+
+def _topic(node: Node, partitions: int = 2) -> bytes:
+    name = f"share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.client}"})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(15)
+    raw = Raw(node.client)
+    try:
+        md = raw.request(ApiKey.METADATA, 12, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)]))
+    finally:
+        raw.close()
+    return bytes(md.topics[0].topic_id)
+
+
+def init(raw: Raw, group: str, tid: bytes, partition: int, state_epoch: int, start: int) -> Any:
+    R = InitializeShareGroupStateRequest
+    return raw.request(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, R(group_id=group, topics=[R.InitializeStateData(
+        topic_id=tid, partitions=[R.PartitionData(partition=partition, state_epoch=state_epoch,
+                                                  start_offset=start)])])).results[0].partitions[0]
+
+
+def read(raw: Raw, group: str, tid: bytes, partition: int, leader_epoch: int) -> Any:
+    R = ReadShareGroupStateRequest
+    return raw.request(ApiKey.READ_SHARE_GROUP_STATE, 0, R(group_id=group, topics=[R.ReadStateData(
+        topic_id=tid, partitions=[R.PartitionData(partition=partition, leader_epoch=leader_epoch)])])
+    ).results[0].partitions[0]
+
+
+def write(raw: Raw, group: str, tid: bytes, partition: int, state_epoch: int, leader_epoch: int, start: int,
+          batches: list[tuple[int, int, int, int]]) -> Any:
+    R = WriteShareGroupStateRequest
+    return raw.request(ApiKey.WRITE_SHARE_GROUP_STATE, 0, R(group_id=group, topics=[R.WriteStateData(
+        topic_id=tid, partitions=[R.PartitionData(
+            partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start,
+            state_batches=[R.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
+                           for a, b, s, c in batches])])])).results[0].partitions[0]
+
+
+def summary(raw: Raw, group: str, tid: bytes, partition: int) -> Any:
+    R = ReadShareGroupStateSummaryRequest
+    return raw.request(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, R(group_id=group, topics=[R.ReadSummaryStateData(
+        topic_id=tid, partitions=[R.PartitionData(partition=partition, leader_epoch=0)])])).results[0].partitions[0]
+
+
+def delete(raw: Raw, group: str, tid: bytes, partition: int) -> Any:
+    R = DeleteShareGroupStateRequest
+    return raw.request(ApiKey.DELETE_SHARE_GROUP_STATE, 0, R(group_id=group, topics=[R.DeleteStateData(
+        topic_id=tid, partitions=[R.PartitionData(partition=partition)])])).results[0].partitions[0]
+
+
+def batches_of(p: Any) -> list[tuple[int, int, int, int]]:
+    return [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in p.state_batches]
+
+
+def test_state_rpcs_on_the_inter_broker_listener(node: Node) -> None:
+    tid = _topic(node)
+    raw = Raw(node.internal)
+    try:
+        # the first call creates __share_group_state; its shards answer once led and loaded
+        wait_until(lambda: init(raw, "g1", tid, 0, 0, 10).error_code == 0, timeout=20,
+                   what="InitializeShareGroupState answered")
+        r = read(raw, "g1", tid, 0, 1)
+        assert (r.error_code, r.state_epoch, r.start_offset, batches_of(r)) == (0, 0, 10, [])
+        assert write(raw, "g1", tid, 0, 0, 1, -1, [(10, 14, 2, 1), (15, 19, 0, 1)]).error_code == 0
+        assert write(raw, "g1", tid, 0, 0, 1, 15, [(15, 16, 4, 2)]).error_code == 0
+        assert write(raw, "g1", tid, 0, 0, 1, -1, [(20, 20, 2, 1)]).error_code == 0  # a snapshot (2 per snapshot)
+        r = read(raw, "g1", tid, 0, 1)
+        assert batches_of(r) == [(15, 16, 4, 2), (17, 19, 0, 1), (20, 20, 2, 1)] and r.start_offset == 15
+        # fencing: an older leader epoch, an older state epoch
+        assert write(raw, "g1", tid, 0, 0, 0, -1, [(21, 21, 2, 1)]).error_code == Errors.FENCED_LEADER_EPOCH
+        assert read(raw, "g1", tid, 0, 0).error_code == Errors.FENCED_LEADER_EPOCH
+        assert init(raw, "g1", tid, 0, 1, 30).error_code == 0
+        assert write(raw, "g1", tid, 0, 0, 1, -1, []).error_code == Errors.FENCED_STATE_EPOCH
+        s = summary(raw, "g1", tid, 0)
+        assert (s.error_code, s.state_epoch, s.leader_epoch, s.start_offset) == (0, 1, 1, 30)
+        # unknown partitions, uninitialized keys
+        assert init(raw, "g1", tid, 5, 0, 0).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert read(raw, "g1", tid, 1, 0).error_code == Errors.INVALID_REQUEST
+        assert read(raw, "other", tid, 0, 0).error_code == Errors.INVALID_REQUEST
+        # delete: the key is uninitialized again
+        assert delete(raw, "g1", tid, 0).error_code == 0
+        assert read(raw, "g1", tid, 0, 5).error_code == Errors.INVALID_REQUEST
+        # FindCoordinator SHARE names this node for any key (one broker)
+        key = coordinator_key("g1", tid, 0)
+        fc = raw.request(ApiKey.FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=2, coordinator_keys=[key, "bad"]))
+        assert [(c.error_code, c.node_id) for c in fc.coordinators] == [(0, 1), (int(Errors.INVALID_REQUEST), -1)]
+        assert fc.coordinators[0].port == node.internal
+        # the topic: internal, Kafka's configs, partition of the key as Kafka's partitionFor
+        md = raw.request(ApiKey.METADATA, 12, MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name="__share_group_state")]))
+        assert md.topics[0].is_internal and len(md.topics[0].partitions) == 3
+        assert 0 <= partition_for(key, 3) < 3
+    finally:
+        raw.close()
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.client}"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "__share_group_state")
+    configs = admin.describe_configs([res])[res].result(15)
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["retention.ms"].value == "-1"
+    assert configs["min.insync.replicas"].value == "1"  # the standalone node's share.coordinator.state.topic.min.isr
+
+
+def test_the_client_listener_is_refused(node: Node) -> None:
+    tid = _topic(node)
+    internal = Raw(node.internal)
+    client = Raw(node.client)
+    try:
+        wait_until(lambda: init(internal, "g2", tid, 0, 0, 0).error_code == 0, timeout=20,
+                   what="InitializeShareGroupState answered")
+        assert init(client, "g2", tid, 0, 5, 100).error_code == DENIED
+        assert write(client, "g2", tid, 0, 9, 9, 50, [(50, 60, 4, 5)]).error_code == DENIED
+        assert read(client, "g2", tid, 0, 9).error_code == DENIED
+        assert summary(client, "g2", tid, 0).error_code == DENIED
+        assert delete(client, "g2", tid, 0).error_code == DENIED
+        fc = client.request(ApiKey.FIND_COORDINATOR, 6, FindCoordinatorRequest(
+            key_type=2, coordinator_keys=[coordinator_key("g2", tid, 0)]))
+        assert fc.coordinators[0].error_code == DENIED
+        # nothing changed: no fence was raised, the state is as initialized
+        r = read(internal, "g2", tid, 0, 0)
+        assert (r.error_code, r.state_epoch, r.start_offset, batches_of(r)) == (0, 0, 0, [])
+    finally:
+        internal.close()
+        client.close()
+
+
+def test_empty_group_id_gets_an_empty_answer(node: Node) -> None:
+    raw = Raw(node.internal)
+    try:
+        R = ReadShareGroupStateRequest
+        resp = raw.request(ApiKey.READ_SHARE_GROUP_STATE, 0, R(group_id="", topics=[R.ReadStateData(
+            topic_id=uuid.uuid4().bytes, partitions=[R.PartitionData(partition=0, leader_epoch=0)])]))
+        assert resp.results == []
+    finally:
+        raw.close()
+
+
