@@ -139,13 +139,16 @@ def _code(result: Any) -> int:
     return int(result.code) if isinstance(result, OpError) else 0
 
 
+_UNSET: Any = object()  # an item's result before its answer (None is an answer: no error)
+
+
 @dataclass
 class _Item:
     topic_id: bytes
     partition: int
     args: tuple[Any, ...]
     done: trio.Event = field(default_factory=trio.Event)
-    result: Any = None
+    result: Any = _UNSET
 
 
 @dataclass
@@ -272,7 +275,7 @@ class DefaultStatePersister:
             if batcher.open is batch:
                 batcher.open = None
             for it in batch.items:
-                if it.result is None:  # the sender was cancelled: the others retry
+                if it.result is _UNSET:  # the sender was cancelled: the others retry
                     it.result = OpError(Errors.COORDINATOR_NOT_AVAILABLE)
                 it.done.set()
             if batcher.open is None and not batcher.lock.locked():
