@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from pybroker.protocol.messages import (
     DeleteShareGroupStateRequest,
     FindCoordinatorRequest,
     InitializeShareGroupStateRequest,
+    ListOffsetsRequest,
     MetadataRequest,
     ReadShareGroupStateRequest,
     ReadShareGroupStateSummaryRequest,
@@ -212,3 +214,54 @@ def test_empty_group_id_gets_an_empty_answer(node: Node) -> None:
         raw.close()
 
 
+
+
+def _earliest(raw: Raw, partition: int) -> int:
+    R = ListOffsetsRequest
+    resp = raw.request(ApiKey.LIST_OFFSETS, 7, R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+        name="__share_group_state", partitions=[R.ListOffsetsPartition(partition_index=partition,
+                                                                      current_leader_epoch=-1, timestamp=-2)])]))
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == 0, p
+    return int(p.offset)
+
+
+def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
+    """Every write makes a snapshot (0 updates per snapshot), so the pruner moves the log start
+    offset up to the oldest latest snapshot of the live keys; a restart replays what is left
+    and answers the same state."""
+    internal, client = free_ports(2)
+    overrides = {
+        "listeners": f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "share.coordinator.snapshot.update.records.per.snapshot": "0",
+        "share.coordinator.state.topic.prune.interval.ms": "200",
+    }
+    first = EmbeddedBroker(log_dir=str(tmp_path / "data"), port=client, overrides=overrides).start()
+    node = Node(first, internal, client)
+    try:
+        tid = _topic(node)
+        raw = Raw(internal)
+        wait_until(lambda: init(raw, "g", tid, 0, 0, 0).error_code == 0, timeout=20, what="initialized")
+        assert init(raw, "g", tid, 1, 0, 0).error_code == 0
+        for i in range(6):
+            assert write(raw, "g", tid, i % 2, 0, 0, -1, [(i, i, 2, 1)]).error_code == 0
+        before = [(read(raw, "g", tid, p, 0).start_offset, batches_of(read(raw, "g", tid, p, 0))) for p in (0, 1)]
+        assert before == [(0, [(0, 0, 2, 1), (2, 2, 2, 1), (4, 4, 2, 1)]), (0, [(1, 1, 2, 1), (3, 3, 2, 1), (5, 5, 2, 1)])]
+        # 8 records (2 initializations, 6 snapshots); partition 0's latest is at 6, partition 1's at 7
+        wait_until(lambda: _earliest(raw, 0) == 6, timeout=20, what="the state topic pruned below offset 6")
+        raw.close()
+    finally:
+        first.close()
+    second = EmbeddedBroker(log_dir=str(tmp_path / "data"), port=client, overrides=overrides).start()
+    try:
+        raw = Raw(internal)
+        wait_until(lambda: read(raw, "g", tid, 0, 0).error_code == 0, timeout=20, what="the state reloaded")
+        after = [(read(raw, "g", tid, p, 0).start_offset, batches_of(read(raw, "g", tid, p, 0))) for p in (0, 1)]
+        assert after == before
+        assert _earliest(raw, 0) == 6
+        raw.close()
+    finally:
+        second.close()

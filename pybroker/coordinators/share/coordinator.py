@@ -15,6 +15,11 @@ compression.type=producer, segment.bytes=share.coordinator.state.topic.segment.b
 min.insync.replicas=share.coordinator.state.topic.min.isr (at most the replication factor, as
 pybroker does for __transaction_state). Creation is serialised by a lock.
 
+Pruning (Kafka's pruning job): every share.coordinator.state.topic.prune.interval.ms the records
+of each partition led here below the oldest latest-ShareSnapshot of its live share partitions
+(ShareCoordinatorShard.last_redundant_offset), and below the high watermark, are deleted by
+moving the log start offset (DeleteRecords' path, allowed on this internal topic).
+
 Every operation is one share partition (Kafka schedules one per partition of a request). Reads
 that record a new leader epoch and all writes go through the runtime's write path (appended,
 replayed, answered once the high watermark covers them, share.coordinator.write.timeout.ms);
@@ -30,12 +35,12 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from pybroker.coordinators.partition_writer import PartitionWriter
-from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
+from pybroker.coordinators.runtime import CoordinatorRuntime, ShardStatus, partition_for
 from pybroker.coordinators.shard import CoordinatorResult, operation_error
 from pybroker.coordinators.share import record_serde as serde
 from pybroker.coordinators.share.share_coordinator_shard import (
@@ -197,6 +202,46 @@ class ShareCoordinator:
         except KafkaError as exc:
             return OpError(operation_error(exc.code))
         return result
+
+    # ------------------------------------------------------------------ pruning
+
+    async def prune_once(self) -> dict[int, int]:
+        """Delete the records of every __share_group_state partition led here that no share
+        partition needs any more (below the oldest latest-snapshot of its live keys, and
+        committed): Kafka's ShareCoordinatorService pruning job. The new log start offsets by
+        partition."""
+        pruned: dict[int, int] = {}
+        for index, ctx in list(self.runtime.shards.items()):
+            if ctx.status != ShardStatus.ACTIVE:
+                continue
+            offset = cast(ShareCoordinatorShard, ctx.shard).last_redundant_offset()
+            partition = self.rm.get_partition(SHARE_GROUP_STATE_TOPIC_NAME, index)
+            if offset is None or partition is None or not partition.is_leader:
+                continue
+            offset = min(offset, partition.high_watermark)
+            if offset <= partition.log.log_start_offset:
+                continue
+            rm: Any = self.rm
+            statuses, _delayed = await rm.delete_records(0, [(SHARE_GROUP_STATE_TOPIC_NAME, index, offset)],
+                                                         allow_internal_topic_deletion=True)
+            if statuses[0].error_code:
+                log.debug("pruning %s-%d below %d: error %d", SHARE_GROUP_STATE_TOPIC_NAME, index, offset,
+                          statuses[0].error_code)
+                continue
+            pruned[index] = offset
+            log.debug("pruned %s-%d below offset %d", SHARE_GROUP_STATE_TOPIC_NAME, index, offset)
+        return pruned
+
+    async def run_pruner(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """prune_once every share.coordinator.state.topic.prune.interval.ms."""
+        task_status.started()
+        interval_s = max(0.01, self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000)
+        while not self.runtime.closed:
+            await trio.sleep(interval_s)
+            try:
+                await self.prune_once()
+            except Exception:  # a failed round is retried at the next interval
+                log.exception("pruning %s failed", SHARE_GROUP_STATE_TOPIC_NAME)
 
     def on_metadata(self) -> None:
         self.runtime.on_metadata()
