@@ -35,6 +35,7 @@ from pybroker.protocol.messages import (
 )
 from pybroker.testing import EmbeddedBroker
 from tests.cluster.harness import free_ports, wait_until
+from tests.metrics.scrape import scrape
 from tests.security.raw import FrameSocket
 
 DENIED = int(Errors.CLUSTER_AUTHORIZATION_FAILED)
@@ -238,6 +239,7 @@ def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
         "share.coordinator.state.topic.num.partitions": "1",
         "share.coordinator.snapshot.update.records.per.snapshot": "0",
         "share.coordinator.state.topic.prune.interval.ms": "200",
+        "metrics.listener": "http://127.0.0.1:0",
     }
     first = EmbeddedBroker(log_dir=str(tmp_path / "data"), port=client, overrides=overrides).start()
     node = Node(first, internal, client)
@@ -253,6 +255,13 @@ def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
         # 8 records (2 initializations, 6 snapshots); partition 0's latest is at 6, partition 1's at 7
         wait_until(lambda: _earliest(raw, 0) == 6, timeout=20, what="the state topic pruned below offset 6")
         raw.close()
+        assert first.metrics_url is not None
+        m = scrape(first.metrics_url)
+        scm = "kafka_server_share_coordinator_metrics_"
+        assert m.value(f"{scm}write_total") == 6
+        assert m.value(f"{scm}num_partitions", state="active") == 1
+        assert m.value(f"{scm}last_pruned_offset", topic="__share_group_state", partition="0") == 6
+        assert m.value(f"{scm}write_latency_max") >= m.value(f"{scm}write_latency_avg") > 0
     finally:
         first.close()
     second = EmbeddedBroker(log_dir=str(tmp_path / "data"), port=client, overrides=overrides).start()

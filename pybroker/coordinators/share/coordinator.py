@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -99,6 +100,12 @@ class ShareCoordinator:
             lambda index, timer: ShareCoordinatorShard(index, per_snapshot, image), spawn,
             commit_timeout_ms=broker_config["share.coordinator.write.timeout.ms"], decode=serde.decode)
         self._create_lock = trio.Lock()
+        # Kafka's share-coordinator-metrics write sensor: WriteShareGroupState operations that
+        # reached a shard, and their latency (request to answer) in milliseconds
+        self.write_count = 0
+        self.write_latency_sum_ms = 0.0
+        self.write_latency_max_ms = 0.0
+        self.last_pruned_offsets: dict[int, int] = {}  # partition -> log start offset the pruner set
 
     # ------------------------------------------------------------------ topic + routing
 
@@ -181,10 +188,19 @@ class ShareCoordinator:
 
     async def write_state(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int,
                           leader_epoch: int, start_offset: int, batches: list[StateBatch]) -> OpError | None:
-        result: OpError | None = await self._write(
-            group_id, topic_id, partition,
-            lambda s, now: s.write(group_id, topic_id, partition, state_epoch, leader_epoch, start_offset,
-                                   batches, now))
+        started = time.monotonic()
+        reached = False
+
+        def op(s: ShareCoordinatorShard, now: int) -> CoordinatorResult:
+            nonlocal reached
+            reached = True
+            return s.write(group_id, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, now)
+        result: OpError | None = await self._write(group_id, topic_id, partition, op)
+        if reached:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            self.write_count += 1
+            self.write_latency_sum_ms += elapsed_ms
+            self.write_latency_max_ms = max(self.write_latency_max_ms, elapsed_ms)
         return result
 
     async def delete_state(self, group_id: str, topic_id: bytes, partition: int) -> OpError | None:
@@ -229,6 +245,7 @@ class ShareCoordinator:
                           statuses[0].error_code)
                 continue
             pruned[index] = offset
+            self.last_pruned_offsets[index] = offset
             log.debug("pruned %s-%d below offset %d", SHARE_GROUP_STATE_TOPIC_NAME, index, offset)
         return pruned
 
