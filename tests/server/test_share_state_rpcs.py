@@ -217,11 +217,12 @@ def test_empty_group_id_gets_an_empty_answer(node: Node) -> None:
 
 
 
-def _earliest(raw: Raw, partition: int) -> int:
+def _earliest(raw: Raw, partition: int, timestamp: int = -2) -> int:
+    """The state partition's log start offset (timestamp -2), or its end (-1)."""
     R = ListOffsetsRequest
     resp = raw.request(ApiKey.LIST_OFFSETS, 7, R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
         name="__share_group_state", partitions=[R.ListOffsetsPartition(partition_index=partition,
-                                                                      current_leader_epoch=-1, timestamp=-2)])]))
+                                                                      current_leader_epoch=-1, timestamp=timestamp)])]))
     p = resp.topics[0].partitions[0]
     assert p.error_code == 0, p
     return int(p.offset)
@@ -274,3 +275,22 @@ def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
         raw.close()
     finally:
         second.close()
+
+
+def test_deleting_a_topic_deletes_its_share_state(node: Node) -> None:
+    tid = _topic(node, partitions=1)
+    index = partition_for(coordinator_key("gone", tid, 0), 3)
+    raw = Raw(node.internal)
+    try:
+        wait_until(lambda: init(raw, "gone", tid, 0, 0, 0).error_code == 0, timeout=20, what="initialized")
+        end = _earliest(raw, index, -1)
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.client}"})
+        md = raw.request(ApiKey.METADATA, 12, MetadataRequest(topics=None))
+        name = next(t.name for t in md.topics if bytes(t.topic_id) == tid)
+        for f in admin.delete_topics([name]).values():
+            f.result(15)
+        # the coordinator writes the share partition's tombstone
+        wait_until(lambda: _earliest(raw, index, -1) == end + 1, timeout=20, what="the tombstone written")
+        assert init(raw, "gone", tid, 0, 0, 0).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        raw.close()

@@ -15,6 +15,9 @@ compression.type=producer, segment.bytes=share.coordinator.state.topic.segment.b
 min.insync.replicas=share.coordinator.state.topic.min.isr (at most the replication factor, as
 pybroker does for __transaction_state). Creation is serialised by a lock.
 
+Deleted topics: after every metadata change, each shard led here tombstones the state of the
+share partitions whose topic id the image no longer has (Kafka's onTopicsDeleted).
+
 Pruning (Kafka's pruning job): every share.coordinator.state.topic.prune.interval.ms the records
 of each partition led here below the oldest latest-ShareSnapshot of its live share partitions
 (ShareCoordinatorShard.last_redundant_offset), and below the high watermark, are deleted by
@@ -100,6 +103,8 @@ class ShareCoordinator:
             lambda index, timer: ShareCoordinatorShard(index, per_snapshot, image), spawn,
             commit_timeout_ms=broker_config["share.coordinator.write.timeout.ms"], decode=serde.decode)
         self._create_lock = trio.Lock()
+        self.spawn = spawn
+        self._cleanups: set[int] = set()  # partitions whose deleted-topic cleanup is being written
         # Kafka's share-coordinator-metrics write sensor: WriteShareGroupState operations that
         # reached a shard, and their latency (request to answer) in milliseconds
         self.write_count = 0
@@ -262,6 +267,30 @@ class ShareCoordinator:
 
     def on_metadata(self) -> None:
         self.runtime.on_metadata()
+        self._cleanup_deleted_topics()
+
+    def _cleanup_deleted_topics(self) -> None:
+        """The state of share partitions whose topic is gone is deleted (tombstones written by each
+        shard led here), as Kafka's ShareCoordinatorService.onTopicsDeleted does."""
+        known = self.image.topics_by_id
+        for index, ctx in list(self.runtime.shards.items()):
+            if ctx.status != ShardStatus.ACTIVE or index in self._cleanups:
+                continue
+            gone = {t for t in cast(ShareCoordinatorShard, ctx.shard).topic_ids() if t not in known}
+            if gone:
+                self._cleanups.add(index)
+                self.spawn(self._delete_topics, index, gone)
+
+    async def _delete_topics(self, index: int, gone: set[bytes]) -> None:
+        try:
+            await self.runtime.write(index, lambda s, now: s.delete_topics(gone))
+            log.info("%s-%d: deleted the share state of %d deleted topic(s)", SHARE_GROUP_STATE_TOPIC_NAME,
+                     index, len(gone))
+        except (KafkaError, LogError) as exc:  # the next metadata change tries again
+            log.info("%s-%d: deleting the share state of deleted topics failed: %s", SHARE_GROUP_STATE_TOPIC_NAME,
+                     index, exc)
+        finally:
+            self._cleanups.discard(index)
 
     def shutdown(self) -> None:
         self.runtime.close()

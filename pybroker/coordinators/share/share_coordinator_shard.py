@@ -311,6 +311,15 @@ class ShareCoordinatorShard:
             return SummaryAnswer(DEFAULT_STATE_EPOCH, NO_EPOCH, UNINITIALIZED_START_OFFSET)
         return SummaryAnswer(cur.state_epoch, self.leader_epochs.get(key, cur.leader_epoch), cur.start_offset)
 
+    def delete_topics(self, topic_ids: set[bytes]) -> CoordinatorResult:
+        """Tombstones for every share partition of the deleted topics (Kafka's
+        maybeCleanupShareState, run when the metadata image loses a topic)."""
+        return CoordinatorResult(records=[serde.tombstone(g, t, p) for g, t, p in sorted(self.states)
+                                          if t in topic_ids])
+
+    def topic_ids(self) -> set[bytes]:
+        return {t for _, t, _ in self.states}
+
     # ------------------------------------------------------------------ pruning
 
     def last_redundant_offset(self) -> int | None:

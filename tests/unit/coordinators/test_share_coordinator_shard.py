@@ -268,3 +268,16 @@ def test_coordinator_key_round_trip_and_partition() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} parsed")
+
+
+def test_delete_topics_tombstones_only_that_topics_share_partitions() -> None:
+    h = Harness()
+    h.image.topics_by_id[OTHER_TOPIC] = FakeTopic({0: 0})
+    h.init(partition=0)
+    h.init(partition=1)
+    h.run(h.shard.initialize(G, OTHER_TOPIC, 0, 0, 0, h.now))
+    assert h.shard.topic_ids() == {TOPIC, OTHER_TOPIC}
+    h.run(h.shard.delete_topics({TOPIC}))
+    assert sorted(h.shard.states) == [(G, OTHER_TOPIC, 0)]
+    assert [v for _, v in h.log[-2:]] == [None, None]
+    assert h.reloaded().states == h.shard.states
