@@ -266,6 +266,8 @@ class ShareCoordinator:
                 log.exception("pruning %s failed", SHARE_GROUP_STATE_TOPIC_NAME)
 
     def on_metadata(self) -> None:
+        """A metadata change: shards follow leadership, and share state of deleted topics goes
+        (each shard knows its topic ids: one lookup per topic, not per share partition)."""
         self.runtime.on_metadata()
         self._cleanup_deleted_topics()
 

@@ -128,6 +128,7 @@ class ShareCoordinatorShard:
         self.state_epochs: dict[Key, int] = {}
         self.update_counts: dict[Key, int] = {}
         self.snapshot_offsets: dict[Key, int] = {}  # offset of each key's latest ShareSnapshot
+        self.topic_keys: dict[bytes, int] = {}  # topic id -> how many keys of `states` are of it
 
     # ------------------------------------------------------------------ runtime hooks
 
@@ -141,9 +142,13 @@ class ShareCoordinatorShard:
         k = record.key
         key: Key = (k.group_id, bytes(k.topic_id), k.partition)
         if record.value is None:  # tombstone: the share partition's state is deleted
+            if key in self.states:
+                self._count_topic(key[1], -1)
             for d in (self.states, self.leader_epochs, self.state_epochs, self.update_counts, self.snapshot_offsets):
                 d.pop(key, None)
             return
+        if key not in self.states:
+            self._count_topic(key[1], 1)
         v = record.value
         if record.key_version == serde.SHARE_SNAPSHOT_RECORD_TYPE:
             self._raise_epoch(self.leader_epochs, key, v.leader_epoch)
@@ -175,6 +180,13 @@ class ShareCoordinatorShard:
             # Kafka's count: 0 at the first update of a key, +1 at each next one
             count = self.update_counts.get(key)
             self.update_counts[key] = 0 if count is None else count + 1
+
+    def _count_topic(self, topic_id: bytes, delta: int) -> None:
+        n = self.topic_keys.get(topic_id, 0) + delta
+        if n > 0:
+            self.topic_keys[topic_id] = n
+        else:
+            self.topic_keys.pop(topic_id, None)
 
     @staticmethod
     def _raise_epoch(epochs: dict[Key, int], key: Key, epoch: int) -> None:
@@ -318,7 +330,7 @@ class ShareCoordinatorShard:
                                           if t in topic_ids])
 
     def topic_ids(self) -> set[bytes]:
-        return {t for _, t, _ in self.states}
+        return set(self.topic_keys)
 
     # ------------------------------------------------------------------ pruning
 

@@ -252,6 +252,7 @@ def test_replay_rebuilds_the_same_state(per_snapshot: int, ops: list[tuple]) -> 
     assert fresh.leader_epochs == h.shard.leader_epochs
     assert fresh.state_epochs == h.shard.state_epochs
     assert fresh.update_counts == h.shard.update_counts
+    assert fresh.topic_keys == h.shard.topic_keys == ({TOPIC: len(h.shard.states)} if h.shard.states else {})
     for p in range(3):  # and it answers the same
         assert fresh.read_summary(G, TOPIC, p) == h.shard.read_summary(G, TOPIC, p)
 
