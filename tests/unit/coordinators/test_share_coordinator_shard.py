@@ -255,6 +255,16 @@ def test_replay_rebuilds_the_same_state(per_snapshot: int, ops: list[tuple]) -> 
     assert fresh.topic_keys == h.shard.topic_keys == ({TOPIC: len(h.shard.states)} if h.shard.states else {})
     for p in range(3):  # and it answers the same
         assert fresh.read_summary(G, TOPIC, p) == h.shard.read_summary(G, TOPIC, p)
+    # what the pruner keeps (from the oldest latest snapshot of the live keys) rebuilds the same
+    # states and state-epoch fences
+    keep = h.shard.last_redundant_offset()
+    if keep is not None:
+        pruned = ShareCoordinatorShard(0, per_snapshot, h.image)
+        for offset, (k, v) in enumerate(h.log):
+            if offset >= keep:
+                pruned.replay(serde.decode(k, v), offset)
+        assert pruned.states == h.shard.states
+        assert pruned.state_epochs == h.shard.state_epochs
 
 
 def test_coordinator_key_round_trip_and_partition() -> None:
