@@ -9,8 +9,8 @@ of the transactional id's __transaction_state partition (created on first use). 
 leader of its __share_group_state partition (created on first use); only a node of the cluster
 asks it (Kafka: CLUSTER_ACTION on the cluster, else CLUSTER_AUTHORIZATION_FAILED; pybroker also
 wants the inter-broker or a controller listener, as for the share-state RPCs themselves,
-server/broker_only.py), and a key of another shape is INVALID_REQUEST. Other key types
-INVALID_REQUEST.
+server/broker_only.py), and a key of another shape is INVALID_REQUEST, as is the type below v6
+(Kafka's getCoordinator). Other key types INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -33,10 +33,13 @@ if TYPE_CHECKING:
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
+MIN_SHARE_VERSION = 6  # FindCoordinator v6 added key type 2 (KIP-932)
 
 
 async def _share_lookup(broker: Broker, ctx: RequestContext, key: str) -> tuple[int, str | None, int, str, int]:
     """FindCoordinator SHARE: the leader of the key's __share_group_state partition."""
+    if ctx.api_version < MIN_SHARE_VERSION:  # Kafka's getCoordinator: the type came with v6
+        return Errors.INVALID_REQUEST, None, -1, "", -1
     if not cluster_action_allowed(broker, ctx):
         return Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", -1, "", -1
     sc = getattr(broker, "share_coordinator", None)

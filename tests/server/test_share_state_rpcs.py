@@ -166,6 +166,8 @@ def test_state_rpcs_on_the_inter_broker_listener(node: Node) -> None:
         fc = raw.request(ApiKey.FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=2, coordinator_keys=[key, "bad"]))
         assert [(c.error_code, c.node_id) for c in fc.coordinators] == [(0, 1), (int(Errors.INVALID_REQUEST), -1)]
         assert fc.coordinators[0].port == node.internal
+        old = raw.request(ApiKey.FIND_COORDINATOR, 5, FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
+        assert [(c.error_code, c.node_id) for c in old.coordinators] == [(int(Errors.INVALID_REQUEST), -1)]
         # the topic: internal, Kafka's configs, partition of the key as Kafka's partitionFor
         md = raw.request(ApiKey.METADATA, 12, MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name="__share_group_state")]))

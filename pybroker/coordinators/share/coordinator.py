@@ -291,6 +291,9 @@ class ShareCoordinator:
         except (KafkaError, LogError) as exc:  # the next metadata change tries again
             log.info("%s-%d: deleting the share state of deleted topics failed: %s", SHARE_GROUP_STATE_TOPIC_NAME,
                      index, exc)
+        except Exception:  # never the broker's nursery: the next metadata change tries again
+            log.exception("%s-%d: deleting the share state of deleted topics failed", SHARE_GROUP_STATE_TOPIC_NAME,
+                          index)
         finally:
             self._cleanups.discard(index)
 
