@@ -219,6 +219,8 @@ class DefaultStatePersister:
         self._metadata_changed = trio.Event()
 
     async def _call(self, api: _Api, group_id: str, topic: uuid.UUID, partition: int, args: tuple[Any, ...]) -> Any:
+        if not group_id or partition < 0:  # Kafka's persister validates before sending
+            return OpError(Errors.INVALID_REQUEST, "Group id must be non-empty and the partition non-negative.")
         topic_id = topic.bytes
         deadline = trio.current_time() + self.request_timeout_s
         backoff = self.retry_backoff_s

@@ -101,7 +101,8 @@ class ShareCoordinator:
         self.runtime = CoordinatorRuntime(
             SHARE_GROUP_STATE_TOPIC_NAME, replica_manager,
             lambda index, timer: ShareCoordinatorShard(index, per_snapshot, image), spawn,
-            commit_timeout_ms=broker_config["share.coordinator.write.timeout.ms"], decode=serde.decode)
+            commit_timeout_ms=broker_config["share.coordinator.write.timeout.ms"], decode=serde.decode,
+            load_read_bytes=broker_config["share.coordinator.load.buffer.size"])
         self._create_lock = trio.Lock()
         self.spawn = spawn
         self._cleanups: set[int] = set()  # partitions whose deleted-topic cleanup is being written

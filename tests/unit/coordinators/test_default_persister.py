@@ -106,6 +106,9 @@ async def _the_local_coordinator_is_called_directly() -> None:
     got = await p.read_state("g", TOPIC, 3, 7)
     assert (got.error, got.state_epoch, got.start_offset, got.batches) == (0, 1, 5, (StateBatch(5, 6, ACKNOWLEDGED, 1),))
     assert coordinator.local_calls == [("read", "g", 3, 7)] and sent == []
+    assert (await p.read_state("", TOPIC, 0, 0)).error == Errors.INVALID_REQUEST
+    assert await p.delete_state("g", TOPIC, -1) == Errors.INVALID_REQUEST
+    assert len(coordinator.local_calls) == 1 and sent == []
 
 
 def test_concurrent_calls_share_one_request_and_a_repeated_partition_waits() -> None:
