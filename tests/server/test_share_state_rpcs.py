@@ -296,3 +296,56 @@ def test_deleting_a_topic_deletes_its_share_state(node: Node) -> None:
         assert init(raw, "gone", tid, 0, 0, 0).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
     finally:
         raw.close()
+
+
+def test_a_principal_without_cluster_action_is_refused_on_the_inter_broker_listener() -> None:
+    """With StandardAuthorizer (everything allowed where no ACL speaks), a DENY of CLUSTER_ACTION
+    for User:ANONYMOUS makes the inter-broker listener refuse the state RPCs and FindCoordinator
+    SHARE, as Kafka's CLUSTER_ACTION check does."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    internal, client = free_ports(2)
+    embedded = EmbeddedBroker(port=client, overrides={
+        "listeners": f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+    }).start()
+    try:
+        node = Node(embedded, internal, client)
+        tid = _topic(node)
+        raw = Raw(internal)
+        wait_until(lambda: init(raw, "acl", tid, 0, 0, 0).error_code == 0, timeout=20, what="initialized")
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{client}"})
+        deny = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                          AclOperation.CLUSTER_ACTION, AclPermissionType.DENY)
+        # an ACL on the cluster ends allow.everyone.if.no.acl.found there: ALTER stays allowed, to
+        # delete the DENY again
+        alter = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                           AclOperation.ALTER, AclPermissionType.ALLOW)
+        for f in admin.create_acls([deny, alter]).values():
+            f.result(15)
+        wait_until(lambda: init(raw, "acl", tid, 0, 1, 5).error_code == DENIED, timeout=20,
+                   what="CLUSTER_ACTION denied")
+        assert read(raw, "acl", tid, 0, 0).error_code == DENIED
+        fc = raw.request(ApiKey.FIND_COORDINATOR, 6, FindCoordinatorRequest(
+            key_type=2, coordinator_keys=[coordinator_key("acl", tid, 0)]))
+        assert fc.coordinators[0].error_code == DENIED
+        both = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS",
+                                "*", AclOperation.ANY, AclPermissionType.ANY)
+        for f in admin.delete_acls([both]).values():
+            f.result(15)
+        # no ACL on the cluster any more: allowed again, the state as the first initialization left it
+        r = wait_until(lambda: (x := read(raw, "acl", tid, 0, 0)).error_code == 0 and x, timeout=20, what="allowed")
+        assert (r.state_epoch, r.start_offset) == (0, 0)
+        raw.close()
+    finally:
+        embedded.close()
