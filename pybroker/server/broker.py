@@ -515,6 +515,7 @@ class Broker:
                 self.share_persister.notify_metadata()
             loader.add_publisher("share coordinator", share_metadata)
             nursery.start_soon(self.share_coordinator.run_pruner)
+            nursery.start_soon(self.share_coordinator.run_cold_snapshotter)
             # a partition leader asks a producer's transaction coordinator to verify or add a partition
             # (KIP-890): this node's own coordinator directly, another's with AddPartitionsToTxn v5
             self.add_partitions_manager = AddPartitionsToTxnManager(

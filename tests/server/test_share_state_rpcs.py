@@ -152,8 +152,10 @@ def test_state_rpcs_on_the_inter_broker_listener(node: Node) -> None:
         assert read(raw, "g1", tid, 0, 0).error_code == Errors.FENCED_LEADER_EPOCH
         assert init(raw, "g1", tid, 0, 1, 30).error_code == 0
         assert write(raw, "g1", tid, 0, 0, 1, -1, []).error_code == Errors.FENCED_STATE_EPOCH
-        s = summary(raw, "g1", tid, 0)
-        assert (s.error_code, s.state_epoch, s.leader_epoch, s.start_offset) == (0, 1, 1, 30)
+        s = summary(raw, "g1", tid, 0)  # an initialization's state has leader epoch -1 until a leader reads it
+        assert (s.error_code, s.state_epoch, s.leader_epoch, s.start_offset) == (0, 1, -1, 30)
+        assert read(raw, "g1", tid, 0, 2).error_code == 0
+        assert summary(raw, "g1", tid, 0).leader_epoch == 2
         # unknown partitions, uninitialized keys
         assert init(raw, "g1", tid, 5, 0, 0).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
         assert read(raw, "g1", tid, 1, 0).error_code == Errors.INVALID_REQUEST
@@ -255,15 +257,16 @@ def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
             assert write(raw, "g", tid, i % 2, 0, 0, -1, [(i, i, 2, 1)]).error_code == 0
         before = [(read(raw, "g", tid, p, 0).start_offset, batches_of(read(raw, "g", tid, p, 0))) for p in (0, 1)]
         assert before == [(0, [(0, 0, 2, 1), (2, 2, 2, 1), (4, 4, 2, 1)]), (0, [(1, 1, 2, 1), (3, 3, 2, 1), (5, 5, 2, 1)])]
-        # 8 records (2 initializations, 6 snapshots); partition 0's latest is at 6, partition 1's at 7
-        wait_until(lambda: _earliest(raw, 0) == 6, timeout=20, what="the state topic pruned below offset 6")
+        # 10 records: 2 initializations, 6 writes, and the 2 first reads at leader epoch 0 (a leader
+        # epoch is recorded by a read); partition 0's latest snapshot is at 8, partition 1's at 9
+        wait_until(lambda: _earliest(raw, 0) == 8, timeout=20, what="the state topic pruned below offset 8")
         raw.close()
         assert first.metrics_url is not None
         m = scrape(first.metrics_url)
         scm = "kafka_server_share_coordinator_metrics_"
         assert m.value(f"{scm}write_total") == 6
         assert m.value(f"{scm}num_partitions", state="active") == 1
-        assert m.value(f"{scm}last_pruned_offset", topic="__share_group_state", partition="0") == 6
+        assert m.value(f"{scm}last_pruned_offset", topic="__share_group_state", partition="0") == 8
         assert m.value(f"{scm}write_latency_max") >= m.value(f"{scm}write_latency_avg") > 0
     finally:
         first.close()
@@ -273,7 +276,7 @@ def test_pruned_state_topic_reloads_the_same_state(tmp_path: Path) -> None:
         wait_until(lambda: read(raw, "g", tid, 0, 0).error_code == 0, timeout=20, what="the state reloaded")
         after = [(read(raw, "g", tid, p, 0).start_offset, batches_of(read(raw, "g", tid, p, 0))) for p in (0, 1)]
         assert after == before
-        assert _earliest(raw, 0) == 6
+        assert _earliest(raw, 0) == 8
         raw.close()
     finally:
         second.close()
@@ -346,6 +349,28 @@ def test_a_principal_without_cluster_action_is_refused_on_the_inter_broker_liste
         # no ACL on the cluster any more: allowed again, the state as the first initialization left it
         r = wait_until(lambda: (x := read(raw, "acl", tid, 0, 0)).error_code == 0 and x, timeout=20, what="allowed")
         assert (r.state_epoch, r.start_offset) == (0, 0)
+        raw.close()
+    finally:
+        embedded.close()
+
+
+def test_cold_share_partitions_are_snapshotted_again() -> None:
+    internal, client = free_ports(2)
+    embedded = EmbeddedBroker(port=client, overrides={
+        "listeners": f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "share.coordinator.cold.partition.snapshot.interval.ms": "300",
+    }).start()
+    try:
+        tid = _topic(Node(embedded, internal, client))
+        raw = Raw(internal)
+        wait_until(lambda: init(raw, "cold", tid, 0, 0, 7).error_code == 0, timeout=20, what="initialized")
+        # the initialization's snapshot is re-written once it is older than the interval
+        wait_until(lambda: _earliest(raw, 0, -1) >= 2, timeout=20, what="a cold-partition snapshot")
+        r = read(raw, "cold", tid, 0, 0)
+        assert (r.error_code, r.state_epoch, r.start_offset) == (0, 0, 7)
         raw.close()
     finally:
         embedded.close()

@@ -15,6 +15,9 @@ compression.type=producer, segment.bytes=share.coordinator.state.topic.segment.b
 min.insync.replicas=share.coordinator.state.topic.min.isr (at most the replication factor, as
 pybroker does for __transaction_state). Creation is serialised by a lock.
 
+Cold partitions: every share.coordinator.cold.partition.snapshot.interval.ms each shard led here
+re-snapshots the share partitions whose last snapshot is older than that (Kafka's job of that name).
+
 Deleted topics: after every metadata change, each shard led here tombstones the state of the
 share partitions whose topic id the image no longer has (Kafka's onTopicsDeleted).
 
@@ -265,6 +268,35 @@ class ShareCoordinator:
                 await self.prune_once()
             except Exception:  # a failed round is retried at the next interval
                 log.exception("pruning %s failed", SHARE_GROUP_STATE_TOPIC_NAME)
+
+    async def snapshot_cold_partitions(self) -> int:
+        """Re-snapshot the share partitions whose last snapshot is older than
+        share.coordinator.cold.partition.snapshot.interval.ms, in every partition led here (Kafka's
+        cold-partition snapshot job: keeps the pruner moving past keys nobody writes). The number
+        of partitions written to."""
+        interval = int(self.config["share.coordinator.cold.partition.snapshot.interval.ms"])
+        written = 0
+        for index, ctx in list(self.runtime.shards.items()):
+            if ctx.status != ShardStatus.ACTIVE:
+                continue
+            try:
+                await self.runtime.write(index, lambda s, now: s.snapshot_cold_partitions(now, interval))
+            except (KafkaError, LogError) as exc:  # the next round tries again
+                log.info("%s-%d: cold-partition snapshot failed: %s", SHARE_GROUP_STATE_TOPIC_NAME, index, exc)
+                continue
+            written += 1
+        return written
+
+    async def run_cold_snapshotter(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """snapshot_cold_partitions every share.coordinator.cold.partition.snapshot.interval.ms."""
+        task_status.started()
+        interval_s = max(0.01, self.config["share.coordinator.cold.partition.snapshot.interval.ms"] / 1000)
+        while not self.runtime.closed:
+            await trio.sleep(interval_s)
+            try:
+                await self.snapshot_cold_partitions()
+            except Exception:  # a failed round is retried at the next interval
+                log.exception("cold-partition snapshots of %s failed", SHARE_GROUP_STATE_TOPIC_NAME)
 
     def on_metadata(self) -> None:
         """A metadata change: shards follow leadership, and share state of deleted topics goes

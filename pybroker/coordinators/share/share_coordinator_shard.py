@@ -18,9 +18,15 @@ a refusal has no records and its error in the response):
   FENCED_STATE_EPOCH below the recorded ones (-1 is not checked); then one record: a
   ShareUpdate holding the written batches (combined among themselves, cut at the start
   offset), or every share.coordinator.snapshot.update.records.per.snapshot updates a
-  ShareSnapshot with the whole state combined (state_batch_combiner).
+  ShareSnapshot with the whole state combined (state_batch_combiner). A write moves neither
+  epoch: its record carries the current leader and state epochs.
+- snapshot_cold_partitions: a ShareSnapshot of every key whose last snapshot is older than
+  share.coordinator.cold.partition.snapshot.interval.ms (same state, next snapshot epoch, new
+  write timestamp), so that the pruner can pass keys nobody writes; nothing when every key's
+  latest snapshot is already such a re-snapshot (a quiet partition stays quiet).
 - delete: a tombstone (nothing for a key without state).
-- read_summary: state epoch, leader epoch and start offset (a read, no record).
+- read_summary: state epoch, leader epoch and start offset of the state (a read, no record, no
+  leader-epoch fence); Kafka's defaults (0, 0, -1) for a key never initialized.
 
 Every operation first refuses a negative partition (INVALID_REQUEST) and a topic partition the
 metadata image does not have (UNKNOWN_TOPIC_OR_PARTITION), in Kafka's order.
@@ -52,6 +58,7 @@ log = logging.getLogger("pybroker.share.coordinator")
 Key = tuple[str, bytes, int]  # (group id, topic id, partition): Kafka's SharePartitionKey
 
 DEFAULT_STATE_EPOCH = 0  # Kafka's PartitionFactory.DEFAULT_STATE_EPOCH
+DEFAULT_LEADER_EPOCH = 0  # Kafka's PartitionFactory.DEFAULT_LEADER_EPOCH
 UNINITIALIZED_DELIVERY_COMPLETE_COUNT = -1
 
 NEGATIVE_PARTITION_ID = "The partition id cannot be a negative number."
@@ -166,7 +173,7 @@ class ShareCoordinatorShard:
             cur = self.states.get(key)
             batches = _batches(v.state_batches)
             if cur is None:
-                self.states[key] = ShareGroupOffset(v.snapshot_epoch, DEFAULT_STATE_EPOCH, v.leader_epoch,
+                self.states[key] = ShareGroupOffset(v.snapshot_epoch, NO_EPOCH, v.leader_epoch,
                                                     v.start_offset, v.delivery_complete_count, -1, -1,
                                                     tuple(combine_state_batches((), batches, v.start_offset)))
             else:
@@ -218,7 +225,7 @@ class ShareCoordinatorShard:
         """InitializeShareGroupState for one share partition; response None or OpError."""
         key: Key = (group_id, bytes(topic_id), partition)
         err = self._common_error(topic_id, partition)
-        if err is None and self.state_epochs.get(key, state_epoch) > state_epoch:
+        if err is None and state_epoch != -1 and self.state_epochs.get(key, state_epoch) > state_epoch:
             err = OpError(Errors.FENCED_STATE_EPOCH, "The share coordinator rejected the request because "
                                                      "the share-group state epoch did not match.")
         err = err or self._image_error(topic_id, partition)
@@ -252,8 +259,7 @@ class ShareCoordinatorShard:
             return CoordinatorResult(response=answer)
         log.info("share partition %s-%s-%d: read by a new leader (epoch %d)", group_id, topic_id.hex(), partition,
                  leader_epoch)
-        record = self._state_record(key, cur, cur.state_epoch, leader_epoch, cur.start_offset,
-                                    cur.delivery_complete_count, (), now_ms)
+        record = self._state_record(key, cur, leader_epoch, cur.start_offset, cur.delivery_complete_count, (), now_ms)
         return CoordinatorResult(records=[record], response=answer)
 
     def write(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int, leader_epoch: int,
@@ -274,26 +280,25 @@ class ShareCoordinatorShard:
         err = err or self._image_error(topic_id, partition)
         if err is not None or cur is None:
             return CoordinatorResult(response=err)
-        record = self._state_record(key, cur, state_epoch, leader_epoch, start_offset, delivery_complete_count,
+        record = self._state_record(key, cur, cur.leader_epoch, start_offset, delivery_complete_count,
                                     tuple(batches), now_ms)
         return CoordinatorResult(records=[record])
 
-    def _state_record(self, key: Key, cur: ShareGroupOffset, state_epoch: int, leader_epoch: int,
-                      start_offset: int, delivery_complete_count: int, batches: tuple[StateBatch, ...],
-                      now_ms: int) -> CoordinatorRecord:
-        """Kafka's generateShareStateRecord: a ShareSnapshot of the whole state once the key has had
-        snapshot.update.records.per.snapshot updates since its last one, else a ShareUpdate."""
+    def _state_record(self, key: Key, cur: ShareGroupOffset, leader_epoch: int, start_offset: int,
+                      delivery_complete_count: int, batches: tuple[StateBatch, ...], now_ms: int) -> CoordinatorRecord:
+        """Kafka's generateShareStateRecord: a ShareSnapshot of the whole state (fresh timestamps, the
+        state epoch kept) once the key has had snapshot.update.records.per.snapshot updates since
+        its last one, else a ShareUpdate of the given batches. `leader_epoch` is the record's (the
+        current one for a write: only a read moves it)."""
         group_id, topic_id, partition = key
         if self.update_counts.get(key, 0) >= self.updates_per_snapshot:
             start = cur.start_offset if start_offset == -1 else start_offset
             snap = ShareGroupOffset(
-                snapshot_epoch=cur.snapshot_epoch + 1,
-                state_epoch=cur.state_epoch if state_epoch == -1 else state_epoch,
-                leader_epoch=cur.leader_epoch if leader_epoch == -1 else leader_epoch,
+                snapshot_epoch=cur.snapshot_epoch + 1, state_epoch=cur.state_epoch, leader_epoch=leader_epoch,
                 start_offset=start,
                 delivery_complete_count=(cur.delivery_complete_count if delivery_complete_count == -1
                                          else delivery_complete_count),
-                create_timestamp=cur.create_timestamp, write_timestamp=now_ms,
+                create_timestamp=now_ms, write_timestamp=now_ms,
                 batches=tuple(combine_state_batches(cur.batches, batches, start)))
             return serde.snapshot_record(group_id, topic_id, partition, _snapshot_value(snap))
         update = ShareGroupOffset(
@@ -319,9 +324,20 @@ class ShareCoordinatorShard:
         if err is not None:
             return err
         cur = self.states.get(key)
-        if cur is None:
-            return SummaryAnswer(DEFAULT_STATE_EPOCH, NO_EPOCH, UNINITIALIZED_START_OFFSET)
-        return SummaryAnswer(cur.state_epoch, self.leader_epochs.get(key, cur.leader_epoch), cur.start_offset)
+        if cur is None:  # Kafka's PartitionFactory defaults
+            return SummaryAnswer(DEFAULT_STATE_EPOCH, DEFAULT_LEADER_EPOCH, UNINITIALIZED_START_OFFSET)
+        return SummaryAnswer(cur.state_epoch, cur.leader_epoch, cur.start_offset)
+
+    def snapshot_cold_partitions(self, now_ms: int, interval_ms: int) -> CoordinatorResult:
+        """Kafka's snapshotColdPartitions (see the module docstring)."""
+        if all(o.create_timestamp != o.write_timestamp for o in self.states.values()):
+            return CoordinatorResult()  # every snapshot is already a cold re-snapshot: quiet
+        records = []
+        for (group_id, topic_id, partition), o in sorted(self.states.items()):
+            if now_ms - o.write_timestamp >= interval_ms:
+                records.append(serde.snapshot_record(group_id, topic_id, partition, _snapshot_value(
+                    replace(o, snapshot_epoch=o.snapshot_epoch + 1, write_timestamp=now_ms))))
+        return CoordinatorResult(records=records)
 
     def delete_topics(self, topic_ids: set[bytes]) -> CoordinatorResult:
         """Tombstones for every share partition of the deleted topics (Kafka's

@@ -150,13 +150,14 @@ def test_snapshot_cadence() -> None:
     h.init()
     h.read(0)  # leader epoch -1 -> 0: an update (Kafka counts the first update of a key as 0)
     for i in range(8):
+        h.now += 10
         h.write([StateBatch(i, i, ACKNOWLEDGED, 1)])
     # a snapshot once the count reaches `per_snapshot` (the count is reset to 0 by the snapshot, and
     # the next update makes it 1: after the first snapshot one update more, as in Kafka)
     assert record_types(h) == [0, 1, 1, 1, 1, 0, 1, 1, 1, 0]
     snap = serde.decode(*h.log[-1]).value
     assert snap.snapshot_epoch == 2 and [(b.first_offset, b.last_offset) for b in snap.state_batches] == [(0, 7)]
-    assert snap.create_timestamp == serde.decode(*h.log[0]).value.create_timestamp
+    assert snap.create_timestamp == snap.write_timestamp == h.now  # a written snapshot has fresh timestamps
     assert h.read(0) == ReadAnswer(0, 0, (StateBatch(0, 7, ACKNOWLEDGED, 1),))
 
 
@@ -187,7 +188,7 @@ def test_delete_writes_a_tombstone_and_forgets_the_key() -> None:
 
 def test_summary_of_an_uninitialized_partition() -> None:
     h = Harness()
-    assert h.shard.read_summary(G, TOPIC, 0) == SummaryAnswer(0, -1, -1)
+    assert h.shard.read_summary(G, TOPIC, 0) == SummaryAnswer(0, 0, -1)  # Kafka's PartitionFactory defaults
 
 
 def test_combiner_priorities_pruning_and_merging() -> None:
@@ -291,4 +292,36 @@ def test_delete_topics_tombstones_only_that_topics_share_partitions() -> None:
     h.run(h.shard.delete_topics({TOPIC}))
     assert sorted(h.shard.states) == [(G, OTHER_TOPIC, 0)]
     assert [v for _, v in h.log[-2:]] == [None, None]
+    assert h.reloaded().states == h.shard.states
+
+
+def test_a_write_moves_no_epoch_only_a_read_does() -> None:
+    h = Harness()
+    h.init(state_epoch=2)
+    h.read(3)
+    assert h.write([StateBatch(0, 0, ACKNOWLEDGED, 1)], state_epoch=5, leader_epoch=9) is None
+    assert serde.decode(*h.log[-1]).value.leader_epoch == 3
+    assert h.shard.leader_epochs[(G, TOPIC, 0)] == 3 and h.shard.state_epochs[(G, TOPIC, 0)] == 2
+    assert h.shard.read_summary(G, TOPIC, 0) == SummaryAnswer(2, 3, 0)
+
+
+def test_cold_partitions_are_snapshotted_once_until_written_again() -> None:
+    h = Harness()
+    h.init(partition=0)
+    h.init(partition=1)
+    h.read(0, partition=1)  # an update: partition 1's snapshot stays the initialization's
+    h.now += 5_000
+    assert h.run(h.shard.snapshot_cold_partitions(h.now, 10_000)) is None and len(h.log) == 3  # not cold yet
+    h.now += 5_000
+    h.run(h.shard.snapshot_cold_partitions(h.now, 10_000))
+    snaps = [serde.decode(k, v) for k, v in h.log[3:]]
+    assert [(r.key.partition, r.value.snapshot_epoch, r.value.write_timestamp, r.value.create_timestamp)
+            for r in snaps] == [(0, 1, h.now, h.now - 10_000), (1, 1, h.now, h.now - 10_000)]
+    assert snaps[1].value.leader_epoch == 0  # partition 1's update is in the snapshot
+    h.now += 20_000
+    h.run(h.shard.snapshot_cold_partitions(h.now, 10_000))
+    assert len(h.log) == 5  # every key already re-snapshotted: quiet
+    h.write([StateBatch(0, 0, ACKNOWLEDGED, 1)], partition=0, leader_epoch=-1)  # an update: still quiet
+    h.run(h.shard.snapshot_cold_partitions(h.now, 10_000))
+    assert len(h.log) == 6
     assert h.reloaded().states == h.shard.states
