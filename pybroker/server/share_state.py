@@ -12,8 +12,8 @@ every partition of the request is answered CLUSTER_AUTHORIZATION_FAILED.
 Each partition is one operation on its __share_group_state shard, all run concurrently; a
 partition whose shard is not here gets NOT_COORDINATOR, one still loading
 COORDINATOR_LOAD_IN_PROGRESS, and COORDINATOR_NOT_AVAILABLE when the topic cannot be created or
-the node has no share coordinator. A request with an empty group id or no topics gets an empty
-answer, as Kafka's ShareCoordinatorService sends. Format of the answers: the request's topics and
+the node has no share coordinator. A request with an empty group id, no topics or a topic without
+partitions gets an empty answer, as Kafka's ShareCoordinatorService sends. Format of the answers: the request's topics and
 partitions, in its order.
 
 Concurrency: trio tasks on the broker's event loop.
@@ -79,7 +79,9 @@ def _coordinator(broker: Broker, ctx: RequestContext | None) -> ShareCoordinator
 
 
 def _empty(req: Any) -> bool:
-    return not req.group_id or not req.topics
+    """Kafka's ShareCoordinatorService answers an empty response to an empty group id, no topics,
+    or a topic without partitions."""
+    return not req.group_id or not req.topics or any(not t.partitions for t in req.topics)
 
 
 async def initialize_share_group_state(broker: Broker, req: InitializeShareGroupStateRequest,
