@@ -29,8 +29,8 @@ moving the log start offset (DeleteRecords' path, allowed on this internal topic
 Every operation is one share partition (Kafka schedules one per partition of a request). Reads
 that record a new leader epoch and all writes go through the runtime's write path (appended,
 replayed, answered once the high watermark covers them, share.coordinator.write.timeout.ms);
-the summary too (no record; it answers after the writes before it, as Kafka schedules it). A
-runtime failure becomes the partition's error as Kafka's
+the summary too, with no record, as Kafka schedules it (pybroker's runtime answers a write
+without records at once, not after the pending writes are replicated). A runtime failure becomes the partition's error as Kafka's
 handleOperationException maps it (shard.operation_error): NOT_COORDINATOR and
 COORDINATOR_LOAD_IN_PROGRESS as they are, a write not replicated in time COORDINATOR_NOT_AVAILABLE.
 
@@ -219,7 +219,7 @@ class ShareCoordinator:
         return result
 
     async def read_summary(self, group_id: str, topic_id: bytes, partition: int) -> SummaryAnswer | OpError:
-        # a write operation with no record, as Kafka schedules it: it answers after the writes before it
+        # a write operation with no record, as Kafka schedules it
         result: SummaryAnswer | OpError = await self._write(
             group_id, topic_id, partition,
             lambda s, now: CoordinatorResult(response=s.read_summary(group_id, topic_id, partition)))
