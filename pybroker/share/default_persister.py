@@ -16,9 +16,10 @@ turn; the others wait for its answer). A share partition appears at most once pe
 a second call for it opens the next batch, sent after the first is answered -- so two writes of
 one share partition are applied in the order they were made.
 
-Retries: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE (also a
-connection failure, or no leader in the image) make the call look the coordinator up again and
-retry after a backoff (retry.backoff.ms doubling to 1 s, cut short by a metadata change), until
+Retries: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and
+UNKNOWN_TOPIC_OR_PARTITION, as Kafka's PersisterStateManager (also a connection failure, or no
+leader in the image) make the call look the coordinator up again and retry after a backoff
+(100 ms doubling to 1 s, cut short by a metadata change; Kafka: 1 s doubling, 5 attempts), until
 request.timeout.ms has passed; then the last error is answered. Every other error answers at
 once. Errors are codes in the results, never exceptions (persister.py).
 
@@ -54,8 +55,10 @@ from pybroker.share.persister import ReadResult, StateBatch, SummaryResult
 
 log = logging.getLogger("pybroker.share.persister")
 
+# Kafka's PersisterStateManager retries these (UNKNOWN_TOPIC_OR_PARTITION: the coordinator's
+# metadata image may not have a new topic yet)
 RETRIABLE = frozenset(int(e) for e in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
-                                       Errors.COORDINATOR_NOT_AVAILABLE))
+                                       Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_TOPIC_OR_PARTITION))
 MAX_BACKOFF_S = 1.0
 STATE_RPC_VERSION = 0
 
