@@ -374,3 +374,38 @@ def test_cold_share_partitions_are_snapshotted_again() -> None:
         raw.close()
     finally:
         embedded.close()
+
+
+STATE_APIS = [
+    (ApiKey.INITIALIZE_SHARE_GROUP_STATE, InitializeShareGroupStateRequest),
+    (ApiKey.READ_SHARE_GROUP_STATE, ReadShareGroupStateRequest),
+    (ApiKey.WRITE_SHARE_GROUP_STATE, WriteShareGroupStateRequest),
+    (ApiKey.DELETE_SHARE_GROUP_STATE, DeleteShareGroupStateRequest),
+    (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, ReadShareGroupStateSummaryRequest),
+]
+
+
+def test_arbitrary_state_requests_get_an_answer_per_partition(node: Node) -> None:
+    """Random requests of the five RPCs (any group ids, topic ids, partitions, epochs, offsets,
+    batches) on the inter-broker listener: each is answered on the same connection, with one
+    entry per partition asked (or Kafka's empty answer), and a known error code."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from protocol.protocol_strategies import instances
+
+    known = {int(e) for e in Errors}
+    raw = Raw(node.internal)
+    try:
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(st.sampled_from(STATE_APIS).flatmap(lambda a: st.tuples(st.just(a[0]), instances(a[1], 0))))
+        def check(case: tuple[int, Any]) -> None:
+            api, req = case
+            resp = raw.request(api, 0, req)
+            asked = sorted((bytes(t.topic_id), p.partition) for t in req.topics for p in t.partitions)
+            got = sorted((bytes(t.topic_id), p.partition) for t in resp.results for p in t.partitions)
+            empty = not req.group_id or not req.topics or any(not t.partitions for t in req.topics)
+            assert got == ([] if empty else asked)
+            assert all(p.error_code in known for t in resp.results for p in t.partitions)
+        check()
+    finally:
+        raw.close()
