@@ -59,6 +59,7 @@ from pybroker.server import (
     replica_log_dirs,
     sasl_requests,
     scram,
+    share_group,
     topics,
     txn,
     write_txn_markers,
@@ -107,6 +108,9 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group.handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group.handle_consumer_group_describe,
+    # KIP-932 share groups, the group coordinator's side (server/share_group.py)
+    ApiKey.SHARE_GROUP_HEARTBEAT: share_group.handle_share_group_heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: share_group.handle_share_group_describe,
     ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
     ApiKey.END_TXN: txn.handle_end_txn,
