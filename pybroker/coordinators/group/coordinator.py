@@ -54,7 +54,9 @@ from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinator
 from pybroker.coordinators.group.group_metadata_manager import join_error
 from pybroker.coordinators.group.share_group_manager import InitializeRequest
 from pybroker.coordinators.group.share_group_manager import heartbeat_error as share_heartbeat_error
-from pybroker.coordinators.group.share_group_manager import validate_heartbeat as validate_share_heartbeat
+from pybroker.coordinators.group.share_group_manager import (
+    validate_heartbeat as validate_share_heartbeat,
+)
 from pybroker.coordinators.partition_writer import PartitionWriter
 from pybroker.coordinators.runtime import CoordinatorRuntime, partition_for
 from pybroker.coordinators.shard import CoordinatorResult, operation_error
