@@ -1,0 +1,217 @@
+"""KIP-932 share groups on the wire, the group coordinator's side: ShareGroupHeartbeat v1 and
+ShareGroupDescribe v1 advertised; members join with their own ids, share partitions are
+initialized through the Persister (an in-memory one here: the share coordinator is another
+component) before they are assigned, several members share a partition, and a share group's id
+answers Kafka's errors to the other group APIs. ListGroups/DescribeGroups/DeleteGroups see it."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.errors import Errors
+from pybroker.protocol.messages import (
+    CreateTopicsRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    JoinGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+)
+from pybroker.server.api_versions import SUPPORTED
+from pybroker.share.persister import ReadResult, StateBatch, SummaryResult
+from pybroker.testing import EmbeddedBroker
+
+from .wire import WireClient
+
+OVERRIDES = {"offsets.topic.num.partitions": 4, "group.share.session.timeout.ms": 45000,
+             "group.share.heartbeat.interval.ms": 5000}
+RETRIABLE = (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE)
+
+
+class MemoryPersister:
+    """The Persister protocol over a dict: (group, topic id, partition) -> (state epoch, start offset)."""
+
+    def __init__(self) -> None:
+        self.state: dict[tuple[str, uuid.UUID, int], tuple[int, int]] = {}
+        self.deleted: list[tuple[str, uuid.UUID, int]] = []
+
+    async def initialize_state(self, group_id, topic_id, partition, state_epoch, start_offset) -> int:
+        self.state[(group_id, topic_id, partition)] = (state_epoch, start_offset)
+        return 0
+
+    async def read_state(self, group_id, topic_id, partition, leader_epoch) -> ReadResult:
+        epoch, start = self.state.get((group_id, topic_id, partition), (-1, -1))
+        return ReadResult(0, epoch, start, ())
+
+    async def write_state(self, group_id, topic_id, partition, state_epoch, leader_epoch, start_offset,
+                          batches: list[StateBatch]) -> int:
+        return 0
+
+    async def delete_state(self, group_id, topic_id, partition) -> int:
+        self.state.pop((group_id, topic_id, partition), None)
+        self.deleted.append((group_id, topic_id, partition))
+        return 0
+
+    async def read_summary(self, group_id, topic_id, partition, leader_epoch) -> SummaryResult:
+        if (group_id, topic_id, partition) not in self.state:
+            return SummaryResult(0)
+        epoch, start = self.state[(group_id, topic_id, partition)]
+        return SummaryResult(0, epoch, 0, start)
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker(overrides=OVERRIDES) as b:
+        yield b
+
+
+@pytest.fixture
+def persister(broker):
+    p = MemoryPersister()
+    broker._broker.group_coordinator.share_persister = p
+    yield p
+    broker._broker.group_coordinator.share_persister = None
+
+
+def create_topic(c: WireClient, name: str, partitions: int) -> bytes:
+    resp = c.request(ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=5000))
+    assert resp.topics[0].error_code == 0, resp
+    return resp.topics[0].topic_id
+
+
+def hb(c: WireClient, group: str, member_id: str, epoch: int, topics: list[str] | None = None):
+    req = ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=epoch, rack_id=None,
+                                     subscribed_topic_names=topics)
+    for _ in range(200):
+        r = c.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, req)
+        if r.error_code not in RETRIABLE:
+            return r
+        threading.Event().wait(0.05)
+    raise AssertionError(f"coordinator not available: {r}")
+
+
+def describe(c: WireClient, group: str):
+    return c.request(ApiKey.SHARE_GROUP_DESCRIBE, 1, ShareGroupDescribeRequest(
+        group_ids=[group], include_authorized_operations=True)).groups[0]
+
+
+class Member:
+    """A share consumer's heartbeat loop, driven by hand: keeps its epoch and last assignment."""
+
+    def __init__(self, c: WireClient, group: str, topics: list[str]) -> None:
+        self.c, self.group, self.id = c, group, uuid.uuid4().hex
+        r = hb(c, group, self.id, 0, topics)
+        assert r.error_code == 0, r
+        self.epoch, self.assignment = r.member_epoch, _parts(r)
+
+    def beat(self) -> None:
+        r = hb(self.c, self.group, self.id, self.epoch)
+        assert r.error_code == 0, r
+        self.epoch = r.member_epoch
+        if r.assignment is not None:
+            self.assignment = _parts(r)
+
+
+def _parts(r) -> set[tuple[bytes, int]]:
+    return {(tp.topic_id, p) for tp in r.assignment.topic_partitions for p in tp.partitions}
+
+
+def wait_until(cond, members: list[Member], what: str) -> None:
+    for _ in range(200):
+        for m in members:
+            m.beat()
+        if cond():
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError(f"never {what}: {[(m.epoch, m.assignment) for m in members]}")
+
+
+def test_advertised_ranges():
+    assert SUPPORTED[ApiKey.SHARE_GROUP_HEARTBEAT] == (1, 1)
+    assert SUPPORTED[ApiKey.SHARE_GROUP_DESCRIBE] == (1, 1)
+
+
+def test_without_a_persister_members_join_with_nothing_assigned(wire):
+    create_topic(wire, "sgw-none", 2)
+    m = Member(wire, "sgw-none-g", ["sgw-none"])
+    for _ in range(3):
+        m.beat()
+    assert m.assignment == set() and m.epoch == 1
+    d = describe(wire, "sgw-none-g")
+    assert (d.error_code, d.group_state, len(d.members)) == (0, "Stable", 1)
+
+
+def test_members_share_the_partitions(wire, persister):
+    tid = create_topic(wire, "sgw-t", 2)
+    group = "sgw-g"
+    a = Member(wire, group, ["sgw-t"])
+    wait_until(lambda: a.assignment == {(tid, 0), (tid, 1)}, [a], "assigned both partitions")
+    # the share partitions were initialized at the group epoch, from -1 (share.auto.offset.reset decides)
+    assert {k[2]: v for k, v in persister.state.items() if k[0] == group} == {0: (1, -1), 1: (1, -1)}
+    b, c = Member(wire, group, ["sgw-t"]), Member(wire, group, ["sgw-t"])
+    members = [a, b, c]
+    wait_until(lambda: all(m.assignment for m in members) and len({m.epoch for m in members}) == 1, members,
+               "every member assigned")
+    assert set().union(*(m.assignment for m in members)) == {(tid, 0), (tid, 1)}
+    assert sum(len(m.assignment) for m in members) == 4  # 3 members, 2 partitions: each shared by 2
+    d = describe(wire, group)
+    assert (d.error_code, d.group_state, d.assignor_name) == (0, "Stable", "simple")
+    assert d.group_epoch == d.assignment_epoch == a.epoch
+    assert {m.member_id for m in d.members} == {a.id, b.id, c.id}
+    got = {m.member_id: {(tp.topic_id, p) for tp in m.assignment.topic_partitions for p in tp.partitions}
+           for m in d.members}
+    assert got == {m.id: m.assignment for m in members}
+    assert all(m.client_id == "wire-test" and m.client_host.startswith("/") for m in d.members)
+    assert d.authorized_operations > 0
+    # the group among the others
+    listed = wire.request(ApiKey.LIST_GROUPS, 5, ListGroupsRequest(states_filter=[], types_filter=["share"]))
+    assert (group, "share", "share", "Stable") in {
+        (g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups}
+    assert group not in {g.group_id for g in wire.request(
+        ApiKey.LIST_GROUPS, 5, ListGroupsRequest(states_filter=[], types_filter=["classic", "consumer"])).groups}
+    dg = wire.request(ApiKey.DESCRIBE_GROUPS, 6, DescribeGroupsRequest(
+        groups=[group], include_authorized_operations=False)).groups[0]
+    assert (dg.error_code, dg.error_message) == (Errors.GROUP_ID_NOT_FOUND, f"Group {group} is not a classic group.")
+    dele = wire.request(ApiKey.DELETE_GROUPS, 2, DeleteGroupsRequest(groups_names=[group]))
+    assert dele.results[0].error_code == Errors.NON_EMPTY_GROUP
+    # members leave; the empty group is deleted with its share-partition state
+    for m in members:
+        r = hb(wire, group, m.id, -1)
+        assert (r.error_code, r.member_epoch) == (0, -1)
+    assert describe(wire, group).group_state == "Empty"
+    dele = wire.request(ApiKey.DELETE_GROUPS, 2, DeleteGroupsRequest(groups_names=[group]))
+    assert dele.results[0].error_code == 0
+    assert {(g, p) for g, _t, p in persister.deleted} == {(group, 0), (group, 1)}
+    d = describe(wire, group)
+    assert (d.error_code, d.error_message) == (Errors.GROUP_ID_NOT_FOUND, f"Group {group} not found.")
+
+
+def test_errors(wire, persister):
+    create_topic(wire, "sgw-e", 1)
+    group = "sgw-e-g"
+    r = hb(wire, group, "", 0, ["sgw-e"])
+    assert (r.error_code, r.error_message) == (Errors.INVALID_REQUEST, "MemberId can't be empty.")
+    r = hb(wire, group, "m", 0, None)
+    assert (r.error_code, r.error_message) == (Errors.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+    assert hb(wire, group, "m", 1).error_code == Errors.GROUP_ID_NOT_FOUND
+    m = Member(wire, group, ["sgw-e"])
+    assert hb(wire, group, "stranger", 1).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert hb(wire, group, m.id, m.epoch + 5).error_code == Errors.FENCED_MEMBER_EPOCH
+    join = wire.request(ApiKey.JOIN_GROUP, 9, JoinGroupRequest(
+        group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="", group_instance_id=None,
+        protocol_type="consumer", reason=None,
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]))
+    assert join.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+    commit = wire.request(ApiKey.OFFSET_COMMIT, 8, OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, retention_time_ms=-1,
+        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="sgw-e", partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                             committed_leader_epoch=-1, committed_metadata="")])]))
+    assert commit.topics[0].partitions[0].error_code == Errors.GROUP_ID_NOT_FOUND
