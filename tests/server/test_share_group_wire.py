@@ -215,3 +215,37 @@ def test_errors(wire, persister):
             OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
                                                              committed_leader_epoch=-1, committed_metadata="")])]))
     assert commit.topics[0].partitions[0].error_code == Errors.GROUP_ID_NOT_FOUND
+
+
+def test_confluent_kafka_share_consumers_are_assigned_and_leave(broker, wire, persister):
+    """librdkafka's share consumer (confluent-kafka's ShareConsumer) heartbeats with ShareGroupHeartbeat
+    v1: three of them on a two-partition topic each get partitions, all partitions covered; closing
+    them leaves the group Empty. (ShareFetch is another component's: no records are expected here.)"""
+    confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+    if not hasattr(confluent_kafka, "ShareConsumer"):
+        pytest.skip(f"confluent-kafka {confluent_kafka.version()[0]} has no ShareConsumer (2.16+)")
+    tid = create_topic(wire, "sgw-ck", 2)
+    consumers = []
+    try:
+        for _ in range(3):
+            c = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "sgw-ck-g",
+                                               "log_level": 3})
+            c.subscribe(["sgw-ck"])
+            consumers.append(c)
+        d = None
+        for _ in range(100):
+            for c in consumers:
+                c.poll(0.1)
+            d = describe(wire, "sgw-ck-g")
+            if d.error_code == 0 and len(d.members) == 3 and all(m.assignment.topic_partitions for m in d.members) \
+                    and len({m.member_epoch for m in d.members}) == 1 and d.members[0].member_epoch == d.group_epoch:
+                break
+        else:
+            raise AssertionError(f"share consumers never all assigned: {d}")
+        parts = [{(tp.topic_id, p) for tp in m.assignment.topic_partitions for p in tp.partitions} for m in d.members]
+        assert set().union(*parts) == {(tid, 0), (tid, 1)}
+        assert all(m.subscribed_topic_names == ["sgw-ck"] for m in d.members)
+    finally:
+        for c in consumers:
+            c.close()
+    assert describe(wire, "sgw-ck-g").group_state == "Empty"  # close() sent the leave (epoch -1)
