@@ -70,6 +70,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-932 share groups, the group coordinator's side (server/share_group.py): v1 only, as Kafka 4.2
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     # transactions (KIP-98); AddPartitionsToTxn v4+ is the broker-to-broker batched form
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),

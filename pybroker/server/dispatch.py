@@ -111,6 +111,9 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     # KIP-932 share groups, the group coordinator's side (server/share_group.py)
     ApiKey.SHARE_GROUP_HEARTBEAT: share_group.handle_share_group_heartbeat,
     ApiKey.SHARE_GROUP_DESCRIBE: share_group.handle_share_group_describe,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_group.handle_describe_share_group_offsets,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_group.handle_alter_share_group_offsets,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_group.handle_delete_share_group_offsets,
     ApiKey.ADD_PARTITIONS_TO_TXN: txn.handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: txn.handle_add_offsets_to_txn,
     ApiKey.END_TXN: txn.handle_end_txn,

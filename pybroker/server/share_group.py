@@ -25,6 +25,12 @@ from pybroker.acl import AUTHORIZED_OPERATIONS_OMITTED, GROUP_OPERATIONS
 from pybroker.coordinators.group.share_group_manager import heartbeat_error
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest,
@@ -78,3 +84,123 @@ async def handle_share_group_describe(broker: Broker, ctx: RequestContext, req: 
                                         group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[],
                                         authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
     return D(throttle_time_ms=0, groups=out)
+
+
+ZERO_UUID = bytes(16)
+
+
+def _message(code: int) -> str:
+    return Errors.for_code(code).name
+
+
+async def handle_describe_share_group_offsets(broker: Broker, ctx: RequestContext,
+                                              req: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse:
+    R = DescribeShareGroupOffsetsResponse
+    auth = broker.authorizer
+    out = []
+    for g in req.groups:
+        gid = g.group_id
+        if auth is not None and not auth.authorize(ctx, Op.DESCRIBE, Res.GROUP, gid):
+            out.append(R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=[],
+                                                                error_code=int(Errors.GROUP_AUTHORIZATION_FAILED),
+                                                                error_message=None))
+            continue
+        if g.topics is not None and not g.topics:
+            out.append(R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=[], error_code=0,
+                                                                error_message=None))
+            continue
+        denied: list[tuple[str, list[int]]] = []
+        wanted: list[tuple[str, list[int]]] | None = None
+        if g.topics is not None:
+            names = [t.topic_name for t in g.topics]
+            allowed = set(names) if auth is None else auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, names)
+            wanted = [(t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name in allowed]
+            denied = [(t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name not in allowed]
+        try:
+            rows = await broker.group_coordinator.describe_share_group_offsets(gid, wanted)
+        except KafkaError as exc:
+            out.append(R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=[], error_code=exc.code,
+                                                                error_message=exc.message or _message(exc.code)))
+            continue
+        if g.topics is None and auth is not None:  # all topics: the ones the caller may not see are left out
+            visible = auth.filter_authorized(ctx, Op.DESCRIBE, Res.TOPIC, [name for name, _t, _r in rows])
+            rows = [r for r in rows if r[0] in visible]
+        topics = [R.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=tid, partitions=[
+            R.DescribeShareGroupOffsetsResponsePartition(partition_index=p, start_offset=start, leader_epoch=epoch,
+                                                         error_code=0, error_message=None)
+            for p, start, epoch in parts]) for name, tid, parts in rows]
+        code = int(Errors.TOPIC_AUTHORIZATION_FAILED)
+        topics += [R.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=ZERO_UUID, partitions=[
+            R.DescribeShareGroupOffsetsResponsePartition(partition_index=p, start_offset=-1, leader_epoch=0,
+                                                         error_code=code, error_message=_message(code))
+            for p in parts]) for name, parts in denied]
+        out.append(R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=topics, error_code=0,
+                                                            error_message=None))
+    return R(throttle_time_ms=0, groups=out)
+
+
+async def handle_alter_share_group_offsets(broker: Broker, ctx: RequestContext, req: AlterShareGroupOffsetsRequest
+                                           ) -> AlterShareGroupOffsetsResponse:
+    R = AlterShareGroupOffsetsResponse
+    gid = req.group_id
+
+    def topic(name: str, tid: bytes | None, parts: list[tuple[int, int]]) -> AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic:
+        return R.AlterShareGroupOffsetsResponseTopic(topic_name=name, topic_id=tid or ZERO_UUID, partitions=[
+            R.AlterShareGroupOffsetsResponsePartition(partition_index=p, error_code=code,
+                                                      error_message=_message(code) if code else None)
+            for p, code in parts])
+
+    def whole(code: int, message: str | None = None) -> AlterShareGroupOffsetsResponse:
+        return R(throttle_time_ms=0, error_code=code, error_message=message or _message(code), responses=[
+            topic(t.topic_name, None, [(p.partition_index, code) for p in t.partitions]) for t in req.topics])
+    auth = broker.authorizer
+    if auth is not None and not auth.authorize(ctx, Op.READ, Res.GROUP, gid):
+        return whole(int(Errors.GROUP_AUTHORIZATION_FAILED))
+    if not gid:
+        return whole(int(Errors.INVALID_GROUP_ID))
+    early: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic] = []
+    wanted: list[tuple[str, list[tuple[int, int]]]] = []
+    for t in req.topics:
+        parts = [(p.partition_index, p.start_offset) for p in t.partitions]
+        if auth is not None and not auth.authorize(ctx, Op.READ, Res.TOPIC, t.topic_name):
+            early.append(topic(t.topic_name, None, [(p, int(Errors.TOPIC_AUTHORIZATION_FAILED)) for p, _ in parts]))
+        elif broker.image.topics_by_name.get(t.topic_name) is None:
+            early.append(topic(t.topic_name, None, [(p, int(Errors.UNKNOWN_TOPIC_OR_PARTITION)) for p, _ in parts]))
+        else:
+            wanted.append((t.topic_name, parts))
+    try:
+        rows = await broker.group_coordinator.alter_share_group_offsets(gid, wanted) if wanted else []
+    except KafkaError as exc:
+        return whole(exc.code, exc.message)
+    return R(throttle_time_ms=0, error_code=0, error_message=None,
+             responses=early + [topic(name, tid, parts) for name, tid, parts in rows])
+
+
+async def handle_delete_share_group_offsets(broker: Broker, ctx: RequestContext, req: DeleteShareGroupOffsetsRequest
+                                            ) -> DeleteShareGroupOffsetsResponse:
+    R = DeleteShareGroupOffsetsResponse
+    gid = req.group_id
+
+    def whole(code: int, message: str | None = None) -> DeleteShareGroupOffsetsResponse:
+        return R(throttle_time_ms=0, error_code=code, error_message=message or _message(code), responses=[])
+    auth = broker.authorizer
+    if auth is not None and not auth.authorize(ctx, Op.DELETE, Res.GROUP, gid):
+        return whole(int(Errors.GROUP_AUTHORIZATION_FAILED))
+    if not gid:
+        return whole(int(Errors.INVALID_GROUP_ID))
+    out = []
+    names = []
+    for t in req.topics:
+        if auth is not None and not auth.authorize(ctx, Op.READ, Res.TOPIC, t.topic_name):
+            code = int(Errors.TOPIC_AUTHORIZATION_FAILED)
+            out.append(R.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name, topic_id=ZERO_UUID,
+                                                              error_code=code, error_message=_message(code)))
+        else:
+            names.append(t.topic_name)
+    try:
+        rows = await broker.group_coordinator.delete_share_group_offsets(gid, names)
+    except KafkaError as exc:
+        return whole(exc.code, exc.message)
+    out += [R.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=tid, error_code=code, error_message=msg)
+            for name, tid, code, msg in rows]
+    return R(throttle_time_ms=0, error_code=0, error_message=None, responses=out)

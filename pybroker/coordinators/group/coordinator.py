@@ -233,6 +233,87 @@ class GroupCoordinator:
     async def share_group_describe(self, group_id: str, authorized_operations: int) -> Any:
         return await self.read(group_id, lambda s, now: s.share.describe(group_id, authorized_operations))
 
+    # ------------------------------------------------------------------ share-group offsets (admin)
+
+    async def describe_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                                           ) -> list[tuple[str, bytes, list[tuple[int, int, int]]]]:
+        """DescribeShareGroupOffsets for one group: [(topic, topic id, [(partition, start offset,
+        leader epoch)])] from the Persister's ReadShareGroupStateSummary; `topics` None: every
+        initialized share partition of the group. A partition without state (or whose read
+        failed) has start offset -1, as Kafka answers; an unknown topic has the zero topic id.
+        KafkaError for the group as a whole."""
+        if self.share_persister is None:
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
+        wanted: list[tuple[str, bytes, list[int]]] = []
+        out: list[tuple[str, bytes, list[tuple[int, int, int]]]] = []
+        if topics is None:
+            initialized = await self.read(group_id, lambda s, now: s.share.initialized_partitions(group_id))
+            for tid, parts in sorted(initialized.items()):
+                t = self.image.topics_by_id.get(tid)
+                if t is not None:
+                    wanted.append((t.name, tid, sorted(parts)))
+        else:
+            for name, parts in topics:
+                t = self.image.topics_by_name.get(name)
+                if t is None:
+                    out.append((name, bytes(16), [(p, -1, 0) for p in parts]))
+                else:
+                    wanted.append((name, bytes(t.topic_id), list(parts)))
+        for name, tid, parts in wanted:
+            rows = []
+            for p in parts:
+                r = await self.share_persister.read_summary(group_id, uuid.UUID(bytes=tid), p, 0)
+                rows.append((p, r.start_offset, r.leader_epoch) if not r.error else (p, -1, -1))
+            out.append((name, tid, rows))
+        return out
+
+    async def alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]]
+                                        ) -> list[tuple[str, bytes | None, list[tuple[int, int]]]]:
+        """AlterShareGroupOffsets: the (empty) group's share partitions re-initialized at the new
+        start offsets through the Persister; [(topic, topic id, [(partition, error)])].
+        KafkaError for the group as a whole (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...)."""
+        if self.share_persister is None:
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
+        out, init = await self.write(group_id, lambda s, now: s.share.alter_offsets(group_id, topics, now))
+        done: dict[bytes, frozenset[int]] = {}
+        failed: dict[bytes, frozenset[int]] = {}
+        errors: dict[tuple[bytes, int], int] = {}
+        for tid, parts in sorted(init.partitions.items()):
+            for p in sorted(parts):
+                code = await self.share_persister.initialize_state(
+                    group_id, uuid.UUID(bytes=tid), p, init.state_epoch, init.start_offset(tid, p))
+                into = failed if code else done
+                into[tid] = into.get(tid, frozenset()) | {p}
+                if code:
+                    errors[(tid, p)] = code
+        if done:
+            await self.write(group_id, lambda s, now: s.share.initialize_done(group_id, done, now))
+        if failed:
+            await self.write(group_id, lambda s, now: s.share.uninitialize(group_id, failed))
+        return [(name, tid, [(p, errors.get((tid, p), code) if tid is not None else code) for p, code in rows])
+                for name, tid, rows in out]
+
+    async def delete_share_group_offsets(self, group_id: str, names: list[str]
+                                         ) -> list[tuple[str, bytes, int, str | None]]:
+        """DeleteShareGroupOffsets: the (empty) group's state for the named topics deleted through
+        the Persister; [(topic, topic id, error, message)]. KafkaError for the group as a whole."""
+        if self.share_persister is None:
+            raise KafkaError(Errors.COORDINATOR_NOT_AVAILABLE)
+        errors, delete = await self.write(group_id, lambda s, now: s.share.delete_offsets_begin(group_id, names))
+        out: list[tuple[str, bytes, int, str | None]] = [(n, bytes(16), code, msg) for n, code, msg in errors]
+        deleted: set[bytes] = set()
+        for tid, parts in sorted(delete.items()):
+            t = self.image.topics_by_id.get(tid)
+            code = await self.delete_share_partitions(group_id, {tid: parts})
+            if code:
+                out.append((t.name if t is not None else "", tid, code, Errors.for_code(code).name))
+            else:
+                deleted.add(tid)
+                out.append((t.name if t is not None else "", tid, 0, None))
+        if deleted:
+            await self.write(group_id, lambda s, now: s.share.delete_offsets_done(group_id, deleted))
+        return out
+
     # ------------------------------------------------------------------ offsets
 
     async def commit_offsets(self, req: Any, version: int) -> Any:

@@ -488,6 +488,100 @@ class ShareGroupManager:
                                 assignor_name=self.assignor.name, members=members,
                                 authorized_operations=authorized_operations)
 
+    def existing_group(self, group_id: str) -> ShareGroup:
+        """Kafka's shareGroup(groupId): GROUP_ID_NOT_FOUND when missing or of another type."""
+        group = self.groups.get(group_id)
+        if group is None:
+            other = self.other_group_type(group_id) is not None
+            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group." if other
+                             else f"Group {group_id} not found.")
+        return group
+
+    def alter_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], now_ms: int
+                      ) -> CoordinatorResult:
+        """AlterShareGroupOffsets (Kafka's completeAlterShareGroupOffsets): the group must be
+        empty (NON_EMPTY_GROUP); the named partitions become initializing and are returned to
+        (re)initialize at the given start offsets. Response: ([(topic, topic id or None,
+        [(partition, error)])], InitializeRequest)."""
+        group = self.existing_group(group_id)
+        if not group.is_empty():
+            raise KafkaError(Errors.NON_EMPTY_GROUP)
+        out: list[tuple[str, bytes | None, list[tuple[int, int]]]] = []
+        initializing: dict[bytes, InitTopic] = {}
+        offsets: dict[tuple[bytes, int], int] = {}
+        for name, parts in topics:
+            t = self._topic(name)
+            if t is None:
+                out.append((name, None, [(p, int(Errors.UNKNOWN_TOPIC_OR_PARTITION)) for p, _ in parts]))
+                continue
+            tid, n = bytes(t.topic_id), len(t.partitions)
+            results = []
+            for p, start in parts:
+                if p < n:
+                    results.append((p, 0))
+                    offsets[(tid, p)] = start
+                else:
+                    results.append((p, int(Errors.UNKNOWN_TOPIC_OR_PARTITION)))
+            initializing[tid] = InitTopic(name, frozenset(p for p, _ in parts if p < n), now_ms)
+            out.append((name, tid, results))
+        records: list[CoordinatorRecord] = []
+        initializing = {tid: t for tid, t in initializing.items() if t.partitions}
+        if initializing:
+            info = self.state_metadata.get(group_id)
+            if info is None:
+                records.append(rec.state_partition_metadata_record(group_id, initializing, {}, {}))
+            else:
+                merged = combine(info.initializing, initializing)
+                deleting = {tid: n for tid, n in info.deleting.items() if tid not in merged}
+                records.append(rec.state_partition_metadata_record(group_id, merged, info.initialized, deleting))
+        init = InitializeRequest(group_id, group.group_epoch, {tid: t.partitions for tid, t in initializing.items()},
+                                 offsets)
+        return CoordinatorResult(records=records, response=(out, init))
+
+    def delete_offsets_begin(self, group_id: str, names: list[str]) -> CoordinatorResult:
+        """DeleteShareGroupOffsets, first half (Kafka's initiateDeleteShareGroupOffsets): the group
+        must be empty; each named topic with initialized (or still-deleting) state moves to
+        deleting. Response: ([(topic, error, message)], {topic id: partitions to delete})."""
+        group = self.existing_group(group_id)
+        if not group.is_empty():
+            raise KafkaError(Errors.NON_EMPTY_GROUP)
+        errors: list[tuple[str, int, str]] = []
+        delete: dict[bytes, frozenset[int]] = {}
+        info = self.state_metadata.get(group_id)
+        if info is None:
+            return CoordinatorResult(records=[], response=(errors, delete))
+        initialized = dict(info.initialized)
+        deleting = dict(info.deleting)
+        for name in names:
+            t = self._topic(name)
+            if t is None:
+                errors.append((name, int(Errors.UNKNOWN_TOPIC_OR_PARTITION),
+                               "This server does not host this topic-partition."))
+                continue
+            tid = bytes(t.topic_id)
+            if tid in initialized:
+                delete[tid] = initialized.pop(tid).partitions
+                deleting[tid] = name
+            elif tid in deleting:
+                delete[tid] = frozenset(range(len(t.partitions)))
+            else:
+                errors.append((name, int(Errors.UNKNOWN_TOPIC_OR_PARTITION), "There is no offset information to delete."))
+        record = rec.state_partition_metadata_record(group_id, info.initializing, initialized, deleting)
+        return CoordinatorResult(records=[record], response=(errors, delete))
+
+    def delete_offsets_done(self, group_id: str, topic_ids: set[bytes]) -> CoordinatorResult:
+        """DeleteShareGroupOffsets, second half: the topics whose state the Persister deleted leave deleting."""
+        info = self.state_metadata.get(group_id)
+        if info is None:
+            return CoordinatorResult(records=[])
+        deleting = {tid: n for tid, n in info.deleting.items() if tid not in topic_ids}
+        return CoordinatorResult(records=[rec.state_partition_metadata_record(
+            group_id, info.initializing, info.initialized, deleting)])
+
+    def initialized_partitions(self, group_id: str) -> dict[bytes, frozenset[int]]:
+        info = self.state_metadata.get(group_id)
+        return {} if info is None else info.initialized_partitions()
+
     def delete_group_records(self, group_id: str) -> list[CoordinatorRecord]:
         group = self.groups[group_id]
         return rec.group_tombstones(group_id, sorted(group.members))
