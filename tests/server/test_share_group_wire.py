@@ -249,3 +249,55 @@ def test_confluent_kafka_share_consumers_are_assigned_and_leave(broker, wire, pe
         for c in consumers:
             c.close()
     assert describe(wire, "sgw-ck-g").group_state == "Empty"  # close() sent the leave (epoch -1)
+
+
+def test_share_group_offsets_describe_alter_delete(wire, persister):
+    from pybroker.protocol.messages import (
+        AlterShareGroupOffsetsRequest as A,
+    )
+    from pybroker.protocol.messages import (
+        DeleteShareGroupOffsetsRequest as Del,
+    )
+    from pybroker.protocol.messages import (
+        DescribeShareGroupOffsetsRequest as Desc,
+    )
+    assert SUPPORTED[ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS] == SUPPORTED[ApiKey.ALTER_SHARE_GROUP_OFFSETS] == \
+        SUPPORTED[ApiKey.DELETE_SHARE_GROUP_OFFSETS] == (0, 0)
+    tid = create_topic(wire, "sgw-o", 2)
+    group = "sgw-o-g"
+
+    def describe_offsets(topics):
+        req = Desc(groups=[Desc.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None if topics is None else [
+            Desc.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in topics])])
+        (g,) = wire.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, req).groups
+        assert g.error_code == 0, g
+        return {(t.topic_name, p.partition_index): p.start_offset for t in g.topics for p in t.partitions}
+
+    def alter(offsets):
+        req = A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name="sgw-o", partitions=[
+            A.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o) for p, o in offsets.items()])])
+        return wire.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, req)
+
+    m = Member(wire, group, ["sgw-o"])
+    wait_until(lambda: len(m.assignment) == 2, [m], "assigned")
+    assert describe_offsets(None) == {("sgw-o", 0): -1, ("sgw-o", 1): -1}  # initialized, start not yet known
+    assert describe_offsets([("sgw-o", [0]), ("nope", [3])]) == {("sgw-o", 0): -1, ("nope", 3): -1}
+    r = alter({0: 5})
+    assert r.error_code == Errors.NON_EMPTY_GROUP  # members are connected
+    hb(wire, group, m.id, -1)
+    r = alter({0: 5, 1: 7, 9: 1})
+    assert r.error_code == 0, r
+    assert {p.partition_index: p.error_code for p in r.responses[0].partitions} == \
+        {0: 0, 1: 0, 9: Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert describe_offsets(None) == {("sgw-o", 0): 5, ("sgw-o", 1): 7}
+    assert persister.state[(group, uuid.UUID(bytes=tid), 0)][1] == 5
+    unknown = A(group_id="sgw-o-missing", topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name="sgw-o", partitions=[
+        A.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=1)])])
+    assert wire.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, unknown).error_code == Errors.GROUP_ID_NOT_FOUND
+    # deleting the topic's state: gone from the persister and from the group's initialized partitions
+    d = wire.request(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, Del(group_id=group, topics=[
+        Del.DeleteShareGroupOffsetsRequestTopic(topic_name="sgw-o"), Del.DeleteShareGroupOffsetsRequestTopic(topic_name="nope")]))
+    assert d.error_code == 0
+    assert {(t.topic_name, t.error_code) for t in d.responses} == {("sgw-o", 0), ("nope", Errors.UNKNOWN_TOPIC_OR_PARTITION)}
+    assert {(g, p) for g, _t, p in persister.deleted} >= {(group, 0), (group, 1)}
+    assert describe_offsets(None) == {}
