@@ -206,7 +206,14 @@ class GroupCoordinator:
         return resp
 
     async def _initialize_share_state(self, init: InitializeRequest) -> None:
-        """InitializeShareGroupState through the Persister, then record the outcome."""
+        """InitializeShareGroupState through the Persister, then record the outcome (a background
+        task of the broker's nursery: it must never raise)."""
+        try:
+            await self._initialize_share_state_once(init)
+        except Exception:
+            log.exception("group %s: share-state initialization failed; a later heartbeat asks again", init.group_id)
+
+    async def _initialize_share_state_once(self, init: InitializeRequest) -> None:
         done: dict[bytes, frozenset[int]] = {}
         failed: dict[bytes, frozenset[int]] = {}
         for tid, parts in sorted(init.partitions.items()):

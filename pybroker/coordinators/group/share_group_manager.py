@@ -144,6 +144,8 @@ class ShareGroupManager:
         self.assignor = SimpleAssignor()
         # False when there is no Persister to initialize share state with (the service sets it)
         self.can_initialize = True
+        # group epoch bumps by heartbeats (Kafka's ShareGroupRebalances sensor, for the metrics)
+        self.rebalances = 0
 
     def group(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
@@ -286,6 +288,7 @@ class ShareGroupManager:
             group_epoch += 1
             records.append(rec.group_epoch_record(gid, group_epoch, metadata_hash))
             log.info("group %s: group epoch bumped to %d", gid, group_epoch)
+            self.rebalances += 1
         if group_epoch > group.target_assignment_epoch:
             members = dict(group.members)
             members[mid] = updated
