@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import TextIO
 
+from pybroker.cli import share_groups
 from pybroker.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
     CliError,
+    parse_datetime_ms,
     print_table,
     resolve_partitions,
 )
@@ -174,7 +175,6 @@ def run_list(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: Tex
 
 def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if _share(args):
-        from pybroker.cli import share_groups
         return share_groups.run_describe(admin, args, out, err)
     group_ids = list(dict.fromkeys(args.group or [])) if not args.all_groups else \
         [g.group_id for g in admin.list_groups()]
@@ -230,7 +230,6 @@ def offset_rows(admin: AdminClient, desc: GroupDescription) -> list[list[object]
 
 def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if _share(args):
-        from pybroker.cli import share_groups
         return share_groups.run_delete(admin, args, out, err)
     group_ids = list(dict.fromkeys(args.group))
     results = admin.delete_groups(group_ids)
@@ -249,7 +248,6 @@ def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: T
 
 def run_delete_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if _share(args):
-        from pybroker.cli import share_groups
         return share_groups.run_delete_offsets(admin, args, out, err)
     partitions = resolve_partitions(admin, args.topic)
     try:
@@ -273,18 +271,6 @@ def run_delete_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO
 
 
 # -- reset-offsets ------------------------------------------------------------------------
-
-
-def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 date-time -> ms since the epoch; no zone means local time (as Kafka's tool)."""
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"bad --to-datetime '{text}' (expected e.g. 2024-05-01T12:00:00.000 or "
-                       "2024-05-01T12:00:00+02:00)") from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # interpret as local time
-    return int(dt.timestamp() * 1000)
 
 
 def plan_reset(
@@ -327,7 +313,6 @@ def plan_reset(
 
 def run_reset_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if _share(args):
-        from pybroker.cli import share_groups
         return share_groups.run_reset_offsets(admin, args, out, err)
     group = args.group
     try:

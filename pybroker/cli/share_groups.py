@@ -31,10 +31,10 @@ from pybroker.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     CliError,
+    parse_datetime_ms,
     print_table,
     resolve_partitions,
 )
-from pybroker.cli.groups import parse_datetime_ms
 from pybroker.client.admin import AdminClient, ShareGroupDescription, TopicPartition
 from pybroker.protocol.errors import Errors, KafkaError
 
