@@ -315,8 +315,25 @@ class ShareGroupManager:
             resp.assignment = R.Assignment(topic_partitions=[
                 R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
                 for tid, parts in sorted(reconciled.assigned_partitions.items())])
-        init = self._maybe_initialize(gid, group_epoch, names, records, now_ms)
+        init = self._maybe_initialize(gid, group_epoch, names, records, now_ms, self._live_state(gid, records))
         return CoordinatorResult(records=records, response=(resp, init))
+
+    def _live_state(self, gid: str, records: list[CoordinatorRecord]) -> StatePartitionMetadata | None:
+        """The group's share-state metadata without the topics deleted since (Kafka's
+        maybeCleanupShareGroupState, which runs on topic deletions; the share coordinator drops
+        their state on its side): a record drops them when there are any."""
+        info = self.state_metadata.get(gid)
+        if info is None or self.image is None:
+            return info
+        live = self.image.topics_by_id
+        if all(tid in live for tid in (*info.initializing, *info.initialized, *info.deleting)):
+            return info
+        info = StatePartitionMetadata(
+            initializing={tid: t for tid, t in info.initializing.items() if tid in live},
+            initialized={tid: t for tid, t in info.initialized.items() if tid in live},
+            deleting={tid: n for tid, n in info.deleting.items() if tid in live})
+        records.append(rec.state_partition_metadata_record(gid, info.initializing, info.initialized, info.deleting))
+        return info
 
     def _share_group(self, gid: str, create: bool) -> ShareGroup:
         """Kafka's getOrMaybeCreateShareGroup: a new group is a scratch object until replay makes it."""
@@ -381,11 +398,10 @@ class ShareGroupManager:
     # ------------------------------------------------------------------ share-state initialization
 
     def _maybe_initialize(self, gid: str, group_epoch: int, names: set[str], records: list[CoordinatorRecord],
-                          now_ms: int) -> InitializeRequest | None:
+                          now_ms: int, info: StatePartitionMetadata | None) -> InitializeRequest | None:
         """Kafka's maybeCreateInitializeShareGroupStateRequest."""
         if not names or self.image is None or not self.can_initialize:
             return None
-        info = self.state_metadata.get(gid)
         retry_ms = self.config.share_group_initialize_retry_interval_ms
         already: dict[bytes, InitTopic] = {}
         if info is not None:

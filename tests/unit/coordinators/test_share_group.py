@@ -321,3 +321,22 @@ def test_replay_rebuilds_the_same_groups(ops):
              g.subscribed_topic_name_counts)
     assert {g: (i.initialized, set(i.initializing), i.deleting) for g, i in fresh.state_metadata.items()} == \
         {g: (i.initialized, set(i.initializing), i.deleting) for g, i in live.state_metadata.items()}
+
+
+def test_a_deleted_topic_leaves_the_share_state_and_a_new_one_is_initialized():
+    h = SGHarness()
+    old = h.image.create("t", 1)
+    h.hb("g", "m1", 0, ["t"])
+    h.complete_inits()
+    e = h.hb("g", "m1", 1).member_epoch
+    h.image.delete("t")
+    r = h.hb("g", "m1", e)
+    assert old not in h.shard.share.state_metadata["g"].initialized
+    assert r.assignment is not None and assignment_of(r) == {}
+    new = h.image.create("t", 2)  # the same name again, a new topic id
+    r = h.hb("g", "m1", r.member_epoch)
+    assert [i.partitions for i in h.inits] == [{new: frozenset({0, 1})}]
+    h.complete_inits()
+    r = h.hb("g", "m1", r.member_epoch)
+    assert assignment_of(r) == {new: {0, 1}}
+    assert set(h.rebuilt().share.state_metadata["g"].initialized) == {new}
