@@ -76,12 +76,12 @@ async def handle_share_group_describe(broker: Broker, ctx: RequestContext, req: 
                     group = D.DescribedGroup(
                         error_code=int(Errors.TOPIC_AUTHORIZATION_FAILED),
                         error_message="The group has described topic(s) that the client is not authorized to describe.",
-                        group_id=gid, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                        group_id=gid, group_state="", group_epoch=0, assignment_epoch=0, assignor_name="",
                         members=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
             out.append(group)
         except KafkaError as exc:
             out.append(D.DescribedGroup(error_code=exc.code, error_message=exc.message, group_id=gid, group_state="",
-                                        group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[],
+                                        group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
                                         authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
     return D(throttle_time_ms=0, groups=out)
 

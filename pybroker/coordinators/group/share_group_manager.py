@@ -487,7 +487,7 @@ class ShareGroupManager:
             message = (f"Group {group_id} is not a share group." if self.other_group_type(group_id) is not None
                        else f"Group {group_id} not found.")
             return D.DescribedGroup(error_code=int(Errors.GROUP_ID_NOT_FOUND), error_message=message,
-                                    group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1,
+                                    group_id=group_id, group_state="", group_epoch=0, assignment_epoch=0,
                                     assignor_name="", members=[], authorized_operations=-2147483648)
 
         def assignment(a: Assignment) -> ShareGroupDescribeResponse.Assignment:
