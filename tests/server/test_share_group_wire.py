@@ -301,3 +301,40 @@ def test_share_group_offsets_describe_alter_delete(wire, persister):
     assert {(t.topic_name, t.error_code) for t in d.responses} == {("sgw-o", 0), ("nope", Errors.UNKNOWN_TOPIC_OR_PARTITION)}
     assert {(g, p) for g, _t, p in persister.deleted} >= {(group, 0), (group, 1)}
     assert describe_offsets(None) == {}
+
+
+def test_share_group_survives_a_restart(tmp_path):
+    """The group, its members' assignments and its initialized share partitions come back from
+    __consumer_offsets: the member carries on at its epoch and nothing is initialized again."""
+    overrides = {**OVERRIDES, "group.share.session.timeout.ms": 60000, "group.share.max.session.timeout.ms": 60000}
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), overrides=overrides) as b:
+        p = MemoryPersister()
+        b._broker.group_coordinator.share_persister = p
+        w = WireClient("127.0.0.1", b.port)
+        tid = create_topic(w, "sgw-r", 2)
+        m = Member(w, "sgw-r-g", ["sgw-r"])
+        wait_until(lambda: len(m.assignment) == 2, [m], "assigned")
+        before = describe(w, "sgw-r-g")
+        w.close()
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), overrides=overrides) as b:
+        p2 = MemoryPersister()
+        b._broker.group_coordinator.share_persister = p2
+        w = WireClient("127.0.0.1", b.port)
+        m.c = w
+        after = describe(w, "sgw-r-g")
+        for _ in range(200):
+            if after.error_code == 0:
+                break
+            threading.Event().wait(0.05)
+            after = describe(w, "sgw-r-g")
+        assert (after.group_state, after.group_epoch, after.assignment_epoch) == \
+            (before.group_state, before.group_epoch, before.assignment_epoch)
+        assert [(x.member_id, x.member_epoch) for x in after.members] == [(m.id, m.epoch)]
+        epoch = m.epoch
+        m.beat()  # the member carries on at its epoch, keeping both partitions
+        d = describe(w, "sgw-r-g")
+        assert m.epoch == epoch and d.group_epoch == before.group_epoch
+        assert {(tp.topic_id, p) for tp in d.members[0].assignment.topic_partitions for p in tp.partitions} == \
+            {(tid, 0), (tid, 1)}
+        assert not p2.state  # nothing initialized again
+        w.close()
