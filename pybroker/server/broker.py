@@ -485,23 +485,9 @@ class Broker:
             nursery.start_soon(alter.run)
             loader.add_publisher("replica manager", lambda d: self.replica_manager.apply_metadata_records(d.records))
             self.producer_ids = ProducerIdManager(self.controller_client, self.node_id)
-            # the group coordinator loads the __consumer_offsets partitions it leads in worker
-            # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
-            self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
-                                                      nursery.start_soon)
-            loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
-            # markers go to each partition's leader: WriteTxnMarkers over the inter-broker listener,
-            # or straight to this node's own handler for the partitions it leads
-            markers = TransactionMarkerChannelManager(
-                node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
-                local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"],
-                ssl_context=self.inter_broker_client_ssl, sasl=self.inter_broker_client_sasl)
-            self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
-                                                          self.image, self.producer_ids, self.group_coordinator,
-                                                          nursery.start_soon, markers)
-            loader.add_publisher("transaction coordinator", lambda _d: self.txn_coordinator.on_metadata())
             # KIP-932: the share coordinator (__share_group_state, coordinators/share) and the
-            # persister through which share partitions and the group coordinator reach it
+            # persister through which share partitions and the group coordinator reach it (built
+            # first: the group coordinator takes the persister)
             self.share_coordinator = ShareCoordinator(cfg, self.replica_manager, self.controller_client,
                                                       self.image, nursery.start_soon)
             self.share_persister = DefaultStatePersister(
@@ -516,6 +502,24 @@ class Broker:
             loader.add_publisher("share coordinator", share_metadata)
             nursery.start_soon(self.share_coordinator.run_pruner)
             nursery.start_soon(self.share_coordinator.run_cold_snapshotter)
+            # the group coordinator loads the __consumer_offsets partitions it leads in worker
+            # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
+            # share groups initialize and delete share-partition state through the share
+            # coordinator's Persister (KIP-932), when this broker has one
+            self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
+                                                      nursery.start_soon,
+                                                      share_persister=self.share_persister)
+            loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
+            # markers go to each partition's leader: WriteTxnMarkers over the inter-broker listener,
+            # or straight to this node's own handler for the partitions it leads
+            markers = TransactionMarkerChannelManager(
+                node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
+                local_write=lambda req: write_txn_markers(self, req), request_timeout_ms=cfg["request.timeout.ms"],
+                ssl_context=self.inter_broker_client_ssl, sasl=self.inter_broker_client_sasl)
+            self.txn_coordinator = TransactionCoordinator(cfg, self.replica_manager, self.controller_client,
+                                                          self.image, self.producer_ids, self.group_coordinator,
+                                                          nursery.start_soon, markers)
+            loader.add_publisher("transaction coordinator", lambda _d: self.txn_coordinator.on_metadata())
             # a partition leader asks a producer's transaction coordinator to verify or add a partition
             # (KIP-890): this node's own coordinator directly, another's with AddPartitionsToTxn v5
             self.add_partitions_manager = AddPartitionsToTxnManager(
