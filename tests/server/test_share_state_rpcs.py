@@ -409,3 +409,39 @@ def test_arbitrary_state_requests_get_an_answer_per_partition(node: Node) -> Non
         check()
     finally:
         raw.close()
+
+
+def test_a_share_group_initializes_its_partitions_through_the_share_coordinator(node: Node) -> None:
+    """The group coordinator (sgroup's side) with the broker's DefaultStatePersister: a share
+    member's heartbeat gets the partitions once their state is initialized in __share_group_state
+    at the group epoch, which the state RPCs then read."""
+    from pybroker.protocol.messages import ShareGroupHeartbeatRequest
+
+    tid = _topic(node)
+    client = Raw(node.client)
+    internal = Raw(node.internal)
+    name = next(t.name for t in client.request(ApiKey.METADATA, 12, MetadataRequest(topics=None)).topics
+                if bytes(t.topic_id) == tid)
+    member = uuid.uuid4().hex
+    try:
+        r = client.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, ShareGroupHeartbeatRequest(
+            group_id="sg-e2e", member_id=member, member_epoch=0, rack_id=None, subscribed_topic_names=[name]))
+        assert r.error_code == 0, r
+        epoch = r.member_epoch
+
+        def assigned() -> Any:
+            nonlocal epoch
+            hb = client.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, ShareGroupHeartbeatRequest(
+                group_id="sg-e2e", member_id=member, member_epoch=epoch, rack_id=None, subscribed_topic_names=None))
+            assert hb.error_code == 0, hb
+            epoch = hb.member_epoch
+            got = {(bytes(t.topic_id), p) for t in (hb.assignment.topic_partitions if hb.assignment else [])
+                   for p in t.partitions}
+            return got == {(tid, 0), (tid, 1)}
+        wait_until(assigned, timeout=30, what="both partitions assigned after their initialization")
+        for p in (0, 1):
+            s = summary(internal, "sg-e2e", tid, p)
+            assert (s.error_code, s.state_epoch, s.start_offset) == (0, 1, -1)  # group epoch 1, reset decides
+    finally:
+        client.close()
+        internal.close()
