@@ -11,8 +11,9 @@ are checked with Kafka's KafkaConfig rules and messages. One deliberate relaxati
 neither quorum key set is a *standalone* node, a one-voter quorum of itself that needs no
 controller listener (plain `pybroker`, the embedded broker); it must have the controller role.
 A standalone node takes the internal-topic settings of Kafka's single-node quickstart
-config/server.properties (STANDALONE_DEFAULTS: replication factors 1, transaction min ISR 1)
-instead of Kafka's cluster defaults (3, 3, 2), which a one-broker cluster could never meet.
+config/server.properties (STANDALONE_DEFAULTS: replication factors 1, transaction and
+share-state min ISR 1) instead of Kafka's cluster defaults (3, 3, 2), which a one-broker cluster
+could never meet.
 
 Errors are `ConfigError` with a one-line message naming the key; the CLI turns them into
 exit code 2. Unknown keys are kept (Kafka passes them to plugins) and reported as warnings.
@@ -397,6 +398,23 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.share.max.size", "int", 200, between(1, 1000)),
     ConfigDef("group.share.assignors", "list", ["simple"], one_of("simple")),
     ConfigDef("group.share.initialize.retry.interval.ms", "int", 30000, at_least(1)),
+    # the share coordinator (KIP-932; Kafka's ShareCoordinatorConfig names, defaults and bounds):
+    # __share_group_state and its coordinator (pybroker/coordinators/share). Accepted and validated
+    # but not used: .threads (one trio thread), .append.linger.ms, .state.topic.compression.codec
+    # (batches are written uncompressed), .cached.buffer.max.bytes
+    ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.replication.factor", "short", 3, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.min.isr", "short", 2, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.segment.bytes", "int", 104857600, at_least(1)),
+    ConfigDef("share.coordinator.threads", "int", 1, at_least(1)),
+    ConfigDef("share.coordinator.snapshot.update.records.per.snapshot", "int", 500, between(0, 500)),
+    ConfigDef("share.coordinator.load.buffer.size", "int", 5242880, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.compression.codec", "int", 0),
+    ConfigDef("share.coordinator.append.linger.ms", "int", -1, at_least(-1)),
+    ConfigDef("share.coordinator.write.timeout.ms", "int", 5000, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.prune.interval.ms", "int", 300000, at_least(1)),
+    ConfigDef("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300000, at_least(1)),
+    ConfigDef("share.coordinator.cached.buffer.max.bytes", "int", 1048576 + 12, at_least(512 * 1024)),
     ConfigDef("group.streams.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.streams.min.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.streams.max.session.timeout.ms", "int", 60000, at_least(1)),
@@ -436,6 +454,8 @@ STANDALONE_DEFAULTS: dict[str, Any] = {
     "offsets.topic.replication.factor": 1,
     "transaction.state.log.replication.factor": 1,
     "transaction.state.log.min.isr": 1,
+    "share.coordinator.state.topic.replication.factor": 1,
+    "share.coordinator.state.topic.min.isr": 1,
 }
 BROKER_ROLE = "broker"
 CONTROLLER_ROLE = "controller"

@@ -123,6 +123,8 @@ def node_properties(node_id: int, nodes: int, base_port: int, controller_base_po
         "offsets.topic.replication.factor": str(min(3, nodes)),
         "transaction.state.log.replication.factor": str(min(3, nodes)),
         "transaction.state.log.min.isr": str(min(2, nodes)),
+        "share.coordinator.state.topic.replication.factor": str(min(3, nodes)),
+        "share.coordinator.state.topic.min.isr": str(min(2, nodes)),
     }
     if tls_dir is not None:
         props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / NODE_KEYSTORE),

@@ -577,7 +577,8 @@ class QuorumController:
                         out.append((None, tid or bytes(16), Errors.UNKNOWN_TOPIC_ID,
                                     "This server does not host this topic ID."))
                         continue
-                if t.name.startswith("__") and t.name in ("__consumer_offsets", "__transaction_state"):
+                if t.name.startswith("__") and t.name in ("__consumer_offsets", "__transaction_state",
+                                                          "__share_group_state"):
                     out.append((t.name, t.topic_id, Errors.TOPIC_DELETION_DISABLED, None))
                     continue
                 out.append((t.name, t.topic_id, 0, None))

@@ -127,9 +127,10 @@ class CoordinatorRuntime:
                  shard_factory: Callable[[int, PurgatoryTimer], CoordinatorShard],
                  spawn: Callable[..., Any], commit_timeout_ms: int = 5000,
                  now_ms: Callable[[], int] | None = None,
-                 decode: Callable[[Any, Any], Any] = serde.decode) -> None:
+                 decode: Callable[[Any, Any], Any] = serde.decode, load_read_bytes: int = LOAD_READ_BYTES) -> None:
         self.topic = topic
         self.decode = decode  # record key/value bytes -> record (the topic's serde)
+        self.load_read_bytes = load_read_bytes  # bytes per read while loading (*.load.buffer.size)
         self.rm = replica_manager
         self.shard_factory = shard_factory
         self.spawn = spawn
@@ -183,7 +184,7 @@ class CoordinatorRuntime:
     async def _load(self, ctx: ShardContext, partition: Any) -> None:
         started = time.monotonic()
         try:
-            count = await trio.to_thread.run_sync(load_shard, ctx.shard, partition.log, LOAD_READ_BYTES,
+            count = await trio.to_thread.run_sync(load_shard, ctx.shard, partition.log, self.load_read_bytes,
                                                   self.decode)
         except Exception:
             log.exception("loading %s-%d failed", self.topic, ctx.partition)

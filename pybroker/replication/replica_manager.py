@@ -975,11 +975,14 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ deletion
 
-    async def delete_records(self, timeout_ms: int, offsets: Sequence[tuple[str, int, int]]
+    async def delete_records(self, timeout_ms: int, offsets: Sequence[tuple[str, int, int]],
+                             allow_internal_topic_deletion: bool = False
                              ) -> tuple[list[DeleteRecordsPartitionStatus], DelayedDeleteRecords | None]:
         """DeleteRecords for (topic, partition, offset) entries (Kafka's ReplicaManager.deleteRecords
         + deleteRecordsOnLocalLog): one status per entry, in order. Per partition: an internal
-        topic is INVALID_TOPIC_EXCEPTION; not hosted here `not_hosted_error`; then the partition's
+        topic is INVALID_TOPIC_EXCEPTION (unless `allow_internal_topic_deletion`: the share
+        coordinator pruning __share_group_state, as Kafka's flag of that name); not hosted here
+        `not_hosted_error`; then the partition's
         rules (`Partition.delete_records_on_leader`: NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION,
         OFFSET_OUT_OF_RANGE). The log start offset moves at once; the segments wholly below it are
         renamed `*.deleted` in a worker thread before this returns (so a crash after the answer
@@ -993,7 +996,7 @@ class ReplicaManager:
             status = DeleteRecordsPartitionStatus(topic, index)
             statuses.append(status)
             p = self.partitions.get((topic, index))
-            if topic in INTERNAL_TOPICS:
+            if topic in INTERNAL_TOPICS and not allow_internal_topic_deletion:
                 status.error_code = Errors.INVALID_TOPIC_EXCEPTION
             elif p is None:
                 status.error_code = self.not_hosted_error(topic, index)

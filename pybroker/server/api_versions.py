@@ -108,6 +108,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-546 client quotas, kept in the metadata log (server/client_quotas.py)
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    # KIP-932 share-group state, broker to broker: the share coordinator (server/share_state.py)
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 0),
     # SASL (KIP-43, KIP-152): the exchange runs before the first request (net/sasl.py); after it
     # both are answered ILLEGAL_SASL_STATE (server/sasl_requests.py)
     ApiKey.SASL_HANDSHAKE: (0, 1),

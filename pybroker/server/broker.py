@@ -60,6 +60,7 @@ from pybroker.controller.bootstrap_metadata import read_bootstrap_records, read_
 from pybroker.controller.controller import QuorumController
 from pybroker.controller.metadata_log import MetadataRecordSerde
 from pybroker.coordinators.group.coordinator import GroupCoordinator
+from pybroker.coordinators.share.coordinator import ShareCoordinator
 from pybroker.coordinators.txn.add_partitions_manager import AddPartitionsToTxnManager
 from pybroker.coordinators.txn.coordinator import TransactionCoordinator
 from pybroker.coordinators.txn.marker_channel import TransactionMarkerChannelManager
@@ -112,6 +113,7 @@ from pybroker.server.sasl_requests import illegal_state_response
 from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
 from pybroker.server.write_txn_markers import write_txn_markers
+from pybroker.share.default_persister import DefaultStatePersister
 
 log = logging.getLogger("pybroker")
 
@@ -155,6 +157,8 @@ class Broker:
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
         self.txn_coordinator: TransactionCoordinator
+        self.share_coordinator: ShareCoordinator
+        self.share_persister: DefaultStatePersister
         self.add_partitions_manager: AddPartitionsToTxnManager
         self.server: SocketServer
         # TLS (security/ssl_factory.py): each SSL listener's server side, and this node's client
@@ -481,13 +485,30 @@ class Broker:
             nursery.start_soon(alter.run)
             loader.add_publisher("replica manager", lambda d: self.replica_manager.apply_metadata_records(d.records))
             self.producer_ids = ProducerIdManager(self.controller_client, self.node_id)
+            # KIP-932: the share coordinator (__share_group_state, coordinators/share) and the
+            # persister through which share partitions and the group coordinator reach it (built
+            # first: the group coordinator takes the persister)
+            self.share_coordinator = ShareCoordinator(cfg, self.replica_manager, self.controller_client,
+                                                      self.image, nursery.start_soon)
+            self.share_persister = DefaultStatePersister(
+                node_id=self.node_id, image=self.image, listener_name=cfg.inter_broker_listener_name,
+                coordinator=self.share_coordinator, request_timeout_ms=cfg["request.timeout.ms"],
+                ssl_context=self.inter_broker_client_ssl,
+                sasl=self.inter_broker_client_sasl)
+
+            def share_metadata(_d: Delta) -> None:
+                self.share_coordinator.on_metadata()
+                self.share_persister.notify_metadata()
+            loader.add_publisher("share coordinator", share_metadata)
+            nursery.start_soon(self.share_coordinator.run_pruner)
+            nursery.start_soon(self.share_coordinator.run_cold_snapshotter)
             # the group coordinator loads the __consumer_offsets partitions it leads in worker
             # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
             # share groups initialize and delete share-partition state through the share
             # coordinator's Persister (KIP-932), when this broker has one
             self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
                                                       nursery.start_soon,
-                                                      share_persister=getattr(self, "share_persister", None))
+                                                      share_persister=self.share_persister)
             loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
             # markers go to each partition's leader: WriteTxnMarkers over the inter-broker listener,
             # or straight to this node's own handler for the partitions it leads
@@ -692,6 +713,7 @@ class Broker:
             # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
             self.group_coordinator.shutdown()
             self.txn_coordinator.shutdown()
+            self.share_coordinator.shutdown()
             rm = self.replica_manager
             rm.fetcher_manager.shutdown()
             for purgatory in (rm.fetch_purgatory, rm.produce_purgatory, rm.delete_records_purgatory):
@@ -709,7 +731,8 @@ class Broker:
         if self.controller_server is not None:  # last: the quorum needed it until now
             self.controller_server.begin_shutdown()
         for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None),
-                        self.alter_partition_channel, getattr(self, "add_partitions_manager", None)):
+                        self.alter_partition_channel, getattr(self, "add_partitions_manager", None),
+                        getattr(self, "share_persister", None)):
             if channel is not None:
                 await channel.aclose()
         if self.raft is not None:

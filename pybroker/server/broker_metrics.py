@@ -62,7 +62,7 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
         return lambda: fn(broker) if broker.ready.is_set() else []
 
     for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
-                     _log_flush, _controller, _groups, _requests, _socket_server):
+                     _log_flush, _controller, _groups, _share_coordinator, _requests, _socket_server):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -334,6 +334,35 @@ async def _groups(broker: Broker) -> list[Family]:
     out.append(gauge(f"{gcm}offset_count", "committed offsets kept", offsets))
     out.append(lag)
     return out
+
+
+def _share_coordinator(broker: Broker) -> list[Family]:
+    """Kafka's share-coordinator-metrics (ShareCoordinatorMetrics and its runtime's): writes,
+    their latency, the __share_group_state partitions by shard state, the offsets pruned to."""
+    sc = getattr(broker, "share_coordinator", None)
+    if sc is None:
+        return []
+    scm = "kafka_server_share_coordinator_metrics_"
+    states = {"loading": 0, "active": 0, "failed": 0}
+    for ctx in list(sc.runtime.shards.values()):
+        states[ctx.status.value] = states.get(ctx.status.value, 0) + 1
+    partitions = Family(f"{scm}num_partitions", "gauge", "__share_group_state partitions led here, by state",
+                        ("state",))
+    for state, n in states.items():
+        partitions.add(n, state)
+    pruned = Family(f"{scm}last_pruned_offset", "gauge",
+                    "the log start offset the share coordinator last pruned a partition to", ("topic", "partition"))
+    for index, offset in sorted(sc.last_pruned_offsets.items()):
+        pruned.add(offset, "__share_group_state", str(index))
+    n = sc.write_count
+    return [
+        counter(f"{scm}write_total", "WriteShareGroupState operations run by this node's share coordinator", n),
+        gauge(f"{scm}write_latency_avg", "mean milliseconds from a write's request to its answer",
+              sc.write_latency_sum_ms / n if n else 0.0),
+        gauge(f"{scm}write_latency_max", "most milliseconds from a write's request to its answer",
+              sc.write_latency_max_ms),
+        partitions, pruned,
+    ]
 
 
 def _requests(broker: Broker) -> list[Family]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pybroker.server.request_context import RequestContext
 
 log = logging.getLogger("pybroker.server")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 ZERO_ID = bytes(16)
 
 Topic = MetadataResponse.MetadataResponseTopic

@@ -73,10 +73,20 @@ def broker():
 
 @pytest.fixture
 def persister(broker):
+    real = broker._broker.group_coordinator.share_persister  # the broker's DefaultStatePersister
     p = MemoryPersister()
     broker._broker.group_coordinator.share_persister = p
     yield p
+    broker._broker.group_coordinator.share_persister = real
+
+
+@pytest.fixture
+def no_persister(broker):
+    """The group coordinator as on a broker without a share coordinator."""
+    real = broker._broker.group_coordinator.share_persister
     broker._broker.group_coordinator.share_persister = None
+    yield
+    broker._broker.group_coordinator.share_persister = real
 
 
 def create_topic(c: WireClient, name: str, partitions: int) -> bytes:
@@ -138,7 +148,7 @@ def test_advertised_ranges():
     assert SUPPORTED[ApiKey.SHARE_GROUP_DESCRIBE] == (1, 1)
 
 
-def test_without_a_persister_members_join_with_nothing_assigned(wire):
+def test_without_a_persister_members_join_with_nothing_assigned(wire, no_persister):
     create_topic(wire, "sgw-none", 2)
     m = Member(wire, "sgw-none-g", ["sgw-none"])
     for _ in range(3):

@@ -222,6 +222,10 @@ from pybroker.protocol._generated.share_group_target_assignment_member_key impor
 from pybroker.protocol._generated.share_group_target_assignment_member_value import ShareGroupTargetAssignmentMemberValue
 from pybroker.protocol._generated.share_group_target_assignment_metadata_key import ShareGroupTargetAssignmentMetadataKey
 from pybroker.protocol._generated.share_group_target_assignment_metadata_value import ShareGroupTargetAssignmentMetadataValue
+from pybroker.protocol._generated.share_snapshot_key import ShareSnapshotKey
+from pybroker.protocol._generated.share_snapshot_value import ShareSnapshotValue
+from pybroker.protocol._generated.share_update_key import ShareUpdateKey
+from pybroker.protocol._generated.share_update_value import ShareUpdateValue
 from pybroker.protocol._generated.snapshot_footer_record import SnapshotFooterRecord
 from pybroker.protocol._generated.snapshot_header_record import SnapshotHeaderRecord
 from pybroker.protocol._generated.stop_replica_request import StopReplicaRequest
@@ -474,6 +478,10 @@ __all__ = [
     'ShareGroupTargetAssignmentMemberValue',
     'ShareGroupTargetAssignmentMetadataKey',
     'ShareGroupTargetAssignmentMetadataValue',
+    'ShareSnapshotKey',
+    'ShareSnapshotValue',
+    'ShareUpdateKey',
+    'ShareUpdateValue',
     'SnapshotFooterRecord',
     'SnapshotHeaderRecord',
     'StopReplicaRequest',
