@@ -432,7 +432,8 @@ class SharePartition:
                     if b.batch_state is not None and b.first >= lo and b.last <= seg_hi \
                             and (mode == BATCH_OPTIMIZED or b.last - b.first + 1 <= remaining):
                         runs: Iterator[tuple[int, int, InFlightState]] = iter([(b.first, b.last, b.batch_state)])
-                    else:
+                    else:  # part of the batch: per-offset states
+                        b.split()
                         runs = b.states(lo, min(seg_hi, b.last))
                     for rlo, rhi, st in runs:
                         if remaining <= 0:
@@ -578,12 +579,14 @@ class SharePartition:
             if first < self.start_offset or last > self.end_offset:
                 error = Errors.INVALID_RECORD_STATE
                 break
-            covered = 0
+            single = len(set(types)) == 1
             for b in self._overlapping(first, last):
-                single = len(types) == 1
-                runs = b.states(first, last) if not single else self._runs(b, first, last)
+                if single:
+                    runs = self._runs(b, first, last)
+                else:  # one type per offset: per-offset states
+                    b.split()
+                    runs = b.states(first, last)
                 for lo, hi, st in runs:
-                    covered += hi - lo + 1
                     if st.state != ACQUIRED or st.member_id != member_id or st.pending:
                         error = Errors.INVALID_RECORD_STATE
                         break
