@@ -40,6 +40,7 @@ from pybroker.security.authorizer import Op, Res
 from pybroker.server.leader_hints import LeaderHints
 from pybroker.share.share_partition import BATCH_OPTIMIZED, RECORD_LIMIT, RENEW
 from pybroker.share.share_partition_manager import PartitionFetch, SharePartitionManager
+from pybroker.share.share_session import next_epoch
 
 if TYPE_CHECKING:
     from pybroker.server.broker import Broker
@@ -168,20 +169,29 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
     else:
         fetching = [parts[k] for k in context.partitions]
         targets = await mgr.prepare(group, fetching)
-        max_records = req.max_records if req.max_records > 0 else 500
         mode = RECORD_LIMIT if v >= 2 and req.share_acquire_mode == RECORD_LIMIT else BATCH_OPTIMIZED
         max_bytes = max(1, min(req.max_bytes, broker.config["fetch.max.bytes"]))
-        got = mgr.acquire(member, targets, max_bytes, max_records, req.batch_size, mode)
-        if not got:
-            op = mgr.delayed(targets, req.max_wait_ms)
-            if op is not None:
-                await ctx.conn.park(op)
-            if mgr.sessions.get((group, member)) is context.session:
-                mgr.acquire(member, targets, max_bytes, max_records, req.batch_size, mode)
+        # MaxRecords <= 0 acquires nothing (Kafka's acquire): the fetch only acknowledges
+        if req.max_records > 0:
+            got = mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
+            if not got:
+                op = mgr.delayed(targets, req.max_wait_ms)
+                if op is not None:
+                    await ctx.conn.park(op)
+                    session = context.session
+                    if not context.full and (session is None or mgr.sessions.get(session.key) is not session
+                                             or session.epoch != next_epoch(req.share_session_epoch)):
+                        # another request of the session overtook this parked one (Kafka's check)
+                        return error(Errors.INVALID_SHARE_SESSION_EPOCH)
+                    mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
         if context.full:
             answered = list(parts.values())
         else:
-            answered = [pf for pf in parts.values() if pf.acquired or pf.error or pf.has_ack]
+            session = context.session
+            assert session is not None
+            answered = [pf for pf in parts.values()
+                        if session.must_respond((pf.topic_id, pf.partition), bool(pf.acquired), bool(pf.error))
+                        or pf.has_ack]
     return _fetch_response(broker, ctx, answered, settings.record_lock_duration_ms)
 
 

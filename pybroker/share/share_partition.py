@@ -75,12 +75,15 @@ _COORDINATOR_ERRORS = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_
 
 
 def persister_error(code: int) -> int:
-    """The error a client sees for a persister error (Kafka's SharePartition.fetchPersisterError)."""
+    """The error a client sees for a persister error (Kafka's SharePartition.fetchPersisterError):
+    the coordinator errors are COORDINATOR_NOT_AVAILABLE, a fenced leader or state epoch
+    NOT_LEADER_OR_FOLLOWER (the partition is loaded again), GROUP_ID_NOT_FOUND and
+    UNKNOWN_TOPIC_OR_PARTITION as they are, anything else UNKNOWN_SERVER_ERROR."""
     if code in _COORDINATOR_ERRORS:
         return Errors.COORDINATOR_NOT_AVAILABLE
-    if code == Errors.FENCED_LEADER_EPOCH:
+    if code in (Errors.FENCED_LEADER_EPOCH, Errors.FENCED_STATE_EPOCH):
         return Errors.NOT_LEADER_OR_FOLLOWER
-    if code in (Errors.FENCED_STATE_EPOCH, Errors.GROUP_ID_NOT_FOUND, Errors.UNKNOWN_TOPIC_OR_PARTITION):
+    if code in (Errors.GROUP_ID_NOT_FOUND, Errors.UNKNOWN_TOPIC_OR_PARTITION):
         return code
     return Errors.UNKNOWN_SERVER_ERROR
 
@@ -256,7 +259,7 @@ class SharePartition:
             log.exception("share partition %s %s-%d: initialization failed", self.group_id, self.topic,
                           self.partition)
             self.error = Errors.UNKNOWN_SERVER_ERROR
-        self.state = ACTIVE if not self.error else (FENCED if self.error == Errors.FENCED_STATE_EPOCH else FAILED)
+        self.state = ACTIVE if not self.error else FAILED
         self._initialized.set()
         return self.error
 
@@ -349,9 +352,9 @@ class SharePartition:
     def cached_batches(self) -> list[InFlightBatch]:
         return list(self._batches)
 
-    def _done_prefix_end(self, include_pending: bool) -> int:
-        """The start offset the done prefix of the window leads to; `include_pending` counts the
-        records whose write is in flight as done (the start offset that write persists)."""
+    def _done_prefix_end(self) -> int:
+        """The start offset the done prefix of the window leads to (records whose write is in
+        flight are not done yet)."""
         new_start = self.start_offset
         for b in self._batches:
             if b.last < new_start:
@@ -361,7 +364,7 @@ class SharePartition:
             for _lo, hi, st in b.all_states():
                 if hi < new_start:
                     continue
-                if st.state in _DONE and (include_pending or not st.pending):
+                if st.state in _DONE and not st.pending:
                     new_start = hi + 1
                 else:
                     return new_start
@@ -370,132 +373,321 @@ class SharePartition:
     def _advance_start_offset(self) -> bool:
         """Move the start offset over the done prefix of the window and drop the batches below
         it (Kafka's maybeUpdateCachedStateAndOffsets); True if it moved."""
-        new_start = self._done_prefix_end(False)
+        new_start = self._done_prefix_end()
         if new_start == self.start_offset:
             return False
         self.start_offset = new_start
         self.end_offset = max(self.end_offset, new_start - 1)
-        keep = [b for b in self._batches if b.last >= new_start]
-        if len(keep) != len(self._batches):
-            self._batches = keep
-            self._firsts = [b.first for b in keep]
+        self._prune()
         return True
+
+    def _prune(self) -> None:
+        """Drop the batches wholly below the start offset (their records are done)."""
+        start = self.start_offset
+        if not self._batches or self._batches[0].last >= start:
+            return
+        keep = []
+        for b in self._batches:
+            if b.last >= start:
+                keep.append(b)
+                continue
+            for _lo, _hi, st in b.all_states():
+                self._cancel_lock(st.lock)
+        self._batches = keep
+        self._firsts = [b.first for b in keep]
 
     # ------------------------------------------------------------------ acquire
 
+    def _floor(self, offset: int) -> int:
+        """Index of the cached batch with the greatest first offset <= offset (-1: none)."""
+        return bisect.bisect_right(self._firsts, offset) - 1
+
     def acquire(self, member_id: str, fetched: list[FetchedBatch], max_records: int, batch_size: int = 0,
-                mode: int = BATCH_OPTIMIZED, aborted: list[tuple[int, int]] | None = None) -> list[AcquiredRecords]:
-        """Acquire for `member_id` from the batches a log read returned at next_fetch_offset()
-        (Kafka's SharePartition.acquire): the AVAILABLE records of the window first, then new
-        records past its end while the window has room for them. At most `max_records`
-        (record_limit), or whole batches until `max_records` is reached (batch_optimized, the
-        default). `aborted` (read_committed): the (producer id, first offset) of the aborted
-        transactions in the read, whose records are archived rather than acquired. Returns the
-        AcquiredRecords ranges, in offset order."""
-        if self.state != ACTIVE or max_records <= 0:
+                mode: int = BATCH_OPTIMIZED, aborted: list[tuple[int, int]] | None = None,
+                fetch_offset: int | None = None) -> list[AcquiredRecords]:
+        """Acquire for `member_id` from the batches a log read at `fetch_offset` (default:
+        next_fetch_offset()) returned (Kafka's SharePartition.acquire). Cached batches the read
+        covers give their AVAILABLE records (a whole cached batch at once when it lies within the
+        read and no per-record state or limit forces otherwise); the read past the window's end
+        gives new in-flight batches, of at least `batch_size` records cut at log batch boundaries
+        (batch_optimized). `max_records` is a soft limit in batch_optimized (whole batches) and a
+        hard one in record_limit (KIP-1206); new records are acquired only while the window holds
+        fewer than max_record_locks. A record on its last delivery attempt is delivered alone, and
+        records past half the delivery limit in shrinking groups (Kafka's delivery throttling).
+        `aborted` (read_committed): the (producer id, first offset) of the read's aborted
+        transactions, whose data batches are archived once acquired and left out of the answer.
+        Returns the AcquiredRecords, in offset order."""
+        if self.state != ACTIVE or max_records <= 0 or not fetched:
             return []
         settings = self.settings()
-        remaining = max_records
-        room = settings.max_record_locks - self.in_flight_records()
-        lock = AcquisitionLock(member_id, 0, 0)
-        out: list[tuple[int, int, int]] = []
-        archived: list[tuple[int, int]] = []
-        aborting = sorted(aborted or [], key=lambda a: a[1])
-        ai = 0
-        aborted_pids: set[int] = set()
-        cursor = self.next_fetch_offset()
-        for fb in fetched:
-            if remaining <= 0:
-                break
-            # read_committed: a producer's aborted transaction starts at its first offset and ends at
-            # its marker (the consumer's abortedProducerIds walk)
-            while ai < len(aborting) and aborting[ai][1] <= fb.last_offset:
-                aborted_pids.add(aborting[ai][0])
-                ai += 1
-            is_aborted = fb.transactional and fb.producer_id in aborted_pids
-            if fb.control and fb.producer_id in aborted_pids:
-                aborted_pids.discard(fb.producer_id)
-                is_aborted = True  # the abort marker itself is not delivered either
-            if fb.last_offset < cursor:
-                continue
-            lo = max(fb.base_offset, cursor)
-            if cursor <= self.end_offset and lo > cursor:  # offsets of the window the log does not have
-                archived.extend(self._archive_available(cursor, min(lo - 1, self.end_offset)))
-            hi = fb.last_offset
-            if lo <= self.end_offset:  # redelivery of AVAILABLE records of the window
-                seg_hi = min(hi, self.end_offset)
-                for b in self._overlapping(lo, seg_hi):
-                    if remaining <= 0:
-                        break
-                    if b.batch_state is not None and (b.batch_state.state != AVAILABLE or b.batch_state.pending):
-                        continue
-                    if b.batch_state is not None and b.first >= lo and b.last <= seg_hi \
-                            and (mode == BATCH_OPTIMIZED or b.last - b.first + 1 <= remaining):
-                        runs: Iterator[tuple[int, int, InFlightState]] = iter([(b.first, b.last, b.batch_state)])
-                    else:  # part of the batch: per-offset states
-                        b.split()
-                        runs = b.states(lo, min(seg_hi, b.last))
-                    for rlo, rhi, st in runs:
-                        if remaining <= 0:
-                            break
+        if fetch_offset is None:
+            fetch_offset = self.next_fetch_offset()
+        record_limit = mode == RECORD_LIMIT
+        last_offset = fetched[-1].last_offset
+        # Kafka's lastOffsetAndMaxRecordsToAcquire: no new records past the in-flight limit
+        max_acquire = min(max_records, settings.max_record_locks - self.in_flight_records())
+        last_to_acquire = last_offset
+        if max_acquire <= 0:
+            if fetch_offset > self.end_offset:
+                return []
+            max_acquire = min(max_records, self.end_offset - fetch_offset + 1)
+            last_to_acquire = min(last_offset, self.end_offset)
+        first_base = fetched[0].base_offset
+        archived = self._archive_stale(fetch_offset, first_base)
+        base = first_base
+        i = self._floor(base)
+        if i < 0:
+            base = max(base, self.start_offset)
+        elif self._batches[i].last >= base:
+            base = self._batches[i].first
+        lo_i = bisect.bisect_left(self._firsts, base)
+        hi_i = bisect.bisect_right(self._firsts, last_to_acquire)
+        sub = self._batches[lo_i:hi_i]
+        result: list[AcquiredRecords] = []
+        if not sub:
+            result = self._acquire_new(member_id, fetched, record_limit, first_base, last_to_acquire, batch_size,
+                                       max_acquire, settings)
+        else:
+            count = 0
+            throttle_limit = max(2, -(-settings.delivery_count_limit // 2))
+            for b in sub:
+                if count >= max_acquire:
+                    break
+                full = b.first >= first_base and b.last <= last_to_acquire
+                remaining = max_acquire - count
+                subset_limit = record_limit and b.last - b.first + 1 > remaining
+                throttle = self._should_throttle(b, first_base, last_to_acquire, throttle_limit)
+                if throttle and count > 0:
+                    max_acquire = 0  # delivered in a later fetch, on its own
+                    break
+                if not full or b.offsets is not None or subset_limit or throttle:
+                    if b.offsets is None:
+                        st = b.batch_state
+                        assert st is not None
                         if st.state != AVAILABLE or st.pending:
                             continue
-                        if is_aborted:
-                            st.state, st.member_id, st.lock = ARCHIVED, "", None
-                            archived.append((rlo, rhi))
-                            continue
-                        st.state, st.member_id, st.lock = ACQUIRED, member_id, lock
-                        st.delivery_count += 1
-                        out.append((rlo, rhi, st.delivery_count))
-                        remaining -= rhi - rlo + 1
-                lo = seg_hi + 1
-            if lo <= hi and remaining > 0:  # new records past the window's end
-                n = hi - lo + 1
-                if is_aborted:
-                    self._append(InFlightBatch(lo, hi, InFlightState(ARCHIVED, 1)))
-                    archived.append((lo, hi))
-                    self.end_offset = hi
-                elif room > 0:
-                    if mode == RECORD_LIMIT:
-                        n = min(n, remaining, room)
-                    last = lo + n - 1
-                    step = batch_size if batch_size > 0 and mode == RECORD_LIMIT else n
-                    first = lo
-                    while first <= last:  # in-flight batches of at most batch_size
-                        chunk_last = min(last, first + step - 1)
-                        self._append(InFlightBatch(first, chunk_last, InFlightState(ACQUIRED, 1, member_id, lock)))
-                        out.append((first, chunk_last, 1))
-                        first = chunk_last + 1
-                    self.end_offset = last
-                    remaining -= n
-                    room -= n
-                else:
-                    break
-            cursor = fb.last_offset + 1
-        if out:
-            lock.first = min(o[0] for o in out)
-            lock.last = max(o[1] for o in out)
-            duration = settings.record_lock_duration_ms
-            lock.timer_id = self.timer.add(duration, lambda: self._on_lock_timeout(lock))
+                        b.split()
+                    n = self._acquire_subset(member_id, record_limit, remaining, first_base, last_to_acquire, b,
+                                             result, settings, throttle_limit)
+                    count += n
+                    if throttle and n > 0:
+                        max_acquire = 0
+                        break
+                    continue
+                st = b.batch_state
+                assert st is not None
+                if st.state != AVAILABLE or st.pending:
+                    continue
+                self._to_acquired(st, member_id, b.first, b.last, settings)
+                result.append(AcquiredRecords(b.first, b.last, st.delivery_count))
+                count += b.last - b.first + 1
+            if count < max_acquire and sub[-1].last < last_to_acquire:
+                result.extend(self._acquire_new(member_id, fetched, record_limit, sub[-1].last + 1, last_to_acquire,
+                                                batch_size, max_acquire - count, settings))
+        if result and aborted:
+            result, more = self._filter_aborted(fetched, result, aborted)
+            archived.extend(more)
         if archived:
-            self._advance_start_offset()
+            # **Difference:** Kafka leaves these archivals to the next write; written here at once
             self._spawn_write(archived, "archiving records not to deliver")
-        return _merge_acquired(out)
+            self._advance_start_offset()
+        return result
 
-    def _archive_available(self, lo: int, hi: int) -> list[tuple[int, int]]:
+    def _to_acquired(self, st: InFlightState, member_id: str, first: int, last: int, settings: ShareSettings) -> None:
+        st.state = ACQUIRED
+        st.member_id = member_id
+        st.delivery_count += 1
+        st.lock = self._schedule_lock(member_id, first, last, settings.record_lock_duration_ms)
+
+    def _schedule_lock(self, member_id: str, first: int, last: int, duration_ms: int) -> AcquisitionLock:
+        lock = AcquisitionLock(member_id, first, last)
+        lock.timer_id = self.timer.add(duration_ms, lambda: self._on_lock_timeout(lock))
+        return lock
+
+    def _cancel_lock(self, lock: AcquisitionLock | None) -> None:
+        if lock is not None and lock.timer_id is not None:
+            self.timer.cancel(lock.timer_id)
+            lock.timer_id = None
+
+    @staticmethod
+    def _should_throttle(b: InFlightBatch, lo: int, hi: int, limit: int) -> bool:
+        """Kafka's shouldThrottleRecordsDelivery: the batch's available records within lo..hi
+        were delivered `limit` (half the delivery count limit) times or more."""
+        if b.offsets is None:
+            assert b.batch_state is not None
+            return b.batch_state.delivery_count >= limit
+        top = 0
+        for off in range(max(lo, b.first), min(hi, b.last) + 1):
+            st = b.offsets[off - b.first]
+            if st.state == AVAILABLE:
+                top = max(top, st.delivery_count)
+        return top >= limit
+
+    def _acquire_subset(self, member_id: str, record_limit: bool, max_fetch: int, lo: int, hi: int,
+                        b: InFlightBatch, result: list[AcquiredRecords], settings: ShareSettings,
+                        throttle_limit: int) -> int:
+        """The AVAILABLE records of a per-record batch within lo..hi, one AcquiredRecords each
+        (Kafka's acquireSubsetBatchRecords)."""
+        assert b.offsets is not None
+        max_delivery = settings.delivery_count_limit
+        acquired = 0
+        throttled_max = -1
+        for off in range(max(lo, b.first), min(hi, b.last) + 1):
+            st = b.offsets[off - b.first]
+            if st.state != AVAILABLE or st.pending:
+                continue
+            count = st.delivery_count
+            if max_delivery > 2 and count == max_delivery - 1 and acquired > 0:
+                break  # its last attempt goes alone: a poison record does not take others with it
+            if count >= throttle_limit and throttled_max < 0:
+                throttled_max = max(1, len(b.offsets) >> (count - throttle_limit + 1))
+            self._to_acquired(st, member_id, off, off, settings)
+            result.append(AcquiredRecords(off, off, st.delivery_count))
+            acquired += 1
+            if st.delivery_count == max_delivery and max_delivery > 2:
+                break
+            if record_limit and acquired == max_fetch:
+                break
+            if throttled_max > 0 and acquired == throttled_max:
+                break
+        return acquired
+
+    def _acquire_new(self, member_id: str, fetched: list[FetchedBatch], record_limit: bool, first: int, last: int,
+                     batch_size: int, max_fetch: int, settings: ShareSettings) -> list[AcquiredRecords]:
+        """New in-flight batches for the records first..last of the read (Kafka's
+        acquireNewBatchRecords and createBatches)."""
+        if not self._batches and self.start_offset > first:
+            first = self.start_offset
+        if first > last:
+            return []
+        last_acquired = last
+        if max_fetch < last - first + 1:
+            # up to the end of the log batch holding the last record allowed: whole batches
+            target = first + max_fetch - 1
+            last_acquired = target
+            for fb in fetched:
+                if fb.base_offset <= target <= fb.last_offset:
+                    last_acquired = fb.last_offset
+                    break
+        ranges: list[tuple[int, int]] = []
+        current = first
+        if not record_limit and batch_size > 0 and last_acquired - first + 1 > batch_size:
+            for fb in fetched:
+                if fb.base_offset > last_acquired:
+                    break
+                if fb.base_offset - current >= batch_size:
+                    ranges.append((current, fb.base_offset - 1))
+                    current = fb.base_offset
+        ranges.append((current, last_acquired))
+        out: list[AcquiredRecords] = []
+        duration = settings.record_lock_duration_ms
+        if record_limit and last_acquired - first + 1 > max_fetch:
+            # the whole log batch is cached; only max_fetch records of it are acquired
+            batch = InFlightBatch(first, last_acquired, InFlightState(AVAILABLE, 0))
+            offsets = batch.split()
+            acquired_last = first + max_fetch - 1
+            lock = self._schedule_lock(member_id, first, acquired_last, duration)
+            for st in offsets[:max_fetch]:
+                st.state, st.delivery_count, st.member_id, st.lock = ACQUIRED, 1, member_id, lock
+            self._append(batch)
+            out.append(AcquiredRecords(first, acquired_last, 1))
+        else:
+            for lo, hi in ranges:
+                lock = self._schedule_lock(member_id, lo, hi, duration)
+                self._append(InFlightBatch(lo, hi, InFlightState(ACQUIRED, 1, member_id, lock)))
+                out.append(AcquiredRecords(lo, hi, 1))
+        if self._firsts and self._firsts[0] == first and first > self.start_offset:
+            self.start_offset = first
+        self.end_offset = max(self.end_offset, last_acquired)
+        return out
+
+    def _archive_stale(self, fetch_offset: int, base_offset: int) -> list[tuple[int, int]]:
+        """Cached AVAILABLE records between the fetch offset and the first batch the log returned
+        are gone from the log (compaction): archived, so the start offset can pass them (Kafka's
+        maybeArchiveStaleBatches)."""
+        if not self._batches or fetch_offset >= base_offset:
+            return []
+        return self._archive_range(fetch_offset, base_offset - 1, AVAILABLE)
+
+    def _archive_range(self, lo: int, hi: int, initial: int) -> list[tuple[int, int]]:
         out = []
         for b in self._overlapping(lo, hi):
+            if b.offsets is None and b.batch_state is not None and (b.first < lo or b.last > hi):
+                if b.batch_state.state != initial:
+                    continue
             for rlo, rhi, st in b.states(lo, hi):
-                if st.state == AVAILABLE and not st.pending:
-                    st.state = ARCHIVED
+                if st.state == initial:
+                    if initial == ACQUIRED:
+                        self._cancel_lock(st.lock)
+                    st.state, st.member_id, st.lock = ARCHIVED, "", None
                     out.append((rlo, rhi))
         return out
+
+    def _filter_aborted(self, fetched: list[FetchedBatch], result: list[AcquiredRecords],
+                        aborted: list[tuple[int, int]]) -> tuple[list[AcquiredRecords], list[tuple[int, int]]]:
+        """read_committed: archive the acquired records of aborted transactions' data batches and
+        leave them out of the answer (Kafka's filterAbortedTransactionalAcquiredRecords). The
+        consumer's walk: a producer's aborted transaction starts at its first offset and ends at
+        its marker, which is delivered (the client skips control records)."""
+        order = sorted(aborted, key=lambda a: a[1])
+        ai = 0
+        pids: set[int] = set()
+        doomed: list[tuple[int, int]] = []
+        for fb in fetched:
+            if fb.producer_id < 0:
+                continue
+            while ai < len(order) and order[ai][1] <= fb.last_offset:
+                pids.add(order[ai][0])
+                ai += 1
+            if fb.control:
+                pids.discard(fb.producer_id)  # the producer's next marker after an aborted start is its abort
+            elif fb.transactional and fb.producer_id in pids:
+                doomed.append((fb.base_offset, fb.last_offset))
+        if not doomed:
+            return result, []
+        archived: list[tuple[int, int]] = []
+        for lo, hi in doomed:
+            archived.extend(self._archive_range(lo, hi, ACQUIRED))
+        kept: list[AcquiredRecords] = []
+        for a in result:
+            pieces = [(a.first_offset, a.last_offset)]
+            for lo, hi in doomed:
+                nxt = []
+                for plo, phi in pieces:
+                    if phi < lo or plo > hi:
+                        nxt.append((plo, phi))
+                        continue
+                    if plo < lo:
+                        nxt.append((plo, lo - 1))
+                    if phi > hi:
+                        nxt.append((hi + 1, phi))
+                pieces = nxt
+            kept.extend(AcquiredRecords(plo, phi, a.delivery_count) for plo, phi in pieces)
+        return kept, archived
+
+    def update_cache_and_offsets(self, log_start_offset: int) -> None:
+        """The log start offset moved past the start offset (retention, DeleteRecords): the
+        AVAILABLE records below it are archived and the start offset jumps to it (Kafka's
+        updateCacheAndOffsets; persisted with the next write)."""
+        if log_start_offset <= self.start_offset:
+            return
+        if not self._batches:
+            self.start_offset = log_start_offset
+            self.end_offset = log_start_offset - 1
+            return
+        self._archive_range(self.start_offset, log_start_offset - 1, AVAILABLE)
+        self.start_offset = log_start_offset
+        if self.end_offset < self.start_offset:
+            self.end_offset = self.start_offset - 1
+        self._prune()
+        self._advance_start_offset()
 
     # ------------------------------------------------------------------ lock timeout
 
     def _on_lock_timeout(self, lock: AcquisitionLock) -> None:
         """The timer's callback: release what is still held under `lock` (Kafka's
-        releaseAcquisitionLockOnTimeout), in the background write."""
+        releaseAcquisitionLockOnTimeout), written in the background; the transition stands
+        whatever the write answers, as in Kafka."""
         lock.expired = True
         lock.timer_id = None
         if self.state != ACTIVE:
@@ -503,6 +695,9 @@ class SharePartition:
         limit = self.settings().delivery_count_limit
         changed: list[tuple[int, int]] = []
         for b in self._overlapping(lock.first, lock.last):
+            if b.offsets is None and b.batch_state is not None and b.batch_state.lock is lock \
+                    and b.first < self.start_offset <= b.last:
+                b.split()  # the records below the start offset are archived, whatever their count
             for lo, hi, st in list(b.all_states()):
                 if st.lock is lock and st.state == ACQUIRED and not st.pending:
                     st.lock = None
@@ -511,8 +706,8 @@ class SharePartition:
                     changed.append((lo, hi))
         if not changed:
             return
-        self._advance_start_offset()
         self._spawn_write(changed, "acquisition lock timeout")
+        self._advance_start_offset()
         if self.on_change is not None:
             self.on_change()
 
@@ -534,9 +729,10 @@ class SharePartition:
         except Exception:
             log.exception("share partition %s %s-%d: write_state raised", self.group_id, self.topic, self.partition)
             return Errors.UNKNOWN_SERVER_ERROR
-        if code == Errors.FENCED_STATE_EPOCH or code == Errors.FENCED_LEADER_EPOCH:
+        if code in (Errors.FENCED_STATE_EPOCH, Errors.FENCED_LEADER_EPOCH):
+            # another leader or a newer state epoch owns the state: the manager drops this one
             self.state = FENCED
-            self.error = persister_error(code)
+            self.error = Errors.NOT_LEADER_OR_FOLLOWER
         return persister_error(code) if code else 0
 
     def _state_batches(self, ranges: list[tuple[int, int]]) -> list[StateBatch]:
@@ -545,9 +741,8 @@ class SharePartition:
         out: list[StateBatch] = []
         for lo, hi in sorted(ranges):
             for b in self._overlapping(lo, hi):
-                if b.offsets is None and b.batch_state is not None and (b.first < lo or b.last > hi):
-                    st = b.batch_state
-                    runs = [(max(lo, b.first), min(hi, b.last), st)]
+                if b.offsets is None and b.batch_state is not None:
+                    runs = [(max(lo, b.first), min(hi, b.last), b.batch_state)]
                 else:
                     runs = [(rlo, rhi, st) for rlo, rhi, st in b.states(lo, hi)]
                 for rlo, rhi, st in runs:
@@ -556,76 +751,107 @@ class SharePartition:
                             and out[-1].delivery_count == st.delivery_count:
                         prev = out.pop()
                         out.append(StateBatch(prev.first_offset, rhi, state, st.delivery_count))
-                    else:
+                    elif not out or rlo > out[-1].last_offset:
                         out.append(StateBatch(rlo, rhi, state, st.delivery_count))
         return out
 
     # ------------------------------------------------------------------ acknowledge / release
 
+    def _ack_sub(self, first: int, last: int) -> list[InFlightBatch] | int:
+        """The cached batches an acknowledgement batch covers, or its error (Kafka's
+        fetchSubMapForAcknowledgementBatch): offsets the window never had are
+        INVALID_RECORD_STATE, offsets past the last cached batch INVALID_REQUEST."""
+        i = self._floor(first)
+        if i < 0:
+            if first < self.start_offset <= last:
+                i = self._floor(self.start_offset)
+            if i < 0:
+                return Errors.INVALID_RECORD_STATE
+        hi_i = bisect.bisect_right(self._firsts, last)
+        sub = self._batches[i:hi_i]
+        if not sub or sub[-1].last < first or last > sub[-1].last:
+            return Errors.INVALID_REQUEST
+        return sub
+
     async def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]]) -> int:
         """Apply a member's acknowledgement batches (first offset, last offset, types: one for the
-        whole range or one per offset) all or nothing, write them, and answer (Kafka's
+        whole range or one per offset), all or nothing, write them, and answer (Kafka's
         SharePartition.acknowledge): 0, INVALID_RECORD_STATE (a record not acquired by this
-        member, or in transition), INVALID_REQUEST (offsets outside the window) or the write's
-        error (then nothing changed)."""
+        member, or in transition), INVALID_REQUEST (offsets past the cached records) or the
+        write's error (then nothing changed). Batches below the start offset are done already.
+        RENEW moves the records to a new lock at once and writes nothing (KIP-1222)."""
         if self.state != ACTIVE:
             return self.error or Errors.UNKNOWN_SERVER_ERROR
-        limit = self.settings().delivery_count_limit
+        settings = self.settings()
+        limit = settings.delivery_count_limit
         snap: Snapshot = []
-        changes: list[tuple[int, int, int]] = []
-        renewed: list[tuple[int, int, InFlightState]] = []
+        changes: list[tuple[int, int]] = []
         error = 0
+
+        def transition(st: InFlightState, ack: int, lo: int, hi: int) -> None:
+            if ack == RENEW:
+                self._cancel_lock(st.lock)
+                st.lock = self._schedule_lock(member_id, lo, hi, settings.record_lock_duration_ms)
+                return
+            snap.append((st, st.snapshot()))
+            if ack == ACCEPT:
+                st.state = ACKNOWLEDGED
+            elif ack == RELEASE:
+                st.state = ARCHIVED if st.delivery_count >= limit else AVAILABLE
+            else:  # REJECT, GAP
+                st.state = ARCHIVED
+            st.member_id = ""
+            st.pending = True
+            changes.append((lo, hi))
+
         for first, last, types in batches:
-            if first < self.start_offset or last > self.end_offset:
-                error = Errors.INVALID_RECORD_STATE
+            if last < self.start_offset:
+                continue
+            sub = self._ack_sub(first, last)
+            if isinstance(sub, int):
+                error = sub
                 break
-            single = len(set(types)) == 1
-            for b in self._overlapping(first, last):
-                if single:
-                    runs = self._runs(b, first, last)
-                else:  # one type per offset: per-offset states
-                    b.split()
-                    runs = b.states(first, last)
-                for lo, hi, st in runs:
-                    if st.state != ACQUIRED or st.member_id != member_id or st.pending:
+            per_offset_client = len(types) > 1
+            for b in sub:
+                if b.last < self.start_offset:
+                    continue
+                if b.offsets is None:
+                    st = b.batch_state
+                    assert st is not None
+                    if not st.member_id or st.member_id != member_id or st.pending:
                         error = Errors.INVALID_RECORD_STATE
                         break
-                    ack = types[0] if single else types[lo - first]
-                    snap.append((st, st.snapshot()))
-                    if ack == RENEW:
-                        renewed.append((lo, hi, st))
-                        continue
-                    if ack == ACCEPT:
-                        st.state = ACKNOWLEDGED
-                    elif ack == RELEASE:
-                        st.state = ARCHIVED if st.delivery_count >= limit else AVAILABLE
-                    else:  # REJECT, GAP
-                        st.state = ARCHIVED
-                    st.member_id = ""
-                    st.lock = None
-                    st.pending = True
-                    changes.append((lo, hi, st.state))
-                if error:
+                full = b.first >= first and b.last <= last
+                start_within = b.first < self.start_offset <= b.last
+                if not full or b.offsets is not None or per_offset_client or start_within:
+                    if b.offsets is None:
+                        assert b.batch_state is not None
+                        if b.batch_state.state != ACQUIRED:
+                            error = Errors.INVALID_RECORD_STATE
+                            break
+                        b.split()
+                    assert b.offsets is not None
+                    for off in range(max(first, b.first, self.start_offset), min(last, b.last) + 1):
+                        st = b.offsets[off - b.first]
+                        if st.state != ACQUIRED or st.pending or st.member_id != member_id:
+                            error = Errors.INVALID_RECORD_STATE
+                            break
+                        transition(st, types[off - first] if per_offset_client else types[0], off, off)
+                    if error:
+                        break
+                    continue
+                st = b.batch_state
+                assert st is not None
+                if st.state != ACQUIRED:
+                    error = Errors.INVALID_RECORD_STATE
                     break
+                transition(st, types[0], b.first, b.last)
             if error:
                 break
         if error:
             self._rollback(snap)
             return error
-        if renewed:  # KIP-1222: a new lock from now, records stay with this member
-            duration = self.settings().record_lock_duration_ms
-            lock = AcquisitionLock(member_id, min(r[0] for r in renewed), max(r[1] for r in renewed))
-            for _lo, _hi, st in renewed:
-                st.lock = lock
-            lock.timer_id = self.timer.add(duration, lambda: self._on_lock_timeout(lock))
         return await self._commit(snap, changes)
-
-    @staticmethod
-    def _runs(b: InFlightBatch, lo: int, hi: int) -> Iterator[tuple[int, int, InFlightState]]:
-        """Runs for a single-type acknowledgement: the batch state if the range holds the whole batch."""
-        if b.batch_state is not None and lo <= b.first and hi >= b.last:
-            return iter([(b.first, b.last, b.batch_state)])
-        return b.states(lo, hi)
 
     async def release_acquired_records(self, member_id: str) -> int:
         """The member's share session closed: its ACQUIRED records become AVAILABLE at once, the
@@ -634,8 +860,11 @@ class SharePartition:
         if self.state != ACTIVE:
             return 0
         snap: Snapshot = []
-        changes: list[tuple[int, int, int]] = []
+        changes: list[tuple[int, int]] = []
         for b in list(self._batches):
+            if b.offsets is None and b.batch_state is not None and b.batch_state.state == ACQUIRED \
+                    and b.batch_state.member_id == member_id and b.first < self.start_offset <= b.last:
+                b.split()
             for lo, hi, st in list(b.all_states()):
                 if st.state == ACQUIRED and st.member_id == member_id and not st.pending:
                     snap.append((st, st.snapshot()))
@@ -643,28 +872,42 @@ class SharePartition:
                     if st.state == AVAILABLE:
                         st.delivery_count = max(0, st.delivery_count - 1)
                     st.member_id = ""
-                    st.lock = None
                     st.pending = True
-                    changes.append((lo, hi, st.state))
+                    changes.append((lo, hi))
         if not changes:
             return 0
         return await self._commit(snap, changes)
 
-    async def _commit(self, snap: Snapshot, changes: list[tuple[int, int, int]]) -> int:
+    async def _commit(self, snap: Snapshot, changes: list[tuple[int, int]]) -> int:
+        """Write the transitions in flight, then complete them, or roll them back if the write
+        failed (Kafka's rollbackOrProcessStateUpdates). The start offset written is the one before
+        them, as Kafka writes it."""
         if not changes:
             return 0
-        batches = self._state_batches([(lo, hi) for lo, hi, _ in changes])
-        start = self._done_prefix_end(True)
-        code = await self._write(batches, start)
+        batches = self._state_batches(changes)
+        code = await self._write(batches, self.start_offset)
         for st, _ in snap:
             st.pending = False
         if code:
             self._rollback(snap)
             return code
+        for st, saved in snap:  # the locks of records that left ACQUIRED
+            old = saved[3]
+            if old is not None and st.lock is old:
+                st.lock = None
+            if old is not None and old.timer_id is not None and not self._lock_in_use(old):
+                self._cancel_lock(old)
         self._advance_start_offset()
         if self.on_change is not None:
             self.on_change()
         return 0
+
+    def _lock_in_use(self, lock: AcquisitionLock) -> bool:
+        for b in self._overlapping(lock.first, lock.last):
+            for _lo, _hi, st in b.all_states():
+                if st.lock is lock and st.state == ACQUIRED:
+                    return True
+        return False
 
     def _rollback(self, snap: Snapshot) -> None:
         expired: list[AcquisitionLock] = []
@@ -681,23 +924,10 @@ class SharePartition:
         removal; the next leader loads the persisted state)."""
         for b in self._batches:
             for _lo, _hi, st in b.all_states():
-                if st.lock is not None and st.lock.timer_id is not None:
-                    self.timer.cancel(st.lock.timer_id)
-                    st.lock.timer_id = None
+                self._cancel_lock(st.lock)
         if self.state == ACTIVE:
             self.state = FENCED
             self.error = Errors.NOT_LEADER_OR_FOLLOWER
-
-
-def _merge_acquired(ranges: list[tuple[int, int, int]]) -> list[AcquiredRecords]:
-    out: list[AcquiredRecords] = []
-    for lo, hi, count in sorted(ranges):
-        if out and out[-1].last_offset + 1 == lo and out[-1].delivery_count == count:
-            prev = out.pop()
-            out.append(AcquiredRecords(prev.first_offset, hi, count))
-        else:
-            out.append(AcquiredRecords(lo, hi, count))
-    return out
 
 
 def parse_duration_ms(iso: str) -> int:

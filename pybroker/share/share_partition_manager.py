@@ -204,15 +204,27 @@ class SharePartitionManager:
 
     async def acknowledge(self, group_id: str, member_id: str, pf: PartitionFetch,
                           batches: list[tuple[int, int, list[int]]]) -> int:
+        """Acknowledge in a share partition this leader has (Kafka's SharePartitionManager.acknowledge:
+        one it never fetched is UNKNOWN_TOPIC_OR_PARTITION; a partition led elsewhere now is
+        NOT_LEADER_OR_FOLLOWER)."""
         if pf.topic is None:
             return Errors.UNKNOWN_TOPIC_ID
-        sp = self.share_partition(group_id, pf.topic_id, pf.topic, pf.partition)
-        if isinstance(sp, int):
-            return sp
+        key = (group_id, pf.topic_id, pf.partition)
+        p = self.rm.leader_partition(pf.topic, pf.partition)
+        sp = self.partitions.get(key)
+        if isinstance(p, int):
+            if sp is not None:
+                self._drop(key, sp)
+            return p
+        if sp is None or sp.leader_epoch != p.leader_epoch:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
         code = await sp.maybe_initialize()
         if code:
             return code
-        return await sp.acknowledge(member_id, batches)
+        code = await sp.acknowledge(member_id, batches)
+        if sp.state == FENCED:
+            self._drop(key, sp)
+        return code
 
     async def prepare(self, group_id: str, parts: list[PartitionFetch]) -> list[tuple[PartitionFetch, SharePartition]]:
         """The share partitions of a fetch, initialized; refused partitions get their error."""
@@ -252,19 +264,33 @@ class SharePartitionManager:
 
     def acquire(self, member_id: str, targets: list[tuple[PartitionFetch, SharePartition]], max_bytes: int,
                 max_records: int, batch_size: int, mode: int) -> int:
-        """Read and acquire (synchronously: no other fetch runs in between). Returns records acquired."""
+        """Read and acquire (synchronously: no other fetch runs in between). The request's bytes
+        are shared evenly by the partitions that can acquire (Kafka's uniform
+        PartitionMaxBytesStrategy), each read returning at least one batch. Returns the records
+        acquired."""
         total_bytes = 0
         remaining = max_records
+        readable = []
         for pf, sp in targets:
+            if sp.state != ACTIVE:
+                continue
+            p = self.rm.get_partition(sp.topic, sp.partition)
+            if p is not None and p.log.log_start_offset > sp.start_offset:
+                sp.update_cache_and_offsets(p.log.log_start_offset)  # retention passed the start offset
+            if sp.can_acquire_records():
+                readable.append((pf, sp))
+        if not readable:
+            return 0
+        per_partition = max(1, max_bytes // len(readable))
+        for pf, sp in readable:
             if remaining <= 0 or total_bytes >= max_bytes:
                 break
-            if sp.state != ACTIVE or not sp.can_acquire_records():
-                continue
             settings = sp.settings()
             isolation = READ_COMMITTED if settings.read_committed else READ_UNCOMMITTED
-            params = FetchParams(-1, -1, 0, 0, max_bytes - total_bytes, isolation)
-            read = LogRead(None, sp.next_fetch_offset(), max_bytes - total_bytes, 0, sp.topic, sp.partition,
-                           pf.topic_id)
+            limit = min(per_partition, max_bytes - total_bytes)
+            params = FetchParams(-1, -1, 0, 0, limit, isolation)
+            fetch_offset = sp.next_fetch_offset()
+            read = LogRead(None, fetch_offset, limit, 0, sp.topic, sp.partition, pf.topic_id)
             self.rm.read_from_log(params, [read])
             if read.error_code:
                 if read.error_code == Errors.OFFSET_OUT_OF_RANGE:
@@ -276,7 +302,7 @@ class SharePartitionManager:
                 continue
             batches = read_batch_headers(read.regions)
             acquired = sp.acquire(member_id, [b for b, _ in batches], remaining, batch_size, mode,
-                                  read.aborted if settings.read_committed else None)
+                                  read.aborted if settings.read_committed else None, fetch_offset)
             if not acquired:
                 continue
             pf.acquired = acquired

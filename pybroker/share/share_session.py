@@ -46,7 +46,23 @@ class ShareSession:
     key: SessionKey
     connection: object  # the connection that opened it
     epoch: int = 1
-    partitions: dict[PartitionKey, None] = field(default_factory=dict)  # ordered set
+    # the partitions in the session's order, each with Kafka's requiresUpdateInResponse: a partition
+    # added by an incremental request, or one that answered an error, is answered once more even
+    # with nothing new
+    partitions: dict[PartitionKey, bool] = field(default_factory=dict)
+
+    def must_respond(self, key: PartitionKey, has_records: bool, error: bool) -> bool:
+        """Whether an incremental response carries this partition, updating the session as
+        Kafka's CachedSharePartition.maybeUpdateResponseData (a partition that returned records
+        moves to the end of the order, so the others get the request's bytes first next time)."""
+        if key not in self.partitions:
+            return has_records or error
+        respond = has_records or error or self.partitions[key]
+        self.partitions[key] = error
+        if has_records:
+            del self.partitions[key]
+            self.partitions[key] = error
+        return respond
     created_ms: int = 0
     last_used_ms: int = 0
 
@@ -96,7 +112,7 @@ class ShareSessionCache:
                      now_ms: int) -> ShareSession | None:
         if len(self.sessions) >= self.max_entries:
             return None
-        s = ShareSession(key, connection, 1, dict.fromkeys(partitions), now_ms, now_ms)
+        s = ShareSession(key, connection, 1, dict.fromkeys(partitions, False), now_ms, now_ms)
         self.sessions[key] = s
         self._by_connection.setdefault(id(connection), set()).add(key)
         return s
@@ -142,7 +158,7 @@ class ShareSessionCache:
         if s.epoch != epoch:
             return ShareFetchContext(Errors.INVALID_SHARE_SESSION_EPOCH)
         for p in fetch:
-            s.partitions.setdefault(p, None)
+            s.partitions.setdefault(p, True)
         for p in forgotten:
             s.partitions.pop(p, None)
         s.epoch = next_epoch(s.epoch)

@@ -86,11 +86,13 @@ def test_acquire_ack_accept_moves_start_offset_and_persists_before_answering():
         assert h.sp.acquire("m2", batches((0, 4), (5, 9)), 100) == []
         assert await h.sp.acknowledge("m1", [(0, 4, [ACCEPT])]) == 0
         assert h.sp.start_offset == 5
+        # written before the answer: the records' states, with the start offset from before them (as Kafka)
         st = h.persister.states[(G, TID, 0)]
-        assert st.start_offset == 5
+        assert st.start_offset == 0 and all(st.offsets[o] == (ACKNOWLEDGED, 1) for o in range(5))
         assert await h.sp.acknowledge("m1", [(5, 9, [ACCEPT])]) == 0
         assert h.sp.start_offset == 10 and h.sp.cached_batches() == []
-        assert h.persister.states[(G, TID, 0)].start_offset == 10
+        st = h.persister.states[(G, TID, 0)]
+        assert st.start_offset == 5 and all(st.offsets[o] == (ACKNOWLEDGED, 1) for o in range(5, 10))
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
 
@@ -98,11 +100,15 @@ def test_ack_by_another_member_or_unacquired_is_invalid_record_state_and_changes
     async def body(h: Harness) -> None:
         h.sp.acquire("m1", batches((0, 4)), 100)
         assert await h.sp.acknowledge("m2", [(0, 4, [ACCEPT])]) == Errors.INVALID_RECORD_STATE
-        # all or nothing: the valid first batch is rolled back with the invalid second
-        assert await h.sp.acknowledge("m1", [(0, 1, [ACCEPT]), (2, 9, [ACCEPT])]) == Errors.INVALID_RECORD_STATE
-        st = h.sp.record_state(0)
+        # all or nothing: the valid first batch is rolled back with the invalid second (past the
+        # cached records: INVALID_REQUEST, as Kafka)
+        assert await h.sp.acknowledge("m1", [(0, 1, [ACCEPT]), (2, 9, [ACCEPT])]) == Errors.INVALID_REQUEST
+        assert await h.sp.acknowledge("m1", [(0, 1, [ACCEPT]), (2, 4, [REJECT, ACCEPT, RENEW])]) == 0
+        assert h.sp.start_offset == 4
+        assert await h.sp.acknowledge("m1", [(2, 2, [ACCEPT])]) == 0  # below the start offset: done already
+        st = h.sp.record_state(4)
         assert st is not None and st.state == ACQUIRED and st.member_id == "m1"
-        assert h.persister.writes == []
+        assert len(h.persister.writes) == 1
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
 
@@ -164,8 +170,9 @@ def test_renew_extends_the_lock():
 def test_record_limit_and_batch_optimized_modes():
     async def body(h: Harness) -> None:
         assert h.sp.acquire("m1", batches((0, 9)), 3, mode=RECORD_LIMIT) == [AcquiredRecords(0, 2, 1)]
-        # batch_optimized: the whole batch even past max records
-        assert h.sp.acquire("m2", batches((0, 9), (10, 19)), 3) == [AcquiredRecords(3, 9, 1)]
+        # record_limit cached the whole log batch, 3-9 available; batch_optimized takes them all
+        # (past max records), one entry per record of a per-record batch, as Kafka answers
+        assert h.sp.acquire("m2", batches((0, 9), (10, 19)), 3) == [AcquiredRecords(o, o, 1) for o in range(3, 10)]
         assert h.sp.acquire("m3", batches((10, 19), (20, 29)), 5) == [AcquiredRecords(10, 19, 1)]
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
@@ -234,17 +241,32 @@ def test_state_reloads_from_the_persister_on_a_new_leader():
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
 
-def test_initial_read_gaps_are_delivered_and_missing_offsets_archived():
+def test_initial_read_gaps_are_delivered_and_a_last_attempt_goes_alone():
     p = MemoryPersister()
     p.states[(G, TID, 0)] = PartitionState(3, -1, 10, {12: (ACKNOWLEDGED, 1), 13: (AVAILABLE, 2)})
 
     async def body(h: Harness) -> None:
         assert h.sp.state_epoch == 3 and h.sp.start_offset == 10
-        # offsets 10-11 were never delivered; the log has no 11 (compacted)
-        got = h.sp.acquire("m1", [FetchedBatch(10, 10), FetchedBatch(12, 13), FetchedBatch(14, 15)], 100)
-        assert got == [AcquiredRecords(10, 10, 1), AcquiredRecords(13, 13, 3), AcquiredRecords(14, 15, 1)]
-        assert h.sp.record_state(11).state == ARCHIVED  # type: ignore[union-attr]
+        fetched = [FetchedBatch(10, 10), FetchedBatch(12, 13), FetchedBatch(14, 15)]
+        # 10-11 were never delivered (the log has no 11 now: compacted; the client reports the gap);
+        # 13 is on its last attempt (limit 3) and waits for a fetch of its own
+        assert h.sp.acquire("m1", fetched, 100) == [AcquiredRecords(10, 11, 1)]
+        assert h.sp.acquire("m1", fetched[1:], 100) == [AcquiredRecords(13, 13, 3)]
+        assert h.sp.acquire("m1", fetched[2:], 100) == [AcquiredRecords(14, 15, 1)]
+        assert await h.sp.acknowledge("m1", [(10, 11, [ACCEPT, GAP]), (13, 15, [ACCEPT])]) == 0
+        assert h.sp.start_offset == 16
     run(lambda: with_partition(body, persister=p))
+
+
+def test_start_offset_follows_the_log_start_offset():
+    async def body(h: Harness) -> None:
+        h.sp.acquire("m1", batches((0, 4), (5, 9)), 5, mode=RECORD_LIMIT)
+        assert await h.sp.acknowledge("m1", [(0, 4, [RELEASE])]) == 0
+        h.sp.update_cache_and_offsets(7)  # retention deleted 0-6: the available ones are archived
+        assert h.sp.start_offset == 7 and h.sp.next_fetch_offset() == 7
+        assert h.sp.cached_batches() == []
+        assert h.sp.acquire("m2", batches((7, 9)), 10) == [AcquiredRecords(7, 9, 1)]
+    run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
 
 def test_read_committed_archives_aborted_transactions():
@@ -252,10 +274,11 @@ def test_read_committed_archives_aborted_transactions():
         fetched = [FetchedBatch(0, 1, 7, True), FetchedBatch(2, 2, 7, True, True),  # aborted txn + marker
                    FetchedBatch(3, 4, 8, True), FetchedBatch(5, 5, 8, True, True)]  # committed + marker
         got = h.sp.acquire("m1", fetched, 100, aborted=[(7, 0)])
-        assert got == [AcquiredRecords(3, 5, 1)]
-        assert h.sp.start_offset == 3
+        # the aborted data batch is archived; the markers are delivered (the client acknowledges them as gaps)
+        assert got == [AcquiredRecords(2, 5, 1)]
+        assert h.sp.start_offset == 2
         await trio.testing.wait_all_tasks_blocked()
-        assert h.persister.states[(G, TID, 0)].start_offset == 3
+        assert h.persister.states[(G, TID, 0)].offsets[0] == (ARCHIVED, 1)
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest", read_committed=True)))
 
 
@@ -276,7 +299,7 @@ def test_persisted_batches_merge_runs():
         h.sp.acquire("m1", batches((0, 5)), 100)
         assert await h.sp.acknowledge("m1", [(0, 5, [ACCEPT, ACCEPT, RELEASE, RELEASE, REJECT, ACCEPT])]) == 0
         _, start, written = h.persister.writes[-1]
-        assert start == 2
+        assert start == 0  # the start offset before these transitions, as Kafka writes it
         assert written == [StateBatch(0, 1, ACKNOWLEDGED, 1), StateBatch(2, 3, AVAILABLE, 1),
                            StateBatch(4, 4, ARCHIVED, 1), StateBatch(5, 5, ACKNOWLEDGED, 1)]
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
