@@ -511,6 +511,7 @@ class Broker:
             self.share_partition_manager = SharePartitionManager(
                 cfg, self.replica_manager, self.image, timer, nursery, getattr(self, "share_persister", None),
                 self.clock.wall_ms)
+            loader.add_publisher("share partitions", lambda _d: self.share_partition_manager.on_metadata())
 
             def quotas(delta: Delta) -> None:
                 if delta.records is None:

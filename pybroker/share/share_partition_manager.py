@@ -181,6 +181,15 @@ class SharePartitionManager:
             self.partitions[key] = sp
         return sp
 
+    def on_metadata(self) -> None:
+        """A metadata change: the share partitions of a partition no longer led here, led at
+        another epoch, or deleted, are closed and dropped at once (Kafka's SharePartitionListener:
+        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them."""
+        for key, sp in list(self.partitions.items()):
+            p = self.rm.leader_partition(sp.topic, sp.partition)
+            if isinstance(p, int) or p.leader_epoch != sp.leader_epoch or p.topic_id != key[1]:
+                self._drop(key, sp)
+
     def _drop(self, key: SPKey, sp: SharePartition) -> None:
         sp.close()
         if self.partitions.get(key) is sp:

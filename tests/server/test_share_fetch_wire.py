@@ -120,6 +120,7 @@ def until(fn, timeout_s=10.0):
         got = fn()
         if got or time.monotonic() > deadline:
             return got
+        time.sleep(0.01)  # between polls of the condition
 
 
 def test_share_apis_are_advertised(wire):
@@ -258,3 +259,26 @@ def test_session_and_request_errors(broker, wire, request):
     # RENEW is v2's
     resp = share_fetch(wire, "me", 2, tid, version=1, acks=[AB(first_offset=0, last_offset=0, acknowledge_types=[4])])
     assert part(resp).acknowledge_error_code == Errors.INVALID_REQUEST
+
+
+def share_partitions(broker):
+    def keys():
+        return set(broker._broker.share_partition_manager.partitions)
+    return trio.from_thread.run_sync(keys, trio_token=broker._token)
+
+
+def test_a_deleted_topic_drops_its_share_partitions(broker, wire, request):
+    from pybroker.protocol.messages import DeleteTopicsRequest
+
+    topic, tid = new_topic(wire, request)
+    share_fetch(wire, "md", 0, tid)
+    produce(broker, topic, [b"d"])
+    assert delivered(share_fetch(wire, "md", 1, tid, max_wait_ms=5000)) == {0: 1}
+    assert (GROUP, tid, 0) in share_partitions(broker)
+    resp = wire.request(ApiKey.DELETE_TOPICS, 6, DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=topic, topic_id=bytes(16))], timeout_ms=10_000))
+    assert resp.responses[0].error_code == 0
+    assert until(lambda: (GROUP, tid, 0) not in share_partitions(broker))
+    # the session's partition now answers the unknown topic id
+    resp = share_fetch(wire, "md", 2, tid)
+    assert part(resp).error_code == Errors.UNKNOWN_TOPIC_ID
