@@ -1,21 +1,24 @@
 """ShareFetch (api 78, v1-2) and ShareAcknowledge (api 79, v1-2): KIP-932's data path, as Kafka's
 KafkaApis.handleShareFetchRequest / handleShareAcknowledgeRequest decide it.
 
-Order (Kafka's): READ on the group (else GROUP_AUTHORIZATION_FAILED for the whole request); an
-empty member id is INVALID_REQUEST; the share session (share/share_session.py: epoch 0 opens, n
+Order (Kafka's): READ on the group (else GROUP_AUTHORIZATION_FAILED for the whole request); a
+member id empty or longer than 36 characters is INVALID_REQUEST; a v2 ShareFetch flagged
+IsRenewAck (KIP-1222) must have MaxWaitMs, MinBytes, MaxBytes and MaxRecords 0 (else
+INVALID_REQUEST) and only acknowledges; the share session (share/share_session.py: epoch 0 opens, n
 continues, -1 closes; SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH,
 SHARE_SESSION_LIMIT_REACHED, INVALID_REQUEST for acknowledgements in an opening fetch) answered as
 the request's error; then per partition: a topic id this node does not know is UNKNOWN_TOPIC_ID,
 no READ on the topic TOPIC_AUTHORIZATION_FAILED, a partition not led here NOT_LEADER_OR_FOLLOWER
 with CurrentLeader and the NodeEndpoints of the leaders (KIP-951), a persister that cannot be
 reached COORDINATOR_NOT_AVAILABLE. Acknowledgement batches are checked first (Kafka's
-validateAcknowledgementBatches: first <= last, ascending and disjoint, one type or one per offset,
-types 0-3 and Renew 4 from v2): a bad one is the partition's AcknowledgeErrorCode INVALID_REQUEST.
+validateAcknowledgementBatches: first <= last, ascending and disjoint, one type or one per
+offset, types 0-3, and Renew 4 in a v2 request flagged IsRenewAck): a bad one is the partition's
+AcknowledgeErrorCode INVALID_REQUEST.
 
 ShareFetch applies its acknowledgements, then acquires (share/share_partition_manager.py): the
 response has, per partition, the log's batches covering the acquired ranges and those ranges
 with their delivery counts; AcquisitionLockTimeoutMs is the group's share.record.lock.duration.ms.
-MaxRecords (v1+) bounds the records acquired, BatchSize the in-flight batches of record_limit,
+MaxRecords (v1+) bounds the records acquired, BatchSize sizes the new in-flight batches,
 ShareAcquireMode (v2; KIP-1206) chooses batch_optimized or record_limit. An opening (full) fetch
 answers every partition it named; an incremental one only those with records, an error or an
 acknowledgement result. A final fetch (-1) only acknowledges, then closes the session, releasing
@@ -48,13 +51,15 @@ if TYPE_CHECKING:
 
 AckBatches = list[tuple[int, int, list[int]]]
 _LEADER_ERRORS = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)
+_MEMBER_ID_MAX = 36  # Kafka checks a share member id's length (a UUID string at most)
 
 
-def _valid_acks(batches: list[Any], version: int) -> AckBatches | None:
-    """The acknowledgement batches as (first, last, types), or None if Kafka refuses them."""
+def _valid_acks(batches: list[Any], renew: bool) -> AckBatches | None:
+    """The acknowledgement batches as (first, last, types), or None if Kafka refuses them
+    (validateAcknowledgementBatches; Renew only in a request flagged IsRenewAck, v2)."""
     out: AckBatches = []
     prev_last = -1
-    top = RENEW if version >= 2 else 3
+    top = RENEW if renew else 3
     for b in batches:
         first, last, types = b.first_offset, b.last_offset, list(b.acknowledge_types)
         if first < 0 or last < first or first <= prev_last or not types:
@@ -140,8 +145,12 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
         return error(Errors.GROUP_AUTHORIZATION_FAILED)
     if mgr is None:
         return error(Errors.UNSUPPORTED_VERSION)
-    if not member:
-        return error(Errors.INVALID_REQUEST, "Member id must not be empty")
+    if not member or len(member) > _MEMBER_ID_MAX:
+        return error(Errors.INVALID_REQUEST, "Invalid member id")
+    renew = v >= 2 and req.is_renew_ack
+    if renew and (req.max_bytes or req.min_bytes or req.max_records or req.max_wait_ms):
+        # KIP-1222: a renewing fetch only acknowledges (fetching could outlast the renewed lock)
+        return error(Errors.INVALID_REQUEST, "Fetch parameters must be 0 in a renew acknowledgement request")
     fetch_keys: list[tuple[bytes, int]] = []
     acks: dict[tuple[bytes, int], AckBatches | None] = {}
     for t in req.topics:
@@ -149,7 +158,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
             key = (t.topic_id, p.partition_index)
             fetch_keys.append(key)
             if p.acknowledgement_batches:
-                acks[key] = _valid_acks(p.acknowledgement_batches, v)
+                acks[key] = _valid_acks(p.acknowledgement_batches, renew)
     forgotten = [(f.topic_id, p) for f in req.forgotten_topics_data for p in f.partitions]
     context = mgr.sessions.fetch_context(group, member, req.share_session_epoch, fetch_keys, forgotten,
                                          bool(acks), ctx.conn, broker.clock.wall_ms())
@@ -172,7 +181,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
         mode = RECORD_LIMIT if v >= 2 and req.share_acquire_mode == RECORD_LIMIT else BATCH_OPTIMIZED
         max_bytes = max(1, min(req.max_bytes, broker.config["fetch.max.bytes"]))
         # MaxRecords <= 0 acquires nothing (Kafka's acquire): the fetch only acknowledges
-        if req.max_records > 0:
+        if req.max_records > 0 and not renew:
             got = mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
             if not got:
                 op = mgr.delayed(targets, req.max_wait_ms)
@@ -234,15 +243,16 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext,
         return error(Errors.GROUP_AUTHORIZATION_FAILED)
     if mgr is None:
         return error(Errors.UNSUPPORTED_VERSION)
-    if not member:
-        return error(Errors.INVALID_REQUEST, "Member id must not be empty")
+    if not member or len(member) > _MEMBER_ID_MAX:
+        return error(Errors.INVALID_REQUEST, "Invalid member id")
     context = mgr.sessions.acknowledge_context(group, member, req.share_session_epoch, broker.clock.wall_ms())
     if context.error:
         return error(context.error)
     acks: dict[tuple[bytes, int], AckBatches | None] = {}
     for t in req.topics:
         for p in t.partitions:
-            acks[(t.topic_id, p.partition_index)] = _valid_acks(p.acknowledgement_batches, v)
+            acks[(t.topic_id, p.partition_index)] = _valid_acks(p.acknowledgement_batches,
+                                                                v >= 2 and req.is_renew_ack)
     parts = _partitions(broker, ctx, list(acks))
     await _acknowledge_all(mgr, group, member, parts, acks)
     if context.final and context.session is not None:

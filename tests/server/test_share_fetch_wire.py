@@ -65,11 +65,13 @@ def produce(broker, topic, values):
 
 
 def share_fetch(wire, member, epoch, topic_id, acks=None, max_wait_ms=0, max_records=500, version=2,
-                mode=0, forget=()):
+                mode=0, forget=(), renew=False):
     parts = [FP(partition_index=0, acknowledgement_batches=acks or [])] if topic_id is not None else []
-    req = ShareFetchRequest(group_id=GROUP, member_id=member, share_session_epoch=epoch, max_wait_ms=max_wait_ms,
-                            min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
-                            share_acquire_mode=mode,
+    zero = renew  # a renewing fetch carries no fetch parameters (KIP-1222)
+    req = ShareFetchRequest(group_id=GROUP, member_id=member, share_session_epoch=epoch,
+                            max_wait_ms=0 if zero else max_wait_ms, min_bytes=0 if zero else 1,
+                            max_bytes=0 if zero else 1 << 20, max_records=0 if zero else max_records,
+                            batch_size=max_records, share_acquire_mode=mode, is_renew_ack=renew,
                             topics=[FT(topic_id=topic_id, partitions=parts)] if topic_id is not None else [],
                             forgotten_topics_data=list(forget))
     return wire.request(ApiKey.SHARE_FETCH, version, req)
@@ -195,7 +197,14 @@ def test_renew_keeps_the_records(broker, wire, request):
             resp = share_ack(wire, "m1", epoch, tid, [(0, 1, [RENEW])], renew=True)
             assert resp.responses[0].partitions[0].error_code == 0
             assert acquired(share_fetch(other, "m2", epoch - 1, tid)) == []
-        resp = share_ack(wire, "m1", 5, tid, [(0, 1, [ACCEPT])])
+        # a renewing ShareFetch (v2, IsRenewAck) does the same and fetches nothing
+        time.sleep(LOCK_MS / 1000 * 0.6)
+        resp = share_fetch(wire, "m1", 5, tid, acks=[AB(first_offset=0, last_offset=1, acknowledge_types=[RENEW])],
+                           renew=True)
+        assert part(resp).acknowledge_error_code == 0 and acquired(resp) == []
+        time.sleep(LOCK_MS / 1000 * 0.6)
+        assert acquired(share_fetch(other, "m2", 4, tid)) == []
+        resp = share_ack(wire, "m1", 6, tid, [(0, 1, [ACCEPT])])
         assert resp.responses[0].partitions[0].error_code == 0
     finally:
         other.close()
@@ -256,9 +265,16 @@ def test_session_and_request_errors(broker, wire, request):
     # malformed acknowledgement batches: INVALID_REQUEST as the partition's acknowledge error
     resp = share_fetch(wire, "me", 1, tid, acks=[AB(first_offset=3, last_offset=1, acknowledge_types=[1])])
     assert part(resp).acknowledge_error_code == Errors.INVALID_REQUEST
-    # RENEW is v2's
+    # RENEW only in a v2 request flagged IsRenewAck, which fetches nothing
     resp = share_fetch(wire, "me", 2, tid, version=1, acks=[AB(first_offset=0, last_offset=0, acknowledge_types=[4])])
     assert part(resp).acknowledge_error_code == Errors.INVALID_REQUEST
+    resp = share_fetch(wire, "me", 3, tid, acks=[AB(first_offset=0, last_offset=0, acknowledge_types=[4])])
+    assert part(resp).acknowledge_error_code == Errors.INVALID_REQUEST
+    req = ShareFetchRequest(group_id=GROUP, member_id="me", share_session_epoch=4, max_wait_ms=0, min_bytes=0,
+                            max_bytes=100, max_records=0, batch_size=0, share_acquire_mode=0, is_renew_ack=True,
+                            topics=[], forgotten_topics_data=[])
+    assert wire.request(ApiKey.SHARE_FETCH, 2, req).error_code == Errors.INVALID_REQUEST
+    assert share_fetch(wire, "x" * 37, 0, tid).error_code == Errors.INVALID_REQUEST
 
 
 def share_partitions(broker):
