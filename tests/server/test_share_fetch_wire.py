@@ -22,6 +22,7 @@ from pybroker.records.batch import iter_batch_records, iter_batches
 from pybroker.testing import EmbeddedBroker
 from tests.unit.share.memory_persister import MemoryPersister
 
+from .test_dynamic_configs_wire import SET, incremental
 from .test_live_versions import create_topic
 from .wire import WireClient
 
@@ -65,10 +66,10 @@ def produce(broker, topic, values):
 
 
 def share_fetch(wire, member, epoch, topic_id, acks=None, max_wait_ms=0, max_records=500, version=2,
-                mode=0, forget=(), renew=False):
+                mode=0, forget=(), renew=False, group=GROUP):
     parts = [FP(partition_index=0, acknowledgement_batches=acks or [])] if topic_id is not None else []
     zero = renew  # a renewing fetch carries no fetch parameters (KIP-1222)
-    req = ShareFetchRequest(group_id=GROUP, member_id=member, share_session_epoch=epoch,
+    req = ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=epoch,
                             max_wait_ms=0 if zero else max_wait_ms, min_bytes=0 if zero else 1,
                             max_bytes=0 if zero else 1 << 20, max_records=0 if zero else max_records,
                             batch_size=max_records, share_acquire_mode=mode, is_renew_ack=renew,
@@ -77,9 +78,9 @@ def share_fetch(wire, member, epoch, topic_id, acks=None, max_wait_ms=0, max_rec
     return wire.request(ApiKey.SHARE_FETCH, version, req)
 
 
-def share_ack(wire, member, epoch, topic_id, acks, version=2, renew=False):
+def share_ack(wire, member, epoch, topic_id, acks, version=2, renew=False, group=GROUP):
     R = ShareAcknowledgeRequest
-    req = R(group_id=GROUP, member_id=member, share_session_epoch=epoch, is_renew_ack=renew,
+    req = R(group_id=group, member_id=member, share_session_epoch=epoch, is_renew_ack=renew,
             topics=[R.AcknowledgeTopic(topic_id=topic_id, partitions=[
                 R.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
                     R.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=t) for a, b, t in acks])])])
@@ -298,3 +299,52 @@ def test_a_deleted_topic_drops_its_share_partitions(broker, wire, request):
     # the session's partition now answers the unknown topic id
     resp = share_fetch(wire, "md", 2, tid)
     assert part(resp).error_code == Errors.UNKNOWN_TOPIC_ID
+
+
+def test_the_groups_share_configs_apply(broker, wire, request):
+    """share.* group configs (IncrementalAlterConfigs on the GROUP resource) over the group.share.*
+    defaults: the lock duration answered, earliest as the reset, the delivery count limit."""
+    topic, tid = new_topic(wire, request)
+    group = "sg-configured"
+    assert incremental(wire, [(32, group, [("share.record.lock.duration.ms", SET, "1500"),
+                                           ("share.auto.offset.reset", SET, "earliest"),
+                                           ("share.delivery.count.limit", SET, "2")])]) == [(0, None)]
+    produce(broker, topic, [b"e0", b"e1"])  # before the share partition exists: earliest finds them
+    resp = share_fetch(wire, "mc", 0, tid, group=group, max_wait_ms=5000)
+    assert resp.acquisition_lock_timeout_ms == 1500
+    assert delivered(resp) == {0: 1, 1: 1}
+    assert part(share_ack(wire, "mc", 1, tid, [(0, 1, [RELEASE])], group=group)).error_code == 0
+    assert delivered(share_fetch(wire, "mc", 2, tid, group=group)) == {0: 2, 1: 2}
+    # the second release reaches the limit (2): archived, never delivered again
+    assert part(share_ack(wire, "mc", 3, tid, [(0, 1, [RELEASE])], group=group)).error_code == 0
+    produce(broker, topic, [b"e2"])
+    assert delivered(share_fetch(wire, "mc", 4, tid, group=group, max_wait_ms=5000)) == {2: 1}
+
+
+def test_read_committed_delivers_only_committed_records(broker, wire, request):
+    topic, tid = new_topic(wire, request)
+    group = "sg-read-committed"
+    assert incremental(wire, [(32, group, [("share.isolation.level", SET, "read_committed"),
+                                           ("share.auto.offset.reset", SET, "earliest")])]) == [(0, None)]
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers,
+                                  "transactional.id": "share-rc-" + topic})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(topic, b"aborted-1", partition=0)
+    p.produce(topic, b"aborted-2", partition=0)
+    p.flush(15)
+    p.abort_transaction(15)
+    p.begin_transaction()
+    p.produce(topic, b"committed", partition=0)
+    p.commit_transaction(15)
+    got: dict[int, int] = {}
+    seen: set[bytes] = set()
+    epoch = 0
+    # the aborted data batch is archived; markers and committed records are delivered
+    while b"committed" not in seen and epoch < 10:
+        resp = share_fetch(wire, "mr", epoch, tid, group=group, max_wait_ms=3000)
+        got.update(delivered(resp))
+        seen |= {v for o, v in values(resp) if o in delivered(resp)}
+        epoch += 1
+    assert b"committed" in seen and not seen & {b"aborted-1", b"aborted-2"}
+    assert 0 not in got and 1 not in got  # the aborted records' offsets were never acquired
