@@ -617,9 +617,9 @@ class SharePartition:
                     continue
             for rlo, rhi, st in b.states(lo, hi):
                 if st.state == initial:
-                    if initial == ACQUIRED:
-                        self._cancel_lock(st.lock)
+                    old = st.lock
                     st.state, st.member_id, st.lock = ARCHIVED, "", None
+                    self._release_lock(old)
                     out.append((rlo, rhi))
         return out
 
@@ -790,8 +790,9 @@ class SharePartition:
 
         def transition(st: InFlightState, ack: int, lo: int, hi: int) -> None:
             if ack == RENEW:
-                self._cancel_lock(st.lock)
+                old = st.lock
                 st.lock = self._schedule_lock(member_id, lo, hi, settings.record_lock_duration_ms)
+                self._release_lock(old)
                 return
             snap.append((st, st.snapshot()))
             if ack == ACCEPT:
@@ -895,12 +896,17 @@ class SharePartition:
             old = saved[3]
             if old is not None and st.lock is old:
                 st.lock = None
-            if old is not None and old.timer_id is not None and not self._lock_in_use(old):
-                self._cancel_lock(old)
+            self._release_lock(old)
         self._advance_start_offset()
         if self.on_change is not None:
             self.on_change()
         return 0
+
+    def _release_lock(self, lock: AcquisitionLock | None) -> None:
+        """Cancel a lock's timer once no acquired record holds it (the records of a batch split
+        per record share their batch's lock until each leaves it)."""
+        if lock is not None and lock.timer_id is not None and not self._lock_in_use(lock):
+            self._cancel_lock(lock)
 
     def _lock_in_use(self, lock: AcquisitionLock) -> bool:
         for b in self._overlapping(lock.first, lock.last):

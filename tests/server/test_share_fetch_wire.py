@@ -5,11 +5,14 @@ the share requests are raw (the ShareConsumer also needs the share group coordin
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
@@ -348,3 +351,52 @@ def test_read_committed_delivers_only_committed_records(broker, wire, request):
         epoch += 1
     assert b"committed" in seen and not seen & {b"aborted-1", b"aborted-2"}
     assert 0 not in got and 1 not in got  # the aborted records' offsets were never acquired
+
+
+_ack_batch = st.builds(lambda first, span, types: AB(first_offset=first, last_offset=first + span,
+                                                    acknowledge_types=types),
+                       st.integers(-2, 40), st.integers(-2, 12), st.lists(st.integers(-1, 5), max_size=14))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["fetch", "ack"]), st.sampled_from(["fa", "fb", ""]),
+                                st.sampled_from([-2, -1, 0, 1, 3, 6, 6, 6, 6]), st.lists(_ack_batch, max_size=4),
+                                st.booleans(),
+                                st.integers(0, 2)), min_size=1, max_size=12))
+def test_arbitrary_share_requests_get_kafka_errors_never_a_broken_broker(broker, fuzz_topic, caplog, steps):
+    """Random epochs, members and acknowledgement batches (overlapping, reversed, bad types,
+    offsets never delivered): every request is answered with Kafka error codes, and the share
+    partition keeps its invariants for the next test."""
+    tid, conns = fuzz_topic
+    known = {int(e) for e in Errors}
+    epochs: dict[str, int] = {}
+    for kind, member, epoch, acks, renew, conn in steps:
+        w = conns[conn]
+        if epoch == 6:  # mostly the session's own next epoch, so acknowledgements get exercised
+            epoch = epochs.get(member, 0)
+        if kind == "fetch":
+            resp = share_fetch(w, member, epoch, tid, acks=acks, renew=renew and bool(acks), max_wait_ms=0)
+            codes = [resp.error_code] + [c for t in resp.responses for p in t.partitions
+                                         for c in (p.error_code, p.acknowledge_error_code)]
+        else:
+            resp = share_ack(w, member, epoch, tid, [(b.first_offset, b.last_offset, b.acknowledge_types)
+                                                    for b in acks], renew=renew)
+            codes = [resp.error_code] + [p.error_code for t in resp.responses for p in t.partitions]
+        assert all(c in known for c in codes), codes
+        if resp.error_code == 0 and epoch >= 0:
+            epochs[member] = 1 if epoch >= 2**31 - 1 else epoch + 1
+        elif resp.error_code == 0:
+            epochs.pop(member, None)
+    # still serving: a fresh member's session fetches; nothing went wrong inside
+    assert share_fetch(conns[0], "fresh", 0, tid).error_code == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fuzz_topic(broker):
+    conns = [WireClient("127.0.0.1", broker.port) for _ in range(3)]
+    tid = create_topic(conns[0], "sf-fuzz")
+    produce(broker, "sf-fuzz", [b"f%d" % i for i in range(30)])
+    yield tid, conns
+    for c in conns:
+        c.close()

@@ -167,6 +167,31 @@ def test_renew_extends_the_lock():
                                                             auto_offset_reset="earliest")))
 
 
+def test_renewing_part_of_a_batch_keeps_the_rest_under_the_batch_lock():
+    async def body(h: Harness) -> None:
+        h.sp.acquire("m1", batches((0, 4)), 100)
+        await trio.sleep(0.5)
+        assert await h.sp.acknowledge("m1", [(0, 0, [RENEW])]) == 0
+        await trio.sleep(0.6)  # past the batch's lock, within the renewed one
+        assert [h.sp.record_state(o).state for o in range(5)] == [ACQUIRED] + [AVAILABLE] * 4  # type: ignore[union-attr]
+        await trio.sleep(0.5)
+        assert h.sp.record_state(0).state == AVAILABLE  # type: ignore[union-attr]
+        assert len(h.sp.timer) == 0  # no timer left behind
+    run(lambda: with_partition(body, settings=ShareSettings(record_lock_duration_ms=1000,
+                                                            auto_offset_reset="earliest")))
+
+
+def test_acknowledged_records_leave_no_timer_behind():
+    async def body(h: Harness) -> None:
+        assert h.sp.acquire("m1", batches((0, 4), (5, 9)), 5, mode=RECORD_LIMIT) == [AcquiredRecords(0, 4, 1)]
+        assert h.sp.acquire("m2", batches((5, 9)), 3, mode=RECORD_LIMIT) == [AcquiredRecords(5, 7, 1)]
+        assert len(h.sp.timer) == 2
+        assert await h.sp.acknowledge("m1", [(0, 4, [ACCEPT, RELEASE, ACCEPT, REJECT, ACCEPT])]) == 0
+        assert await h.sp.acknowledge("m2", [(5, 7, [ACCEPT])]) == 0
+        assert len(h.sp.timer) == 0
+    run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
+
+
 def test_record_limit_and_batch_optimized_modes():
     async def body(h: Harness) -> None:
         assert h.sp.acquire("m1", batches((0, 9)), 3, mode=RECORD_LIMIT) == [AcquiredRecords(0, 2, 1)]

@@ -121,6 +121,13 @@ def test_random_sequences_keep_the_share_guarantees(ops: list[tuple]) -> None:
                         assert s is None or not (s.state == ACQUIRED and s.member_id == o[1])
                 else:
                     persister.fail_next_writes.append(15)
+                # every acquired record is under a running lock (none stays acquired forever), and no
+                # timer outlives the records it guards
+                await trio.testing.wait_all_tasks_blocked()
+                held = [st for off in range(LOG_END) if (st := sp.record_state(off)) is not None
+                        and st.state == ACQUIRED]
+                assert all(st.lock is not None and st.lock.timer_id is not None for st in held)
+                assert len(timer) == len({id(st.lock) for st in held})
                 # the start offset only moves forward, and only over records that are done
                 assert sp.start_offset >= start_before
                 for off in range(start_before, sp.start_offset):
