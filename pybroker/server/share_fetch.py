@@ -182,9 +182,11 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
         max_bytes = max(1, min(req.max_bytes, broker.config["fetch.max.bytes"]))
         # MaxRecords <= 0 acquires nothing (Kafka's acquire): the fetch only acknowledges
         if req.max_records > 0 and not renew:
-            got = mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
-            if not got:
-                op = mgr.delayed(targets, req.max_wait_ms)
+            def attempt() -> int:
+                return mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
+
+            if not attempt():
+                op = mgr.delayed(targets, req.max_wait_ms, attempt)
                 if op is not None:
                     await ctx.conn.park(op)
                     session = context.session
@@ -192,7 +194,8 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
                                              or session.epoch != next_epoch(req.share_session_epoch)):
                         # another request of the session overtook this parked one (Kafka's check)
                         return error(Errors.INVALID_SHARE_SESSION_EPOCH)
-                    mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
+                    if op.expired:
+                        attempt()
         if context.full:
             answered = list(parts.values())
         else:

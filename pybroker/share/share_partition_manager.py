@@ -17,9 +17,9 @@ batches covering the acquired ranges (Kafka's ShareFetchUtils slicing), as file 
 When nothing is acquired and MaxWaitMs > 0, the fetch parks as a DelayedShareFetch in the
 replica manager's fetch purgatory, watched on the partitions' (topic, partition) keys, which a
 log append checks; a share partition whose records became available again (a release, a lock
-timeout) checks the same keys. It is tried again then (or at MaxWaitMs) and answers what it
-acquires. **Difference:** Kafka's DelayedShareFetch completes once MinBytes are acquired; here
-the first acquirable record wakes it (a share consumer sends MinBytes 1).
+timeout) checks the same keys. Each check acquires for it; it completes once it got records,
+or at MaxWaitMs after one more attempt. **Difference:** Kafka's DelayedShareFetch completes once
+MinBytes are acquired; here any acquired record completes it (a share consumer sends MinBytes 1).
 
 Concurrency: trio thread only. Acquisition never awaits between reading the log and acquiring, so
 two fetches cannot acquire the same record. Persister calls await.
@@ -125,14 +125,18 @@ def share_settings(config: Any, image: Any, group_id: str) -> ShareSettings:
 
 
 class DelayedShareFetch(DelayedOperation):
-    """A share fetch that acquired nothing, waiting for acquirable records or MaxWaitMs."""
+    """A share fetch that acquired nothing, parked (Kafka's DelayedShareFetch): each check of its
+    keys (an append, a release, a lock timeout) acquires for it, and it completes once something
+    was acquired, so the other parked members keep waiting instead of answering empty; at
+    MaxWaitMs it completes and the handler acquires once more (Kafka's onComplete)."""
 
-    def __init__(self, delay_ms: int, ready: Callable[[], bool]) -> None:
+    def __init__(self, delay_ms: int, ready: Callable[[], bool], attempt: Callable[[], int]) -> None:
         super().__init__(delay_ms)
         self._ready = ready
+        self._attempt = attempt
 
     def try_complete(self) -> bool:
-        if self._ready():
+        if self._ready() and self._attempt() > 0:
             return self.force_complete()
         return False
 
@@ -322,11 +326,13 @@ class SharePartitionManager:
             remaining -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
         return max_records - remaining
 
-    def delayed(self, targets: list[tuple[PartitionFetch, SharePartition]], max_wait_ms: int) -> DelayedShareFetch | None:
-        """Park a fetch that acquired nothing (None: it may answer now)."""
+    def delayed(self, targets: list[tuple[PartitionFetch, SharePartition]], max_wait_ms: int,
+                attempt: Callable[[], int]) -> DelayedShareFetch | None:
+        """Park a fetch that acquired nothing (None: it may answer now); `attempt` acquires for
+        it and returns how many records it got."""
         if max_wait_ms <= 0 or not targets:
             return None
-        op = DelayedShareFetch(max_wait_ms, lambda: self.acquirable(targets))
+        op = DelayedShareFetch(max_wait_ms, lambda: self.acquirable(targets), attempt)
         keys = {(sp.topic, sp.partition) for _, sp in targets}
         if self.rm.fetch_purgatory.try_complete_else_watch(op, keys):
             return None

@@ -400,3 +400,39 @@ def fuzz_topic(broker):
     yield tid, conns
     for c in conns:
         c.close()
+
+
+def parked(broker) -> int:
+    def count() -> int:
+        return broker._broker.replica_manager.fetch_purgatory.watched()
+    return trio.from_thread.run_sync(count, trio_token=broker._token)
+
+
+def test_parked_members_keep_waiting_until_they_acquire(broker, wire, request):
+    """An append wakes every share fetch parked on the partition; the one that acquires answers,
+    the others keep waiting (Kafka's DelayedShareFetch acquires in tryComplete)."""
+    import threading
+
+    topic, tid = new_topic(wire, request)
+    a, b = WireClient("127.0.0.1", broker.port), WireClient("127.0.0.1", broker.port)
+    try:
+        share_fetch(a, "pa", 0, tid)
+        share_fetch(b, "pb", 0, tid)
+        got: dict[str, dict[int, int]] = {}
+
+        def fetch(w: WireClient, member: str) -> None:
+            got[member] = delivered(share_fetch(w, member, 1, tid, max_wait_ms=15000))
+        threads = [threading.Thread(target=fetch, args=(w, m)) for w, m in ((a, "pa"), (b, "pb"))]
+        before = parked(broker)
+        for t in threads:
+            t.start()
+        assert until(lambda: parked(broker) >= before + 2)
+        produce(broker, topic, [b"one"])
+        assert until(lambda: len(got) == 1)
+        produce(broker, topic, [b"two"])
+        for t in threads:
+            t.join(20)
+        assert sorted(map(sorted, got.values())) == [[0], [1]]
+    finally:
+        a.close()
+        b.close()
