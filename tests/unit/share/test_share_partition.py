@@ -3,6 +3,7 @@ MockClock: acquisition, acknowledgement, lock timeouts, delivery counts, persist
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -333,3 +334,27 @@ def test_persisted_batches_merge_runs():
 def test_parse_duration():
     assert parse_duration_ms("PT1H") == 3_600_000
     assert parse_duration_ms("P1DT2.5S") == 86_402_500
+
+
+def test_batch_headers_are_read_from_the_log_regions(tmp_path):
+    from pybroker.protocol.chunks import FileRegion
+    from pybroker.records.batch import build_batch
+    from pybroker.share.share_partition_manager import read_batch_headers
+
+    # three batches at offsets 0-1, 2-2 and 3-402 (a large one past the read chunk), then a cut one
+    blobs = [bytearray(build_batch([(0, b"k", b"v" * 300, [])] * n)) for n in (2, 1, 400, 5)]
+    base = 0
+    for blob in blobs:
+        blob[0:8] = base.to_bytes(8, "big")
+        base += int.from_bytes(blob[23:27], "big") + 1
+    path = tmp_path / "seg"
+    path.write_bytes(b"".join(blobs))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        whole = sum(len(b) for b in blobs)
+        got = read_batch_headers([FileRegion(fd, 0, whole - 3)])
+    finally:
+        os.close(fd)
+    assert [(b.base_offset, b.last_offset) for b, _ in got] == [(0, 1), (2, 2), (3, 402)]
+    assert [r.length for _, r in got] == [len(b) for b in blobs[:3]]
+    assert [r.position for _, r in got] == [0, len(blobs[0]), len(blobs[0]) + len(blobs[1])]
