@@ -358,3 +358,22 @@ def test_batch_headers_are_read_from_the_log_regions(tmp_path):
     assert [(b.base_offset, b.last_offset) for b, _ in got] == [(0, 1), (2, 2), (3, 402)]
     assert [r.length for _, r in got] == [len(b) for b in blobs[:3]]
     assert [r.position for _, r in got] == [0, len(blobs[0]), len(blobs[0]) + len(blobs[1])]
+
+
+def test_share_settings_take_the_groups_configs_over_the_broker_defaults():
+    from types import SimpleNamespace
+
+    from pybroker.config import BrokerConfig
+    from pybroker.share.share_partition_manager import share_settings
+
+    config = BrokerConfig({"node.id": "1", "log.dirs": "/tmp/x", "group.share.record.lock.duration.ms": "20000",
+                           "group.share.partition.max.record.locks": "500"})
+    image = SimpleNamespace(configs={(32, "g"): {"share.delivery.count.limit": "3",
+                                                 "share.isolation.level": "read_committed",
+                                                 "share.partition.max.record.locks": "150"}})
+    s = share_settings(config, image, "g")
+    assert (s.record_lock_duration_ms, s.delivery_count_limit, s.read_committed, s.max_record_locks,
+            s.auto_offset_reset) == (20000, 3, True, 150, "latest")
+    d = share_settings(config, image, "other")
+    assert (d.record_lock_duration_ms, d.delivery_count_limit, d.read_committed, d.max_record_locks) == \
+        (20000, 5, False, 500)
