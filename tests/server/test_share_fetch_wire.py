@@ -436,3 +436,19 @@ def test_parked_members_keep_waiting_until_they_acquire(broker, wire, request):
     finally:
         a.close()
         b.close()
+
+
+def test_a_failed_state_read_is_answered_and_retried(broker, wire, request):
+    topic, tid = new_topic(wire, request)
+    broker.persister.read_error = Errors.COORDINATOR_LOAD_IN_PROGRESS
+    try:
+        resp = share_fetch(wire, "mf", 0, tid)
+        assert part(resp).error_code == Errors.COORDINATOR_NOT_AVAILABLE
+    finally:
+        broker.persister.read_error = 0
+    # the failed share partition is loaded again by the next fetch (an incremental response leaves
+    # out a partition with nothing new, as Kafka's)
+    resp = share_fetch(wire, "mf", 1, tid)
+    assert resp.error_code == 0 and all(p.error_code == 0 for t in resp.responses for p in t.partitions)
+    produce(broker, topic, [b"after"])
+    assert delivered(share_fetch(wire, "mf", 2, tid, max_wait_ms=5000)) == {0: 1}
