@@ -16,22 +16,31 @@ Transitions (Kafka's RecordState.validateTransition):
   AVAILABLE with delivery count >= share.delivery.count.limit is ARCHIVED instead (a poison
   record); a session close does not count as a delivery (Kafka's DeliveryCountOps.DECREASE).
 - read_committed (share.isolation.level): only records below the last stable offset are fetched,
-  and the records of aborted transactions are ARCHIVED as they would be acquired, never delivered.
+  and the data batches of aborted transactions are ARCHIVED as they are acquired, never delivered
+  (their markers are delivered like any control record; the client acknowledges them as gaps).
 
-The start offset moves over the acknowledged/archived prefix of the window; batches wholly below it
-leave the cache. New records are acquired only while the window holds fewer than
-group.share.partition.max.record.locks records (2000); records already in the window are
-redelivered regardless.
+Acquisition (Kafka 4.2's acquire): cached batches whole where possible, else per record; new
+records become in-flight batches of at least BatchSize records cut at log batch boundaries;
+MaxRecords is a soft limit in batch_optimized mode and a hard one in record_limit (KIP-1206);
+new records only while the window holds fewer than share.partition.max.record.locks (2000);
+a record on its last delivery attempt goes alone, and records past half the delivery limit in
+halving groups (Kafka's delivery throttling). Each acquired in-flight batch or record has its own
+lock; the records of a batch split per record share the batch's lock until each leaves it.
 
-Persistence: every acknowledgement and release is written through the Persister
-(`write_state`: the changed offsets and the start offset they lead to) before it is answered, and
-rolled back if the write fails, as Kafka's rollbackOrProcessStateUpdates. While a write is in
-flight its records are "in transition": another request touching them gets INVALID_RECORD_STATE.
-Acquisition is not written (a lock does not survive its leader). A lock that expires releases its
-records and writes them in the background (a failure is only logged, as in Kafka).
+The start offset moves over the acknowledged/archived prefix of the window (and jumps to the log
+start offset when retention passes it); batches wholly below it leave the cache.
+
+Persistence: every acknowledgement and release is written through the Persister (`write_state`:
+the changed records, and the start offset from before them, as Kafka writes it) before it is
+answered, and rolled back if the write fails, as Kafka's rollbackOrProcessStateUpdates. While a
+write is in flight its records are "in transition": another request touching them gets
+INVALID_RECORD_STATE. Acquisition is not written (a lock does not survive its leader: the next
+leader redelivers in-flight records as never delivered). A lock that expires releases its records
+and writes them in the background (a failure is only logged, as in Kafka).
 Initialization (`maybe_initialize`, once, on first use) reads the state with `read_state`; a start
 offset the group coordinator left uninitialized (-1) is resolved here with share.auto.offset.reset
-(latest, earliest, by_duration:<ISO-8601 duration>), as Kafka's startOffsetDuringInitialization.
+(latest, earliest, by_duration:<ISO-8601 duration>), as Kafka's startOffsetDuringInitialization;
+offsets between persisted batches were never delivered and are AVAILABLE.
 
 Concurrency: trio thread only. The synchronous methods (acquire, the timer callbacks) never await;
 the async ones await only the persister. Locks are timers on the broker's timing wheel
