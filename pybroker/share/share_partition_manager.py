@@ -151,9 +151,14 @@ class DelayedShareFetch(DelayedOperation):
         self._attempt = attempt
 
     def try_complete(self) -> bool:
-        if self._ready() and self._attempt() > 0:
-            return self.force_complete()
-        return False
+        # runs inside whoever checked the key (an append, another request): a fault here answers
+        # this fetch, never theirs
+        try:
+            done = self._ready() and self._attempt() > 0
+        except Exception:
+            log.exception("a parked share fetch failed to acquire")
+            done = True
+        return self.force_complete() if done else False
 
 
 class SharePartitionManager:
