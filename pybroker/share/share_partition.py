@@ -510,8 +510,17 @@ class SharePartition:
 
     def _schedule_lock(self, member_id: str, first: int, last: int, duration_ms: int) -> AcquisitionLock:
         lock = AcquisitionLock(member_id, first, last)
-        lock.timer_id = self.timer.add(duration_ms, lambda: self._on_lock_timeout(lock))
+        lock.timer_id = self.timer.add(duration_ms, lambda: self._lock_expired(lock))
         return lock
+
+    def _lock_expired(self, lock: AcquisitionLock) -> None:
+        """The timer's callback, run by the wheel's reaper: a fault is logged, never raised into
+        the reaper that serves every timeout of the broker."""
+        try:
+            self._on_lock_timeout(lock)
+        except Exception:
+            log.exception("share partition %s %s-%d: releasing records on a lock timeout failed", self.group_id,
+                          self.topic, self.partition)
 
     def _cancel_lock(self, lock: AcquisitionLock | None) -> None:
         if lock is not None and lock.timer_id is not None:
