@@ -370,7 +370,12 @@ class SharePartitionManager:
                 self.nursery.start_soon(self._release, sp, member_id)
 
     async def _release(self, sp: SharePartition, member_id: str) -> None:
-        code = await sp.release_acquired_records(member_id)
+        try:
+            code = await sp.release_acquired_records(member_id)
+        except Exception:  # a background task of the broker's nursery: never let it take the node down
+            log.exception("share partition %s %s-%d: releasing member %s's records failed", sp.group_id, sp.topic,
+                          sp.partition, member_id)
+            return
         if code:
             log.info("share partition %s %s-%d: releasing member %s's records failed: error %d", sp.group_id,
                      sp.topic, sp.partition, member_id, code)
