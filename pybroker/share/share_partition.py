@@ -106,6 +106,7 @@ class ShareSettings:
     max_record_locks: int = 2000
     read_committed: bool = False
     auto_offset_reset: str = "latest"
+    renew_enabled: bool = True  # share.renew.acknowledge.enable
 
 
 @dataclass(frozen=True, slots=True)
@@ -801,6 +802,8 @@ class SharePartition:
         if self.state != ACTIVE:
             return self.error or Errors.UNKNOWN_SERVER_ERROR
         settings = self.settings()
+        if not settings.renew_enabled and any(RENEW in types for _f, _l, types in batches):
+            return Errors.INVALID_RECORD_STATE  # the group's share.renew.acknowledge.enable is false
         limit = settings.delivery_count_limit
         snap: Snapshot = []
         changes: list[tuple[int, int]] = []

@@ -132,11 +132,12 @@ def share_settings(config: Any, image: Any, group_id: str) -> ShareSettings:
             max_locks = int(raw_locks)
         except ValueError:
             pass
+    renew = str(stored.get("share.renew.acknowledge.enable", "true")).strip().lower() != "false"
     return ShareSettings(record_lock_duration_ms=int(value("share.record.lock.duration.ms")),
                          delivery_count_limit=int(value("share.delivery.count.limit")),
                          max_record_locks=int(max_locks or 2000),
                          read_committed=str(value("share.isolation.level")) == "read_committed",
-                         auto_offset_reset=str(value("share.auto.offset.reset")))
+                         auto_offset_reset=str(value("share.auto.offset.reset")), renew_enabled=renew)
 
 
 class DelayedShareFetch(DelayedOperation):

@@ -193,6 +193,14 @@ def test_acknowledged_records_leave_no_timer_behind():
     run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest")))
 
 
+def test_renew_is_refused_when_the_group_disables_it():
+    async def body(h: Harness) -> None:
+        h.sp.acquire("m1", batches((0, 1)), 100)
+        assert await h.sp.acknowledge("m1", [(0, 1, [RENEW])]) == Errors.INVALID_RECORD_STATE
+        assert await h.sp.acknowledge("m1", [(0, 1, [ACCEPT])]) == 0
+    run(lambda: with_partition(body, settings=ShareSettings(auto_offset_reset="earliest", renew_enabled=False)))
+
+
 def test_record_limit_and_batch_optimized_modes():
     async def body(h: Harness) -> None:
         assert h.sp.acquire("m1", batches((0, 9)), 3, mode=RECORD_LIMIT) == [AcquiredRecords(0, 2, 1)]
