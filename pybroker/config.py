@@ -377,9 +377,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # KIP-848 online migration of non-empty groups between the classic and consumer protocols
     ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
               one_of("bidirectional", "upgrade", "downgrade", "disabled", case_insensitive=True)),
-    # Share and streams group settings (Kafka's GroupCoordinatorConfig and ShareGroupConfig). pybroker
-    # has no share or streams groups; these give the defaults and bounds of the share.* / streams.*
-    # GROUP config keys (controller/group_configs.py), so a value set here must parse as Kafka's does.
+    # Share and streams group settings (Kafka's GroupCoordinatorConfig and ShareGroupConfig): the
+    # defaults and bounds of the share.* / streams.* GROUP config keys (controller/group_configs.py),
+    # so a value set here must parse as Kafka's does. pybroker has no streams groups.
     ConfigDef("group.share.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.share.min.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.share.max.session.timeout.ms", "int", 60000, at_least(1)),
@@ -395,6 +395,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # share partitions and share sessions on a partition leader (share/share_partition.py, share_session.py)
     ConfigDef("group.share.partition.max.record.locks", "int", 2000, between(100, 10000)),
     ConfigDef("group.share.max.share.sessions", "int", 2000, at_least(1)),
+    # share groups in the group coordinator (coordinators/group/share_group_manager.py); Kafka 4.2
+    # accepts one assignor, "simple"; the retry interval is internal (Kafka's defineInternal)
+    ConfigDef("group.share.max.size", "int", 200, between(1, 1000)),
+    ConfigDef("group.share.assignors", "list", ["simple"], one_of("simple")),
+    ConfigDef("group.share.initialize.retry.interval.ms", "int", 30000, at_least(1)),
     ConfigDef("group.streams.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.streams.min.session.timeout.ms", "int", 45000, at_least(1)),
     ConfigDef("group.streams.max.session.timeout.ms", "int", 60000, at_least(1)),

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, TextIO
 
 from pybroker.client.admin import AdminClient, TopicPartition
@@ -248,3 +249,15 @@ def check_bootstrap(args: argparse.Namespace) -> None:
     timeout = getattr(args, "request_timeout_ms", None)
     if timeout is not None and timeout <= 0:
         raise CliError("the request timeout (--timeout-ms / --request-timeout-ms) must be positive")
+
+
+def parse_datetime_ms(text: str) -> int:
+    """ISO-8601 date-time -> ms since the epoch; no zone means local time (as Kafka's tool)."""
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"bad --to-datetime '{text}' (expected e.g. 2024-05-01T12:00:00.000 or "
+                       "2024-05-01T12:00:00+02:00)") from None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()  # interpret as local time
+    return int(dt.timestamp() * 1000)

@@ -9,6 +9,9 @@ reset-offsets.
         (--to-earliest | --to-latest | --to-offset N | --to-datetime ISO | --shift-by N)
         [--dry-run | --execute]
 
+`--type share` on describe / delete / delete-offsets / reset-offsets runs kafka-share-groups.sh's
+verbs instead (pybroker/cli/share_groups.py).
+
 Views of `describe` (Kafka's column names):
 - default (offsets): GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID
   HOST CLIENT-ID, one row per assigned or committed partition ("-" where unknown), plus one
@@ -31,14 +34,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import TextIO
 
+from pybroker.cli import share_groups
 from pybroker.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
     CliError,
+    parse_datetime_ms,
     print_table,
     resolve_partitions,
 )
@@ -73,16 +77,19 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     view.add_argument("--members", action="store_true", help="one row per member")
     view.add_argument("--state", action="store_true", help="one row per group: coordinator, strategy, state")
     p.add_argument("--verbose", action="store_true", help="with --members: show each member's assignment")
+    _type_option(p)
     p.set_defaults(handler=run_describe)
 
     p = actions.add_parser("delete", parents=[common], help="delete empty groups and their offsets")
     p.add_argument("--group", action="append", required=True, metavar="G", help="group to delete (repeatable)")
+    _type_option(p)
     p.set_defaults(handler=run_delete)
 
     p = actions.add_parser("delete-offsets", parents=[common], help="delete a group's committed offsets")
     p.add_argument("--group", required=True, metavar="G")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,...]",
                    help="topic, or topic:partitions, whose offsets to delete (repeatable)")
+    _type_option(p)
     p.set_defaults(handler=run_delete_offsets)
 
     p = actions.add_parser("reset-offsets", parents=[common], help="move an inactive group's committed offsets")
@@ -101,6 +108,7 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     run = p.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    _type_option(p)
     p.set_defaults(handler=run_reset_offsets)
 
     for name, action in actions.choices.items():
@@ -108,6 +116,15 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+
+def _type_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--type", choices=("classic", "consumer", "share"), default=None,
+                   help="share: a KIP-932 share group (kafka-share-groups.sh's verbs and output)")
+
+
+def _share(args: argparse.Namespace) -> bool:
+    return getattr(args, "type", None) == "share"
 
 
 def describe_existing(admin: AdminClient, group_id: str) -> GroupDescription:
@@ -157,6 +174,8 @@ def run_list(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: Tex
 
 
 def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if _share(args):
+        return share_groups.run_describe(admin, args, out, err)
     group_ids = list(dict.fromkeys(args.group or [])) if not args.all_groups else \
         [g.group_id for g in admin.list_groups()]
     descs = [describe_existing(admin, g) for g in group_ids]
@@ -210,6 +229,8 @@ def offset_rows(admin: AdminClient, desc: GroupDescription) -> list[list[object]
 
 
 def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if _share(args):
+        return share_groups.run_delete(admin, args, out, err)
     group_ids = list(dict.fromkeys(args.group))
     results = admin.delete_groups(group_ids)
     ok = [g for g in group_ids if results.get(g) == Errors.NONE]
@@ -226,6 +247,8 @@ def run_delete(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: T
 
 
 def run_delete_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if _share(args):
+        return share_groups.run_delete_offsets(admin, args, out, err)
     partitions = resolve_partitions(admin, args.topic)
     try:
         results = admin.delete_offsets(args.group, partitions)
@@ -248,18 +271,6 @@ def run_delete_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO
 
 
 # -- reset-offsets ------------------------------------------------------------------------
-
-
-def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 date-time -> ms since the epoch; no zone means local time (as Kafka's tool)."""
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"bad --to-datetime '{text}' (expected e.g. 2024-05-01T12:00:00.000 or "
-                       "2024-05-01T12:00:00+02:00)") from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # interpret as local time
-    return int(dt.timestamp() * 1000)
 
 
 def plan_reset(
@@ -301,6 +312,8 @@ def plan_reset(
 
 
 def run_reset_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if _share(args):
+        return share_groups.run_reset_offsets(admin, args, out, err)
     group = args.group
     try:
         state = admin.describe_group(group).state

@@ -41,6 +41,7 @@ from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     AlterClientQuotasRequest,
     AlterPartitionReassignmentsRequest,
+    AlterShareGroupOffsetsRequest,
     AlterUserScramCredentialsRequest,
     ConsumerProtocolAssignment,
     CreateAclsRequest,
@@ -48,12 +49,14 @@ from pybroker.protocol.messages import (
     CreateTopicsRequest,
     DeleteAclsRequest,
     DeleteGroupsRequest,
+    DeleteShareGroupOffsetsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
     DescribeClientQuotasRequest,
     DescribeConfigsRequest,
     DescribeDelegationTokenRequest,
     DescribeGroupsRequest,
+    DescribeShareGroupOffsetsRequest,
     DescribeUserScramCredentialsRequest,
     ExpireDelegationTokenRequest,
     FindCoordinatorRequest,
@@ -66,6 +69,7 @@ from pybroker.protocol.messages import (
     OffsetDeleteRequest,
     OffsetFetchRequest,
     RenewDelegationTokenRequest,
+    ShareGroupDescribeRequest,
 )
 
 __all__ = [
@@ -259,6 +263,26 @@ class GroupDescription:
     protocol_type: str
     protocol: str  # the chosen assignor, e.g. "range"
     members: list[MemberDescription]
+    coordinator: Node | None = None
+
+
+@dataclass
+class ShareMemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    member_epoch: int
+    assignment: list[TopicPartition]
+
+
+@dataclass
+class ShareGroupDescription:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[ShareMemberDescription]
     coordinator: Node | None = None
 
 
@@ -797,6 +821,84 @@ class AdminClient:
             self._group_error(resp.error_code, group_id, "cannot delete offsets")
             return {TopicPartition(t.name, p.partition_index): Errors.for_code(p.error_code)
                     for t in resp.topics for p in t.partitions}
+        return self._run(call)
+
+    # -- share groups (KIP-932: ShareGroupDescribe, Describe/Alter/DeleteShareGroupOffsets) ----
+
+    def describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        """One share group (ShareGroupDescribe at its coordinator); KafkaError for a group error."""
+        def call() -> ShareGroupDescription:
+            node = self._find_coordinator(group_id)
+            conn = self._connect(node.host, node.port)
+            resp = conn.send(ShareGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False),
+                             conn.version_for(ApiKey.SHARE_GROUP_DESCRIBE))
+            g = next((g for g in resp.groups if g.group_id == group_id), None)
+            if g is None:
+                raise KafkaError(Errors.UNKNOWN_SERVER_ERROR, f"group '{group_id}' missing from ShareGroupDescribe")
+            self._group_error(g.error_code, group_id, "cannot describe")
+            members = [ShareMemberDescription(
+                m.member_id, m.client_id, m.client_host, m.member_epoch,
+                sorted(TopicPartition(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions))
+                for m in g.members]
+            return ShareGroupDescription(g.group_id, g.group_state, g.group_epoch, g.assignment_epoch,
+                                         g.assignor_name, members, node)
+        return self._run(call)
+
+    def describe_share_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+                                     ) -> dict[TopicPartition, tuple[int, int]]:
+        """{partition: (start offset, leader epoch)} of a share group (every initialized share
+        partition when `partitions` is None); -1 where there is no state."""
+        wanted = None if partitions is None else list(partitions)
+
+        def call() -> dict[TopicPartition, tuple[int, int]]:
+            conn = self._coordinator_conn(group_id)
+            R = DescribeShareGroupOffsetsRequest
+            topics = None
+            if wanted is not None:
+                by_topic: dict[str, list[int]] = {}
+                for tp in wanted:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                topics = [R.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                          for t, ps in by_topic.items()]
+            resp = conn.send(R(groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group_id, topics=topics)]),
+                             conn.version_for(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS))
+            (g,) = resp.groups
+            self._group_error(g.error_code, group_id, "cannot describe the offsets")
+            return {TopicPartition(t.topic_name, p.partition_index): (p.start_offset, p.leader_epoch)
+                    for t in g.topics for p in t.partitions}
+        return self._run(call)
+
+    def alter_share_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]
+                                  ) -> dict[TopicPartition, Errors]:
+        """AlterShareGroupOffsets: new start offsets for an empty share group; KafkaError for a
+        group error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...), per-partition errors in the result."""
+        def call() -> dict[TopicPartition, Errors]:
+            conn = self._coordinator_conn(group_id)
+            R = AlterShareGroupOffsetsRequest
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for tp, off in offsets.items():
+                by_topic.setdefault(tp.topic, []).append((tp.partition, off))
+            req = R(group_id=group_id, topics=[R.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=[
+                R.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o) for p, o in ps])
+                for t, ps in by_topic.items()])
+            resp = conn.send(req, conn.version_for(ApiKey.ALTER_SHARE_GROUP_OFFSETS))
+            self._group_error(resp.error_code, group_id, "cannot alter the offsets")
+            return {TopicPartition(t.topic_name, p.partition_index): Errors.for_code(p.error_code)
+                    for t in resp.responses for p in t.partitions}
+        return self._run(call)
+
+    def delete_share_group_offsets(self, group_id: str, topics: Iterable[str]) -> dict[str, Errors]:
+        """DeleteShareGroupOffsets: drop an empty share group's state for whole topics."""
+        names = list(dict.fromkeys(topics))
+
+        def call() -> dict[str, Errors]:
+            conn = self._coordinator_conn(group_id)
+            R = DeleteShareGroupOffsetsRequest
+            resp = conn.send(R(group_id=group_id, topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=t)
+                                                          for t in names]),
+                             conn.version_for(ApiKey.DELETE_SHARE_GROUP_OFFSETS))
+            self._group_error(resp.error_code, group_id, "cannot delete the offsets")
+            return {t.topic_name: Errors.for_code(t.error_code) for t in resp.responses}
         return self._run(call)
 
     # -- configs (DescribeConfigs / IncrementalAlterConfigs) ----------------------------

@@ -5,7 +5,8 @@ Format of one record, as Kafka writes it so Kafka's tools can read our topic:
     value = int16 value version + value struct at that version; a null value is a tombstone
 
 Record types: 0/1 OffsetCommitKey (1 is what Kafka writes), 2 GroupMetadataKey,
-3..8 the KIP-848 ConsumerGroup* records (decoded here, replayed by a later coordinator).
+3..8 the KIP-848 ConsumerGroup* records (decoded here, replayed by a later coordinator), 9..15
+the KIP-932 ShareGroup* records (share_group_records.py).
 Versions written: OffsetCommitValue v3 (v1 only when an expire timestamp is set, as Kafka),
 GroupMetadataValue v3. Stateless; safe from any thread.
 """
@@ -36,6 +37,14 @@ RECORD_TYPES: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = {
     6: (m.ConsumerGroupTargetAssignmentMetadataKey, m.ConsumerGroupTargetAssignmentMetadataValue),
     7: (m.ConsumerGroupTargetAssignmentMemberKey, m.ConsumerGroupTargetAssignmentMemberValue),
     8: (m.ConsumerGroupCurrentMemberAssignmentKey, m.ConsumerGroupCurrentMemberAssignmentValue),
+    # KIP-932 share groups (coordinators/group/share_group_records.py); 9 is read, no longer written
+    9: (m.ShareGroupPartitionMetadataKey, m.ShareGroupPartitionMetadataValue),
+    10: (m.ShareGroupMemberMetadataKey, m.ShareGroupMemberMetadataValue),
+    11: (m.ShareGroupMetadataKey, m.ShareGroupMetadataValue),
+    12: (m.ShareGroupTargetAssignmentMetadataKey, m.ShareGroupTargetAssignmentMetadataValue),
+    13: (m.ShareGroupTargetAssignmentMemberKey, m.ShareGroupTargetAssignmentMemberValue),
+    14: (m.ShareGroupCurrentMemberAssignmentKey, m.ShareGroupCurrentMemberAssignmentValue),
+    15: (m.ShareGroupStatePartitionMetadataKey, m.ShareGroupStatePartitionMetadataValue),
 }
 _H = struct.Struct(">h")
 

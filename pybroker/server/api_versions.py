@@ -14,7 +14,7 @@ The shapes newer than ../shared/kafka-protocol come from the project's overlay s
 - WriteTxnMarkers 1-2 (KIP-1228: v2 carries the transaction version; the marker channel sends it);
 - Fetch 18 / ListOffsets 11: tiered-storage fields, answered as a broker without tiered storage;
 - ListConfigResources 0-1 (KIP-1142; v0 was ListClientMetricsResources).
-Kafka 4.2 also advertises what is out of scope here: share groups (KIP-932), streams groups
+Kafka 4.2 also advertises what is out of scope here: streams groups
 (KIP-1071), the KRaft voter changes (KIP-853), UnregisterBroker.
 """
 
@@ -67,6 +67,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # KIP-848 consumer groups: librdkafka 2.16 needs ConsumerGroupHeartbeat 1 (CLIENTS.md pitfall 12)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # KIP-932 share groups, the group coordinator's side (server/share_group.py): v1 only, as Kafka 4.2
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     # transactions (KIP-98); AddPartitionsToTxn v4+ is the broker-to-broker batched form
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),

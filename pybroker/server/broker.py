@@ -485,8 +485,11 @@ class Broker:
             self.producer_ids = ProducerIdManager(self.controller_client, self.node_id)
             # the group coordinator loads the __consumer_offsets partitions it leads in worker
             # threads; until a partition is loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS
+            # share groups initialize and delete share-partition state through the share
+            # coordinator's Persister (KIP-932), when this broker has one
             self.group_coordinator = GroupCoordinator(cfg, self.replica_manager, self.controller_client, self.image,
-                                                      nursery.start_soon)
+                                                      nursery.start_soon,
+                                                      share_persister=getattr(self, "share_persister", None))
             loader.add_publisher("group coordinator", lambda _d: self.group_coordinator.on_metadata())
             # markers go to each partition's leader: WriteTxnMarkers over the inter-broker listener,
             # or straight to this node's own handler for the partitions it leads

@@ -271,6 +271,8 @@ async def _groups(broker: Broker) -> list[Family]:
     classic: dict[str, int] = {"PreparingRebalance": 0, "CompletingRebalance": 0, "Stable": 0, "Dead": 0,
                                "Empty": 0}
     consumer: dict[str, int] = {"Empty": 0, "Assigning": 0, "Reconciling": 0, "Stable": 0, "Dead": 0}
+    share: dict[str, int] = {"Empty": 0, "Stable": 0, "Dead": 0}
+    share_rebalances = 0
     offsets = 0
     lag = Family("pybroker_consumergroup_lag", "gauge",
                  "high watermark minus the group's committed offset, per partition, for the groups this node "
@@ -292,6 +294,9 @@ async def _groups(broker: Broker) -> list[Family]:
             classic[g.state.value] = classic.get(g.state.value, 0) + 1
         for cg in shard.consumer.groups.values():
             consumer[cg.state.value] = consumer.get(cg.state.value, 0) + 1
+        for sg in shard.share.groups.values():
+            share[sg.state.value] = share.get(sg.state.value, 0) + 1
+        share_rebalances += shard.share.rebalances
         for group_id, committed in shard.offsets.offsets.items():
             offsets += len(committed)
             since_checkpoint += len(committed)
@@ -308,7 +313,8 @@ async def _groups(broker: Broker) -> list[Family]:
     for state, n in classic.items():
         out.append(gauge(f"{mgr}numgroups{state.lower()}", f"classic groups in state {state}", n))
     out.append(Family(f"{gcm}group_count", "gauge", "groups by rebalance protocol", ("protocol",))
-               .add(sum(classic.values()), "classic").add(sum(consumer.values()), "consumer"))
+               .add(sum(classic.values()), "classic").add(sum(consumer.values()), "consumer")
+               .add(sum(share.values()), "share"))
     f = Family(f"{gcm}classic_group_count", "gauge", "classic groups by state", ("state",))
     for state, n in classic.items():
         f.add(n, state)
@@ -317,6 +323,14 @@ async def _groups(broker: Broker) -> list[Family]:
     for state, n in consumer.items():
         f.add(n, state)
     out.append(f)
+    f = Family(f"{gcm}share_group_count", "gauge", "share (KIP-932) groups by state", ("state",))
+    for state, n in share.items():
+        f.add(n, state)
+    out.append(f)
+    # Kafka's ShareGroupRebalances meter (share-group-rebalance-count): group epoch bumps by share
+    # heartbeats, counted by the shards loaded here (a shard's count goes with it when it moves)
+    out.append(gauge(f"{gcm}share_group_rebalance_count", "share group rebalances (a cumulative count)",
+                     share_rebalances))
     out.append(gauge(f"{gcm}offset_count", "committed offsets kept", offsets))
     out.append(lag)
     return out

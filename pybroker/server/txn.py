@@ -243,6 +243,8 @@ async def handle_end_txn(broker: Broker, ctx: RequestContext, req: EndTxnRequest
 
 def _validate_member(shard: Any, req: TxnOffsetCommitRequest, version: int) -> int:
     """Kafka's TxnOffsetCommit member check (v3+ carries member id / generation)."""
+    if shard.share.group(req.group_id) is not None:
+        return int(Errors.GROUP_ID_NOT_FOUND)  # a share group takes no offsets (ShareGroup.validateOffsetCommit)
     if version < 3 or req.generation_id < 0 or not req.member_id:
         return 0
     if shard.consumer.group(req.group_id) is not None:

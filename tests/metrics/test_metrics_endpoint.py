@@ -435,6 +435,26 @@ def test_consumer_protocol_group_is_counted_by_state(node: Node, topic: str):
         c.close()
 
 
+def test_share_group_is_counted_by_state(node: Node, topic: str):
+    """A confluent-kafka ShareConsumer's group: group-count{protocol=share}, share-group-count by
+    state and share-group-rebalance-count, Kafka's GroupCoordinatorMetrics names."""
+    import confluent_kafka
+    if not hasattr(confluent_kafka, "ShareConsumer"):
+        pytest.skip(f"confluent-kafka {confluent_kafka.version()[0]} has no ShareConsumer (2.16+)")
+    create(node, topic, 1)
+    c = confluent_kafka.ShareConsumer({"bootstrap.servers": node.bootstrap, "group.id": f"share-{topic}",
+                                       "log_level": 3})
+    try:
+        c.subscribe([topic])
+        s = wait_for(node.url, lambda s: (c.poll(0.2), s.value(
+            "kafka_server_group_coordinator_metrics_share_group_count", state="Stable"))[1] >= 1,
+            what="a Stable share group")
+        assert s.value("kafka_server_group_coordinator_metrics_group_count", protocol="share") >= 1
+        assert s.value("kafka_server_group_coordinator_metrics_share_group_rebalance_count") >= 1
+    finally:
+        c.close()
+
+
 def test_log_flush_stats_count_flushes(node: Node, topic: str):
     create(node, topic, 1, {"flush.messages": "1"})  # every append asks for a flush
     before = node.scrape().value("kafka_log_logflushstats_logflushrateandtimems_count")

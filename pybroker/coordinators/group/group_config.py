@@ -55,6 +55,12 @@ class GroupConfig:
     consumer_group_max_size: int = 2**31 - 1
     consumer_group_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_group_migration_policy: str = "bidirectional"
+    # KIP-932 share groups
+    share_group_session_timeout_ms: int = 45000
+    share_group_heartbeat_interval_ms: int = 5000
+    share_group_max_size: int = 200
+    share_group_assignors: tuple[str, ...] = ("simple",)
+    share_group_initialize_retry_interval_ms: int = 30000
 
     @property
     def upgrade_enabled(self) -> bool:
@@ -82,4 +88,9 @@ class GroupConfig:
             consumer_group_assignors=_list(cfg, "group.consumer.assignors", ("uniform", "range")),
             consumer_group_migration_policy=parse_migration_policy(
                 cfg.get("group.consumer.migration.policy", "bidirectional")),
+            share_group_session_timeout_ms=_int(cfg, "group.share.session.timeout.ms", 45000),
+            share_group_heartbeat_interval_ms=_int(cfg, "group.share.heartbeat.interval.ms", 5000),
+            share_group_max_size=_int(cfg, "group.share.max.size", 200),
+            share_group_assignors=_list(cfg, "group.share.assignors", ("simple",)),
+            share_group_initialize_retry_interval_ms=_int(cfg, "group.share.initialize.retry.interval.ms", 30000),
         )

@@ -8,7 +8,11 @@ Record handling in `replay()`: OffsetCommit (types 0/1) -> offsets (pending per 
 when the record came in a transactional batch, until `replay_end_transaction_marker` sees that
 producer's COMMIT/ABORT marker on this partition); GroupMetadata (type 2)
 -> a classic group rebuilt as Stable (members) or Empty, or removed by a tombstone;
-ConsumerGroup* (types 3..8) -> consumer groups. A group id is either classic or consumer: an
+ConsumerGroup* (types 3..8) -> consumer groups; ShareGroup* (types 9..15) -> share groups
+(share_group_manager.py). A group id is classic, consumer or share. A share group's id is its
+own: JoinGroup answers INCONSISTENT_GROUP_PROTOCOL, ConsumerGroupHeartbeat, ConsumerGroupDescribe
+and the offset APIs GROUP_ID_NOT_FOUND, and a share heartbeat for an id of another type
+GROUP_ID_NOT_FOUND, as Kafka's. Between classic and consumer groups: an
 Empty classic group (offsets only) gives way to a consumer group and vice versa; a non-empty
 classic group is converted by a ConsumerGroupHeartbeat and a consumer group whose last
 consumer-protocol member goes is converted back (group_migration.py, KIP-848 online
@@ -40,9 +44,11 @@ from pybroker.coordinators.group.group_config import GroupConfig
 from pybroker.coordinators.group.group_metadata_manager import GroupMetadataManager, join_error
 from pybroker.coordinators.group.group_migration import GroupMigration
 from pybroker.coordinators.group.offset_metadata_manager import OffsetMetadataManager
+from pybroker.coordinators.group.share_group import GROUP_TYPE_SHARE, SHARE_PROTOCOL_TYPE
+from pybroker.coordinators.group.share_group_manager import ShareGroupManager
 from pybroker.coordinators.record_serde import CoordinatorRecord
 from pybroker.coordinators.shard import CoordinatorResult, CoordinatorTimer
-from pybroker.protocol.errors import Errors
+from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.messages import (
     ConsumerGroupDescribeResponse,
     DescribeGroupsResponse,
@@ -67,6 +73,7 @@ class GroupCoordinatorShard:
         self.consumer.downgrade = self.migration.downgrade
         self.classic_members = ConsumerGroupClassicMembers(config, self.consumer)
         self.offsets = OffsetMetadataManager(config, self.groups, self.consumer)
+        self.share = ShareGroupManager(config, timer, image, self.non_share_group_type)
         self._now_ms = 0  # time of the record being replayed (load: the batch's append time)
 
     # ------------------------------------------------------------------ replay
@@ -88,6 +95,8 @@ class GroupCoordinatorShard:
                 if g is not None and g.state == S.EMPTY and not g.members:
                     self.groups.remove_group(gid)
             self.consumer.replay(record)
+        elif 9 <= kind <= 15:
+            self.share.replay(record, now)
 
     def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                                       offset: int = -1) -> None:
@@ -129,6 +138,7 @@ class GroupCoordinatorShard:
             for m in group.members.values():
                 self.groups._schedule_heartbeat(group, m.member_id, m.session_timeout_ms)
         self.consumer.on_loaded()
+        self.share.on_loaded()
         self._schedule_cleanup()
 
     def _schedule_cleanup(self) -> None:
@@ -142,6 +152,26 @@ class GroupCoordinatorShard:
         for gid in list(self.groups.groups):
             self.groups.remove_group(gid)
         self.consumer.on_unloaded()
+        self.share.on_unloaded()
+
+    # ------------------------------------------------------------------ group types
+
+    def non_share_group_type(self, group_id: str) -> str | None:
+        """The type of the classic or consumer group holding `group_id`, if one does."""
+        if self.consumer.group(group_id) is not None:
+            return GROUP_TYPE_CONSUMER
+        g = self.groups.group(group_id)
+        return GROUP_TYPE_CLASSIC if g is not None and g.state != S.DEAD else None
+
+    def raise_if_share_group(self, group_id: str) -> None:
+        """A consumer-group or offset API against a share group id: Kafka's GROUP_ID_NOT_FOUND."""
+        if self.share.group(group_id) is not None:
+            raise KafkaError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+    def consumer_heartbeat(self, req: Any, version: int, client_id: str, client_host: str, now_ms: int
+                           ) -> CoordinatorResult:
+        self.raise_if_share_group(req.group_id)
+        return self.consumer.heartbeat(req, version, client_id, client_host, now_ms)
 
     # ------------------------------------------------------------------ JoinGroup (classic)
 
@@ -150,6 +180,10 @@ class GroupCoordinatorShard:
         """JoinGroup (Kafka's classicGroupJoin): a non-empty consumer group takes the member as
         a classic member of it; an Empty consumer group of that id is deleted first (Kafka 4
         converts it); otherwise the classic group."""
+        if self.share.group(req.group_id) is not None:  # Kafka's classicGroupJoin: another group type
+            fut = Future()
+            fut.complete(join_error("", Errors.INCONSISTENT_GROUP_PROTOCOL))
+            return CoordinatorResult(response=fut, replay=False)
         cg = self.consumer.group(req.group_id)
         if cg is None:
             return self.groups.join(req, version, client_id, client_host, now_ms)
@@ -209,6 +243,14 @@ class GroupCoordinatorShard:
                 continue
             out.append(ListGroupsResponse.ListedGroup(group_id=cg.group_id, protocol_type=CONSUMER_PROTOCOL_TYPE,
                                                       group_state=state, group_type=GROUP_TYPE_CONSUMER))
+        for sg in self.share.groups.values():
+            state = sg.state.value
+            if want_states and state.lower() not in want_states:
+                continue
+            if want_types and GROUP_TYPE_SHARE not in want_types:
+                continue
+            out.append(ListGroupsResponse.ListedGroup(group_id=sg.group_id, protocol_type=SHARE_PROTOCOL_TYPE,
+                                                      group_state=state, group_type=GROUP_TYPE_SHARE))
         out.sort(key=lambda lg: lg.group_id)
         return out
 
@@ -221,8 +263,8 @@ class GroupCoordinatorShard:
         cg = self.consumer.group(group_id)
         if cg is None:
             classic = self.groups.group(group_id)
-            message = (f"Group {group_id} is not a consumer group." if classic is not None and classic.state != S.DEAD
-                       else f"Group {group_id} not found.")
+            other = (classic is not None and classic.state != S.DEAD) or self.share.group(group_id) is not None
+            message = f"Group {group_id} is not a consumer group." if other else f"Group {group_id} not found."
             return D.DescribedGroup(error_code=int(Errors.GROUP_ID_NOT_FOUND), error_message=message,
                                     group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1,
                                     assignor_name="", members=[], authorized_operations=ops)
@@ -262,8 +304,8 @@ class GroupCoordinatorShard:
             error, message = 0, None
             if version >= 6:
                 error = int(Errors.GROUP_ID_NOT_FOUND)
-                message = (f"Group {group_id} is not a classic group." if self.consumer.group(group_id) is not None
-                           else f"Group {group_id} not found.")
+                other = self.consumer.group(group_id) is not None or self.share.group(group_id) is not None
+                message = f"Group {group_id} is not a classic group." if other else f"Group {group_id} not found."
             return DescribeGroupsResponse.DescribedGroup(
                 error_code=error, error_message=message, group_id=group_id, group_state=S.DEAD.value,
                 protocol_type="", protocol_data="", members=[],
@@ -292,6 +334,14 @@ class GroupCoordinatorShard:
                     out.append((gid, int(Errors.NON_EMPTY_GROUP)))
                 else:
                     records.extend([*self.offsets.delete_all_offsets(gid), *self.consumer.delete_group_records(gid)])
+                    out.append((gid, 0))
+                continue
+            sg = self.share.group(gid)
+            if sg is not None:
+                if not sg.is_empty():
+                    out.append((gid, int(Errors.NON_EMPTY_GROUP)))
+                else:
+                    records.extend([*self.offsets.delete_all_offsets(gid), *self.share.delete_group_records(gid)])
                     out.append((gid, 0))
                 continue
             g = self.groups.group(gid)

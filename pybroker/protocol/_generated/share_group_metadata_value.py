@@ -32,21 +32,23 @@ from pybroker.protocol.primitives import (
 _new = object.__new__
 _str = str
 
-_S_i = _Struct('>i')
+_S_iq = _Struct('>iq')
 
 
 class ShareGroupMetadataValue(ApiMessage):
     """Stored data record, versions 0-0."""
 
-    __slots__ = ('epoch', 'unknown_tagged_fields',)
+    __slots__ = ('epoch', 'metadata_hash', 'unknown_tagged_fields',)
 
     def __init__(
         self,
         *,
         epoch: int = 0,
+        metadata_hash: int = 0,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.epoch = epoch
+        self.metadata_hash = metadata_hash
         self.unknown_tagged_fields = unknown_tagged_fields
     API_KEY = None
     VALID_VERSIONS = (0, 0)
@@ -57,7 +59,7 @@ _C_ShareGroupMetadataValue = ShareGroupMetadataValue
 
 
 def _e_ShareGroupMetadataValue_0(o, out):
-    out.append(_S_i.pack(o.epoch))
+    out.append(_S_iq.pack(o.epoch, o.metadata_hash))
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
     else:
@@ -67,8 +69,8 @@ def _e_ShareGroupMetadataValue_0(o, out):
 def _d_ShareGroupMetadataValue_0(buf, pos):
     o = _new(_C_ShareGroupMetadataValue)
     o.unknown_tagged_fields = None
-    o.epoch, = _S_i.unpack_from(buf, pos)
-    pos += 4
+    o.epoch, o.metadata_hash = _S_iq.unpack_from(buf, pos)
+    pos += 12
     if buf[pos]: pos = _rutags(o, buf, pos)
     else: pos += 1
     return o, pos
@@ -78,4 +80,5 @@ _C_ShareGroupMetadataValue._ENCODERS = {0: _e_ShareGroupMetadataValue_0}
 _C_ShareGroupMetadataValue._DECODERS = {0: _d_ShareGroupMetadataValue_0}
 _C_ShareGroupMetadataValue._FIELDS = (
     FieldSpec('epoch', 'Epoch', 'int32', (0, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('metadata_hash', 'MetadataHash', 'int64', (0, 32767), None, None, None, False, False, 0, None),
 )

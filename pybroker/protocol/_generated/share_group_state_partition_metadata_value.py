@@ -38,15 +38,17 @@ _S_u = _Struct('>16s')
 class ShareGroupStatePartitionMetadataValue(ApiMessage):
     """Stored data record, versions 0-0."""
 
-    __slots__ = ('initialized_topics', 'deleting_topics', 'unknown_tagged_fields',)
+    __slots__ = ('initializing_topics', 'initialized_topics', 'deleting_topics', 'unknown_tagged_fields',)
 
     def __init__(
         self,
         *,
+        initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = _UNSET,
         initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = _UNSET,
         deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = _UNSET,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
+        self.initializing_topics = [] if initializing_topics is _UNSET else initializing_topics
         self.initialized_topics = [] if initialized_topics is _UNSET else initialized_topics
         self.deleting_topics = [] if deleting_topics is _UNSET else deleting_topics
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -116,14 +118,18 @@ def _e_TopicInfo_0(o, out):
 
 
 def _e_ShareGroupStatePartitionMetadataValue_0(o, out):
-    _a1 = o.initialized_topics
+    _a1 = o.initializing_topics
     out.append(_clen(len(_a1)))
     for _x2 in _a1:
         _e_TopicPartitionsInfo_0(_x2, out)
-    _a3 = o.deleting_topics
+    _a3 = o.initialized_topics
     out.append(_clen(len(_a3)))
     for _x4 in _a3:
-        _e_TopicInfo_0(_x4, out)
+        _e_TopicPartitionsInfo_0(_x4, out)
+    _a5 = o.deleting_topics
+    out.append(_clen(len(_a5)))
+    for _x6 in _a5:
+        _e_TopicInfo_0(_x6, out)
     if o.unknown_tagged_fields:
         _wtags(out, [], o.unknown_tagged_fields)
     else:
@@ -190,28 +196,41 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     if _n1 < 128: pos += 1
     else: _n1, pos = _ruv(buf, pos)
     if _n1 == 0:
-        raise _Malformed("null value in non-nullable initialized_topics")
+        raise _Malformed("null value in non-nullable initializing_topics")
     else:
         _n1 -= 1
-        if _n1 * 19 > _len - pos: raise _Malformed("array initialized_topics too long")
+        if _n1 * 19 > _len - pos: raise _Malformed("array initializing_topics too long")
         _l2 = []
         for _ in range(_n1):
             _x3, pos = _d_TopicPartitionsInfo_0(buf, pos)
             _l2.append(_x3)
-        o.initialized_topics = _l2
+        o.initializing_topics = _l2
     _n4 = buf[pos]
     if _n4 < 128: pos += 1
     else: _n4, pos = _ruv(buf, pos)
     if _n4 == 0:
-        raise _Malformed("null value in non-nullable deleting_topics")
+        raise _Malformed("null value in non-nullable initialized_topics")
     else:
         _n4 -= 1
-        if _n4 * 18 > _len - pos: raise _Malformed("array deleting_topics too long")
+        if _n4 * 19 > _len - pos: raise _Malformed("array initialized_topics too long")
         _l5 = []
         for _ in range(_n4):
-            _x6, pos = _d_TopicInfo_0(buf, pos)
+            _x6, pos = _d_TopicPartitionsInfo_0(buf, pos)
             _l5.append(_x6)
-        o.deleting_topics = _l5
+        o.initialized_topics = _l5
+    _n7 = buf[pos]
+    if _n7 < 128: pos += 1
+    else: _n7, pos = _ruv(buf, pos)
+    if _n7 == 0:
+        raise _Malformed("null value in non-nullable deleting_topics")
+    else:
+        _n7 -= 1
+        if _n7 * 18 > _len - pos: raise _Malformed("array deleting_topics too long")
+        _l8 = []
+        for _ in range(_n7):
+            _x9, pos = _d_TopicInfo_0(buf, pos)
+            _l8.append(_x9)
+        o.deleting_topics = _l8
     if buf[pos]: pos = _rutags(o, buf, pos)
     else: pos += 1
     return o, pos
@@ -220,6 +239,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
 _C_ShareGroupStatePartitionMetadataValue._ENCODERS = {0: _e_ShareGroupStatePartitionMetadataValue_0}
 _C_ShareGroupStatePartitionMetadataValue._DECODERS = {0: _d_ShareGroupStatePartitionMetadataValue_0}
 _C_ShareGroupStatePartitionMetadataValue._FIELDS = (
+    FieldSpec('initializing_topics', 'InitializingTopics', '[]TopicPartitionsInfo', (0, 32767), None, None, None, False, False, (), _C_TopicPartitionsInfo),
     FieldSpec('initialized_topics', 'InitializedTopics', '[]TopicPartitionsInfo', (0, 32767), None, None, None, False, False, (), _C_TopicPartitionsInfo),
     FieldSpec('deleting_topics', 'DeletingTopics', '[]TopicInfo', (0, 32767), None, None, None, False, False, (), _C_TopicInfo),
 )
