@@ -222,7 +222,7 @@ def _fetch_response(broker: Broker, ctx: RequestContext, answered: list[Partitio
                   else R.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1))
         t.partitions.append(R.PartitionData(
             partition_index=pf.partition, error_code=pf.error, acknowledge_error_code=pf.acknowledge_error,
-            current_leader=leader, records=pf.records if pf.acquired and not pf.error else None,
+            current_leader=leader, records=pf.records if pf.acquired and not pf.error else b"",
             acquired_records=[R.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
                                                 delivery_count=a.delivery_count) for a in pf.acquired]
             if not pf.error else []))
