@@ -75,8 +75,12 @@ def broker():
 def persister(broker):
     p = MemoryPersister()
     broker._broker.group_coordinator.share_persister = p
+    # the share partitions read the same state (ShareFetch answers COORDINATOR_NOT_AVAILABLE
+    # without a persister, which librdkafka's poll raises)
+    broker._broker.share_partition_manager.persister = p
     yield p
     broker._broker.group_coordinator.share_persister = None
+    broker._broker.share_partition_manager.persister = None
 
 
 def create_topic(c: WireClient, name: str, partitions: int) -> bytes:
