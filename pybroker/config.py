@@ -393,6 +393,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.share.record.lock.duration.ms", "int", 30000, between(1000, 3600000)),
     ConfigDef("group.share.min.record.lock.duration.ms", "int", 15000, between(1000, 30000)),
     ConfigDef("group.share.max.record.lock.duration.ms", "int", 60000, between(30000, 3600000)),
+    # share partitions and share sessions on a partition leader (share/share_partition.py, share_session.py)
+    ConfigDef("group.share.partition.max.record.locks", "int", 2000, between(100, 10000)),
+    ConfigDef("group.share.max.share.sessions", "int", 2000, at_least(1)),
     # share groups in the group coordinator (coordinators/group/share_group_manager.py); Kafka 4.2
     # accepts one assignor, "simple"; the retry interval is internal (Kafka's defineInternal)
     ConfigDef("group.share.max.size", "int", 200, between(1, 1000)),

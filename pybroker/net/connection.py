@@ -92,7 +92,7 @@ class Connection:
     __slots__ = ("sock", "peer", "listener_name", "client_software_name", "client_software_version",
                  "_buf", "_start", "_end", "_frame_buf", "busy", "requests", "waits", "fd", "waited",
                  "throttle_deadline", "_throttle_scope", "request_meter", "remote_s", "idle_mark", "idle_since",
-                 "principal", "token_authenticated", "sasl_session")
+                 "principal", "token_authenticated", "sasl_session", "close_hooks")
 
     def __init__(self, sock: trio.socket.SocketType, peer: Any, listener_name: str) -> None:
         self.sock = sock
@@ -126,6 +126,9 @@ class Connection:
         self.token_authenticated = False
         # the SASL session (net/sasl.SaslSession: mechanism, expiry for KIP-368), None unless SASL
         self.sasl_session: Any = None
+        # run once when the connection ends (a share session belongs to its connection:
+        # share/share_session.py); each must not block nor raise
+        self.close_hooks: list[Callable[[], None]] = []
 
     @property
     def buffer_bytes(self) -> int:
@@ -431,3 +434,8 @@ async def serve_connection(conn: Connection, handler: Handler, max_request_bytes
     finally:
         conn.busy = False
         sock.close()
+        for hook in conn.close_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("connection %s: a close hook failed", conn.peer)

@@ -118,6 +118,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # both are answered ILLEGAL_SASL_STATE (server/sasl_requests.py)
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
+    # KIP-932 share groups' data path (server/share_fetch.py); v2: KIP-1206 acquire mode, KIP-1222 renew
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
 }
 
 

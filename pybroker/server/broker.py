@@ -114,6 +114,7 @@ from pybroker.server.snapshot_generator import SnapshotGenerator
 from pybroker.server.txn import local_add_or_verify
 from pybroker.server.write_txn_markers import write_txn_markers
 from pybroker.share.default_persister import DefaultStatePersister
+from pybroker.share.share_partition_manager import SharePartitionManager
 
 log = logging.getLogger("pybroker")
 
@@ -159,6 +160,7 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator
         self.share_coordinator: ShareCoordinator
         self.share_persister: DefaultStatePersister
+        self.share_partition_manager: SharePartitionManager
         self.add_partitions_manager: AddPartitionsToTxnManager
         self.server: SocketServer
         # TLS (security/ssl_factory.py): each SSL listener's server side, and this node's client
@@ -528,6 +530,12 @@ class Broker:
                 local=lambda *a: local_add_or_verify(self, *a), request_timeout_ms=cfg["request.timeout.ms"],
                 ssl_context=self.inter_broker_client_ssl, sasl=self.inter_broker_client_sasl)
             self.replica_manager.add_partitions_manager = self.add_partitions_manager  # Produce's verification
+            # KIP-932: the share partitions this node leads (ShareFetch / ShareAcknowledge); the
+            # persister is the share coordinator's client when this node has one, else None
+            self.share_partition_manager = SharePartitionManager(
+                cfg, self.replica_manager, self.image, timer, nursery, self.share_persister,
+                self.clock.wall_ms)
+            loader.add_publisher("share partitions", lambda _d: self.share_partition_manager.on_metadata())
 
             def quotas(delta: Delta) -> None:
                 if delta.records is None:
@@ -714,6 +722,7 @@ class Broker:
             self.group_coordinator.shutdown()
             self.txn_coordinator.shutdown()
             self.share_coordinator.shutdown()
+            self.share_partition_manager.shutdown()
             rm = self.replica_manager
             rm.fetcher_manager.shutdown()
             for purgatory in (rm.fetch_purgatory, rm.produce_purgatory, rm.delete_records_purgatory):

@@ -59,6 +59,7 @@ from pybroker.server import (
     replica_log_dirs,
     sasl_requests,
     scram,
+    share_fetch,
     share_group,
     share_state,
     topics,
@@ -147,6 +148,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
     ApiKey.SASL_HANDSHAKE: sasl_requests.handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl_requests.handle_sasl_authenticate,
+    ApiKey.SHARE_FETCH: share_fetch.handle_share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: share_fetch.handle_share_acknowledge,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}

@@ -207,7 +207,7 @@ def test_api_keys_this_node_does_not_serve_close_the_connection_cleanly(node: Br
 
     offset = clean
     unserved = sorted(k for k in VALID_VERSIONS if k in REQUEST_CLASSES and k not in SUPPORTED)
-    assert ApiKey.SHARE_FETCH in unserved and ApiKey.CONTROLLED_SHUTDOWN in unserved
+    assert ApiKey.CONTROLLED_SHUTDOWN in unserved
     for key in unserved:
         version = VALID_VERSIONS[key][1]
         frame = encode_request(key, version, 7, "fuzz", example(REQUEST_CLASSES[key], version))

@@ -76,8 +76,12 @@ def persister(broker):
     real = broker._broker.group_coordinator.share_persister  # the broker's DefaultStatePersister
     p = MemoryPersister()
     broker._broker.group_coordinator.share_persister = p
+    # the share partitions read the same state (ShareFetch answers COORDINATOR_NOT_AVAILABLE
+    # without a persister, which librdkafka's poll raises)
+    broker._broker.share_partition_manager.persister = p
     yield p
     broker._broker.group_coordinator.share_persister = real
+    broker._broker.share_partition_manager.persister = real
 
 
 @pytest.fixture
@@ -85,8 +89,10 @@ def no_persister(broker):
     """The group coordinator as on a broker without a share coordinator."""
     real = broker._broker.group_coordinator.share_persister
     broker._broker.group_coordinator.share_persister = None
+    broker._broker.share_partition_manager.persister = None
     yield
     broker._broker.group_coordinator.share_persister = real
+    broker._broker.share_partition_manager.persister = real
 
 
 def create_topic(c: WireClient, name: str, partitions: int) -> bytes:

@@ -34,7 +34,7 @@ _str = str
 
 _S_i = _Struct('>i')
 _S_iiiiii = _Struct('>iiiiii')
-_S_iiiiiib = _Struct('>iiiiiib')
+_S_iiiiiibo = _Struct('>iiiiiib?')
 _S_qq = _Struct('>qq')
 _S_u = _Struct('>16s')
 
@@ -42,7 +42,7 @@ _S_u = _Struct('>16s')
 class ShareFetchRequest(ApiMessage):
     """Request body (api key 78), versions 1-2."""
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'topics', 'forgotten_topics_data', 'unknown_tagged_fields',)
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'is_renew_ack', 'topics', 'forgotten_topics_data', 'unknown_tagged_fields',)
 
     def __init__(
         self,
@@ -56,6 +56,7 @@ class ShareFetchRequest(ApiMessage):
         max_records: int = 0,
         batch_size: int = 0,
         share_acquire_mode: int = 0,
+        is_renew_ack: bool = False,
         topics: list[ShareFetchRequest.FetchTopic] = _UNSET,
         forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = _UNSET,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -69,6 +70,7 @@ class ShareFetchRequest(ApiMessage):
         self.max_records = max_records
         self.batch_size = batch_size
         self.share_acquire_mode = share_acquire_mode
+        self.is_renew_ack = is_renew_ack
         self.topics = [] if topics is _UNSET else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is _UNSET else forgotten_topics_data
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -201,6 +203,8 @@ def _e_ForgottenTopic_0(o, out):
 def _e_ShareFetchRequest_0(o, out):
     if o.share_acquire_mode != 0:
         raise _UVE("a non-default share_acquire_mode cannot be written at this version")
+    if o.is_renew_ack != False:
+        raise _UVE("a non-default is_renew_ack cannot be written at this version")
     out.append(_cnstr(o.group_id))
     out.append(_cnstr(o.member_id))
     _a1 = o.topics
@@ -306,6 +310,7 @@ def _d_ShareFetchRequest_0(buf, pos):
     _len = len(buf)
     o = _new(_C_ShareFetchRequest)
     o.share_acquire_mode = 0
+    o.is_renew_ack = False
     o.unknown_tagged_fields = None
     _n1 = buf[pos]
     if _n1 < 128: pos += 1
@@ -366,7 +371,7 @@ def _e_ShareFetchRequest_1(o, out):
     out.append(_cnstr(o.group_id))
     out.append(_cnstr(o.member_id))
     _a1 = o.topics
-    out.append(_S_iiiiiib.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode))
+    out.append(_S_iiiiiibo.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack))
     out.append(_clen(len(_a1)))
     for _x2 in _a1:
         _e_FetchTopic_0(_x2, out)
@@ -406,8 +411,8 @@ def _d_ShareFetchRequest_1(buf, pos):
         if _e4 > _len or _n3 < 0: raise _Malformed("member_id runs past the end")
         o.member_id = _str(buf[pos:_e4], "utf-8", "replace")
         pos = _e4
-    o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode = _S_iiiiiib.unpack_from(buf, pos)
-    pos += 25
+    o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack = _S_iiiiiibo.unpack_from(buf, pos)
+    pos += 26
     _n5 = buf[pos]
     if _n5 < 128: pos += 1
     else: _n5, pos = _ruv(buf, pos)
@@ -451,6 +456,7 @@ _C_ShareFetchRequest._FIELDS = (
     FieldSpec('max_records', 'MaxRecords', 'int32', (1, 32767), None, None, None, False, False, 0, None),
     FieldSpec('batch_size', 'BatchSize', 'int32', (1, 32767), None, None, None, False, False, 0, None),
     FieldSpec('share_acquire_mode', 'ShareAcquireMode', 'int8', (2, 32767), None, None, None, False, False, 0, None),
+    FieldSpec('is_renew_ack', 'IsRenewAck', 'bool', (2, 32767), None, None, None, False, False, False, None),
     FieldSpec('topics', 'Topics', '[]FetchTopic', (0, 32767), None, None, None, False, False, (), _C_FetchTopic),
     FieldSpec('forgotten_topics_data', 'ForgottenTopicsData', '[]ForgottenTopic', (0, 32767), None, None, None, False, False, (), _C_ForgottenTopic),
 )

@@ -1,0 +1,402 @@
+"""The share partitions a broker leads, and the ShareFetch / ShareAcknowledge work on them
+(Kafka's SharePartitionManager and DelayedShareFetch).
+
+Format: `partitions` maps (group id, topic id, partition) to a SharePartition, created lazily on
+this partition's leader by the first share fetch naming it, at the leader epoch it has then; it
+loads its state from the Persister (`maybe_initialize`). A partition that is no longer led here,
+or led at another epoch, is closed and dropped when next touched, so a new leader loads the
+persisted state again. Without a persister (`persister` None) every partition answers
+COORDINATOR_NOT_AVAILABLE, as a SharePartition whose persister cannot be reached.
+
+ShareFetch (`fetch`): the acknowledgements piggybacked on the request are applied first
+(`acknowledge`); then, for each partition that can acquire, the log is read from the
+partition's next fetch offset through the replica manager (ReplicaManager.read_from_log, as a
+consumer fetch at the group's share.isolation.level), the batch headers are read from the file
+regions, the records are acquired (SharePartition.acquire) and the response carries the log's
+batches covering the acquired ranges (Kafka's ShareFetchUtils slicing), as file regions.
+When nothing is acquired and MaxWaitMs > 0, the fetch parks as a DelayedShareFetch in the
+replica manager's fetch purgatory, watched on the partitions' (topic, partition) keys, which a
+log append checks; a share partition whose records became available again (a release, a lock
+timeout) checks the same keys. Each check acquires for it; it completes once it got records,
+or at MaxWaitMs after one more attempt. **Difference:** Kafka's DelayedShareFetch completes once
+MinBytes are acquired; here any acquired record completes it (a share consumer sends MinBytes 1).
+
+Concurrency: trio thread only. Acquisition never awaits between reading the log and acquiring, so
+two fetches cannot acquire the same record. Persister calls await.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pybroker.controller.group_configs import GROUP_KEY_BY_NAME, RESOURCE_GROUP, defaults, parse
+from pybroker.protocol.chunks import FileRegion
+from pybroker.protocol.errors import Errors
+from pybroker.purgatory.purgatory import DelayedOperation
+from pybroker.purgatory.timer import SystemTimer
+from pybroker.replication.fetch_params import READ_COMMITTED, READ_UNCOMMITTED, FetchParams, LogRead
+from pybroker.share.persister import Persister
+from pybroker.share.share_partition import (
+    ACTIVE,
+    FAILED,
+    FENCED,
+    AcquiredRecords,
+    FetchedBatch,
+    SharePartition,
+    ShareSettings,
+)
+from pybroker.share.share_session import ShareSession, ShareSessionCache
+
+if TYPE_CHECKING:
+    from pybroker.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+SPKey = tuple[str, bytes, int]  # (group id, topic id, partition)
+_HEADER = 61  # a v2 record batch header
+_HEADER_CHUNK = 64 * 1024
+_EARLIEST, _LATEST = -2, -1  # ListOffsets timestamps
+
+
+@dataclass
+class PartitionFetch:
+    """One partition of a share fetch: its share partition (or the error that refused it), what
+    was acquired, and the file regions of the batches that cover it."""
+
+    topic_id: bytes
+    partition: int
+    topic: str | None
+    error: int = 0
+    acknowledge_error: int = 0
+    has_ack: bool = False
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+    records: list[FileRegion] = field(default_factory=list)
+
+
+def read_batch_headers(regions: Sequence[FileRegion]) -> list[tuple[FetchedBatch, FileRegion]]:
+    """The batches in `regions` (a log read): their headers, and each batch's own region.
+    A batch cut short at the end of a region (a byte limit) is left out. The headers are read in
+    chunks of up to _HEADER_CHUNK bytes (one pread for a run of small batches, one short read per
+    large batch), from the page cache the read just warmed."""
+    out = []
+    for region in regions:
+        fd, pos, end = region.fd, region.position, region.position + region.length
+        buf = b""
+        buf_start = pos
+        while pos + _HEADER <= end:
+            if pos + _HEADER > buf_start + len(buf):
+                buf_start = pos
+                buf = os.pread(fd, min(end - pos, _HEADER_CHUNK), pos)
+                if len(buf) < _HEADER:
+                    break
+            at = pos - buf_start
+            head = buf[at:at + _HEADER]
+            base = int.from_bytes(head[0:8], "big", signed=True)
+            size = 12 + int.from_bytes(head[8:12], "big", signed=True)
+            if pos + size > end or size < _HEADER:
+                break
+            attributes = int.from_bytes(head[21:23], "big")
+            last_delta = int.from_bytes(head[23:27], "big", signed=True)
+            producer_id = int.from_bytes(head[43:51], "big", signed=True)
+            out.append((FetchedBatch(base, base + last_delta, producer_id, bool(attributes & 0x10),
+                                     bool(attributes & 0x20)), FileRegion(fd, pos, size)))
+            pos += size
+    return out
+
+
+def share_settings(config: Any, image: Any, group_id: str) -> ShareSettings:
+    """The group's share.* configs now: the dynamic group config over the group.share.* defaults."""
+    stored = image.configs.get((RESOURCE_GROUP, group_id), {}) if image is not None else {}
+    base = defaults(config)
+
+    def value(name: str) -> Any:
+        raw = stored.get(name)
+        if raw is None:
+            return base[name]
+        try:
+            return parse(GROUP_KEY_BY_NAME[name], raw)
+        except Exception:  # validated when it was set; a bad value falls back to the default
+            return base[name]
+
+    max_locks = config.get("group.share.partition.max.record.locks", 2000) if config is not None else 2000
+    raw_locks = stored.get("share.partition.max.record.locks")  # Kafka 4.2's group config over the broker's
+    if raw_locks is not None:
+        try:
+            max_locks = int(raw_locks)
+        except ValueError:
+            pass
+    renew = str(stored.get("share.renew.acknowledge.enable", "true")).strip().lower() != "false"
+    return ShareSettings(record_lock_duration_ms=int(value("share.record.lock.duration.ms")),
+                         delivery_count_limit=int(value("share.delivery.count.limit")),
+                         max_record_locks=int(max_locks or 2000),
+                         read_committed=str(value("share.isolation.level")) == "read_committed",
+                         auto_offset_reset=str(value("share.auto.offset.reset")), renew_enabled=renew)
+
+
+class DelayedShareFetch(DelayedOperation):
+    """A share fetch that acquired nothing, parked (Kafka's DelayedShareFetch): each check of its
+    keys (an append, a release, a lock timeout) acquires for it, and it completes once something
+    was acquired, so the other parked members keep waiting instead of answering empty; at
+    MaxWaitMs it completes and the handler acquires once more (Kafka's onComplete)."""
+
+    def __init__(self, delay_ms: int, ready: Callable[[], bool], attempt: Callable[[], int]) -> None:
+        super().__init__(delay_ms)
+        self._ready = ready
+        self._attempt = attempt
+
+    def try_complete(self) -> bool:
+        # runs inside whoever checked the key (an append, another request): a fault here answers
+        # this fetch, never theirs
+        try:
+            done = self._ready() and self._attempt() > 0
+        except Exception:
+            log.exception("a parked share fetch failed to acquire")
+            done = True
+        return self.force_complete() if done else False
+
+
+class SharePartitionManager:
+    def __init__(self, config: Any, replica_manager: ReplicaManager, image: Any, timer: SystemTimer,
+                 nursery: trio.Nursery, persister: Persister | None, wall_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.rm = replica_manager
+        self.image = image
+        self.timer = timer
+        self.nursery = nursery
+        self.persister = persister
+        self.wall_ms = wall_ms
+        self.partitions: dict[SPKey, SharePartition] = {}
+        max_sessions = config.get("group.share.max.share.sessions", 2000) if config is not None else 2000
+        self.sessions = ShareSessionCache(int(max_sessions or 2000))
+
+    def settings(self, group_id: str) -> ShareSettings:
+        return share_settings(self.config, self.image, group_id)
+
+    # ------------------------------------------------------------------ share partitions
+
+    def share_partition(self, group_id: str, topic_id: bytes, topic: str, partition: int) -> SharePartition | int:
+        """The share partition on this leader, created if needed; else the error code."""
+        key = (group_id, topic_id, partition)
+        p = self.rm.leader_partition(topic, partition)
+        sp = self.partitions.get(key)
+        if isinstance(p, int):
+            if sp is not None:
+                self._drop(key, sp)
+            return p
+        if p.topic_id != topic_id:
+            return Errors.UNKNOWN_TOPIC_ID
+        if sp is not None and (sp.leader_epoch != p.leader_epoch or sp.state in (FAILED, FENCED)):
+            self._drop(key, sp)
+            sp = None
+        if sp is None:
+            if self.persister is None:
+                return Errors.COORDINATOR_NOT_AVAILABLE
+            tp = (topic, partition)
+            sp = SharePartition(group_id, uuid.UUID(bytes=topic_id), topic, partition, p.leader_epoch,
+                                self.persister, self.timer, self.nursery, lambda: self.settings(group_id),
+                                lambda s: self._offset_for_reset(topic, partition, s),
+                                lambda: self._on_change(tp), self.wall_ms)
+            self.partitions[key] = sp
+        return sp
+
+    def on_metadata(self) -> None:
+        """A metadata change: the share partitions of a partition no longer led here, led at
+        another epoch, or deleted, are closed and dropped at once (Kafka's SharePartitionListener:
+        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them."""
+        for key, sp in list(self.partitions.items()):
+            p = self.rm.leader_partition(sp.topic, sp.partition)
+            if isinstance(p, int) or p.leader_epoch != sp.leader_epoch or p.topic_id != key[1]:
+                self._drop(key, sp)
+
+    def _drop(self, key: SPKey, sp: SharePartition) -> None:
+        sp.close()
+        if self.partitions.get(key) is sp:
+            del self.partitions[key]
+
+    def _on_change(self, tp: tuple[str, int]) -> None:
+        self.rm.fetch_purgatory.check_and_complete(tp)
+
+    def _offset_for_reset(self, topic: str, partition: int, strategy: str | int) -> int:
+        p = self.rm.get_partition(topic, partition)
+        if p is None:
+            return 0
+        if strategy == "earliest":
+            return int(p.log.log_start_offset)
+        if strategy == "latest":
+            return int(p.log.high_watermark)
+        _code, offset, _ts, _epoch = self.rm.fetch_offset(topic, partition, int(strategy), READ_UNCOMMITTED)
+        return int(offset) if offset >= 0 else int(p.log.high_watermark)
+
+    # ------------------------------------------------------------------ ShareFetch
+
+    async def acknowledge(self, group_id: str, member_id: str, pf: PartitionFetch,
+                          batches: list[tuple[int, int, list[int]]]) -> int:
+        """Acknowledge in a share partition this leader has (Kafka's SharePartitionManager.acknowledge:
+        one it never fetched is UNKNOWN_TOPIC_OR_PARTITION; a partition led elsewhere now is
+        NOT_LEADER_OR_FOLLOWER)."""
+        if pf.topic is None:
+            return Errors.UNKNOWN_TOPIC_ID
+        key = (group_id, pf.topic_id, pf.partition)
+        p = self.rm.leader_partition(pf.topic, pf.partition)
+        sp = self.partitions.get(key)
+        if isinstance(p, int):
+            if sp is not None:
+                self._drop(key, sp)
+            return p
+        if sp is None or sp.leader_epoch != p.leader_epoch:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        code = await sp.maybe_initialize()
+        if code:
+            return code
+        code = await sp.acknowledge(member_id, batches)
+        if sp.state == FENCED:
+            self._drop(key, sp)
+        return code
+
+    async def prepare(self, group_id: str, parts: list[PartitionFetch]) -> list[tuple[PartitionFetch, SharePartition]]:
+        """The share partitions of a fetch, initialized; refused partitions get their error."""
+        out = []
+        for pf in parts:
+            if pf.error:
+                continue
+            if pf.topic is None:
+                pf.error = Errors.UNKNOWN_TOPIC_ID
+                continue
+            sp = self.share_partition(group_id, pf.topic_id, pf.topic, pf.partition)
+            if isinstance(sp, int):
+                pf.error = sp
+                continue
+            code = await sp.maybe_initialize()
+            if code:
+                pf.error = code
+                continue
+            out.append((pf, sp))
+        return out
+
+    def acquirable(self, targets: list[tuple[PartitionFetch, SharePartition]]) -> bool:
+        """Whether some partition has records a fetch could acquire now."""
+        for _pf, sp in targets:
+            if sp.state != ACTIVE or not sp.can_acquire_records():
+                continue
+            nxt = sp.next_fetch_offset()
+            if nxt <= sp.end_offset:
+                return True
+            p = self.rm.get_partition(sp.topic, sp.partition)
+            if p is None:
+                continue
+            upper = p.log.last_stable_offset if sp.settings().read_committed else p.log.high_watermark
+            if upper > nxt:
+                return True
+        return False
+
+    def acquire(self, member_id: str, targets: list[tuple[PartitionFetch, SharePartition]], max_bytes: int,
+                max_records: int, batch_size: int, mode: int) -> int:
+        """Read and acquire (synchronously: no other fetch runs in between). The request's bytes
+        are shared evenly by the partitions that can acquire (Kafka's uniform
+        PartitionMaxBytesStrategy), each read returning at least one batch. Returns the records
+        acquired."""
+        total_bytes = 0
+        remaining = max_records
+        readable = []
+        for pf, sp in targets:
+            if sp.state != ACTIVE:
+                continue
+            p = self.rm.get_partition(sp.topic, sp.partition)
+            if p is not None and p.log.log_start_offset > sp.start_offset:
+                sp.update_cache_and_offsets(p.log.log_start_offset)  # retention passed the start offset
+            if sp.can_acquire_records():
+                readable.append((pf, sp))
+        if not readable:
+            return 0
+        per_partition = max(1, max_bytes // len(readable))
+        for pf, sp in readable:
+            if remaining <= 0 or total_bytes >= max_bytes:
+                break
+            settings = sp.settings()
+            isolation = READ_COMMITTED if settings.read_committed else READ_UNCOMMITTED
+            limit = min(per_partition, max_bytes - total_bytes)
+            params = FetchParams(-1, -1, 0, 0, limit, isolation)
+            fetch_offset = sp.next_fetch_offset()
+            read = LogRead(None, fetch_offset, limit, 0, sp.topic, sp.partition, pf.topic_id)
+            self.rm.read_from_log(params, [read])
+            if read.error_code:
+                if read.error_code == Errors.OFFSET_OUT_OF_RANGE:
+                    log.info("share partition %s %s-%d: fetch offset %d out of range", sp.group_id, sp.topic,
+                             sp.partition, read.fetch_offset)
+                pf.error = read.error_code
+                continue
+            if not read.regions:
+                continue
+            batches = read_batch_headers(read.regions)
+            acquired = sp.acquire(member_id, [b for b, _ in batches], remaining, batch_size, mode,
+                                  read.aborted if settings.read_committed else None, fetch_offset)
+            if not acquired:
+                continue
+            pf.acquired = acquired
+            lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+            regions = [r for b, r in batches if b.last_offset >= lo and b.base_offset <= hi]
+            pf.records = _coalesce(regions)
+            total_bytes += sum(r.length for r in pf.records)
+            remaining -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        return max_records - remaining
+
+    def delayed(self, targets: list[tuple[PartitionFetch, SharePartition]], max_wait_ms: int,
+                attempt: Callable[[], int]) -> DelayedShareFetch | None:
+        """Park a fetch that acquired nothing (None: it may answer now); `attempt` acquires for
+        it and returns how many records it got."""
+        if max_wait_ms <= 0 or not targets:
+            return None
+        op = DelayedShareFetch(max_wait_ms, lambda: self.acquirable(targets), attempt)
+        keys = {(sp.topic, sp.partition) for _, sp in targets}
+        if self.rm.fetch_purgatory.try_complete_else_watch(op, keys):
+            return None
+        return op
+
+    # ------------------------------------------------------------------ sessions
+
+    def release_session(self, session: ShareSession) -> None:
+        """A session closed or was replaced: release its member's acquired records in its
+        partitions at once (in the background)."""
+        group_id, member_id = session.key
+        for topic_id, partition in list(session.partitions):
+            sp = self.partitions.get((group_id, topic_id, partition))
+            if sp is not None and sp.state == ACTIVE:
+                self.nursery.start_soon(self._release, sp, member_id)
+
+    async def _release(self, sp: SharePartition, member_id: str) -> None:
+        try:
+            code = await sp.release_acquired_records(member_id)
+        except Exception:  # a background task of the broker's nursery: never let it take the node down
+            log.exception("share partition %s %s-%d: releasing member %s's records failed", sp.group_id, sp.topic,
+                          sp.partition, member_id)
+            return
+        if code:
+            log.info("share partition %s %s-%d: releasing member %s's records failed: error %d", sp.group_id,
+                     sp.topic, sp.partition, member_id, code)
+
+    def connection_closed(self, connection: object) -> None:
+        for s in self.sessions.connection_closed(connection):
+            self.release_session(s)
+
+    def shutdown(self) -> None:
+        for sp in self.partitions.values():
+            sp.close()
+        self.partitions.clear()
+
+
+def _coalesce(regions: list[FileRegion]) -> list[FileRegion]:
+    out: list[FileRegion] = []
+    for r in regions:
+        if out and out[-1].fd == r.fd and out[-1].position + out[-1].length == r.position:
+            prev = out.pop()
+            out.append(FileRegion(prev.fd, prev.position, prev.length + r.length))
+        else:
+            out.append(r)
+    return out
