@@ -1,18 +1,16 @@
 """confluent-kafka's ShareConsumer (librdkafka's share consumer) against a live pybroker: the group
-coordinator's side assigns, this node's share partitions deliver; both share the in-memory
-share-state persister of the unit tests (tests/unit/share/memory_persister.py) in place of the
-share coordinator, injected in-process."""
+coordinator assigns, this node's share partitions deliver, and the share coordinator keeps their
+state in __share_group_state (the broker's own DefaultStatePersister); what was acknowledged is
+read back with DescribeShareGroupOffsets (pybroker's admin client)."""
 
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-import trio
 
+from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.testing import EmbeddedBroker
-from tests.unit.share.memory_persister import MemoryPersister
 
 from .test_dynamic_configs_wire import SET, incremental
 from .test_live_versions import create_topic
@@ -31,13 +29,6 @@ def broker():
                                    "group.share.min.record.lock.duration.ms": 1000,
                                    "group.share.heartbeat.interval.ms": 1000,
                                    "group.share.min.heartbeat.interval.ms": 1000}) as b:
-        persister = MemoryPersister()
-
-        def install() -> None:
-            b._broker.share_partition_manager.persister = persister
-            b._broker.group_coordinator.share_persister = persister
-        trio.from_thread.run_sync(install, trio_token=b._token)
-        b.persister = persister  # type: ignore[attr-defined]
         yield b
 
 
@@ -81,7 +72,7 @@ def poll_until(consumers, want, timeout_s=30.0, ack=None):
 
 
 def test_records_go_to_one_member_at_a_time_and_are_acknowledged(broker, wire):
-    tid = setup(broker, wire, "sc-many", partitions=2, records=60)
+    setup(broker, wire, "sc-many", partitions=2, records=60)
     cs = [consumer(broker, "sc-many-g") for _ in range(3)]
     try:
         for c in cs:
@@ -96,14 +87,23 @@ def test_records_go_to_one_member_at_a_time_and_are_acknowledged(broker, wire):
         for c in cs:
             c.close()
 
-    def all_acknowledged() -> bool:
-        states = [broker.persister.states.get(("sc-many-g", uuid.UUID(bytes=tid), p)) for p in (0, 1)]
-        return all(st is not None and all(o < st.start_offset or st.offsets.get(o, (0,))[0] == 2
-                                          for o in range(30)) for st in states)
-    deadline = time.monotonic() + 10
-    while not all_acknowledged() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all_acknowledged()
+    # every acknowledgement reached the share partitions: a new member of the group gets only
+    # what is produced after them
+    later = consumer(broker, "sc-many-g")
+    try:
+        later.subscribe(["sc-many"])
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers})
+        p.produce("sc-many", b"after", partition=1)
+        assert p.flush(15) == 0
+        seen = poll_until([later], lambda s: len(s) >= 1, timeout_s=20)
+        seen += poll_until([later], lambda s: False, timeout_s=1.0)  # and nothing else comes
+        assert [(p, o, n) for _, p, o, n in seen] == [(1, 30, 1)]
+    finally:
+        later.close()
+    # and the share coordinator holds the groups' state (DescribeShareGroupOffsets)
+    with AdminClient(broker.bootstrap_servers) as admin:
+        offsets = admin.describe_share_group_offsets("sc-many-g")
+    assert set(offsets) == {TopicPartition("sc-many", 0), TopicPartition("sc-many", 1)}
 
 
 def test_release_and_reject_in_explicit_mode(broker, wire):
