@@ -32,7 +32,12 @@ nodes then contradict each other at times (a lie repeated in good faith); those 
 counted, not fatal. Every node runs `strict`: any exception out of a handler fails the run. The
 invariants are the same, progress included. One forgery is out of the model: a Fetch in a voter's
 name claiming more than that voter has, which would count as its acknowledgement; without
-authentication of the controller listener (the security issue) no rule can tell it apart.
+authentication of the controller listener (the security issue) no rule can tell it apart (Kafka's
+leader, like ours, takes any valid fetch offset as the replica's end offset). The adversary builds
+its Fetches within the model, but a field mutation (a made-up replica id rewritten to a voter's) or
+a leadership change between forging and delivery can still make one claim more; the cluster
+withholds such a Fetch when its target is about to handle it (`Adversary.forges_acknowledgement`,
+counted in `ByzantineReport.withheld`), so the bound is what the leader knows at that moment.
 """
 
 from __future__ import annotations
@@ -312,6 +317,10 @@ class Cluster:
         client = node.client
         assert client is not None
         if kind == "request":
+            adversary = self.adversary
+            if payload.token == ADVERSARY and adversary is not None \
+                    and adversary.forges_acknowledgement(node, payload):
+                return  # out of the model (module docstring): never reaches the node
             client.handle_request(payload, self.now)
         elif kind == "response":
             incarnation, response = payload
@@ -654,6 +663,7 @@ class Adversary:
         self.mean_gap_ms = mean_gap_ms
         self.active = True
         self.sent: dict[str, int] = {}
+        self.withheld = 0  # forged acknowledgements kept from their target (out of the model)
 
     def next_gap_ms(self) -> int:
         return max(1, int(self.rng.expovariate(1 / self.mean_gap_ms)))
@@ -727,6 +737,35 @@ class Adversary:
         """The leader's own id, a non-voter or observer id, or a voter's name."""
         return self.rng.choice([target.id, *NON_VOTER_IDS, *voters])
 
+    def forges_acknowledgement(self, target: SimNode, request: InboundRequest) -> bool:
+        """A forged Fetch that, handled by `target` now, would count as a voter's acknowledgement
+        of more than that voter has (out of the model, see the module docstring): in the name
+        of a voter other than the target, to a leader of the epoch it names, at an offset past the
+        end offset the leader knows for that voter. The leader learns that only from the voter's
+        own fetches and from in-model forgeries, which claim no more, so it is at most what the
+        voter has. `_fetch_position` shapes Fetches this way when forging; this is checked again at
+        delivery because a mutation can rewrite the replica id or the offset, and the target can
+        become a leader (or a leader of a later epoch) while the request is in flight."""
+        client = target.client
+        if request.api_key != ApiKey.FETCH or client is None:
+            return False
+        state = client.quorum.state
+        if not isinstance(state, LeaderState):
+            return False
+        body = request.body
+        partition = ru.fetch_partition(body)
+        replica = ru.fetch_replica_id(body)
+        if partition is None or replica == target.id or partition.current_leader_epoch != state.epoch:
+            return False
+        voter = state.voters.voter(replica)
+        if voter is None or not voter.matches(replica, ru.optional_directory(partition.replica_directory_id)):
+            return False  # an observer's fetch: never counted toward the high watermark
+        known = state.voter_states[replica].end_offset or 0
+        if partition.fetch_offset <= known:
+            return False
+        self.withheld += 1
+        return True
+
     def _fetch_position(self, target: SimNode, replica: int, last: OffsetAndEpoch) -> tuple[int, int]:
         """Anything for made-up ids; in a voter's name, no more than the leader already knows
         that voter has (claiming more would forge its acknowledgement: out of the model)."""
@@ -776,6 +815,7 @@ class ByzantineReport:
     seed: int
     forged: dict[str, int] = field(default_factory=dict)
     answered: int = 0
+    withheld: int = 0  # forged acknowledgements kept from their target (out of the model)
     peer_faults: int = 0
     committed: int = 0
     leader_epochs: int = 0
@@ -860,6 +900,7 @@ def run_byzantine_scenario(seed: int, *, phases: int = 3) -> ByzantineReport:
     cluster.check_converged()
     report.forged = dict(adversary.sent)
     report.answered = cluster.adversary_answers
+    report.withheld = adversary.withheld
     report.peer_faults = cluster.peer_faults
     report.committed = cluster.max_committed
     report.leader_epochs = len(cluster.leaders)
