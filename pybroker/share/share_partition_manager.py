@@ -366,11 +366,12 @@ class SharePartitionManager:
         partitions at once (in the background)."""
         group_id, member_id = session.key
         for topic_id, partition in list(session.partitions):
-            sp = self.partitions.get((group_id, topic_id, partition))
+            key = (group_id, topic_id, partition)
+            sp = self.partitions.get(key)
             if sp is not None and sp.state == ACTIVE:
-                self.nursery.start_soon(self._release, sp, member_id)
+                self.nursery.start_soon(self._release, key, sp, member_id)
 
-    async def _release(self, sp: SharePartition, member_id: str) -> None:
+    async def _release(self, key: SPKey, sp: SharePartition, member_id: str) -> None:
         try:
             code = await sp.release_acquired_records(member_id)
         except Exception:  # a background task of the broker's nursery: never let it take the node down
@@ -380,6 +381,15 @@ class SharePartitionManager:
         if code:
             log.info("share partition %s %s-%d: releasing member %s's records failed: error %d", sp.group_id,
                      sp.topic, sp.partition, member_id, code)
+            return
+        # the last session of the group in this partition is gone: the share partition leaves the
+        # cache (Kafka's ShareGroupListener.onGroupEmpty), so the next fetch loads the state the
+        # share coordinator holds, which an admin may have changed meanwhile (AlterShareGroupOffsets
+        # and DeleteShareGroupOffsets need an empty group); everything it had is persisted
+        group_id, topic_id, partition = key
+        if self.partitions.get(key) is sp and not any(
+                s.key[0] == group_id and (topic_id, partition) in s.partitions for s in self.sessions.sessions.values()):
+            self._drop(key, sp)
 
     def connection_closed(self, connection: object) -> None:
         for s in self.sessions.connection_closed(connection):

@@ -126,7 +126,8 @@ sys.stdin.read()  # hold the records until killed
 def test_killed_member_records_go_to_another(broker, topic):
     create_topic(broker.bootstrap, topic, 1)
     produce_to_partitions(broker.bootstrap, topic, [0], 20, "killed")
-    # a long lock: the records come back because the dead member's session goes, not its lock
+    # a long lock: the records come back because the dead member's connection and session go,
+    # not its lock
     group = share_group(broker.bootstrap, share_record_lock_duration_ms="60000")
     proc = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, broker.bootstrap, group, topic],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -140,7 +141,9 @@ def test_killed_member_records_go_to_another(broker, topic):
             got = drain(c, 20, timeout=30, ack=AcknowledgeType.ACCEPT)
             c.commit_sync()
             assert sorted(m.offset() for m in got) == list(range(20))
-            assert max(m.delivery_count() for m in got) == 2
+            # released when the dead member's connection closed, and, as Kafka does, without
+            # counting a delivery the member may never have processed
+            assert {m.delivery_count() for m in got} == {1}
         finally:
             c.close()
     finally:
