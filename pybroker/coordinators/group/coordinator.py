@@ -63,6 +63,9 @@ from pybroker.coordinators.shard import CoordinatorResult, operation_error
 from pybroker.log.errors import InvalidProducerEpochError
 from pybroker.protocol.errors import Errors, KafkaError
 
+# how long a share-group heartbeat that started a share-state initialization waits for it
+SHARE_INITIALIZE_WAIT_S = 2.0
+
 log = logging.getLogger("pybroker.group")
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
@@ -197,21 +200,52 @@ class GroupCoordinator:
         except KafkaError as exc:
             return share_heartbeat_error(exc.code, exc.message)
 
-        def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:
-            s.share.can_initialize = self.share_persister is not None
-            return s.share.heartbeat(req, client_id, client_host, now)
-        resp, init = await self.write(req.group_id, op)
-        if init is not None and self.share_persister is not None:
-            self.spawn(self._initialize_share_state, init)
-        return resp
+        def heartbeat(r: Any) -> Callable[[GroupCoordinatorShard, int], CoordinatorResult]:
+            def op(s: GroupCoordinatorShard, now: int) -> CoordinatorResult:
+                s.share.can_initialize = self.share_persister is not None
+                return s.share.heartbeat(r, client_id, client_host, now)
+            return op
+        resp, init = await self.write(req.group_id, heartbeat(req))
+        if init is None or self.share_persister is None:
+            return resp
+        initialized = trio.Event()
+        self.spawn(self._initialize_share_state, init, initialized)
+        if resp.error_code or resp.member_epoch <= 0:
+            return resp
+        # Deliberate difference: Kafka answers at once and the member learns of the initialized
+        # partitions at its next heartbeat (group.share.heartbeat.interval.ms, 5 s), so a share
+        # group's first member waits that long for its first record. Here the heartbeat that
+        # started the initialization waits for it (briefly) and answers with the assignment a
+        # heartbeat right after it would get: the same records and epochs, seconds earlier.
+        with trio.move_on_after(SHARE_INITIALIZE_WAIT_S):
+            await initialized.wait()
+        if not initialized.is_set():
+            return resp
+        follow = type(req)(group_id=req.group_id, member_id=req.member_id, member_epoch=resp.member_epoch,
+                           rack_id=None, subscribed_topic_names=None)
+        try:
+            resp2, init2 = await self.write(req.group_id, heartbeat(follow))
+        except KafkaError:
+            return resp
+        if init2 is not None:
+            self.spawn(self._initialize_share_state, init2, trio.Event())
+        if resp2.error_code:
+            return resp
+        if resp2.assignment is None:
+            resp2.assignment = resp.assignment
+        if resp2.member_id is None:
+            resp2.member_id = resp.member_id
+        return resp2
 
-    async def _initialize_share_state(self, init: InitializeRequest) -> None:
+    async def _initialize_share_state(self, init: InitializeRequest, done: trio.Event) -> None:
         """InitializeShareGroupState through the Persister, then record the outcome (a background
-        task of the broker's nursery: it must never raise)."""
+        task of the broker's nursery: it must never raise); `done` is set once it is recorded."""
         try:
             await self._initialize_share_state_once(init)
         except Exception:
             log.exception("group %s: share-state initialization failed; a later heartbeat asks again", init.group_id)
+        finally:
+            done.set()
 
     async def _initialize_share_state_once(self, init: InitializeRequest) -> None:
         done: dict[bytes, frozenset[int]] = {}
