@@ -125,19 +125,12 @@ def share_settings(config: Any, image: Any, group_id: str) -> ShareSettings:
         except Exception:  # validated when it was set; a bad value falls back to the default
             return base[name]
 
-    max_locks = config.get("group.share.partition.max.record.locks", 2000) if config is not None else 2000
-    raw_locks = stored.get("share.partition.max.record.locks")  # Kafka 4.2's group config over the broker's
-    if raw_locks is not None:
-        try:
-            max_locks = int(raw_locks)
-        except ValueError:
-            pass
-    renew = str(stored.get("share.renew.acknowledge.enable", "true")).strip().lower() != "false"
     return ShareSettings(record_lock_duration_ms=int(value("share.record.lock.duration.ms")),
                          delivery_count_limit=int(value("share.delivery.count.limit")),
-                         max_record_locks=int(max_locks or 2000),
+                         max_record_locks=int(value("share.partition.max.record.locks")),
                          read_committed=str(value("share.isolation.level")) == "read_committed",
-                         auto_offset_reset=str(value("share.auto.offset.reset")), renew_enabled=renew)
+                         auto_offset_reset=str(value("share.auto.offset.reset")),
+                         renew_enabled=bool(value("share.renew.acknowledge.enable")))
 
 
 class DelayedShareFetch(DelayedOperation):
