@@ -43,6 +43,7 @@ from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.fetch_params import READ_COMMITTED, READ_UNCOMMITTED, FetchParams, LogRead
 from pybroker.share.persister import Persister
+from pybroker.share.share_group_metrics import ShareGroupMetrics
 from pybroker.share.share_partition import (
     ACTIVE,
     FAILED,
@@ -166,6 +167,8 @@ class SharePartitionManager:
         self.persister = persister
         self.wall_ms = wall_ms
         self.partitions: dict[SPKey, SharePartition] = {}
+        self.metrics = ShareGroupMetrics()
+        self._load_started: dict[SPKey, float] = {}  # share partitions not loaded yet: trio time created
         max_sessions = config.get("group.share.max.share.sessions", 2000) if config is not None else 2000
         self.sessions = ShareSessionCache(int(max_sessions or 2000))
 
@@ -197,7 +200,14 @@ class SharePartitionManager:
                                 lambda s: self._offset_for_reset(topic, partition, s),
                                 lambda: self._on_change(tp), self.wall_ms)
             self.partitions[key] = sp
+            self._load_started[key] = trio.current_time()
         return sp
+
+    def _loaded(self, key: SPKey) -> None:
+        """A share partition's first load finished: its PartitionLoadTimeMs."""
+        started = self._load_started.pop(key, None)
+        if started is not None:
+            self.metrics.partition_loaded((trio.current_time() - started) * 1000.0)
 
     def on_metadata(self) -> None:
         """A metadata change: the share partitions of a partition no longer led here, led at
@@ -210,6 +220,7 @@ class SharePartitionManager:
 
     def _drop(self, key: SPKey, sp: SharePartition) -> None:
         sp.close()
+        self._load_started.pop(key, None)
         if self.partitions.get(key) is sp:
             del self.partitions[key]
 
@@ -248,7 +259,10 @@ class SharePartitionManager:
         code = await sp.maybe_initialize()
         if code:
             return code
+        self._loaded(key)
         code = await sp.acknowledge(member_id, batches)
+        if code == 0:
+            self.metrics.record_acknowledgements(batches)
         if sp.state == FENCED:
             self._drop(key, sp)
         return code
@@ -256,21 +270,28 @@ class SharePartitionManager:
     async def prepare(self, group_id: str, parts: list[PartitionFetch]) -> list[tuple[PartitionFetch, SharePartition]]:
         """The share partitions of a fetch, initialized; refused partitions get their error."""
         out = []
+        failed = 0
         for pf in parts:
             if pf.error:
                 continue
             if pf.topic is None:
                 pf.error = Errors.UNKNOWN_TOPIC_ID
+                failed += 1
                 continue
             sp = self.share_partition(group_id, pf.topic_id, pf.topic, pf.partition)
             if isinstance(sp, int):
                 pf.error = sp
+                failed += 1
                 continue
             code = await sp.maybe_initialize()
             if code:
                 pf.error = code
+                failed += 1
                 continue
+            self._loaded((group_id, pf.topic_id, pf.partition))
             out.append((pf, sp))
+        # BrokerTopicMetrics' TotalShareFetchRequestsPerSec: once per topic of the request
+        self.metrics.share_fetch(len({pf.topic for pf in parts if pf.topic is not None}), failed)
         return out
 
     def acquirable(self, targets: list[tuple[PartitionFetch, SharePartition]]) -> bool:
