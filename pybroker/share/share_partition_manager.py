@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pybroker.controller.features import SHARE_VERSION
 from pybroker.controller.group_configs import GROUP_KEY_BY_NAME, RESOURCE_GROUP, defaults, parse
 from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.errors import Errors
@@ -212,7 +213,17 @@ class SharePartitionManager:
     def on_metadata(self) -> None:
         """A metadata change: the share partitions of a partition no longer led here, led at
         another epoch, or deleted, are closed and dropped at once (Kafka's SharePartitionListener:
-        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them."""
+        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them.
+        share.version finalized below 1 turns share groups off: every share session and share
+        partition leaves the caches (Kafka's onShareVersionToggle); their state stays with the
+        share coordinator for when share groups are turned on again."""
+        features = getattr(self.image, "features", None)
+        if features is not None and int(features.get(SHARE_VERSION, 0)) < 1:
+            for session_key in list(self.sessions.sessions):
+                self.sessions.remove(session_key)
+            for key, sp in list(self.partitions.items()):
+                self._drop(key, sp)
+            return
         for key, sp in list(self.partitions.items()):
             p = self.rm.leader_partition(sp.topic, sp.partition)
             if isinstance(p, int) or p.leader_epoch != sp.leader_epoch or p.topic_id != key[1]:

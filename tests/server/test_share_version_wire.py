@@ -34,6 +34,8 @@ from pybroker.protocol.messages import (
 from pybroker.server.api_versions import SUPPORTED
 from pybroker.testing import EmbeddedBroker
 
+from .test_live_versions import create_topic
+from .test_share_group_configs_wire import fetch, join
 from .wire import WireClient
 
 UPGRADE, SAFE = 1, 2
@@ -139,6 +141,26 @@ def test_downgrading_share_version_to_0_turns_share_groups_off_and_upgrading_bac
     assert finalized(c)["share.version"] == 1
     r = heartbeat(c, "back")
     assert r.error_code == 0 and r.member_epoch == 1, r
+
+
+def test_a_downgrade_clears_the_share_sessions_and_partitions(node):
+    """Kafka's onShareVersionToggle: share.version 0 empties the share session and share partition
+    caches; after the upgrade a member fetches again from a new session."""
+    b, c = node
+    topic_id = create_topic(c, "sv-toggle")
+    mgr = b._broker.share_partition_manager
+    member = join(c, "sv-toggle-g", "sv-toggle", topic_id)
+    assert fetch(c, "sv-toggle-g", member, 0, topic_id).error_code == 0
+    assert len(mgr.sessions) == 1 and len(mgr.partitions) == 1
+    set_share_version(c, 0, SAFE)
+    for _ in range(400):  # the broker's metadata publisher applies the change
+        if (len(mgr.sessions), len(mgr.partitions)) == (0, 0):
+            break
+        threading.Event().wait(0.01)
+    assert (len(mgr.sessions), len(mgr.partitions)) == (0, 0)
+    set_share_version(c, 1, UPGRADE)
+    assert fetch(c, "sv-toggle-g", member, 0, topic_id).error_code == 0
+    assert len(mgr.sessions) == 1 and len(mgr.partitions) == 1
 
 
 def test_format_with_share_version_0_starts_with_share_groups_off(tmp_path: Path):
