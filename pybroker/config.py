@@ -395,6 +395,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.share.max.record.lock.duration.ms", "int", 60000, between(30000, 3600000)),
     # share partitions and share sessions on a partition leader (share/share_partition.py, share_session.py)
     ConfigDef("group.share.partition.max.record.locks", "int", 2000, between(100, 10000)),
+    # the bounds of the share.partition.max.record.locks group config (KIP-1240, ShareGroupConfig)
+    ConfigDef("group.share.min.partition.max.record.locks", "int", 100, between(100, 10000)),
+    ConfigDef("group.share.max.partition.max.record.locks", "int", 10000, between(100, 10000)),
     ConfigDef("group.share.max.share.sessions", "int", 2000, at_least(1)),
     # share groups in the group coordinator (coordinators/group/share_group_manager.py); Kafka 4.2
     # accepts one assignor, "simple"; the retry interval is internal (Kafka's defineInternal)

@@ -11,6 +11,7 @@ pybroker.client.
     pybroker acls     {--add|--remove|--list}                           kafka-acls.sh
     pybroker quotas   {describe|alter}        kafka-configs.sh's client-quota path (Kafka has no own tool)
     pybroker delegation-tokens {--create|--renew|--expire|--describe}  kafka-delegation-tokens.sh
+    pybroker features {describe|upgrade|downgrade|disable}              kafka-features.sh
 
 Each tool lives in its own module and registers its parser here; the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
@@ -38,6 +39,7 @@ from pybroker.cli import (
     consume,
     delegation_tokens,
     dump_log,
+    features,
     groups,
     perf,
     produce,
@@ -58,7 +60,7 @@ from pybroker.cli.common import (
 from pybroker.client.admin import AdminClient
 
 TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-         "delegation-tokens")
+         "delegation-tokens", "features")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(Kafka has no separate tool)"), common)
     delegation_tokens.register(tools.add_parser("delegation-tokens", help="create, renew, expire and describe "
                                                 "delegation tokens (kafka-delegation-tokens)"), common)
+    features.register(tools.add_parser("features", help="describe, upgrade, downgrade and disable feature levels "
+                                       "(kafka-features)"), common)
     return parser
 
 

@@ -1,7 +1,7 @@
 """`pybroker`: start a node (combined broker+controller) from Kafka-style properties.
 
     pybroker [--config server.properties] [--override key=value ...]
-    pybroker topics|groups|configs|produce|consume|perf|dump-log|acls|quotas ...
+    pybroker topics|groups|configs|produce|consume|perf|dump-log|acls|quotas|features ...
                                       (the operator tools: pybroker/cli/admin.py)
     pybroker storage random-uuid|format|info ...   (kafka-storage.sh: pybroker/cli/storage.py)
     pybroker cluster --nodes 3 [--dir DIR] [--base-port P]
@@ -34,7 +34,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 # The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
 # does not import them.
 ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-               "delegation-tokens")
+               "delegation-tokens", "features")
 NODE_TOOLS = ("storage", "cluster")  # tools that work on nodes and their files, not through a broker
 
 

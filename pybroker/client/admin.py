@@ -43,6 +43,7 @@ from pybroker.protocol.messages import (
     AlterPartitionReassignmentsRequest,
     AlterShareGroupOffsetsRequest,
     AlterUserScramCredentialsRequest,
+    ApiVersionsRequest,
     ConsumerProtocolAssignment,
     CreateAclsRequest,
     CreateDelegationTokenRequest,
@@ -70,6 +71,7 @@ from pybroker.protocol.messages import (
     OffsetFetchRequest,
     RenewDelegationTokenRequest,
     ShareGroupDescribeRequest,
+    UpdateFeaturesRequest,
 )
 
 __all__ = [
@@ -304,6 +306,15 @@ def _check(code: int, what: str, message: str | None = None) -> None:
     if code:
         err = Errors.for_code(code)
         raise KafkaError(err, f"{what}: {message}" if message else what)
+
+
+@dataclass
+class FeatureMetadata:
+    """Feature flags as a broker reports them: supported (min, max), finalized levels, epoch."""
+
+    supported: dict[str, tuple[int, int]]
+    finalized: dict[str, int]
+    epoch: int
 
 
 class AdminClient:
@@ -900,6 +911,38 @@ class AdminClient:
             self._group_error(resp.error_code, group_id, "cannot delete the offsets")
             return {t.topic_name: Errors.for_code(t.error_code) for t in resp.responses}
         return self._run(call)
+
+    # -- features (ApiVersions v3+, UpdateFeatures; kafka-features.sh) ------------------
+
+    def describe_features(self) -> FeatureMetadata:
+        """The supported ranges and finalized levels a broker reports in ApiVersions (KIP-584)."""
+        def call() -> FeatureMetadata:
+            conn = self._any()
+            resp = conn.send(ApiVersionsRequest(client_software_name="pybroker-admin", client_software_version="1"),
+                             conn.version_for(ApiKey.API_VERSIONS, min_version=3))
+            _check(resp.error_code, "cannot describe features")
+            return FeatureMetadata(
+                supported={f.name: (f.min_version, f.max_version) for f in resp.supported_features},
+                finalized={f.name: f.max_version_level for f in resp.finalized_features},
+                epoch=resp.finalized_features_epoch)
+        return self._run(call)
+
+    def update_features(self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        """UpdateFeatures: feature -> (level, upgrade type: 1 upgrade, 2 safe, 3 unsafe downgrade);
+        all or nothing. A refusal raises KafkaError with the controller's message."""
+        def call() -> None:
+            conn = self._any()
+            R = UpdateFeaturesRequest
+            req = R(timeout_ms=int(self.request_timeout_s * 1000), validate_only=validate_only, feature_updates=[
+                R.FeatureUpdateKey(feature=name, max_version_level=level, upgrade_type=kind)
+                for name, (level, kind) in updates.items()])
+            resp = conn.send(req, conn.version_for(ApiKey.UPDATE_FEATURES, min_version=1))
+            if resp.error_code:
+                raise KafkaError(Errors.for_code(resp.error_code), resp.error_message or "")
+            for r in resp.results:
+                if r.error_code:
+                    raise KafkaError(Errors.for_code(r.error_code), r.error_message or "")
+        self._run(call)
 
     # -- configs (DescribeConfigs / IncrementalAlterConfigs) ----------------------------
 

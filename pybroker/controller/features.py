@@ -22,8 +22,10 @@ Supported levels are what pybroker implements, not Kafka 4.2's:
   12, EndTxn 5 with its epoch bumps, TxnOffsetCommit 5). pybroker writes v0 values; it
   advertises those request versions as Kafka 4.2 does whatever is finalized, and answers them
   as Kafka does, with transaction version 2's behaviour (server/txn.py).
-- kraft.version 0 only (no KIP-853 voter changes); share.version and streams.version 0 only
-  (no share groups, no streams groups).
+- share.version 0..1 (Kafka 4.2's ShareVersion: SV_1 enables share groups, KIP-932, with no
+  dependency; its bootstrap metadata version is 4.2-IV0). With 0 finalized the share-group
+  client APIs answer UNSUPPORTED_VERSION (server/share_version.py).
+- kraft.version 0 only (no KIP-853 voter changes); streams.version 0 only (no streams groups).
 Kafka's BrokerFeatures/QuorumFeatures list a feature only when its maximum supported level
 is above 0, so the unsupported ones are absent from ApiVersions and an upgrade of any of them
 is refused with "Local controller N does not support this feature.".
@@ -31,8 +33,8 @@ is refused with "Local controller N does not support this feature.".
 A freshly formatted node finalizes what Kafka 4.2's `kafka-storage format` would at
 4.2-IV1 (Feature.defaultLevel: the highest level whose bootstrap metadata version is at or
 below it), capped by the above: metadata.version 29, eligible.leader.replicas.version 1
-(bootstrap version 4.1-IV0), group.version 1 (transaction.version 2, share.version 1 and
-streams.version 1 in Kafka, 0 here). BootstrapMetadata writes metadata.version first, then
+(bootstrap version 4.1-IV0), group.version 1, share.version 1 from metadata.version 4.2-IV0
+(28) on (transaction.version 2 and streams.version 1 in Kafka, 0 here). BootstrapMetadata writes metadata.version first, then
 the other features in name order, only those above level 0; kraft.version never has a
 FeatureLevelRecord (it lives in the Raft log). A data dir formatted by an older pybroker
 keeps the levels it has.
@@ -92,11 +94,16 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
     ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
 }
 
 # The levels written at first start, after metadata.version (Kafka 4.2 format defaults, capped).
 BOOTSTRAP_METADATA_VERSION = LATEST_METADATA_VERSION
-BOOTSTRAP_FEATURES: dict[str, int] = {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP_VERSION: 1}
+BOOTSTRAP_FEATURES: dict[str, int] = {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP_VERSION: 1, SHARE_VERSION: 1}
+# FeatureVersion.bootstrapMetadataVersion of a default level above, where it is newer than
+# every supported metadata.version's: a cluster formatted at an older release starts at 0
+# (Feature.defaultLevel). SV_1's is 4.2-IV0.
+BOOTSTRAP_MIN_METADATA_VERSION: dict[str, int] = {SHARE_VERSION: 28}
 
 # UpdateFeatures upgrade types (Kafka's FeatureUpdate.UpgradeType codes)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -106,6 +113,8 @@ def bootstrap_records(metadata_version: int = BOOTSTRAP_METADATA_VERSION) -> lis
     """FeatureLevelRecords for a new cluster, in Kafka's BootstrapMetadata order."""
     records = [m.FeatureLevelRecord(name=METADATA_VERSION, feature_level=metadata_version)]
     for name in sorted(BOOTSTRAP_FEATURES):
+        if metadata_version < BOOTSTRAP_MIN_METADATA_VERSION.get(name, MINIMUM_METADATA_VERSION):
+            continue
         if BOOTSTRAP_FEATURES[name] > 0:
             records.append(m.FeatureLevelRecord(name=name, feature_level=BOOTSTRAP_FEATURES[name]))
     return records

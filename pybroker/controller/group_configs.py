@@ -45,7 +45,7 @@ CONSUMER_HEARTBEAT_INTERVAL_MS = "consumer.heartbeat.interval.ms"
 @dataclass(frozen=True)
 class GroupKey:
     name: str
-    type: str  # "int" | "string"
+    type: str  # "int" | "string" | "boolean"
     broker_key: str | None  # the broker config giving the default, when pybroker has it
     kafka_default: Any  # Kafka's default of that broker config
     at_least: int | None = None
@@ -60,9 +60,12 @@ GROUP_KEYS: tuple[GroupKey, ...] = (
     GroupKey("share.heartbeat.interval.ms", "int", "group.share.heartbeat.interval.ms", 5000, 1),
     GroupKey("share.record.lock.duration.ms", "int", "group.share.record.lock.duration.ms", 30000, 1000),
     GroupKey("share.delivery.count.limit", "int", "group.share.delivery.count.limit", 5, 2),
+    GroupKey("share.partition.max.record.locks", "int", "group.share.partition.max.record.locks", 2000, 100),
     GroupKey("share.auto.offset.reset", "string", None, "latest"),
     GroupKey("share.isolation.level", "string", None, "read_uncommitted",
              choices=("read_committed", "read_uncommitted")),
+    # KIP-1222's RENEW acknowledgement, allowed per group (no broker config behind it)
+    GroupKey("share.renew.acknowledge.enable", "boolean", None, True),
     GroupKey("streams.session.timeout.ms", "int", "group.streams.session.timeout.ms", 45000, 1),
     GroupKey("streams.heartbeat.interval.ms", "int", "group.streams.heartbeat.interval.ms", 5000, 1),
     GroupKey("streams.num.standby.replicas", "int", "group.streams.num.standby.replicas", 0, 0),
@@ -85,6 +88,8 @@ _RANGES = (
      "group.share.max.record.lock.duration.ms", 60000),
     ("share.delivery.count.limit", "group.share.min.delivery.count.limit", 2,
      "group.share.max.delivery.count.limit", 10),
+    ("share.partition.max.record.locks", "group.share.min.partition.max.record.locks", 100,
+     "group.share.max.partition.max.record.locks", 10000),
     ("streams.heartbeat.interval.ms", "group.streams.min.heartbeat.interval.ms", 5000,
      "group.streams.max.heartbeat.interval.ms", 15000),
     ("streams.session.timeout.ms", "group.streams.min.session.timeout.ms", 45000,
@@ -125,6 +130,12 @@ def parse(key: GroupKey, raw: str) -> Any:
             raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {v} for configuration {key.name}: "
                                    f"Value must be at least {key.at_least}")
         return v
+    if key.type == "boolean":
+        # ConfigDef.parseType BOOLEAN: true/false in any case, after trimming
+        if s.lower() not in ("true", "false"):
+            raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
+                                   "Expected value to be either true or false")
+        return s.lower() == "true"
     if key.choices and s not in key.choices:
         raise KafkaError(Errors.INVALID_CONFIG, f"Invalid value {s} for configuration {key.name}: "
                                f"String must be one of: {', '.join(key.choices)}")

@@ -62,7 +62,8 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
         return lambda: fn(broker) if broker.ready.is_set() else []
 
     for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
-                     _log_flush, _controller, _groups, _share_coordinator, _requests, _socket_server):
+                     _log_flush, _controller, _groups, _share_coordinator, _share_partitions, _requests,
+                     _socket_server):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -362,6 +363,46 @@ def _share_coordinator(broker: Broker) -> list[Family]:
         gauge(f"{scm}write_latency_max", "most milliseconds from a write's request to its answer",
               sc.write_latency_max_ms),
         partitions, pruned,
+    ]
+
+
+def _share_partitions(broker: Broker) -> list[Family]:
+    """Kafka's ShareGroupMetrics and SharePartitionMetrics (kafka.server MBeans, Strimzi's names) and
+    the share counters of BrokerTopicMetrics (all topics), from the share partitions led here
+    (share/share_group_metrics.py)."""
+    mgr = getattr(broker, "share_partition_manager", None)
+    if mgr is None:
+        return []
+    m = mgr.metrics
+    acks = Family("kafka_server_sharegroupmetrics_recordacknowledgements_total", "counter",
+                  "records acknowledged to the share partitions led here, by type (RecordAcknowledgementsPerSec)",
+                  ("ackType",))
+    for name, n in m.acknowledgements_by_name():
+        acks.add(n, name)
+    load = Family("kafka_server_sharegroupmetrics_partitionloadtimems", "summary",
+                  "milliseconds to load a share partition's state from the share coordinator (PartitionLoadTimeMs)")
+    load.add(m.partition_load_time_ms.snapshot())
+    labels = ("group", "topic", "partition")
+    messages = Family("kafka_server_sharepartitionmetrics_inflightmessagecount", "gauge",
+                      "records in a share partition's in-flight window (InFlightMessageCount)", labels)
+    batches = Family("kafka_server_sharepartitionmetrics_inflightbatchcount", "gauge",
+                     "in-flight batches of a share partition (InFlightBatchCount)", labels)
+    for (group, _topic_id, partition), sp in sorted(mgr.partitions.items(), key=lambda kv: (kv[0][0], kv[1].topic,
+                                                                                             kv[0][2])):
+        messages.add(sp.in_flight_records(), group, sp.topic, str(partition))
+        batches.add(sp.in_flight_batch_count(), group, sp.topic, str(partition))
+    btm = "kafka_server_brokertopicmetrics_"
+    return [
+        acks, load, messages, batches,
+        counter(f"{btm}totalsharefetchrequests_total", "ShareFetch requests, once per topic they name "
+                "(TotalShareFetchRequestsPerSec)", m.total_share_fetch_requests),
+        counter(f"{btm}failedsharefetchrequests_total", "share fetch partitions refused by the share partitions "
+                "(FailedShareFetchRequestsPerSec)", m.failed_share_fetch_requests),
+        counter(f"{btm}totalshareacknowledgementrequests_total", "acknowledgements (ShareAcknowledge or in a "
+                "ShareFetch), once per topic (TotalShareAcknowledgementRequestsPerSec)",
+                m.total_share_acknowledgement_requests),
+        counter(f"{btm}failedshareacknowledgementrequests_total", "acknowledged partitions answered with an error "
+                "(FailedShareAcknowledgementRequestsPerSec)", m.failed_share_acknowledgement_requests),
     ]
 
 

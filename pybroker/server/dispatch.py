@@ -62,6 +62,7 @@ from pybroker.server import (
     share_fetch,
     share_group,
     share_state,
+    share_version,
     topics,
     txn,
     write_txn_markers,
@@ -152,6 +153,10 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     ApiKey.SHARE_ACKNOWLEDGE: share_fetch.handle_share_acknowledge,
 }
 assert set(HANDLERS) == set(SUPPORTED), "ApiVersions must advertise exactly the implemented APIs"
+# share.version gate (server/share_version.py): the share-group client APIs answer
+# UNSUPPORTED_VERSION while share.version 0 is finalized, as Kafka 4.2's KafkaApis
+for _key in share_version.DISABLED_RESPONSES:
+    HANDLERS[_key] = share_version.gated(_key, HANDLERS[_key])
 _ASYNC = {k for k, fn in HANDLERS.items() if inspect.iscoroutinefunction(fn)}
 
 

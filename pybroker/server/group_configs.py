@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 CONFIG_SOURCE_GROUP = 8  # DescribeConfigsResponse.ConfigSource.GROUP_CONFIG
 CONFIG_SOURCE_DEFAULT = 5
-_TYPES = {"int": 3, "string": 2}
+_TYPES = {"boolean": 1, "int": 3, "string": 2}
 
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 Synonym = DescribeConfigsResponse.DescribeConfigsSynonym

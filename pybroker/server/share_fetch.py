@@ -124,6 +124,10 @@ async def _acknowledge_all(mgr: SharePartitionManager, group: str, member: str,
             pf.acknowledge_error = Errors.INVALID_REQUEST
         elif batches:
             pf.acknowledge_error = await mgr.acknowledge(group, member, pf, batches)
+    # BrokerTopicMetrics' Total/FailedShareAcknowledgementRequestsPerSec (share/share_group_metrics.py)
+    acked = [parts[key] for key in acks]
+    mgr.metrics.share_acknowledgement(len({pf.topic for pf in acked if pf.topic is not None}),
+                                      sum(1 for pf in acked if pf.acknowledge_error))
 
 
 def _group_refused(broker: Broker, ctx: RequestContext, group: str) -> bool:

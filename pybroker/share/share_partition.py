@@ -342,6 +342,10 @@ class SharePartition:
     def in_flight_records(self) -> int:
         return max(0, self.end_offset - self.start_offset + 1)
 
+    def in_flight_batch_count(self) -> int:
+        """The batches of the in-flight window (Kafka's InFlightBatchCount: cachedState's size)."""
+        return len(self._batches)
+
     def can_acquire_records(self) -> bool:
         """Whether a fetch could acquire something (Kafka's canAcquireRecords): a record
         available for redelivery, or room for new ones."""

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pybroker.controller.features import SHARE_VERSION
 from pybroker.controller.group_configs import GROUP_KEY_BY_NAME, RESOURCE_GROUP, defaults, parse
 from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.errors import Errors
@@ -43,6 +44,7 @@ from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.purgatory.timer import SystemTimer
 from pybroker.replication.fetch_params import READ_COMMITTED, READ_UNCOMMITTED, FetchParams, LogRead
 from pybroker.share.persister import Persister
+from pybroker.share.share_group_metrics import ShareGroupMetrics
 from pybroker.share.share_partition import (
     ACTIVE,
     FAILED,
@@ -125,19 +127,12 @@ def share_settings(config: Any, image: Any, group_id: str) -> ShareSettings:
         except Exception:  # validated when it was set; a bad value falls back to the default
             return base[name]
 
-    max_locks = config.get("group.share.partition.max.record.locks", 2000) if config is not None else 2000
-    raw_locks = stored.get("share.partition.max.record.locks")  # Kafka 4.2's group config over the broker's
-    if raw_locks is not None:
-        try:
-            max_locks = int(raw_locks)
-        except ValueError:
-            pass
-    renew = str(stored.get("share.renew.acknowledge.enable", "true")).strip().lower() != "false"
     return ShareSettings(record_lock_duration_ms=int(value("share.record.lock.duration.ms")),
                          delivery_count_limit=int(value("share.delivery.count.limit")),
-                         max_record_locks=int(max_locks or 2000),
+                         max_record_locks=int(value("share.partition.max.record.locks")),
                          read_committed=str(value("share.isolation.level")) == "read_committed",
-                         auto_offset_reset=str(value("share.auto.offset.reset")), renew_enabled=renew)
+                         auto_offset_reset=str(value("share.auto.offset.reset")),
+                         renew_enabled=bool(value("share.renew.acknowledge.enable")))
 
 
 class DelayedShareFetch(DelayedOperation):
@@ -173,6 +168,8 @@ class SharePartitionManager:
         self.persister = persister
         self.wall_ms = wall_ms
         self.partitions: dict[SPKey, SharePartition] = {}
+        self.metrics = ShareGroupMetrics()
+        self._load_started: dict[SPKey, float] = {}  # share partitions not loaded yet: trio time created
         max_sessions = config.get("group.share.max.share.sessions", 2000) if config is not None else 2000
         self.sessions = ShareSessionCache(int(max_sessions or 2000))
 
@@ -204,12 +201,29 @@ class SharePartitionManager:
                                 lambda s: self._offset_for_reset(topic, partition, s),
                                 lambda: self._on_change(tp), self.wall_ms)
             self.partitions[key] = sp
+            self._load_started[key] = trio.current_time()
         return sp
+
+    def _loaded(self, key: SPKey) -> None:
+        """A share partition's first load finished: its PartitionLoadTimeMs."""
+        started = self._load_started.pop(key, None)
+        if started is not None:
+            self.metrics.partition_loaded((trio.current_time() - started) * 1000.0)
 
     def on_metadata(self) -> None:
         """A metadata change: the share partitions of a partition no longer led here, led at
         another epoch, or deleted, are closed and dropped at once (Kafka's SharePartitionListener:
-        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them."""
+        onBecomingFollower, onDeleted), so their locks stop and a new leader loads them.
+        share.version finalized below 1 turns share groups off: every share session and share
+        partition leaves the caches (Kafka's onShareVersionToggle); their state stays with the
+        share coordinator for when share groups are turned on again."""
+        features = getattr(self.image, "features", None)
+        if features is not None and int(features.get(SHARE_VERSION, 0)) < 1:
+            for session_key in list(self.sessions.sessions):
+                self.sessions.remove(session_key)
+            for key, sp in list(self.partitions.items()):
+                self._drop(key, sp)
+            return
         for key, sp in list(self.partitions.items()):
             p = self.rm.leader_partition(sp.topic, sp.partition)
             if isinstance(p, int) or p.leader_epoch != sp.leader_epoch or p.topic_id != key[1]:
@@ -217,6 +231,7 @@ class SharePartitionManager:
 
     def _drop(self, key: SPKey, sp: SharePartition) -> None:
         sp.close()
+        self._load_started.pop(key, None)
         if self.partitions.get(key) is sp:
             del self.partitions[key]
 
@@ -255,7 +270,10 @@ class SharePartitionManager:
         code = await sp.maybe_initialize()
         if code:
             return code
+        self._loaded(key)
         code = await sp.acknowledge(member_id, batches)
+        if code == 0:
+            self.metrics.record_acknowledgements(batches)
         if sp.state == FENCED:
             self._drop(key, sp)
         return code
@@ -263,21 +281,28 @@ class SharePartitionManager:
     async def prepare(self, group_id: str, parts: list[PartitionFetch]) -> list[tuple[PartitionFetch, SharePartition]]:
         """The share partitions of a fetch, initialized; refused partitions get their error."""
         out = []
+        failed = 0
         for pf in parts:
             if pf.error:
                 continue
             if pf.topic is None:
                 pf.error = Errors.UNKNOWN_TOPIC_ID
+                failed += 1
                 continue
             sp = self.share_partition(group_id, pf.topic_id, pf.topic, pf.partition)
             if isinstance(sp, int):
                 pf.error = sp
+                failed += 1
                 continue
             code = await sp.maybe_initialize()
             if code:
                 pf.error = code
+                failed += 1
                 continue
+            self._loaded((group_id, pf.topic_id, pf.partition))
             out.append((pf, sp))
+        # BrokerTopicMetrics' TotalShareFetchRequestsPerSec: once per topic of the request
+        self.metrics.share_fetch(len({pf.topic for pf in parts if pf.topic is not None}), failed)
         return out
 
     def acquirable(self, targets: list[tuple[PartitionFetch, SharePartition]]) -> bool:

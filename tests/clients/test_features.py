@@ -34,10 +34,12 @@ def test_describe_features_reports_supported_and_finalized_levels(admin):
     got = admin.describe_features()
     # Kafka 4.2's format defaults, capped by what pybroker implements (controller/features.py)
     assert {k: v["supported"] for k, v in got.items()} == {"metadata.version": (7, 29), "group.version": (0, 1),
-                                                          "eligible.leader.replicas.version": (0, 1)}
+                                                          "eligible.leader.replicas.version": (0, 1),
+                                                          "share.version": (0, 1)}
     assert {k: v.get("finalized") for k, v in got.items()} == {"metadata.version": (29, 29),
                                                               "group.version": (1, 1),
-                                                              "eligible.leader.replicas.version": (1, 1)}
+                                                              "eligible.leader.replicas.version": (1, 1),
+                                                              "share.version": (1, 1)}
     epochs = {v["finalized_epoch"] for v in got.values()}
     assert len(epochs) == 1 and epochs.pop() >= 0
 

@@ -1,7 +1,7 @@
 """`pybroker groups ... --type share` against a live EmbeddedBroker (kafka-share-groups.sh's verbs):
 list, describe (offsets / members / state), reset-offsets, delete-offsets and delete. The
-members are driven with raw ShareGroupHeartbeats and the share state kept by an in-memory
-Persister (the share coordinator is another component)."""
+members are driven with raw ShareGroupHeartbeats; the share state is the broker's own share
+coordinator's (__share_group_state through its DefaultStatePersister)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pybroker.cli.main import main
 from pybroker.testing import EmbeddedBroker
 
 from .test_cli_admin import produce
-from .test_share_group_wire import Member, MemoryPersister, create_topic, hb, wait_until
+from .test_share_group_wire import Member, create_topic, hb, wait_until
 from .wire import WireClient
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(overrides={"offsets.topic.num.partitions": 4}) as b:
-        b._broker.group_coordinator.share_persister = MemoryPersister()
+        assert b._broker.group_coordinator.share_persister is b._broker.share_persister
         yield b
 
 

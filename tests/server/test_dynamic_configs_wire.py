@@ -107,7 +107,7 @@ def create(w, name, configs=None):
 
 def test_fresh_node_enables_elr_and_writes_the_cluster_min_insync_replicas(node):
     _, w = node
-    assert finalized(w) == {"metadata.version": 29, ELR: 1, "group.version": 1}
+    assert finalized(w) == {"metadata.version": 29, ELR: 1, "group.version": 1, "share.version": 1}
     cluster = entries(w, BROKER, "")
     assert list(cluster) == ["min.insync.replicas"]
     e = cluster["min.insync.replicas"]

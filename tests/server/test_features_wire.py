@@ -31,7 +31,7 @@ from pybroker.testing import EmbeddedBroker
 from .wire import WireClient
 
 ALL_FAILED = "The update failed for all features since the following feature had an error: "
-FRESH = {"metadata.version": 29, "eligible.leader.replicas.version": 1, "group.version": 1}
+FRESH = {"metadata.version": 29, "eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1}
 UPGRADE, SAFE, UNSAFE = 1, 2, 3
 
 
@@ -106,9 +106,10 @@ def create_topic(wire, name):
 def test_api_versions_v4_reports_supported_and_finalized_features(wire):
     resp = api_versions(wire, 4)
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "metadata.version": (7, 29), "group.version": (0, 1), "eligible.leader.replicas.version": (0, 1)}
+        "metadata.version": (7, 29), "group.version": (0, 1), "eligible.leader.replicas.version": (0, 1),
+        "share.version": (0, 1)}
     # a fresh node: Kafka 4.2's format defaults (metadata.version 4.2-IV1, group.version 1,
-    # eligible.leader.replicas.version 1); transaction.version, share.version and
+    # eligible.leader.replicas.version 1, share.version 1); transaction.version and
     # streams.version capped to 0 (not listed, as Kafka omits level-0 features)
     assert finalized(wire, 4) == FRESH
     assert resp.zk_migration_ready is False
@@ -218,8 +219,8 @@ def test_describe_quorum_other_partitions_get_unknown_topic_or_partition(wire, v
     ([("eligible.leader.replicas.version", 2, UPGRADE)],
      "Invalid update version 2 for feature eligible.leader.replicas.version. Local controller 1 only supports "
      "versions 0-1"),
-    ([("share.version", 1, UPGRADE)],
-     "Invalid update version 1 for feature share.version. Local controller 1 does not support this feature."),
+    ([("share.version", 2, UPGRADE)],
+     "Invalid update version 2 for feature share.version. Local controller 1 only supports versions 0-1"),
     ([("streams.version", 1, UPGRADE)],
      "Invalid update version 1 for feature streams.version. Local controller 1 does not support this feature."),
     ([("group.version", -1, SAFE)], "Invalid update version -1 for feature group.version. A feature version "
@@ -308,9 +309,10 @@ def test_update_features_downgrade_upgrade_and_restart(fresh):
     resp = update(wire, [("group.version", 0, SAFE), ("eligible.leader.replicas.version", 0, SAFE),
                          ("metadata.version", 23, SAFE)])
     assert (resp.error_code, resp.error_message) == (0, None)
-    assert finalized(wire) == {"metadata.version": 23}
+    # share.version 1 has no dependency in Kafka 4.2 (SV_1), so it stays at 1
+    assert finalized(wire) == {"metadata.version": 23, "share.version": 1}
     assert {f.name for f in api_versions(wire, 4).supported_features} == {
-        "metadata.version", "group.version", "eligible.leader.replicas.version"}
+        "metadata.version", "group.version", "eligible.leader.replicas.version", "share.version"}
     assert quorum(wire).topics[0].partitions[0].high_watermark == hw + 3  # three FeatureLevelRecords
     # below 23 is refused now as well (23 itself changed metadata)
     assert update(wire, [("metadata.version", 22, SAFE)]).error_code == Errors.INVALID_UPDATE_VERSION
@@ -319,16 +321,16 @@ def test_update_features_downgrade_upgrade_and_restart(fresh):
     b2 = EmbeddedBroker(log_dir=b.log_dir).start()
     try:
         w2 = WireClient("127.0.0.1", b2.port)
-        assert finalized(w2) == {"metadata.version": 23}
+        assert finalized(w2) == {"metadata.version": 23, "share.version": 1}
         assert update(w2, [("metadata.version", 29, UPGRADE), ("group.version", 1, UPGRADE)]).error_code == 0
-        assert finalized(w2) == {"metadata.version": 29, "group.version": 1}
+        assert finalized(w2) == {"metadata.version": 29, "group.version": 1, "share.version": 1}
         w2.close()
     finally:
         b2.stop()
     b3 = EmbeddedBroker(log_dir=b.log_dir).start()
     try:
         w3 = WireClient("127.0.0.1", b3.port)
-        assert finalized(w3) == {"metadata.version": 29, "group.version": 1}
+        assert finalized(w3) == {"metadata.version": 29, "group.version": 1, "share.version": 1}
         w3.close()
     finally:
         b3.stop()

@@ -22,7 +22,9 @@ def registration(broker_id: int, incarnation: bytes | None = None, **fields) -> 
                   m.BrokerRegistrationRequest.Feature(name="group.version", min_supported_version=0,
                                                       max_supported_version=1),
                   m.BrokerRegistrationRequest.Feature(name="eligible.leader.replicas.version",
-                                                      min_supported_version=0, max_supported_version=1)],
+                                                      min_supported_version=0, max_supported_version=1),
+                  m.BrokerRegistrationRequest.Feature(name="share.version", min_supported_version=0,
+                                                      max_supported_version=1)],
         rack=None, log_dirs=[uuid.uuid4().bytes])
     for k, v in fields.items():
         setattr(req, k, v)
