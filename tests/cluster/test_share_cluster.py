@@ -279,7 +279,8 @@ def test_a_partition_leader_move_redelivers_what_was_in_flight_and_nothing_accep
         acc_b, held_b = accept_some(b, poll_once(b))
         accepted, held = acc_a | acc_b, held_a | held_b
         assert not (acc_a | held_a) & (acc_b | held_b), "two members acquired one record"
-        everything = set(range(40))
+        produce(c, topic, 40, 10)  # on the log, delivered to nobody before the move
+        everything = set(range(50))
 
         if fault == "sigkill":
             c.kill(victim)
@@ -293,7 +294,7 @@ def test_a_partition_leader_move_redelivers_what_was_in_flight_and_nothing_accep
         consumers.append(d)
         seen = drain_accepting(d, everything - accepted)
         assert not accepted & seen.keys(), f"accepted records redelivered: {sorted(accepted & seen.keys())}"
-        assert held <= seen.keys()
+        assert held <= seen.keys() and set(range(40, 50)) <= seen.keys()
         assert all(len(counts) == 1 for counts in seen.values()), seen
         print(f"{fault}: accepted {sorted(accepted)}, held {sorted(held)}, redelivered {sorted(seen)}")
 
@@ -301,7 +302,7 @@ def test_a_partition_leader_move_redelivers_what_was_in_flight_and_nothing_accep
         # while the interim leader has records in flight
         c.nodes[victim].start()
         wait_until(lambda: agreed_leader(c, topic, isr=victim), 60, f"node {victim} back in the ISR")
-        produce(c, topic, 40, 10)
+        produce(c, topic, 50, 10)
         acc_d, held_d = accept_some(d, poll_once(d))
         accepted |= seen.keys() | acc_d
         admin = adapters.confluent_admin(c.bootstrap)
@@ -309,7 +310,7 @@ def test_a_partition_leader_move_redelivers_what_was_in_flight_and_nothing_accep
         wait_until(lambda: agreed_leader(c, topic) == victim, 30, f"node {victim} to lead again")
         e = member(c, group, topic)
         consumers.append(e)
-        again = drain_accepting(e, set(range(50)) - accepted)
+        again = drain_accepting(e, set(range(60)) - accepted)
         assert not accepted & again.keys(), f"accepted records redelivered: {sorted(accepted & again.keys())}"
         assert held_d <= again.keys()
         print(f"preferred election: held {sorted(held_d)}, redelivered {sorted(again)}")
