@@ -19,7 +19,10 @@ a redelivery inside a test is the move's doing, not a lock running out.
   are kept, those made after it (to the new coordinator) persist: after the coordinator's node
   rejoins and the data partition's leader moves (so the state is read back from the share
   coordinator), a new consumer gets exactly the released and never-delivered records, the
-  released ones with the delivery count the moved coordinator persisted.
+  released ones with the delivery count the moved coordinator persisted;
+- two members consume continuously (poll, ACCEPT, commit_sync) through a SIGKILL of the data
+  leader while records keep coming: no offset is accepted twice (an acknowledgement the broker
+  confirmed is never lost) and every record ends accepted exactly once.
 """
 
 from __future__ import annotations
@@ -377,3 +380,91 @@ def test_a_share_coordinator_move_keeps_acknowledgements_before_and_after(share_
         print(f"before {sorted(before)}, during {sorted(during)}, after {sorted(after)}, released {sorted(released)}, then {seen}")
     finally:
         close_all(consumers)
+
+
+class Member:
+    """A share consumer on a thread of its own: poll, ACCEPT every record, commit_sync, over
+    and over. `accepts` records each offset whose ACCEPT the broker confirmed (commit_sync's
+    result for the partition without error); `failed` those whose commit failed."""
+
+    def __init__(self, c: Cluster, group: str, topic: str) -> None:
+        import threading
+
+        self.sc = member(c, group, topic)
+        self.accepts: list[int] = []
+        self.failed: list[int] = []
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            while not self.stop.is_set():
+                got = records(self.sc.poll(0.3))
+                for m in got:
+                    assert m.value() == f"v{m.offset()}".encode()
+                    self.sc.acknowledge(m, AcknowledgeType.ACCEPT)
+                if not got:
+                    continue
+                offsets = [m.offset() for m in got]
+                try:
+                    results = self.sc.commit_sync(30)
+                    ok = bool(results) and all(err is None for err in results.values())
+                except KafkaException:  # the leader died under the acknowledgement
+                    ok = False
+                (self.accepts if ok else self.failed).extend(offsets)
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        close_all([self.sc])
+
+
+def test_members_consuming_through_a_leader_kill_accept_each_record_exactly_once(share_cluster: Cluster):
+    """Two members poll, accept and commit continuously while records are produced and the data
+    partition's leader is SIGKILLed mid-stream. An acknowledgement the broker confirmed is never
+    lost: no offset is accepted twice (a second ACCEPT needs a second acquisition, which an
+    acknowledged record never gets), and every record ends accepted once; a commit that failed
+    with the dead leader leaves its records to come back."""
+    c = share_cluster
+    victim = next(n for n in (3, 2, 1) if n != c.active_controller())
+    others = [n for n in (1, 2, 3) if n != victim]
+    topic = f"share-live-{uuid.uuid4().hex[:8]}"
+    tid = create_topic(c, topic, [victim, *others])
+    prepare_coordinators(c, tid)
+    group, _gc, _sc = pick_group(c, tid, lambda gc, sc: victim not in (gc, sc))
+    set_share_group_configs(c, group)
+
+    members = [Member(c, group, topic), Member(c, group, topic)]
+    total = 200
+    try:
+        for first in range(0, total // 2, 10):
+            produce(c, topic, first, 10)
+        wait_until(lambda: len({o for m in members for o in m.accepts}) >= total // 4, 30, "records accepted")
+        c.kill(victim)
+        for first in range(total // 2, total, 10):  # acks=all: retried until a new leader takes them
+            produce(c, topic, first, 10)
+
+        def all_accepted() -> bool:
+            assert not [e for m in members for e in m.errors], [e for m in members for e in m.errors]
+            return {o for m in members for o in m.accepts} == set(range(total))
+
+        wait_until(all_accepted, 45, "every record accepted", interval=0.3)
+        # a little longer: a record accepted but then delivered again would be accepted again
+        quiet_until = time.monotonic() + 1.5
+        wait_until(lambda: time.monotonic() > quiet_until, 5, "a quiet moment", interval=0.1)
+    finally:
+        for m in members:
+            m.close()
+    accepts = [o for m in members for o in m.accepts]
+    twice = sorted({o for o in accepts if accepts.count(o) > 1})
+    assert not twice, f"accepted twice (an acknowledgement lost): {twice}"
+    assert sorted(accepts) == list(range(total))
+    assert not [e for m in members for e in m.errors]
+    print(f"accepted {len(accepts)}, commits failed for {len(set(o for m in members for o in m.failed))} "
+          f"offsets, split {[len(m.accepts) for m in members]}")
