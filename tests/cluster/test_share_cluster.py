@@ -27,12 +27,19 @@ a redelivery inside a test is the move's doing, not a lock running out.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 
 import pytest
-from confluent_kafka import AcknowledgeType, ElectionType, ShareConsumer, TopicPartition
+from confluent_kafka import (
+    AcknowledgeType,
+    ElectionType,
+    KafkaException,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -388,8 +395,6 @@ class Member:
     result for the partition without error); `failed` those whose commit failed."""
 
     def __init__(self, c: Cluster, group: str, topic: str) -> None:
-        import threading
-
         self.sc = member(c, group, topic)
         self.accepts: list[int] = []
         self.failed: list[int] = []
@@ -399,8 +404,6 @@ class Member:
         self.thread.start()
 
     def _run(self) -> None:
-        from confluent_kafka import KafkaException
-
         try:
             while not self.stop.is_set():
                 got = records(self.sc.poll(0.3))
