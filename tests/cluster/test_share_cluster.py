@@ -305,7 +305,9 @@ def test_a_partition_leader_move_redelivers_what_was_in_flight_and_nothing_accep
         seen = drain_accepting(d, everything - accepted)
         assert not accepted & seen.keys(), f"accepted records redelivered: {sorted(accepted & seen.keys())}"
         assert held <= seen.keys() and set(range(40, 50)) <= seen.keys()
-        assert all(len(counts) == 1 for counts in seen.values()), seen
+        # delivered once each; an acquisition is not persisted, so the new leader counts this
+        # delivery of a held record as its first (Kafka's SharePartition on a leader change)
+        assert all(counts == [1] for counts in seen.values()), seen
         print(f"{fault}: accepted {sorted(accepted)}, held {sorted(held)}, redelivered {sorted(seen)}")
 
         # the old leader comes back, catches up into the ISR, and leads again (preferred election)
