@@ -402,6 +402,11 @@ class Member:
         self.failed: list[int] = []
         self.errors: list[BaseException] = []
         self.stop = threading.Event()
+        # cleared: a member that acknowledged a poll's records waits, `holding` set, before it
+        # commits them, so the test can kill the leader with acknowledgements not yet sent
+        self.gate = threading.Event()
+        self.gate.set()
+        self.holding = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -414,6 +419,9 @@ class Member:
                     self.sc.acknowledge(m, AcknowledgeType.ACCEPT)
                 if not got:
                     continue
+                if not self.gate.is_set():
+                    self.holding.set()
+                    self.gate.wait(60)
                 offsets = [m.offset() for m in got]
                 try:
                     results = self.sc.commit_sync(30)
@@ -432,7 +440,8 @@ class Member:
 
 def test_members_consuming_through_a_leader_kill_accept_each_record_exactly_once(share_cluster: Cluster):
     """Two members poll, accept and commit continuously while records are produced and the data
-    partition's leader is SIGKILLed mid-stream. An acknowledgement the broker confirmed is never
+    partition's leader is SIGKILLed mid-stream, one member holding acknowledged records it has
+    not committed yet. An acknowledgement the broker confirmed is never
     lost: no offset is accepted twice (a second ACCEPT needs a second acquisition, which an
     acknowledged record never gets), and every record ends accepted once; a commit that failed
     with the dead leader leaves its records to come back."""
@@ -451,8 +460,14 @@ def test_members_consuming_through_a_leader_kill_accept_each_record_exactly_once
         for first in range(0, total // 2, 10):
             produce(c, topic, first, 10)
         wait_until(lambda: len({o for m in members for o in m.accepts}) >= total // 4, 30, "records accepted")
+        for m in members:
+            m.gate.clear()
+        produce(c, topic, total // 2, 10)
+        wait_until(lambda: any(m.holding.is_set() for m in members), 30, "a member with acknowledgements unsent")
         c.kill(victim)
-        for first in range(total // 2, total, 10):  # acks=all: retried until a new leader takes them
+        for m in members:
+            m.gate.set()
+        for first in range(total // 2 + 10, total, 10):  # acks=all: retried until a new leader takes them
             produce(c, topic, first, 10)
 
         def all_accepted() -> bool:
@@ -471,5 +486,7 @@ def test_members_consuming_through_a_leader_kill_accept_each_record_exactly_once
     assert not twice, f"accepted twice (an acknowledgement lost): {twice}"
     assert sorted(accepts) == list(range(total))
     assert not [e for m in members for e in m.errors]
+    # the acknowledgements sent after the kill were for locks that died with the leader
+    assert any(m.failed for m in members)
     print(f"accepted {len(accepts)}, commits failed for {len(set(o for m in members for o in m.failed))} "
           f"offsets, split {[len(m.accepts) for m in members]}")
