@@ -13,8 +13,8 @@ share_group_manager.py hold the rules), with Kafka's KafkaApis checks in front:
 - AlterShareGroupOffsets: READ on the group, READ on each topic;
 - DeleteShareGroupOffsets: DELETE on the group, READ on each topic.
 A coordinator error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) is the heartbeat's
-top-level error and each described group's own. Share groups are always enabled (pybroker has
-no share.version feature gate yet: Kafka answers UNSUPPORTED_VERSION while it is off).
+top-level error and each described group's own. While share.version is 0 these APIs answer
+UNSUPPORTED_VERSION before anything else (server/share_version.py, wrapped in server/dispatch.py).
 """
 
 from __future__ import annotations
