@@ -97,3 +97,22 @@ def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if is_flexible(api_key, api_version) else 0
+
+
+def preload(api_keys: Iterator[int] | list[int] | set[int]) -> int:
+    """Import the request and response classes of `api_keys` and every metadata record class now
+    (the lazy maps above load a module on first use otherwise). A node calls it once serving, so
+    that a request it sees for the first time hours later does not import anything: a `pip install`
+    of another pybroker under a running node made such requests fail with ModuleNotFoundError,
+    and its shutdown with them. Returns the number of classes loaded. Blocking (imports): run it
+    off the event loop."""
+    n = 0
+    for key in api_keys:
+        for classes in (REQUEST_CLASSES, RESPONSE_CLASSES):
+            if key in classes:
+                classes[key]
+                n += 1
+    for key in METADATA_RECORD_CLASSES:
+        METADATA_RECORD_CLASSES[key]
+        n += 1
+    return n

@@ -76,6 +76,7 @@ from pybroker.net.sasl import SaslChannelBuilder
 from pybroker.net.server import ChannelBuilder, SocketServer
 from pybroker.net.tls import TlsChannelBuilder
 from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.api_keys import preload as preload_protocol
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.protocol.sasl_client import SaslClientConfig
 from pybroker.purgatory.timer import SystemTimer
@@ -763,6 +764,9 @@ async def _freeze_startup_heap(broker: Broker) -> None:
     node were answered (bench/recovery); what start-up left as cyclic garbage in the oldest
     generation, if anything, stays frozen."""
     await broker.ready.wait()
+    # every codec a request or the shutdown may need, loaded now and frozen with the rest
+    loaded = await trio.to_thread.run_sync(preload_protocol, set(SUPPORTED))
+    log.debug("loaded the codecs of %d messages and records", loaded)
     gc.collect(1)
     gc.freeze()
     # partitions created later join it too, a batch at a time: a full collection of 10,000 new
