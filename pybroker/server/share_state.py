@@ -52,19 +52,38 @@ NO_COORDINATOR = OpError(Errors.COORDINATOR_NOT_AVAILABLE)
 DENIED = OpError(Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
-async def _per_partition(req: Any, run: Callable[[Any, Any], Awaitable[Any]]) -> list[list[Any]]:
-    """run(topic, partition) for every partition of the request, concurrently; results by topic."""
+async def _per_partition(broker: Broker, ctx: RequestContext | None, req: Any,
+                         run: Callable[[ShareCoordinator, Any, Any], Awaitable[Any]]) -> list[list[Any]]:
+    """run(coordinator, topic, partition) for every partition of the request, concurrently;
+    results by topic. Without a coordinator (or CLUSTER_ACTION) every partition gets that OpError."""
+    sc = _coordinator(broker, ctx)
+    if isinstance(sc, OpError):
+        return [[sc] * len(t.partitions) for t in req.topics]
     out: list[list[Any]] = [[None] * len(t.partitions) for t in req.topics]
 
     async def one(ti: int, pi: int) -> None:
         t = req.topics[ti]
-        out[ti][pi] = await run(t, t.partitions[pi])
+        out[ti][pi] = await run(sc, t, t.partitions[pi])
 
     async with trio.open_nursery() as nursery:
         for ti, t in enumerate(req.topics):
             for pi in range(len(t.partitions)):
                 nursery.start_soon(one, ti, pi)
     return out
+
+
+def _results(req: Any, results: list[list[Any]], topic_result: Any, entry: Callable[[Any, Any], Any]) -> list[Any]:
+    """The response's per-topic results: topic_result(topic_id, partitions=[entry(p, r) ...])."""
+    return [topic_result(topic_id=t.topic_id, partitions=[entry(p, r) for p, r in zip(t.partitions, rs, strict=True)])
+            for t, rs in zip(req.topics, results, strict=True)]
+
+
+def _error_only(partition_result: Any) -> Callable[[Any, Any], Any]:
+    """entry() of the RPCs whose partition result is only an error code and message."""
+    def entry(p: Any, r: Any) -> Any:
+        code, message = _code(r)
+        return partition_result(partition=p.partition, error_code=code, error_message=message)
+    return entry
 
 
 def _code(r: Any) -> tuple[int, str | None]:
@@ -89,17 +108,12 @@ async def initialize_share_group_state(broker: Broker, req: InitializeShareGroup
     R = InitializeShareGroupStateResponse
     if _empty(req):
         return R(results=[])
-    sc = _coordinator(broker, ctx)
 
-    async def run(t: Any, p: Any) -> Any:
-        if isinstance(sc, OpError):
-            return sc
+    async def run(sc: ShareCoordinator, t: Any, p: Any) -> Any:
         return await sc.initialize_state(req.group_id, t.topic_id, p.partition, p.state_epoch, p.start_offset)
 
-    results = await _per_partition(req, run)
-    return R(results=[R.InitializeStateResult(topic_id=t.topic_id, partitions=[
-        R.PartitionResult(partition=p.partition, error_code=_code(r)[0], error_message=_code(r)[1])
-        for p, r in zip(t.partitions, rs, strict=True)]) for t, rs in zip(req.topics, results, strict=True)])
+    results = await _per_partition(broker, ctx, req, run)
+    return R(results=_results(req, results, R.InitializeStateResult, _error_only(R.PartitionResult)))
 
 
 async def read_share_group_state(broker: Broker, req: ReadShareGroupStateRequest,
@@ -107,11 +121,8 @@ async def read_share_group_state(broker: Broker, req: ReadShareGroupStateRequest
     R = ReadShareGroupStateResponse
     if _empty(req):
         return R(results=[])
-    sc = _coordinator(broker, ctx)
 
-    async def run(t: Any, p: Any) -> Any:
-        if isinstance(sc, OpError):
-            return sc
+    async def run(sc: ShareCoordinator, t: Any, p: Any) -> Any:
         return await sc.read_state(req.group_id, t.topic_id, p.partition, p.leader_epoch)
 
     def entry(p: Any, r: Any) -> Any:
@@ -125,9 +136,8 @@ async def read_share_group_state(broker: Broker, req: ReadShareGroupStateRequest
         return R.PartitionResult(partition=p.partition, error_code=code, error_message=message, state_epoch=0,
                                  start_offset=0, state_batches=[])
 
-    results = await _per_partition(req, run)
-    return R(results=[R.ReadStateResult(topic_id=t.topic_id, partitions=[
-        entry(p, r) for p, r in zip(t.partitions, rs, strict=True)]) for t, rs in zip(req.topics, results, strict=True)])
+    results = await _per_partition(broker, ctx, req, run)
+    return R(results=_results(req, results, R.ReadStateResult, entry))
 
 
 async def write_share_group_state(broker: Broker, req: WriteShareGroupStateRequest,
@@ -135,20 +145,15 @@ async def write_share_group_state(broker: Broker, req: WriteShareGroupStateReque
     R = WriteShareGroupStateResponse
     if _empty(req):
         return R(results=[])
-    sc = _coordinator(broker, ctx)
 
-    async def run(t: Any, p: Any) -> Any:
-        if isinstance(sc, OpError):
-            return sc
+    async def run(sc: ShareCoordinator, t: Any, p: Any) -> Any:
         batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                    for b in p.state_batches]
         return await sc.write_state(req.group_id, t.topic_id, p.partition, p.state_epoch, p.leader_epoch,
                                     p.start_offset, batches)
 
-    results = await _per_partition(req, run)
-    return R(results=[R.WriteStateResult(topic_id=t.topic_id, partitions=[
-        R.PartitionResult(partition=p.partition, error_code=_code(r)[0], error_message=_code(r)[1])
-        for p, r in zip(t.partitions, rs, strict=True)]) for t, rs in zip(req.topics, results, strict=True)])
+    results = await _per_partition(broker, ctx, req, run)
+    return R(results=_results(req, results, R.WriteStateResult, _error_only(R.PartitionResult)))
 
 
 async def delete_share_group_state(broker: Broker, req: DeleteShareGroupStateRequest,
@@ -156,17 +161,12 @@ async def delete_share_group_state(broker: Broker, req: DeleteShareGroupStateReq
     R = DeleteShareGroupStateResponse
     if _empty(req):
         return R(results=[])
-    sc = _coordinator(broker, ctx)
 
-    async def run(t: Any, p: Any) -> Any:
-        if isinstance(sc, OpError):
-            return sc
+    async def run(sc: ShareCoordinator, t: Any, p: Any) -> Any:
         return await sc.delete_state(req.group_id, t.topic_id, p.partition)
 
-    results = await _per_partition(req, run)
-    return R(results=[R.DeleteStateResult(topic_id=t.topic_id, partitions=[
-        R.PartitionResult(partition=p.partition, error_code=_code(r)[0], error_message=_code(r)[1])
-        for p, r in zip(t.partitions, rs, strict=True)]) for t, rs in zip(req.topics, results, strict=True)])
+    results = await _per_partition(broker, ctx, req, run)
+    return R(results=_results(req, results, R.DeleteStateResult, _error_only(R.PartitionResult)))
 
 
 async def read_share_group_state_summary(broker: Broker, req: ReadShareGroupStateSummaryRequest,
@@ -174,11 +174,8 @@ async def read_share_group_state_summary(broker: Broker, req: ReadShareGroupStat
     R = ReadShareGroupStateSummaryResponse
     if _empty(req):
         return R(results=[])
-    sc = _coordinator(broker, ctx)
 
-    async def run(t: Any, p: Any) -> Any:
-        if isinstance(sc, OpError):
-            return sc
+    async def run(sc: ShareCoordinator, t: Any, p: Any) -> Any:
         return await sc.read_summary(req.group_id, t.topic_id, p.partition)
 
     def entry(p: Any, r: Any) -> Any:
@@ -190,9 +187,8 @@ async def read_share_group_state_summary(broker: Broker, req: ReadShareGroupStat
         return R.PartitionResult(partition=p.partition, error_code=code, error_message=message, state_epoch=0,
                                  leader_epoch=0, start_offset=0)
 
-    results = await _per_partition(req, run)
-    return R(results=[R.ReadStateSummaryResult(topic_id=t.topic_id, partitions=[
-        entry(p, r) for p, r in zip(t.partitions, rs, strict=True)]) for t, rs in zip(req.topics, results, strict=True)])
+    results = await _per_partition(broker, ctx, req, run)
+    return R(results=_results(req, results, R.ReadStateSummaryResult, entry))
 
 
 # the dispatcher's entry points (server/dispatch.py): (broker, ctx, request)
