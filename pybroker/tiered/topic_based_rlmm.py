@@ -199,14 +199,19 @@ class _ConsumerTask:
 
     def _run(self) -> None:
         consumer: Consumer | None = None
+        failing = False
         try:
             while not self._closed:
                 try:
                     if consumer is None:
                         consumer = self._consumer_factory()
                     self._ingest(consumer)
+                    failing = False
                 except Exception as exc:  # the broker restarting, a leader moving: retried
-                    log.warning("remote log metadata consumer: %s; retrying", exc)
+                    # one warning per outage, not one per retry
+                    log.log(logging.DEBUG if failing else logging.WARNING,
+                            "remote log metadata consumer: %s; retrying", exc)
+                    failing = True
                     with self._cond:
                         self._changed = True  # redo the assignment on the next round
                         self._cond.wait(self._retry_interval_s)
@@ -403,6 +408,7 @@ class TopicBasedRemoteLogMetadataManager:
         started = time.monotonic()
         interval = cfg.initialization_retry_interval_ms / 1000.0
         topic_ready = False
+        attempts = 0
         admin = self._admin()
         try:
             while not self._closing.is_set():
@@ -423,8 +429,10 @@ class TopicBasedRemoteLogMetadataManager:
                         self._start_clients()
                         return
                 except Exception as exc:
-                    log.info("remote log metadata manager not initialized yet (%s); retrying in %d ms",
-                             exc, cfg.initialization_retry_interval_ms)
+                    log.log(logging.DEBUG if attempts else logging.INFO,
+                            "remote log metadata manager not initialized yet (%s); retrying every %d ms",
+                            exc, cfg.initialization_retry_interval_ms)
+                    attempts += 1
                 self._closing.wait(interval)
         finally:
             admin.close()
@@ -434,7 +442,8 @@ class TopicBasedRemoteLogMetadataManager:
         self._initialization_failed = message
 
     def _create_topic(self, admin: AdminClient) -> bool:
-        """True once `__remote_log_metadata` exists (created here or by another broker)."""
+        """True once `__remote_log_metadata` exists (created here or by another broker); raises
+        when it cannot be created now."""
         cfg = self.config
         found = admin.describe_topics([REMOTE_LOG_METADATA_TOPIC_NAME]).get(REMOTE_LOG_METADATA_TOPIC_NAME)
         if found is not None and found.error == Errors.NONE:
@@ -446,9 +455,9 @@ class TopicBasedRemoteLogMetadataManager:
             log.info("topic %s created with %d partitions, replication factor %d", REMOTE_LOG_METADATA_TOPIC_NAME,
                      cfg.metadata_topic_partitions_count, cfg.metadata_topic_replication_factor)
             return True
-        log.error("Encountered error while creating %s topic: %s %s", REMOTE_LOG_METADATA_TOPIC_NAME, err.name,
-                  message or "")
-        return False
+        # retried by the caller (logged once): too few brokers for the replication factor yet, ...
+        raise RemoteStorageError(f"Encountered error while creating {REMOTE_LOG_METADATA_TOPIC_NAME} topic: "
+                                 f"{err.name} {message or ''}".rstrip())
 
     def _new_producer(self) -> Producer:
         p = self.config.producer

@@ -245,3 +245,19 @@ def test_a_write_to_a_broker_that_is_down_fails_within_its_timeouts() -> None:
         rlmm.close()
         broker.close()
     assert not rlmm._consumer_task.thread.is_alive()  # type: ignore[union-attr]
+
+
+def test_too_few_brokers_for_the_replication_factor_times_the_initialization_out(broker: EmbeddedBroker) -> None:
+    # not standalone: Kafka's replication factor 3 on a one-broker cluster; creation is retried
+    # until remote.log.metadata.initialization.retry.max.timeout.ms, then initialization fails
+    rlmm = TopicBasedRemoteLogMetadataManager(
+        bootstrap_servers=broker.bootstrap_servers, node_id=1,
+        configs={"remote.log.metadata.initialization.retry.max.timeout.ms": "1500"})
+    rlmm.start()
+    try:
+        assert not rlmm.wait_initialized(30)
+        assert "Timed out in initializing the resources" in (rlmm.initialization_failed or "")
+        admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        assert REMOTE_LOG_METADATA_TOPIC_NAME not in admin.list_topics(timeout=10).topics
+    finally:
+        rlmm.close()
