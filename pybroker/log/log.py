@@ -174,10 +174,13 @@ class UnifiedLog:
         (the log manager, loading) has one. `remote_storage_system_enable`: the node's
         remote.log.storage.system.enable (tiered storage, see the module docstring)."""
         self.dir = Path(dir)
-        self.config = config
         self.topic = topic
         self.partition = partition
         self.remote_storage_system_enable = remote_storage_system_enable
+        # (checkpointed, clamped) start offsets when loading moved a checkpointed log start below
+        # the first segment up to it: the topic's config, known only later, may make it tiered
+        self._clamped_start: tuple[int, int] | None = None
+        self._config = config
         # the last offset copied to remote storage (inclusive), -1 when nothing is (Kafka's
         # _highestOffsetInRemoteStorage): set by the remote log manager only
         self.highest_offset_in_remote_storage = -1
@@ -348,14 +351,19 @@ class UnifiedLog:
         # files grow when first written).
         active.resize_indexes(self.config.segment_index_bytes)
         self.log_end_offset = active.read_next_offset()
+        checkpointed = self.log_start_offset
         if not self.remote_log_enabled:
             # tiered: the checkpointed start of the whole log stays, below the local segments
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            if self.remote_storage_system_enable and checkpointed < self.log_start_offset:
+                self._clamped_start = (checkpointed, self.log_start_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
         if clean_shutdown:
             self.recovery_point = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # (a log that may turn out tiered keeps the epochs of its remote part until it is known)
+        self.leader_epoch_cache.truncate_from_start(
+            self._clamped_start[0] if self._clamped_start is not None else self.log_start_offset)
         # the listing still holds: loading removed no snapshot file and made none
         self._rebuild_producer_state(now_ms, names)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
@@ -490,6 +498,25 @@ class UnifiedLog:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     # -- tiered storage (KIP-405; Kafka's UnifiedLog remote parts) --------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, value: LogConfig) -> None:
+        """A log loaded before its topic's config was known (start-up opens logs with the
+        defaults) gets its checkpointed start offset back when the config makes it tiered."""
+        self._config = value
+        clamped = self._clamped_start
+        if clamped is None:
+            return
+        self._clamped_start = None
+        checkpointed, loaded = clamped
+        if self.remote_log_enabled and self.log_start_offset == loaded:
+            self.log_start_offset = checkpointed
+        else:
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
     @property
     def remote_log_enabled(self) -> bool:
         """Kafka's UnifiedLog.isRemoteLogEnabled: the node's remote.log.storage.system.enable
