@@ -42,6 +42,8 @@ import trio
 from pybroker.metrics.broker_topic_stats import COUNTERS
 from pybroker.metrics.event_loop import EventLoopIdle
 from pybroker.metrics.registry import Family, MetricsRegistry, counter, gauge
+from pybroker.metrics.remote_log_metrics import COUNTERS as REMOTE_COUNTERS
+from pybroker.metrics.remote_log_metrics import GAUGES as REMOTE_GAUGES
 
 if TYPE_CHECKING:
     from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
@@ -63,7 +65,7 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
 
     for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
                      _log_flush, _controller, _groups, _share_coordinator, _share_partitions, _requests,
-                     _socket_server):
+                     _socket_server, _remote_storage):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -180,6 +182,36 @@ async def _replica_manager(broker: Broker) -> list[Family]:
         p_under_rep, p_under_min, p_at_min, p_isr, p_replicas, p_lso_lag,
         l_size, l_segments, l_start, l_end,
     ]
+
+
+def _remote_storage(broker: Broker) -> list[Family]:
+    """Tiered storage's BrokerTopicMetrics (metrics/remote_log_metrics.py): the Remote* meters'
+    Counts and gauges, for all topics and per topic; none on a node without tiered storage."""
+    rlm = getattr(broker, "remote_log_manager", None)
+    if rlm is None:
+        return []
+    totals, per_topic, gauge_totals, gauges_per_topic = rlm.metrics.snapshot()
+    out = []
+    for i, (_attr, meter) in enumerate(REMOTE_COUNTERS):
+        short = meter.removesuffix("PerSec").lower()
+        f = Family(f"kafka_server_brokertopicmetrics_{short}_total", "counter",
+                   f"Kafka's BrokerTopicMetrics {meter} Count: all topics, and per topic", ("topic",))
+        f.add(totals[i])
+        for topic, values in per_topic:
+            f.add(values[i], topic)
+        out.append(f)
+    for i, (_attr, name) in enumerate(REMOTE_GAUGES):
+        f = Family(f"kafka_server_brokertopicmetrics_{name.lower()}", "gauge",
+                   f"Kafka's BrokerTopicMetrics {name}: all topics, and per topic (its partitions led here)",
+                   ("topic",))
+        f.add(gauge_totals[i])
+        for topic, values in gauges_per_topic:
+            f.add(values[i], topic)
+        out.append(f)
+    out.append(counter("pybroker_remote_copy_throttle_time_ms_total",
+                       "milliseconds copies to remote storage waited for "
+                       "remote.log.manager.copy.max.bytes.per.second", rlm.metrics.copy_throttle_time_ms))
+    return out
 
 
 def _replication_quotas(broker: Broker) -> list[Family]:
