@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -44,6 +45,10 @@ def seg(tp: TopicIdPartition, start: int) -> RemoteLogSegmentMetadata:
                                     ((0, start),))
 
 
+def sees(m: TopicBasedRemoteLogMetadataManager, tp: TopicIdPartition, offset: int) -> Callable[[], bool]:
+    return lambda: m.remote_log_segment_metadata(tp, 0, offset) is not None
+
+
 def write_retrying(fn: object, *args: object, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -74,7 +79,7 @@ def test_metadata_survives_its_partition_leader_being_killed(fresh_cluster: Clus
         managers[1].update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(first.remote_log_segment_id, 1, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1))
         for m in managers.values():
-            wait_until(lambda m=m: m.remote_log_segment_metadata(tp, 0, 50) is not None, what="every node sees it")
+            wait_until(sees(m, tp, 50), what="every node sees it")
 
         # kill the leader of tp's metadata partition; a surviving node takes over writing
         mp = managers[1].metadata_partition(tp)
@@ -90,7 +95,7 @@ def test_metadata_survives_its_partition_leader_being_killed(fresh_cluster: Clus
         write_retrying(writer.update_remote_log_segment_metadata, RemoteLogSegmentMetadataUpdate(
             second.remote_log_segment_id, 2, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, writer_node))
         for m in managers.values():
-            wait_until(lambda m=m: m.remote_log_segment_metadata(tp, 0, 150) is not None, what="the survivors see it")
+            wait_until(sees(m, tp, 150), what="the survivors see it")
 
         # the killed node comes back with a fresh manager: it reads both segments from the topic
         c.restart(leader)
