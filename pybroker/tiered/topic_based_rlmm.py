@@ -420,8 +420,10 @@ class TopicBasedRemoteLogMetadataManager:
                     if not topic_ready:
                         topic_ready = self._create_topic(admin)
                     if topic_ready:
-                        partitions = len(admin.describe_topics([REMOTE_LOG_METADATA_TOPIC_NAME])
-                                         [REMOTE_LOG_METADATA_TOPIC_NAME].partitions)
+                        described = admin.describe_topics([REMOTE_LOG_METADATA_TOPIC_NAME])[REMOTE_LOG_METADATA_TOPIC_NAME]
+                        if described.error != Errors.NONE:  # not in this node's metadata yet: retried
+                            raise RemoteStorageError(f"{REMOTE_LOG_METADATA_TOPIC_NAME}: {described.error.name}")
+                        partitions = len(described.partitions)
                         if partitions != cfg.metadata_topic_partitions_count:
                             self._fail(f"Existing topic partition count [{partitions}] is not same as the expected "
                                        f"partition count [{cfg.metadata_topic_partitions_count}]")
