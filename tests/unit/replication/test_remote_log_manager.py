@@ -473,3 +473,21 @@ def test_restart_keeps_the_log_start_below_the_local_segments(tmp_path: Path, en
     else:  # not tiered on this node: the log starts at its first segment
         assert reopened.log_start_offset == reopened.segments[0].base_offset
     reopened.close()
+
+
+def test_a_quiet_tiered_log_rolls_its_only_segment_once_local_retention_passes(tmp_path: Path) -> None:
+    plog = make_log(tmp_path, **{"local.retention.ms": 1000, "segment.bytes": 1 << 20})
+    append(plog, 3, ts=NOW)
+    assert len(plog.segments) == 1
+    assert not plog.retention_roll_due(NOW + 1000)  # not older than local.retention.ms yet
+    assert plog.retention_roll_due(NOW + 1001)
+    plog.high_watermark -= 1  # unreplicated data: never
+    assert not plog.retention_roll_due(NOW + 5000)
+    plog.high_watermark = plog.log_end_offset
+    plog.roll(NOW + 5000)
+    assert len(plog.segments) == 2 and not plog.retention_roll_due(NOW + 5000)
+    off = make_log(tmp_path / "off", **{"remote.storage.enable": False, "retention.ms": 1000,
+                                        "segment.bytes": 1 << 20})
+    append(off, 3, ts=NOW)
+    assert not off.retention_roll_due(NOW + 5000)  # a log that is not tiered keeps Kafka's old rule
+
