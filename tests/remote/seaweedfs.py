@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -97,7 +98,9 @@ class SeaweedFS:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=self.directory,
-                                        preexec_fn=_own_session_dying_with_parent)
+                                        preexec_fn=_own_session_dying_with_parent
+                                        if threading.current_thread() is threading.main_thread()
+                                        else os.setsid)  # the signal follows the starting *thread*
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         last: Exception | None = None
