@@ -53,6 +53,7 @@ from pybroker.log.remote.storage.chunk_cache import ChunkCache, DiskChunkCache, 
 from pybroker.log.remote.storage.config import RsmConfig
 from pybroker.log.remote.storage.manifest import ChunkIndex, SegmentManifest
 from pybroker.log.remote.storage.object_storage import ObjectStorage, read_file
+from pybroker.log.remote.storage.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class ChunkedRemoteStorageManager:
         self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                         thread_name_prefix="rsm-prefetch")
         self._closed = False
+        self._upload_limiter = (RateLimiter(config.upload_rate_limit) if config.upload_rate_limit is not None
+                                else None)
 
     # ------------------------------------------------------------------ keys
     def key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
@@ -128,6 +131,8 @@ class ChunkedRemoteStorageManager:
 
         def chunks() -> Iterator[bytes]:
             for piece in read_file(data.log_segment, size, chunk):
+                if self._upload_limiter is not None:
+                    self._upload_limiter.acquire(len(piece))
                 out = bytes(cramjam.zstd.compress(piece)) if compress else piece
                 sizes.append(len(out))
                 yield out
