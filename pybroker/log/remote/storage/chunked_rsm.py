@@ -92,8 +92,10 @@ class ChunkedRemoteStorageManager:
     # ------------------------------------------------------------------ copy
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         log_key, indexes_key, manifest_key = (self.key(metadata, s) for s in ("log", "indexes", "rsm-manifest"))
+        written: list[str] = []
         try:
             chunk_index = self._upload_log(log_key, data)
+            written.append(log_key)
             blobs: list[tuple[IndexType, bytes | None]] = [
                 (IndexType.OFFSET, _read(data.offset_index)),
                 (IndexType.TIMESTAMP, _read(data.time_index)),
@@ -110,12 +112,15 @@ class ChunkedRemoteStorageManager:
                     ranges[index_type] = (position, len(blob))
                     position += len(blob)
             self.storage.put(indexes_key, b"".join(b for _, b in blobs if b is not None))
+            written.append(indexes_key)
             manifest = SegmentManifest(chunk_index, ranges, compression=not chunk_index.fixed)
             self.storage.put(manifest_key, manifest.to_bytes())
         except BaseException as e:
-            # leave no partial segment behind; Kafka deletes a failed copy's id too, this is sooner
+            # leave no partial segment behind (Kafka deletes a failed copy's id too; this is
+            # sooner), but only what this call wrote: an object that already existed (a second
+            # copy of one id with storage.overwrite.enabled=false) is not this call's to delete
             try:
-                self.storage.delete([manifest_key, indexes_key, log_key])
+                self.storage.delete(written[::-1])
             except RemoteStorageError as cleanup:
                 log.warning("cleaning up the failed copy of %s: %s", log_key, cleanup)
             if isinstance(e, OSError):
