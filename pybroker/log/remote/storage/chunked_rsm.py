@@ -94,8 +94,8 @@ class ChunkedRemoteStorageManager:
         log_key, indexes_key, manifest_key = (self.key(metadata, s) for s in ("log", "indexes", "rsm-manifest"))
         written: list[str] = []
         try:
-            chunk_index = self._upload_log(log_key, data)
-            written.append(log_key)
+            # the indexes are read first: a local file that is gone fails the copy before the
+            # segment's bytes go up
             blobs: list[tuple[IndexType, bytes | None]] = [
                 (IndexType.OFFSET, _read(data.offset_index)),
                 (IndexType.TIMESTAMP, _read(data.time_index)),
@@ -111,6 +111,8 @@ class ChunkedRemoteStorageManager:
                 else:
                     ranges[index_type] = (position, len(blob))
                     position += len(blob)
+            chunk_index = self._upload_log(log_key, data)
+            written.append(log_key)
             self.storage.put(indexes_key, b"".join(b for _, b in blobs if b is not None))
             written.append(indexes_key)
             manifest = SegmentManifest(chunk_index, ranges, compression=not chunk_index.fixed)
