@@ -53,6 +53,7 @@ from pybroker.log.remote.storage.chunk_cache import ChunkCache, DiskChunkCache, 
 from pybroker.log.remote.storage.config import RsmConfig
 from pybroker.log.remote.storage.manifest import ChunkIndex, SegmentManifest
 from pybroker.log.remote.storage.object_storage import ObjectStorage, read_file
+from pybroker.log.remote.storage.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class ChunkedRemoteStorageManager:
         self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                         thread_name_prefix="rsm-prefetch")
         self._closed = False
+        self._upload_limiter = (RateLimiter(config.upload_rate_limit) if config.upload_rate_limit is not None
+                                else None)
 
     # ------------------------------------------------------------------ keys
     def key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
@@ -89,8 +92,10 @@ class ChunkedRemoteStorageManager:
     # ------------------------------------------------------------------ copy
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         log_key, indexes_key, manifest_key = (self.key(metadata, s) for s in ("log", "indexes", "rsm-manifest"))
+        written: list[str] = []
         try:
-            chunk_index = self._upload_log(log_key, data)
+            # the indexes are read first: a local file that is gone fails the copy before the
+            # segment's bytes go up
             blobs: list[tuple[IndexType, bytes | None]] = [
                 (IndexType.OFFSET, _read(data.offset_index)),
                 (IndexType.TIMESTAMP, _read(data.time_index)),
@@ -106,13 +111,18 @@ class ChunkedRemoteStorageManager:
                 else:
                     ranges[index_type] = (position, len(blob))
                     position += len(blob)
+            chunk_index = self._upload_log(log_key, data)
+            written.append(log_key)
             self.storage.put(indexes_key, b"".join(b for _, b in blobs if b is not None))
+            written.append(indexes_key)
             manifest = SegmentManifest(chunk_index, ranges, compression=not chunk_index.fixed)
             self.storage.put(manifest_key, manifest.to_bytes())
         except BaseException as e:
-            # leave no partial segment behind; Kafka deletes a failed copy's id too, this is sooner
+            # leave no partial segment behind (Kafka deletes a failed copy's id too; this is
+            # sooner), but only what this call wrote: an object that already existed (a second
+            # copy of one id with storage.overwrite.enabled=false) is not this call's to delete
             try:
-                self.storage.delete([manifest_key, indexes_key, log_key])
+                self.storage.delete(written[::-1])
             except RemoteStorageError as cleanup:
                 log.warning("cleaning up the failed copy of %s: %s", log_key, cleanup)
             if isinstance(e, OSError):
@@ -128,6 +138,8 @@ class ChunkedRemoteStorageManager:
 
         def chunks() -> Iterator[bytes]:
             for piece in read_file(data.log_segment, size, chunk):
+                if self._upload_limiter is not None:
+                    self._upload_limiter.acquire(len(piece))
                 out = bytes(cramjam.zstd.compress(piece)) if compress else piece
                 sizes.append(len(out))
                 yield out
@@ -152,8 +164,13 @@ class ChunkedRemoteStorageManager:
         chunks = self._chunks(log_key, index, range(first, last + 1))
         if self._prefetch_chunks:
             self._prefetch(log_key, index, range(last + 1, min(last + 1 + self._prefetch_chunks, index.chunk_count)))
-        base = first * index.original_chunk_size
-        return b"".join(chunks)[start_position - base:end - base + 1]
+        # cut the range out of each chunk (not out of their join: a small read of a large chunk
+        # copies only what it returns)
+        pieces = []
+        for i, chunk_bytes in zip(range(first, last + 1), chunks, strict=True):
+            lo = index.original_range(i)[0]
+            pieces.append(chunk_bytes[max(start_position - lo, 0):end - lo + 1])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.key(metadata, "indexes")
@@ -186,7 +203,7 @@ class ChunkedRemoteStorageManager:
         """The chunks `ids` of `key`, detransformed: cached, in flight, or fetched now."""
         found: dict[int, bytes] = {}
         waits: dict[int, Future[bytes]] = {}
-        mine: list[int] = []
+        mine: dict[int, Future[bytes]] = {}
         for i in ids:
             data = self.chunk_cache.get((key, i))
             if data is not None:
@@ -197,8 +214,7 @@ class ChunkedRemoteStorageManager:
                     continue
                 future = self._inflight.get((key, i))
                 if future is None:
-                    future = self._inflight[(key, i)] = Future()
-                    mine.append(i)
+                    future = mine[i] = self._inflight[(key, i)] = Future()
                 waits[i] = future
         if mine:
             self._load(key, index, mine)
@@ -207,26 +223,26 @@ class ChunkedRemoteStorageManager:
         return [found[i] for i in ids]
 
     def _prefetch(self, key: str, index: ChunkIndex, ids: range) -> None:
-        mine: list[int] = []
+        mine: dict[int, Future[bytes]] = {}
         with self._lock:
             if self._closed:
                 return
             for i in ids:
                 if (key, i) not in self._inflight and not self.chunk_cache.contains((key, i)):
-                    self._inflight[(key, i)] = Future()
-                    mine.append(i)
+                    mine[i] = self._inflight[(key, i)] = Future()
         if mine:
             self._pool.submit(self._load_quietly, key, index, mine)
 
-    def _load_quietly(self, key: str, index: ChunkIndex, ids: list[int]) -> None:
+    def _load_quietly(self, key: str, index: ChunkIndex, mine: dict[int, Future[bytes]]) -> None:
         try:
-            self._load(key, index, ids)
+            self._load(key, index, mine)
         except RemoteStorageError as e:  # a reader that needs the chunk will see the error itself
-            log.debug("prefetch of %s chunks %s failed: %s", key, ids, e)
+            log.debug("prefetch of %s chunks %s failed: %s", key, list(mine), e)
 
-    def _load(self, key: str, index: ChunkIndex, ids: list[int]) -> None:
-        """Fetch chunks whose futures this thread created, fill the cache, resolve the futures."""
-        futures = [self._inflight[(key, i)] for i in ids]
+    def _load(self, key: str, index: ChunkIndex, mine: dict[int, Future[bytes]]) -> None:
+        """Fetch the chunks whose in-flight futures the caller created, fill the cache, resolve
+        the futures (with the error if the fetch failed) and drop them from the in-flight map."""
+        ids, futures = list(mine), list(mine.values())
         try:
             ranges = [index.transformed_range(i) for i in ids]
             raws = self.storage.get_ranges(key, [r[0] for r in ranges], [r[1] for r in ranges])
@@ -237,7 +253,10 @@ class ChunkedRemoteStorageManager:
                 if len(data) != hi - lo:
                     raise RemoteStorageError(f"{key} chunk {i} is {len(data)} bytes, expected {hi - lo}")
                 chunks.append(data)
-                self.chunk_cache.put((key, i), data)
+                try:
+                    self.chunk_cache.put((key, i), data)
+                except OSError as e:  # a full or broken cache disk costs the cache, not the read
+                    log.warning("chunk cache: cannot keep %s chunk %d: %s", key, i, e)
         except Exception as e:
             error = e if isinstance(e, RemoteStorageError) else RemoteStorageError(f"{key}: {e}")
             with self._lock:
