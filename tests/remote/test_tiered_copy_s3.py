@@ -52,6 +52,7 @@ def local_logs(tmp: Path) -> list[str]:
     return sorted(p.name for p in (tmp / "logs" / f"{TOPIC}-0").glob("*.log"))
 
 
+@pytest.mark.slow  # ~20 s: SeaweedFS restarts, S3 calls time out while it is down
 def test_copies_pause_while_the_store_is_down_and_resume(seaweedfs: SeaweedFS, s3_prefix: str,
                                                          tmp_path: Path) -> None:
     overrides = {
