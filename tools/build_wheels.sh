@@ -21,7 +21,8 @@ python=${PYTHON:-python}
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 
-"$python" -m build --outdir "$raw" .
+# no silent fallback to the pure-Python twins in a release wheel (setup.py)
+PYBROKER_REQUIRE_EXTENSIONS=1 "$python" -m build --outdir "$raw" .
 mkdir -p "$out"
 cp "$raw"/*.tar.gz "$out"/
 for wheel in "$raw"/*.whl; do

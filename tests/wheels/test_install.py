@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -56,8 +58,9 @@ def venv_python(venv: Path, code: str, env: dict[str, str] | None = None) -> sub
 
 
 def test_wheel_is_manylinux_stripped_and_per_version(dist: Dist) -> None:
-    # the oldest policy the symbols allow (GLIBC_2.14 -> manylinux_2_17), CPython 3.11's ABI
-    assert re.fullmatch(r"pybroker-[\d.]+-cp311-cp311-manylinux2014_x86_64\.manylinux_2_17_x86_64\.whl",
+    # the oldest policy the symbols allow (GLIBC_2.14 -> manylinux_2_17), this CPython's own ABI
+    cp = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert re.fullmatch(rf"pybroker-[\d.]+-{cp}-{cp}-manylinux2014_x86_64\.manylinux_2_17_x86_64\.whl",
                         dist.wheel.name), dist.wheel.name
     elftools = pytest.importorskip("elftools.elf.elffile", reason="pyelftools comes with auditwheel")
     with zipfile.ZipFile(dist.wheel) as whl:
@@ -66,7 +69,6 @@ def test_wheel_is_manylinux_stripped_and_per_version(dist: Dist) -> None:
         assert len(modules) == 7, modules
         for name in modules:
             with whl.open(name) as raw:
-                import io
                 elf = elftools.ELFFile(io.BytesIO(raw.read()))
                 sections = {s.name for s in elf.iter_sections()}
                 assert not {".debug_info", ".symtab"} & sections, f"{name} is not stripped"
