@@ -38,13 +38,19 @@ from pybroker.cli import (
     configs,
     consume,
     delegation_tokens,
+    delete_records,
     dump_log,
     features,
+    get_offsets,
     groups,
+    leader_election,
+    log_dirs,
+    metadata_quorum,
     perf,
     produce,
     quotas,
     topics,
+    transactions,
 )
 from pybroker.cli.common import (
     ArgumentParser,
@@ -53,6 +59,7 @@ from pybroker.cli.common import (
     check_bootstrap,
     client_settings,
     common_options,
+    merge_leading_common,
     parse_cli_args,
     run_handler,
     warnings_for,
@@ -60,7 +67,8 @@ from pybroker.cli.common import (
 from pybroker.client.admin import AdminClient
 
 TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-         "delegation-tokens", "features")
+         "delegation-tokens", "features", "metadata-quorum", "get-offsets", "delete-records", "leader-election",
+         "transactions", "log-dirs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "delegation tokens (kafka-delegation-tokens)"), common)
     features.register(tools.add_parser("features", help="describe, upgrade, downgrade and disable feature levels "
                                        "(kafka-features)"), common)
+    metadata_quorum.register(tools.add_parser("metadata-quorum", help="describe the KRaft metadata quorum "
+                                              "(kafka-metadata-quorum)"), common)
+    get_offsets.register(tools.add_parser("get-offsets", help="partitions' offsets at a time (kafka-get-offsets)"),
+                         common)
+    delete_records.register(tools.add_parser("delete-records", help="delete records below offsets "
+                                             "(kafka-delete-records)"), common)
+    leader_election.register(tools.add_parser("leader-election", help="elect preferred or unclean leaders "
+                                              "(kafka-leader-election)"), common)
+    transactions.register(tools.add_parser("transactions", help="list, describe and abort transactions "
+                                           "(kafka-transactions)"), common)
+    log_dirs.register(tools.add_parser("log-dirs", help="describe brokers' log directories (kafka-log-dirs)"),
+                      common)
     return parser
 
 
@@ -100,6 +120,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     if isinstance(args, int):
         return args
     args.stdin = stdin if stdin is not None else sys.stdin
+    merge_leading_common(args)
     try:
         check_bootstrap(args)
         args.client_properties, security = client_settings(args)

@@ -261,3 +261,42 @@ def parse_datetime_ms(text: str) -> int:
     if dt.tzinfo is None:
         dt = dt.astimezone()  # interpret as local time
     return int(dt.timestamp() * 1000)
+
+
+def kafka_table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Kafka's ToolsUtils.prettyPrintTable: each cell padded to its column's width and followed
+    by a tab (trailing one included), so `cut -f` and `awk -F'\\t'` read it as Kafka's."""
+    cells = [[str(h) for h in headers]] + [[str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        out.write("".join(v.ljust(w) + "\t" for v, w in zip(r, widths, strict=True)) + "\n")
+
+
+def read_json_file(path: str, what: str) -> Any:
+    """A tool's JSON input file; CliError (exit 2) when it cannot be read or parsed."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CliError(f"{what} {path} is not valid JSON: {exc}") from None
+
+
+def add_leading_common(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-server / --command-config also before the sub-action, where Kafka's
+    argparse4j tools (kafka-metadata-quorum.sh, kafka-transactions.sh) take them; merged into
+    the sub-action's values by `merge_leading_common`."""
+    parser.add_argument("--bootstrap-server", dest="lead_bootstrap_server", metavar="HOST:PORT", default=None,
+                        help="broker(s) to connect to, comma-separated (also accepted after the action)")
+    parser.add_argument("--command-config", dest="lead_command_config", metavar="FILE", default=None,
+                        help="client properties file (also accepted after the action)")
+
+
+def merge_leading_common(args: argparse.Namespace) -> None:
+    for name in ("bootstrap_server", "command_config"):
+        lead = getattr(args, f"lead_{name}", None)
+        if lead is not None:
+            setattr(args, name, lead)

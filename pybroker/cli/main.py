@@ -34,7 +34,8 @@ class _ArgumentParser(argparse.ArgumentParser):
 # The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
 # does not import them.
 ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-               "delegation-tokens", "features")
+               "delegation-tokens", "features", "metadata-quorum", "get-offsets", "delete-records",
+               "leader-election", "transactions", "log-dirs")
 NODE_TOOLS = ("storage", "cluster")  # tools that work on nodes and their files, not through a broker
 
 

@@ -580,7 +580,8 @@ class AdminClient:
 
     def _list_offsets_at(self, conn: BrokerConnection, specs: dict[TopicPartition, int],
                          isolation_level: int) -> dict[TopicPartition, ListedOffset]:
-        need = 7 if MAX_TIMESTAMP in specs.values() else (2 if isolation_level else 1)
+        # MAX_TIMESTAMP needs v7, EARLIEST_LOCAL (-4) v8, LATEST_TIERED (-5) v9 (KIP-734, KIP-1005)
+        need = max([2 if isolation_level else 1] + [{-3: 7, -4: 8, -5: 9}.get(ts, 1) for ts in specs.values()])
         version = conn.version_for(ApiKey.LIST_OFFSETS, min_version=need)
         topics: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
         for tp, ts in specs.items():
