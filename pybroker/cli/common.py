@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TextIO
 
 from pybroker.client.admin import AdminClient, TopicPartition
@@ -251,16 +252,49 @@ def check_bootstrap(args: argparse.Namespace) -> None:
         raise CliError("the request timeout (--timeout-ms / --request-timeout-ms) must be positive")
 
 
+_KAFKA_DATETIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?(Z|[+-]\d{2}(?::?\d{2})?)?")
+
+
 def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 date-time -> ms since the epoch; no zone means local time (as Kafka's tool)."""
+    """Kafka's Utils.getDateTime: `yyyy-MM-dd'T'HH:mm:ss.SSS` with an optional zone (`Z`, `+hh`,
+    `+hhmm`, `+hh:mm`); **no zone means UTC**, as Kafka appends `Z`. The milliseconds may be
+    left out here (Kafka requires them), and are read as Kafka's SSS reads them (".5" is 5 ms)."""
+    m = _KAFKA_DATETIME.fullmatch(text.strip())
+    if m is None:
+        raise CliError(f"bad --to-datetime '{text}' (expected Kafka's yyyy-MM-ddTHH:mm:ss.SSS, optionally with "
+                       "a zone: Z, +02:00, +0200; UTC without one)")
+    year, month, day, hour, minute, second, millis, zone = m.groups()
+    tz = UTC
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0)))
     try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"bad --to-datetime '{text}' (expected e.g. 2024-05-01T12:00:00.000 or "
-                       "2024-05-01T12:00:00+02:00)") from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # interpret as local time
-    return int(dt.timestamp() * 1000)
+        dt = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=tz)
+    except ValueError as exc:
+        raise CliError(f"bad --to-datetime '{text}': {exc}") from None
+    return int(dt.timestamp()) * 1000 + int(millis or 0)
+
+
+_ISO_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE)
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """Java's Duration.parse (`PnDTnHnMn.nS`, each part optional and signed, case-insensitive;
+    no years, months or weeks) -> milliseconds."""
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if m is None or m.group(3) == "T" or not any(m.group(i) for i in (2, 4, 5, 6)):
+        raise CliError(f"bad --by-duration '{text}' (expected an ISO-8601 duration PnDTnHnMn.nS, e.g. PT1H30M "
+                       "or P1DT12H)")
+    sign, days, _, hours, minutes, seconds, fraction = m.groups()
+    secs = int(seconds or 0)
+    frac_ms = int((fraction or "").ljust(3, "0")[:3] or 0)
+    ms = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000 + secs * 1000
+    ms += -frac_ms if secs < 0 or (seconds or "").startswith("-") else frac_ms
+    return -ms if sign == "-" else ms
 
 
 def kafka_table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
