@@ -31,7 +31,7 @@ import time
 from datetime import datetime
 from typing import Any, TextIO
 
-from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, parse_key_value
+from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, bool_property, parse_key_value
 from pybroker.client.admin import AdminClient
 from pybroker.client.connection import parse_bootstrap_servers
 from pybroker.client.consumer import Consumer, random_group_id
@@ -233,8 +233,10 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
                         batch_size=_int(props, "batch.size", 16384), linger_ms=_int(props, "linger.ms", 5),
                         max_request_size=_int(props, "max.request.size", 1048576),
                         client_id=props.get("client.id", "perf-producer-client"),
-                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin)
-    producer.partitions_for(args.topic)  # an unknown topic fails before the clock starts
+                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin,
+                        allow_auto_create_topics=bool_property(props, "allow.auto.create.topics", True))
+    # an unknown topic is created (where the broker allows it) or fails before the clock starts
+    producer.partitions_for(args.topic)
     if args.warmup_records:
         out.write(f"Warmup first {args.warmup_records} records. Steady state results will print after the "
                   "complete test summary.\n")

@@ -10,6 +10,8 @@ over:
   Java client puts them); an unkeyed record sticks to one partition until its batch is
   sent, then moves on round-robin (the uniform sticky partitioner, without its load
   weighting);
+- a topic missing from the metadata is created by the broker when `allow_auto_create_topics`
+  (Kafka's allow.auto.create.topics, default true) and auto.create.topics.enable allow it;
 - acks 0 / 1 / -1 (all); with acks=0 no response is read and offsets are unknown (-1);
 - retriable partition errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) refresh
   metadata and resend the same batch, up to `retries` times; other errors fail the batch's
@@ -93,6 +95,7 @@ class Producer:
         on_delivery: Callable[[RecordMetadata], None] | None = None,
         admin: AdminClient | None = None,
         security: ClientSecurity = PLAINTEXT,
+        allow_auto_create_topics: bool = True,
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
@@ -107,6 +110,7 @@ class Producer:
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.on_delivery = on_delivery
+        self.allow_auto_create_topics = allow_auto_create_topics
         self._own_admin = admin is None
         self.admin = admin or AdminClient(bootstrap_servers, client_id=client_id,
                                           request_timeout_s=request_timeout_s, security=security)
@@ -134,16 +138,33 @@ class Producer:
         return n
 
     def _refresh(self, topics: Sequence[str]) -> None:
-        md = self.admin.metadata(list(topics))
-        for name in topics:
-            t = md.topics.get(name)
-            if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
-                raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-            if t.error:
-                raise KafkaError(t.error, f"cannot produce to topic '{name}'")
-            self._partitions[name] = len(t.partitions)
-            for p in t.partitions:
-                self._leaders[TopicPartition(name, p.partition)] = p.leader
+        """Partition counts and leaders of `topics`. With allow_auto_create_topics the Metadata
+        request asks the broker to create a missing topic (Kafka's producer default); one being
+        created answers LEADER_NOT_AVAILABLE, so ask again, with backoff, until it is described
+        or the request timeout passes (Kafka's producer waits up to max.block.ms). A topic the
+        broker will not create (UNKNOWN_TOPIC_OR_PARTITION) fails at once."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            md = self.admin.metadata(list(topics), allow_auto_topic_creation=self.allow_auto_create_topics)
+            pending = False
+            for name in topics:
+                t = md.topics.get(name)
+                if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+                if t.error == Errors.LEADER_NOT_AVAILABLE and not t.partitions:
+                    pending = True  # being created
+                    continue
+                if t.error:
+                    raise KafkaError(t.error, f"cannot produce to topic '{name}'")
+                self._partitions[name] = len(t.partitions)
+                for p in t.partitions:
+                    self._leaders[TopicPartition(name, p.partition)] = p.leader
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaError(Errors.LEADER_NOT_AVAILABLE, f"topic {', '.join(topics)} not present in metadata "
+                                 f"after {int(self.request_timeout_s * 1000)} ms")
+            time.sleep(self.retry_backoff_s)
 
     # -- sending ------------------------------------------------------------------------
 
