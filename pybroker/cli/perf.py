@@ -219,10 +219,11 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
             return
         now = time.monotonic()
         latency = int((now - meta.send_time) * 1000)
-        stats.record(latency, meta.serialized_size, now)
+        # Kafka's PerfCallback counts the payload's bytes (not the record's overhead or key)
+        stats.record(latency, meta.value_size, now)
         # As Kafka's PerfCallback: only records sent after the warm-up count as steady state.
         if steady and meta.send_time >= steady[0].start:
-            steady[0].record(latency, meta.serialized_size, now)
+            steady[0].record(latency, meta.value_size, now)
 
     try:
         if parse_bootstrap_servers(bootstrap) != admin.bootstrap:
@@ -259,13 +260,15 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
                 stats.suppress = True
             producer.send(args.topic, payload)
             if throughput > 0:
-                # ThroughputThrottler: sleep while ahead of the target rate.
-                ahead = (i + 1) / throughput - (time.monotonic() - start)
-                if ahead > 0.002:
-                    producer.flush()
-                    ahead = (i + 1) / throughput - (time.monotonic() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                # ThroughputThrottler: sleep while ahead of the target rate. Batches whose
+                # linger.ms runs out meanwhile are sent then (Kafka's sender thread would), not
+                # flushed early: an early flush sends part-filled batches.
+                while (ahead := (i + 1) / throughput - (time.monotonic() - start)) > 0:
+                    deadline = producer.next_linger_deadline()
+                    wait = ahead if deadline is None else min(ahead, deadline - time.monotonic())
+                    if wait > 0:
+                        time.sleep(wait)
+                    producer.send_expired()
         producer.flush()
     finally:
         for conn in producer._conns.values():

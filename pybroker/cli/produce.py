@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import re
 import select
+import time
 from typing import TextIO
 
 from pybroker.cli.common import (
@@ -197,12 +198,13 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
             if prompt:
                 out.write(">")
                 out.flush()
-            if fd is not None and producer.buffered:
+            deadline = producer.next_linger_deadline()
+            if fd is not None and deadline is not None:
                 # Kafka's sender thread sends a batch after linger.ms even when no more lines
                 # come (a person typing, `tail -f |`); without one, wait for input that long.
-                ready, _, _ = select.select([fd], [], [], producer.linger_s)
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
                 if not ready:
-                    producer.flush()
+                    producer.send_expired()
             line = stdin.readline()
             if not line:
                 break
