@@ -14,6 +14,8 @@ script can tell a typo from an outage):
   (INVALID_*, POLICY_VIOLATION...).
 - 1: runtime failure: the broker is unreachable or timed out, does not speak a needed
   API, refuses for lack of authorization, or fails the request for any other reason.
+- 141: stdout was closed by its reader (`| head`): the tool stops quietly, with the status a
+  shell gives a Unix tool killed by SIGPIPE (cli/main.py silences the final flush).
 Errors are one line on stderr, `pybroker: <message>`.
 Concurrency: one-shot commands; nothing here keeps state between calls.
 """
@@ -44,7 +46,8 @@ from pybroker.security.client_properties import (
 )
 
 __all__ = [
-    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
+    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_BROKEN_PIPE", "EXIT_FAILURE",
+    "EXIT_OK", "ArgumentParser",
     "CliError", "Handler", "bool_property", "client_settings", "warnings_for", "common_options", "describe_error", "parse_key_value",
     "parse_properties", "parse_topic_partitions", "print_table", "resolve_partitions", "run_handler",
 ]
@@ -52,6 +55,9 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+# The reader of stdout left (`pybroker ... | head`): the status a shell reports for a Unix tool
+# killed by SIGPIPE (128 + 13), with nothing on stderr.
+EXIT_BROKEN_PIPE = 141
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 # Broker answers that mean "the request as given cannot be done" rather than "something broke".
@@ -233,7 +239,7 @@ def run_handler(fn: Callable[[], int], err: TextIO) -> int:
         err.write(f"pybroker: {describe_error(exc)}\n")
         return EXIT_BAD_INPUT if exc.code in BAD_INPUT_ERRORS else EXIT_FAILURE
     except BrokenPipeError:  # `pybroker consume ... | head`: the reader left; not an error
-        return EXIT_OK
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         err.write("pybroker: interrupted\n")
         return 130

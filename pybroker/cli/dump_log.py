@@ -417,6 +417,8 @@ def run(admin: AdminClient | None, args: argparse.Namespace, out: TextIO, err: T
                 dump_txn_index(f, out)
             else:
                 err.write(f"Ignoring unknown file {f}\n")
+        except BrokenPipeError:
+            raise  # stdout's reader left: not a file problem (cli/common.py run_handler)
         except OSError as exc:
             raise CliError(f"cannot read '{f}': {exc.strerror or exc}", EXIT_FAILURE) from None
     out.flush()

@@ -92,7 +92,7 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     p.set_defaults(handler=run_delete)
 
     p = actions.add_parser("delete-offsets", parents=[common], help="delete a group's committed offsets")
-    p.add_argument("--group", required=True, metavar="G")
+    p.add_argument("--group", required=True, metavar="G", help="the group whose committed offsets to delete")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,...]",
                    help="topic, or topic:partitions, whose offsets to delete (repeatable)")
     _type_option(p)
