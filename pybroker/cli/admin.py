@@ -1,7 +1,7 @@
 """`pybroker <tool> ...`: the dispatcher of the operator tools, Kafka's bin/ scripts on
 pybroker.client.
 
-    pybroker topics   {list|describe|create|delete}                     kafka-topics.sh
+    pybroker topics   {list|describe|create|alter|delete|reassign...}   kafka-topics.sh
     pybroker groups   {list|describe|delete|delete-offsets|reset-offsets} kafka-consumer-groups.sh
     pybroker configs  {describe|alter}                                  kafka-configs.sh
     pybroker produce  --topic T                                         kafka-console-producer.sh
@@ -12,8 +12,15 @@ pybroker.client.
     pybroker quotas   {describe|alter}        kafka-configs.sh's client-quota path (Kafka has no own tool)
     pybroker delegation-tokens {--create|--renew|--expire|--describe}  kafka-delegation-tokens.sh
     pybroker features {describe|upgrade|downgrade|disable}              kafka-features.sh
+    pybroker metadata-quorum describe --status|--replication            kafka-metadata-quorum.sh
+    pybroker get-offsets [--topic REGEX] [--time T]                      kafka-get-offsets.sh
+    pybroker delete-records --offset-json-file F                        kafka-delete-records.sh
+    pybroker leader-election --election-type preferred|unclean ...      kafka-leader-election.sh
+    pybroker transactions {list|describe|describe-producers|abort}      kafka-transactions.sh
+    pybroker log-dirs --describe [--broker-list] [--topic-list]         kafka-log-dirs.sh
 
-Each tool lives in its own module and registers its parser here; the shared helpers
+Each tool lives in its own module and registers its parser here (the cluster-wide admin calls
+the newer ones make are in client/cluster_admin.py); the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
 tool, so the import graph is a tree: main -> admin -> tools -> common -> client.
 Every tool that talks to a broker takes `--command-config FILE`, a Kafka client properties
