@@ -6,7 +6,8 @@
 
 Prints `topic:partition:offset` per partition, sorted as Kafka sorts them (by the text
 `topic-partition`); a partition without an offset at that time (ListOffsets answers -1, e.g. a
-timestamp after the last record) is left out, as Kafka does. `--topic` is a regular expression
+timestamp after the last record) is left out, as Kafka does; a partition whose ListOffsets
+fails is skipped with Kafka's `Skip getting offsets for topic-partition ...` line on stderr. `--topic` is a regular expression
 matched against the whole name (Kafka's IncludeList); `--topic-partitions` takes Kafka's
 `TOPIC_REGEX:PARTITIONS` rules (`t:0`, `t:1-3`, `t:-3` (below 3), `t:2-` (2 and up)).
 The time `latest` (the default) is the log end offset, `earliest` the log start offset,
@@ -22,8 +23,9 @@ import re
 from collections.abc import Callable
 from typing import TextIO
 
-from pybroker.cli.common import EXIT_OK, CliError
+from pybroker.cli.common import EXIT_OK, CliError, describe_error
 from pybroker.client.admin import AdminClient, TopicPartition
+from pybroker.protocol.errors import KafkaError
 
 TIMES = {"latest": -1, "earliest": -2, "max-timestamp": -3, "earliest-local": -4, "latest-tiered": -5}
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
@@ -111,9 +113,18 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
                      if any(tf(name) and pf(p.partition) for tf, pf in filters)}, key=str)
     if not wanted:
         raise CliError("Could not match any topic-partitions with the specified filters")
-    offsets = admin.list_offsets({tp: ts for tp in wanted})
+    try:
+        offsets = {tp: o.offset for tp, o in admin.list_offsets({tp: ts for tp in wanted}).items()}
+    except KafkaError:
+        # one partition failed: ask each on its own and skip the failing ones, as Kafka's tool
+        offsets = {}
+        for tp in wanted:
+            try:
+                offsets[tp] = admin.list_offsets({tp: ts})[tp].offset
+            except KafkaError as exc:
+                err.write(f"Skip getting offsets for topic-partition {tp} due to error: {describe_error(exc)}\n")
     for tp in wanted:
-        o = offsets[tp].offset
+        o = offsets.get(tp, -1)
         if o != -1:
             out.write(f"{tp.topic}:{tp.partition}:{o}\n")
     return EXIT_OK

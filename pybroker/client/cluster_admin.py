@@ -90,6 +90,8 @@ def describe_topic_partitions(admin: AdminClient, names: list[str] | None) -> di
         wanted = names
         if wanted is None:
             wanted = sorted(admin._metadata(None).topics)
+        if not wanted:  # an empty topic list would ask DescribeTopicPartitions for every topic
+            return {}
         if not conn.supports(ApiKey.DESCRIBE_TOPIC_PARTITIONS):
             md = admin._metadata(wanted)
             return {n: TopicState(n, t.topic_id, t.is_internal, [

@@ -92,3 +92,30 @@ def test_isr_filters_and_preferred_election(cluster: Cluster, tmp_path: Path):
     assert partition_line(cluster, topic)["Leader"] == str(preferred)
     rc, out, _ = cli(cluster, "leader-election", "--election-type", "preferred", "--topic", topic, "--partition", "0")
     assert (rc, out) == (0, f"Valid replica already elected for partitions {topic}-0\n")
+
+
+def test_a_dead_nodes_partitions_are_unavailable_and_skipped_by_get_offsets(cluster: Cluster):
+    topic = "rf1-" + uuid.uuid4().hex[:8]
+    rc, _, err = cli(cluster, "topics", "create", "--topic", topic, "--partitions", "3", "--replication-factor", "1")
+    assert rc == 0, err
+    rc, out, _ = cli(cluster, "topics", "describe", "--topic", topic)
+    leaders = {int(f.split("\t")[2].removeprefix("Partition: ")): int(f.split("\t")[3].removeprefix("Leader: "))
+               for f in out.splitlines()[1:]}
+    victim = leaders[0]
+    lost = sorted(p for p, n in leaders.items() if n == victim)
+    cluster.kill(victim)
+    try:
+        def unavailable() -> list[int] | None:
+            rc, out, _ = cli(cluster, "topics", "describe", "--topic", topic, "--unavailable-partitions")
+            got = sorted(int(line.split("\t")[2].removeprefix("Partition: ")) for line in out.splitlines())
+            return got if rc == 0 and got == lost else None
+        wait_until(unavailable, what="the dead node's partitions reported unavailable")
+        rc, out, err = cli(cluster, "get-offsets", "--topic", topic, "--timeout-ms", "2000")
+        assert rc == 0
+        assert out.splitlines() == [f"{topic}:{p}:0" for p in range(3) if p not in lost]
+        assert [line.split(" due to error: ")[0] for line in err.splitlines()] == [
+            f"Skip getting offsets for topic-partition {topic}-{p}" for p in lost]
+    finally:
+        cluster.restart(victim)
+    wait_until(lambda: cli(cluster, "topics", "describe", "--topic", topic, "--unavailable-partitions")[1] == "",
+               what="the restarted node leading its partitions again")
