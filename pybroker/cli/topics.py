@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import re
 from typing import TextIO
 
 from pybroker.cli import reassign_throttle
@@ -90,8 +91,8 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     p.set_defaults(handler=run_list)
 
     p = actions.add_parser("describe", parents=[common], help="partitions, leaders, replicas, ISR, configs")
-    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic to describe (repeatable; "
-                   "default all)")
+    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic to describe, or a regular "
+                   "expression over topic names as Kafka's (repeatable; default all)")
     p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
     p.add_argument("--under-replicated-partitions", action="store_true",
                    help="only show under-replicated partitions (fewer in the ISR than replicas)")
@@ -180,6 +181,31 @@ def _partition_shown(args: argparse.Namespace, p: PartitionState, replication_fa
         or (args.at_min_isr_partitions and len(p.isr) == min_isr))
 
 
+def _matching_topics(admin: AdminClient, specs: list[str]) -> list[str]:
+    """--topic values as Kafka's IncludeList reads them: an existing name as it is, otherwise a
+    regular expression over the whole name (`orders-.*`, `a|b`; a comma is an alternative as
+    in Kafka); a pattern that matches nothing is a missing topic, as Kafka's ensureTopicExists."""
+    if not specs:
+        return []
+    existing: list[str] | None = None
+    out: list[str] = []
+    for spec in specs:
+        if any(c in spec for c in "*?+[]()|^$\\,{}"):
+            if existing is None:
+                existing = admin.list_topics()
+            try:
+                rx = re.compile(spec.strip().strip("\"'").replace(",", "|"))
+            except re.error as exc:
+                raise CliError(f"bad --topic pattern '{spec}': {exc}") from None
+            matched = [t for t in existing if rx.fullmatch(t)]
+            if not matched:
+                raise CliError(f"topic '{spec}' does not exist")
+            out.extend(matched)
+        else:
+            out.append(spec)
+    return list(dict.fromkeys(out))
+
+
 def _node_list(nodes: list[int] | None) -> str:
     return "N/A" if nodes is None else _ids(nodes)
 
@@ -189,7 +215,7 @@ def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err:
     given), then a tab-led line per partition (only the matching ones under a filter). The
     configs are those not at their default (Kafka's ConfigEntry.isDefault: source DEFAULT_CONFIG),
     the replication factor is the first partition's, less the replicas a reassignment is adding."""
-    wanted = list(dict.fromkeys(args.topic))
+    wanted = _matching_topics(admin, list(dict.fromkeys(args.topic)))
     topics = cluster_admin.describe_topic_partitions(admin, wanted or None)
     for name in wanted:
         t = topics.get(name)

@@ -85,3 +85,14 @@ def test_alter_of_a_missing_topic(cli):
     rc, _, err = cli("topics", "alter", "--topic", "no-such-topic-x", "--partitions", "3")
     assert rc == 2 and "does not exist" in one_error_line(err)
     assert cli("topics", "alter", "--topic", "no-such-topic-x", "--partitions", "3", "--if-exists") == (0, "", "")
+
+
+def test_topic_may_be_a_regular_expression_as_in_kafka(cli, topic):
+    prefix = topic[:-3]
+    rc, out, _ = cli("topics", "describe", "--topic", prefix + ".*")
+    heads = [line.split("\t")[0] for line in out.splitlines() if line.startswith("Topic: ")]
+    assert rc == 0 and f"Topic: {topic}" in heads and all(h.startswith(f"Topic: {prefix}") for h in heads)
+    rc, out, _ = cli("topics", "describe", "--topic", f"{topic}|no-such-topic", "--at-min-isr-partitions")
+    assert rc == 0 and len(out.splitlines()) == 3
+    rc, _, err = cli("topics", "describe", "--topic", "no-such-.*-here")
+    assert rc == 2 and "does not exist" in one_error_line(err)
