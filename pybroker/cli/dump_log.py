@@ -18,6 +18,8 @@ By suffix:
   a decoder implies --print-data-log). Bytes after the last
   whole batch: "Found N invalid bytes at the end of F". Offsets that do not follow each
   other are listed on stderr at the end ("Non-consecutive offsets in ...").
+- .checkpoint (a KRaft metadata snapshot, or bootstrap.checkpoint): as a .log, headed
+  "Snapshot end offset: N, epoch: E" (or "KRaft bootstrap snapshot").
 - .index: "offset: O position: P" per entry (stopping at the first zero entry of a
   preallocated file), each checked against the .log beside it (mismatches on stderr);
   --index-sanity-check runs Kafka's OffsetIndex.sanityCheck instead and prints
@@ -178,8 +180,22 @@ class LogFile:
         self._f.close()
 
 
+def _log_header(path: Path) -> str:
+    """Kafka's first line: a segment's base offset, or a KRaft snapshot's id."""
+    if path.suffix != ".checkpoint":
+        return f"Log starting offset: {_base_offset(path)}"
+    if path.name == "bootstrap.checkpoint":
+        return "KRaft bootstrap snapshot"
+    from pybroker.raft.snapshots import parse_snapshot_file_name
+
+    parsed = parse_snapshot_file_name(path.name)
+    if parsed is None:
+        raise CliError(f"cannot read a snapshot id from the file name '{path.name}'")
+    return f"Snapshot end offset: {parsed[0].offset}, epoch: {parsed[0].epoch}"
+
+
 def dump_log(path: Path, args: argparse.Namespace, out: TextIO, problems: Problems) -> None:
-    out.write(f"Log starting offset: {_base_offset(path)}\n")
+    out.write(_log_header(path) + "\n")
     if args.offsets_decoder or args.transaction_log_decoder or args.cluster_metadata_decoder:
         args.print_data_log = True  # Kafka: any decoder implies --print-data-log
     deep = args.deep_iteration or args.print_data_log
@@ -405,7 +421,7 @@ def run(admin: AdminClient | None, args: argparse.Namespace, out: TextIO, err: T
         out.write(f"Dumping {f}\n")
         suffix = f.suffix
         try:
-            if suffix == ".log":
+            if suffix in (".log", ".checkpoint"):  # KRaft snapshots are record batches too
                 dump_log(f, args, out, problems)
             elif suffix == ".index":
                 dump_index(f, args, out, problems)

@@ -31,8 +31,11 @@ KEY_PAYLOAD = re.compile(r"^\| offset: \d+ .*? key: (\{.*?\}) payload: (.*)$")
 def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A node's data directory after a topic, a transaction and a group commit; the topic's id."""
     d = tmp_path_factory.mktemp("decoders")
+    # metadata snapshots after every change, so the directory has KRaft .checkpoint files too
     b = EmbeddedBroker(log_dir=str(d), overrides={"offsets.topic.num.partitions": 1,
-                                                  "transaction.state.log.num.partitions": 1}).start()
+                                                  "transaction.state.log.num.partitions": 1,
+                                                  "metadata.log.max.record.bytes.between.snapshots": 1,
+                                                  "metadata.log.max.snapshot.interval.ms": 1}).start()
     try:
         assert run_cli(["topics", "create", "--topic", TOPIC, "--partitions", "2", "--bootstrap-server",
                         b.bootstrap_servers])[0] == 0
@@ -115,3 +118,17 @@ def test_a_decoder_on_the_wrong_topic_says_so_per_record(data):
     d, _ = data
     lines = dump(d / f"{TOPIC}-1", "--offsets-decoder")
     assert any(re.search(r"key: (Unknown record type \d+|Error) at offset \d+", line) for line in lines)
+
+
+def test_a_kraft_snapshot_is_dumped_with_its_id_and_records(data):
+    d, topic_id = data
+    newest = sorted((d / "__cluster_metadata-0").glob("*.checkpoint"))[-1]
+    offset, epoch = (int(x) for x in newest.name.removesuffix(".checkpoint").split("-"))
+    rc, out, err = run_cli(["dump-log", "--cluster-metadata-decoder", "--files", str(newest)])
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[:2] == [f"Dumping {newest}", f"Snapshot end offset: {offset}, epoch: {epoch}"]
+    assert re.search(r' SnapshotHeader \{"version":0,"lastContainedLogTimestamp":\d+\}$', lines[3])
+    assert lines[-1].endswith(' SnapshotFooter {"version":0}')
+    payloads = [json.loads(m.group(1)) for line in lines if (m := PAYLOAD.match(line))]
+    assert {"type": "TOPIC_RECORD", "version": 0, "data": {"name": TOPIC, "topicId": topic_id}} in payloads
