@@ -59,8 +59,9 @@ def test_pause_fences_a_node_and_resume_brings_it_back(cluster: LocalCluster):
     cluster.pause(2)
     pid = cluster.pid(2)
     assert pid is not None
-    state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    assert state == "T"  # stopped, not dead
+    # stopped, not dead (the signal is delivered asynchronously: wait for the kernel to say so)
+    wait_until(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", 10,
+               "node 2 stopped by SIGSTOP")
     wait_until(lambda: brokers(cluster.address(1)) == [1, 3], 30, "node 2 fenced while paused")
     cluster.resume(2)
     wait_until(lambda: brokers(cluster.address(1)) == [1, 2, 3], 30, "node 2 unfenced after resume")
