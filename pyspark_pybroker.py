@@ -5,6 +5,6 @@ and registers its `DefaultSource` under `DefaultSource.name()`, here "pybroker",
 `spark.read.format("pybroker")` works in a plain session without a register call.
 """
 
-from spark_connector.source import PyBrokerDataSource as DefaultSource
+from pybroker_spark.source import PyBrokerDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

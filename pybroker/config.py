@@ -12,7 +12,7 @@ neither quorum key set is a *standalone* node, a one-voter quorum of itself that
 controller listener (plain `pybroker`, the embedded broker); it must have the controller role.
 A standalone node takes the internal-topic settings of Kafka's single-node quickstart
 config/server.properties (STANDALONE_DEFAULTS: replication factors 1, transaction and
-share-state min ISR 1) instead of Kafka's cluster defaults (3, 3, 2), which a one-broker cluster
+share-state min ISR 1, group.initial.rebalance.delay.ms 0) instead of Kafka's cluster defaults (3, 3, 2), which a one-broker cluster
 could never meet.
 
 Errors are `ConfigError` with a one-line message naming the key; the CLI turns them into
@@ -496,6 +496,9 @@ STANDALONE_DEFAULTS: dict[str, Any] = {
     "transaction.state.log.min.isr": 1,
     "share.coordinator.state.topic.replication.factor": 1,
     "share.coordinator.state.topic.min.isr": 1,
+    # the quickstart's "for development and testing": a group's first member does not wait 3 s for
+    # others to join (a deliberate difference from Kafka's default, on standalone nodes only)
+    "group.initial.rebalance.delay.ms": 0,
 }
 BROKER_ROLE = "broker"
 CONTROLLER_ROLE = "controller"

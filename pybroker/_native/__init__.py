@@ -7,7 +7,8 @@ Each hot path exists twice with the same API: a compiled module `pybroker._nativ
     from pybroker._native import crc32c, records, index, zerocopy, timingwheel, arrow_records, recovery
 
 `PYBROKER_NO_EXTENSIONS=1` forces the pure twins. Without it, a missing compiled module
-falls back to the twin with a warning (an editable checkout that was never built), and
+falls back to the twin, with one warning naming every missing module (an editable checkout
+that was never built, or an sdist installed without a C compiler), and
 `HAVE_EXTENSIONS` tells tests and benchmarks which one they got. `native(name)` and
 `pure(name)` return a specific implementation for parity tests and benchmarks.
 """
@@ -38,16 +39,22 @@ def _load(name: str) -> tuple[ModuleType, bool]:
     try:
         return native(name), True
     except ImportError as exc:
-        warnings.warn(
-            f"pybroker: compiled module {name!r} unavailable ({exc}); using the pure-Python twin",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _missing.append(f"{name} ({exc})" if len(_missing) == 0 else name)
         return pure(name), False
 
 
+_missing: list[str] = []
 _loaded = {name: _load(name) for name in NAMES}
 HAVE_EXTENSIONS = all(ok for _, ok in _loaded.values())
+if _missing:
+    # one warning for all of them (an sdist installed without a C compiler has none): the first
+    # one's ImportError says why
+    warnings.warn(
+        f"pybroker: compiled modules unavailable: {', '.join(_missing)}; "
+        "using the pure-Python twins (slower)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 crc32c = _loaded["crc32c"][0]
 records = _loaded["records"][0]

@@ -6,7 +6,7 @@ turns Arrow column buffers into Kafka records sections (magic 2, see pybroker._p
 for the record layout) and Kafka records sections back into Arrow column buffers.
 
 Columns are described by plain tuples of buffers in Arrow's layout, so neither twin needs
-pyarrow (spark_connector/arrow_columns.py builds them from pyarrow arrays):
+pyarrow (pybroker_spark/arrow_columns.py builds them from pyarrow arrays):
 
     BinaryColumn  (validity, offsets, data, offset, offset_width)
                   binary / string / large_*: `offsets` holds length+1 little-endian int32

@@ -1,7 +1,7 @@
 """`pybroker <tool> ...`: the dispatcher of the operator tools, Kafka's bin/ scripts on
 pybroker.client.
 
-    pybroker topics   {list|describe|create|delete}                     kafka-topics.sh
+    pybroker topics   {list|describe|create|alter|delete|reassign...}   kafka-topics.sh
     pybroker groups   {list|describe|delete|delete-offsets|reset-offsets} kafka-consumer-groups.sh
     pybroker configs  {describe|alter}                                  kafka-configs.sh
     pybroker produce  --topic T                                         kafka-console-producer.sh
@@ -12,8 +12,15 @@ pybroker.client.
     pybroker quotas   {describe|alter}        kafka-configs.sh's client-quota path (Kafka has no own tool)
     pybroker delegation-tokens {--create|--renew|--expire|--describe}  kafka-delegation-tokens.sh
     pybroker features {describe|upgrade|downgrade|disable}              kafka-features.sh
+    pybroker metadata-quorum describe --status|--replication            kafka-metadata-quorum.sh
+    pybroker get-offsets [--topic REGEX] [--time T]                      kafka-get-offsets.sh
+    pybroker delete-records --offset-json-file F                        kafka-delete-records.sh
+    pybroker leader-election --election-type preferred|unclean ...      kafka-leader-election.sh
+    pybroker transactions {list|describe|describe-producers|abort}      kafka-transactions.sh
+    pybroker log-dirs --describe [--broker-list] [--topic-list]         kafka-log-dirs.sh
 
-Each tool lives in its own module and registers its parser here; the shared helpers
+Each tool lives in its own module and registers its parser here (the cluster-wide admin calls
+the newer ones make are in client/cluster_admin.py); the shared helpers
 (exit codes, CliError, tables, bootstrap parsing) are in cli/common.py, which imports no
 tool, so the import graph is a tree: main -> admin -> tools -> common -> client.
 Every tool that talks to a broker takes `--command-config FILE`, a Kafka client properties
@@ -38,13 +45,19 @@ from pybroker.cli import (
     configs,
     consume,
     delegation_tokens,
+    delete_records,
     dump_log,
     features,
+    get_offsets,
     groups,
+    leader_election,
+    log_dirs,
+    metadata_quorum,
     perf,
     produce,
     quotas,
     topics,
+    transactions,
 )
 from pybroker.cli.common import (
     ArgumentParser,
@@ -53,6 +66,7 @@ from pybroker.cli.common import (
     check_bootstrap,
     client_settings,
     common_options,
+    merge_leading_common,
     parse_cli_args,
     run_handler,
     warnings_for,
@@ -60,7 +74,8 @@ from pybroker.cli.common import (
 from pybroker.client.admin import AdminClient
 
 TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-         "delegation-tokens", "features")
+         "delegation-tokens", "features", "metadata-quorum", "get-offsets", "delete-records", "leader-election",
+         "transactions", "log-dirs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "delegation tokens (kafka-delegation-tokens)"), common)
     features.register(tools.add_parser("features", help="describe, upgrade, downgrade and disable feature levels "
                                        "(kafka-features)"), common)
+    metadata_quorum.register(tools.add_parser("metadata-quorum", help="describe the KRaft metadata quorum "
+                                              "(kafka-metadata-quorum)"), common)
+    get_offsets.register(tools.add_parser("get-offsets", help="partitions' offsets at a time (kafka-get-offsets)"),
+                         common)
+    delete_records.register(tools.add_parser("delete-records", help="delete records below offsets "
+                                             "(kafka-delete-records)"), common)
+    leader_election.register(tools.add_parser("leader-election", help="elect preferred or unclean leaders "
+                                              "(kafka-leader-election)"), common)
+    transactions.register(tools.add_parser("transactions", help="list, describe and abort transactions "
+                                           "(kafka-transactions)"), common)
+    log_dirs.register(tools.add_parser("log-dirs", help="describe brokers' log directories (kafka-log-dirs)"),
+                      common)
     return parser
 
 
@@ -100,6 +127,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     if isinstance(args, int):
         return args
     args.stdin = stdin if stdin is not None else sys.stdin
+    merge_leading_common(args)
     try:
         check_bootstrap(args)
         args.client_properties, security = client_settings(args)

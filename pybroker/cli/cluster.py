@@ -2,7 +2,8 @@
 
     pybroker cluster [--nodes 3] [--dir ./pybroker-cluster] [--base-port 9092]
                      [--controller-base-port BASE+100] [--security plaintext|ssl|sasl_ssl]
-                     [--override key=value ...]
+                     [--racks r1,r2,r3] [--override key=value ...]
+    pybroker cluster restart N [--dir ./pybroker-cluster]
 
 Node i (1..N) is a combined broker and controller (`process.roles=broker,controller`): its client
 listener is PLAINTEXT://127.0.0.1:BASE+i-1, its controller listener CONTROLLER://127.0.0.1:
@@ -36,9 +37,26 @@ need ACLs (`pybroker acls`) and credentials (`pybroker configs --alter --entity-
 `DIR/client-librdkafka.properties` (librdkafka's), both 0600, and the command prints them.
 A directory first formatted without `--security sasl_ssl` has no SCRAM users and is refused.
 
-Errors (ports in use, a directory of another shape): one line on stderr, exit code 2; a node that
-fails to start: its log's last lines, every node stopped, exit code 1.
-Concurrency: one blocking supervisor process; nodes are independent processes.
+`--racks r1,r2,r3` sets each node's broker.rack (one name per node), so rack-aware placement and
+fetch from follower (KIP-392) can be tried on one machine.
+
+Files while it runs: `DIR/cluster.pid` (the supervisor) and `DIR/node-i/node.pid` (each node's
+process, removed when it ends). A node that dies is reported on stderr in one line and left
+down; `pybroker cluster restart i --dir DIR`, from another terminal, asks the supervisor
+(DIR/node-i/restart.request, then SIGUSR1 to the PID in cluster.pid) to stop the node cleanly
+if it still runs and start it again on its data, logging to its node.log; the command returns
+once the node serves (or prints why it did not: DIR/node-i/restart.failed).
+
+Ctrl-C or SIGTERM sends SIGTERM to every node at once; they stop within a few seconds: the
+last voters do not wait for a controlled shutdown nobody can approve once the quorum is gone
+(server/broker_lifecycle_manager.py) nor for a successor no one can elect.
+
+Errors (ports in use, a node of this directory still running, a directory of another shape):
+one line on stderr, exit code 2, checked before anything is written, so a refused start leaves
+no directory behind; a node that fails to start: its log's last lines, every node stopped,
+exit code 1, and a directory made by this start is removed.
+Concurrency: one blocking supervisor process (signals only set flags it polls); nodes are
+independent processes.
 """
 
 from __future__ import annotations
@@ -47,6 +65,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,6 +98,11 @@ from pybroker.security.local_ca import (
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
+DEFAULT_DIR = "./pybroker-cluster"
+CLUSTER_PID_FILE = "cluster.pid"  # the supervisor's PID (`pybroker cluster restart` signals it)
+NODE_PID_FILE = "node.pid"  # in DIR/node-N/, while that node's process runs
+RESTART_REQUEST = "restart.request"  # in DIR/node-N/: `pybroker cluster restart N` asks for it
+RESTART_FAILED = "restart.failed"  # in DIR/node-N/: why the requested restart failed
 LISTENING = "listening on {listener}://"
 SECURITY_MODES = ("plaintext", "ssl", "sasl_ssl")
 LISTENER = {"plaintext": "PLAINTEXT", "ssl": "SSL", "sasl_ssl": "SASL_SSL"}
@@ -216,17 +240,33 @@ def _port_free(port: int) -> bool:
 
 
 def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: int,
-            overrides: dict[str, str], out: TextIO, security: str = "plaintext") -> tuple[str, list[Path]]:
+            overrides: dict[str, str], out: TextIO, security: str = "plaintext",
+            racks: list[str] | None = None) -> tuple[str, list[Path]]:
     """Write every node's server.properties and format what is not formatted yet; returns the
-    cluster id and the nodes' property files."""
+    cluster id and the nodes' property files. Everything that can refuse the start (ports in
+    use, a node of this directory still running) is checked before anything is written, so a
+    refused start leaves no directory behind."""
     if nodes < 1:
         raise CliError("--nodes must be at least 1")
+    if racks is not None and len(racks) != nodes:
+        raise CliError(f"--racks names {len(racks)} rack(s) for {nodes} node(s): give one per node")
     for port in [base_port + i for i in range(nodes)] + [controller_base_port + i for i in range(nodes)]:
         if not 0 < port < 65536:
             raise CliError(f"port {port} is out of range (--base-port / --controller-base-port)")
     clients = {base_port + i for i in range(nodes)}
     if clients & {controller_base_port + i for i in range(nodes)}:
         raise CliError("client and controller ports overlap: choose another --controller-base-port")
+    for node_id in range(1, nodes + 1):
+        data = directory / f"node-{node_id}" / "data"
+        if (data / LOCK_FILE).exists():
+            try:  # a node of an earlier `pybroker cluster` on this directory still runs
+                release_all(lock_dirs([data]))
+            except DirectoryLockedError as exc:
+                raise CliError(f"node {node_id}: {exc}") from None
+    busy = [p for p in sorted(clients | {controller_base_port + i for i in range(nodes)}) if not _port_free(p)]
+    if busy:
+        raise CliError(f"port(s) {', '.join(map(str, busy))} in use: choose another --base-port / "
+                       "--controller-base-port")
     directory.mkdir(parents=True, exist_ok=True)
     shape_file = directory / "cluster.json"
     if shape_file.exists():
@@ -268,12 +308,10 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
         node_dir = directory / f"node-{node_id}"
         node_dir.mkdir(exist_ok=True)
         data = node_dir / "data"
-        if (data / LOCK_FILE).exists():
-            try:  # a node of an earlier `pybroker cluster` on this directory still runs
-                release_all(lock_dirs([data]))
-            except DirectoryLockedError as exc:
-                raise CliError(f"node {node_id}: {exc}") from None
-        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), overrides, tls_dir,
+        extra = dict(overrides)
+        if racks is not None:
+            extra["broker.rack"] = racks[node_id - 1]
+        props = node_properties(node_id, nodes, base_port, controller_base_port, data.resolve(), extra, tls_dir,
                                 credentials)
         path = node_dir / "server.properties"
         _write_properties(path, props, private=credentials is not None)
@@ -288,10 +326,6 @@ def prepare(directory: Path, nodes: int, base_port: int, controller_base_port: i
                 format_storage(cfg, cluster_id, add_scram=scram, out=devnull)
         elif meta.cluster_id != cluster_id:
             raise CliError(f"{data} belongs to cluster {meta.cluster_id}, not {cluster_id} ({id_file})")
-    busy = [p for p in sorted(clients | {controller_base_port + i for i in range(nodes)}) if not _port_free(p)]
-    if busy:
-        raise CliError(f"port(s) {', '.join(map(str, busy))} in use: choose another --base-port / "
-                       "--controller-base-port")
     return cluster_id, files
 
 
@@ -301,7 +335,9 @@ class Node:
         self.node_id = node_id
         self.properties = properties
         self.log_path = properties.parent / "node.log"
+        self.pid_path = properties.parent / NODE_PID_FILE
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reported = False  # its death was reported
         self._offset = 0
 
     def start(self) -> None:
@@ -311,6 +347,15 @@ class Node:
             self.proc = subprocess.Popen([sys.executable, "-m", "pybroker", "--config", str(self.properties)],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, preexec_fn=_die_with_parent)
+        self.pid_path.write_text(f"{self.proc.pid}\n")
+        self.reported = False
+
+    def exited(self) -> bool:
+        """True once the process has ended (reaped; its PID file removed)."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        self.pid_path.unlink(missing_ok=True)
+        return True
 
     def listening(self) -> bool:
         try:
@@ -331,6 +376,18 @@ class Node:
             except ProcessLookupError:
                 pass
 
+    def stop_and_wait(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM (a clean shutdown), SIGKILL after `timeout_s`."""
+        if self.proc is None:
+            return
+        self.stop(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.exited()
+
 
 def _stop_all(nodes: list[Node], out: TextIO) -> None:
     for n in nodes:
@@ -344,13 +401,39 @@ def _stop_all(nodes: list[Node], out: TextIO) -> None:
         except subprocess.TimeoutExpired:
             n.stop(signal.SIGKILL)
             n.proc.wait(timeout=10)
+        n.exited()
     out.write("pybroker cluster: every node stopped\n")
 
 
+def _restart_requested(nodes: list[Node], err: TextIO) -> None:
+    """Serve `pybroker cluster restart N`: each node with a request file is stopped (if it runs)
+    and started again; the file is removed once the node serves, or replaced by one holding
+    the reason it did not."""
+    for n in nodes:
+        request = n.properties.parent / RESTART_REQUEST
+        if not request.exists():
+            continue
+        n.stop_and_wait()
+        n.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not n.listening() and not n.exited() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if n.listening():
+            err.write(f"pybroker: node {n.node_id} restarted (pid {n.proc.pid if n.proc else '?'})\n")
+            request.unlink(missing_ok=True)
+        else:
+            reason = f"node {n.node_id} did not serve again; the end of {n.log_path}:\n{n.tail()}\n"
+            (n.properties.parent / RESTART_FAILED).write_text(reason)
+            request.unlink(missing_ok=True)
+            err.write(f"pybroker: {reason}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="pybroker cluster", description="Run a local KRaft cluster, one process per node.")
+    p = ArgumentParser(prog="pybroker cluster", description="Run a local KRaft cluster, one process per node. "
+                       "`pybroker cluster restart N --dir DIR` (from another terminal) restarts node N of a "
+                       "running one.")
     p.add_argument("--nodes", type=int, default=3, help="number of nodes, each broker and controller (default 3)")
-    p.add_argument("--dir", default="./pybroker-cluster", help="the cluster's directory (default ./pybroker-cluster)")
+    p.add_argument("--dir", default=DEFAULT_DIR, help=f"the cluster's directory (default {DEFAULT_DIR})")
     p.add_argument("--base-port", type=int, default=9092,
                    help="client port of node 1; node i listens on BASE+i-1 (default 9092)")
     p.add_argument("--controller-base-port", type=int, default=None,
@@ -359,38 +442,116 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ssl: TLS with client certificates on every listener, a local CA in DIR/tls; sasl_ssl: "
                    "SASL_SSL on every listener (SCRAM-SHA-512 for clients, generated passwords, an authorizer); "
                    "either way DIR/client.properties is for --command-config")
+    p.add_argument("--racks", metavar="R1,R2,...", default=None,
+                   help="broker.rack of each node, one per node in order (e.g. r1,r2,r3): rack-aware replica "
+                   "placement and fetch from follower (replica.selector.class) can then be tried")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="a property for every node (repeatable)")
     return p
 
 
+def build_restart_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="pybroker cluster restart",
+                       description="Restart one node of a running `pybroker cluster` (stopped cleanly if it runs, "
+                       "then started again on its data; it logs to DIR/node-N/node.log).")
+    p.add_argument("node", type=int, help="the node id (1..N)")
+    p.add_argument("--dir", default=DEFAULT_DIR, help=f"the cluster's directory (default {DEFAULT_DIR})")
+    p.add_argument("--timeout", type=float, default=START_TIMEOUT_S + STOP_TIMEOUT_S,
+                   help="seconds to wait for the node to serve again (default %(default).0f)")
+    return p
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def restart_main(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    """`pybroker cluster restart N`: ask the cluster's supervisor (DIR/cluster.pid) to restart
+    node N (a request file and SIGUSR1), then wait for its answer."""
+    args = parse_cli_args(build_restart_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
+    directory = Path(args.dir)
+    node_dir = directory / f"node-{args.node}"
+    try:
+        pid = int((directory / CLUSTER_PID_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pid = -1
+    if pid <= 0 or not _pid_alive(pid):
+        err.write(f"pybroker: no `pybroker cluster` runs on {directory} ({directory / CLUSTER_PID_FILE})\n")
+        return EXIT_FAILURE
+    if not (node_dir / "server.properties").exists():
+        err.write(f"pybroker: {directory} has no node {args.node}\n")
+        return EXIT_BAD_INPUT
+    (node_dir / RESTART_FAILED).unlink(missing_ok=True)
+    request = node_dir / RESTART_REQUEST
+    request.write_text(f"{os.getpid()}\n")
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + args.timeout
+    while request.exists():
+        if time.monotonic() > deadline or not _pid_alive(pid):
+            request.unlink(missing_ok=True)
+            err.write(f"pybroker: node {args.node} was not restarted within {args.timeout:.0f}s "
+                      f"(see {node_dir / 'node.log'})\n")
+            return EXIT_FAILURE
+        time.sleep(0.05)
+    failed = node_dir / RESTART_FAILED
+    if failed.exists():
+        err.write(f"pybroker: {failed.read_text()}")
+        return EXIT_FAILURE
+    node_pid = (node_dir / NODE_PID_FILE).read_text().strip() if (node_dir / NODE_PID_FILE).exists() else "?"
+    out.write(f"node {args.node} restarted (pid {node_pid}), logging to {node_dir / 'node.log'}\n")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    if argv and argv[0] == "restart":
+        return restart_main(argv[1:], out, err)
     args = parse_cli_args(build_parser(), argv, out, err)
     if isinstance(args, int):
         return args
     controller_base = args.controller_base_port if args.controller_base_port is not None else args.base_port + 100
+    racks = [r.strip() for r in args.racks.split(",")] if args.racks is not None else None
+    directory = Path(args.dir)
+    fresh = not directory.exists()
     try:
+        if racks is not None and not all(racks):
+            raise CliError("--racks takes one non-empty rack name per node, separated by commas")
         overrides = parse_overrides(args.override)
-        cluster_id, files = prepare(Path(args.dir), args.nodes, args.base_port, controller_base, overrides, out,
-                                    args.security)
+        cluster_id, files = prepare(directory, args.nodes, args.base_port, controller_base, overrides, out,
+                                    args.security, racks)
     except (CliError, ConfigError) as exc:
         err.write(f"pybroker: {exc}\n")
         return EXIT_BAD_INPUT
     nodes = [Node(i + 1, f, LISTENER[args.security]) for i, f in enumerate(files)]
     stop_requested: list[int] = []
+    restart_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         stop_requested.append(signum)
 
+    def on_restart(signum: int, _frame: object) -> None:
+        restart_requested.append(signum)
+
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_restart)
+    pid_file = directory / CLUSTER_PID_FILE
+    pid_file.write_text(f"{os.getpid()}\n")
+    served = False
     try:
         for n in nodes:
             n.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not all(n.listening() for n in nodes):
-            dead = [n for n in nodes if n.proc is not None and n.proc.poll() is not None]
+            dead = [n for n in nodes if n.exited()]
             if dead or stop_requested or time.monotonic() > deadline:
                 for n in dead:
                     err.write(f"pybroker: node {n.node_id} exited with code {n.proc.returncode if n.proc else '?'}; "
@@ -400,7 +561,8 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
                               f"(logs: {args.dir}/node-*/node.log)\n")
                 _stop_all(nodes, out)
                 return EXIT_OK if stop_requested and not dead else EXIT_FAILURE
-            time.sleep(0.1)
+            time.sleep(0.05)
+        served = True
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.nodes))
         out.write(f"pybroker cluster: {args.nodes} node(s), cluster id {cluster_id}, files in {args.dir}\n")
         out.write(f"bootstrap servers: {bootstrap}\n")
@@ -415,13 +577,17 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
                       f"{Path(args.dir) / 'client.properties'}\n")
         out.flush()
         while not stop_requested:
+            if restart_requested:
+                restart_requested.clear()
+                _restart_requested(nodes, err)
             for n in nodes:
-                if n.proc is not None and n.proc.poll() is not None and not getattr(n, "reported", False):
-                    n.reported = True  # type: ignore[attr-defined]
-                    err.write(f"pybroker: node {n.node_id} exited with code {n.proc.returncode} (see {n.log_path})\n")
-            if all(n.proc is not None and n.proc.poll() is not None for n in nodes):
-                return EXIT_FAILURE
-            time.sleep(0.2)
+                if n.exited() and not n.reported:
+                    n.reported = True
+                    err.write(f"pybroker: node {n.node_id} exited with code {n.proc.returncode if n.proc else '?'} "
+                              f"(see {n.log_path}); `pybroker cluster restart {n.node_id} --dir {args.dir}` "
+                              "starts it again\n")
+                    err.flush()
+            time.sleep(0.05)
         _stop_all(nodes, out)
         return EXIT_OK
     finally:
@@ -429,3 +595,9 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
             signal.signal(s, handler)
         for n in nodes:  # nothing this command started outlives it
             n.stop(signal.SIGKILL)
+            n.exited()
+        pid_file.unlink(missing_ok=True)
+        if fresh and not served:
+            # the first start of this directory failed: leave nothing half-made behind
+            shutil.rmtree(directory, ignore_errors=True)
+            err.write(f"pybroker: removed {directory}: its first start did not complete\n")

@@ -14,6 +14,8 @@ script can tell a typo from an outage):
   (INVALID_*, POLICY_VIOLATION...).
 - 1: runtime failure: the broker is unreachable or timed out, does not speak a needed
   API, refuses for lack of authorization, or fails the request for any other reason.
+- 141: stdout was closed by its reader (`| head`): the tool stops quietly, with the status a
+  shell gives a Unix tool killed by SIGPIPE (cli/main.py silences the final flush).
 Errors are one line on stderr, `pybroker: <message>`.
 Concurrency: one-shot commands; nothing here keeps state between calls.
 """
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TextIO
 
 from pybroker.client.admin import AdminClient, TopicPartition
@@ -43,7 +46,8 @@ from pybroker.security.client_properties import (
 )
 
 __all__ = [
-    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_OK", "ArgumentParser",
+    "BAD_INPUT_ERRORS", "DEFAULT_BOOTSTRAP", "add_common", "EXIT_BAD_INPUT", "EXIT_BROKEN_PIPE", "EXIT_FAILURE",
+    "EXIT_OK", "ArgumentParser",
     "CliError", "Handler", "bool_property", "client_settings", "warnings_for", "common_options", "describe_error", "parse_key_value",
     "parse_properties", "parse_topic_partitions", "print_table", "resolve_partitions", "run_handler",
 ]
@@ -51,6 +55,9 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+# The reader of stdout left (`pybroker ... | head`): the status a shell reports for a Unix tool
+# killed by SIGPIPE (128 + 13), with nothing on stderr.
+EXIT_BROKEN_PIPE = 141
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 # Broker answers that mean "the request as given cannot be done" rather than "something broke".
@@ -232,7 +239,7 @@ def run_handler(fn: Callable[[], int], err: TextIO) -> int:
         err.write(f"pybroker: {describe_error(exc)}\n")
         return EXIT_BAD_INPUT if exc.code in BAD_INPUT_ERRORS else EXIT_FAILURE
     except BrokenPipeError:  # `pybroker consume ... | head`: the reader left; not an error
-        return EXIT_OK
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         err.write("pybroker: interrupted\n")
         return 130
@@ -251,13 +258,85 @@ def check_bootstrap(args: argparse.Namespace) -> None:
         raise CliError("the request timeout (--timeout-ms / --request-timeout-ms) must be positive")
 
 
+_KAFKA_DATETIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?(Z|[+-]\d{2}(?::?\d{2})?)?")
+
+
 def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 date-time -> ms since the epoch; no zone means local time (as Kafka's tool)."""
+    """Kafka's Utils.getDateTime: `yyyy-MM-dd'T'HH:mm:ss.SSS` with an optional zone (`Z`, `+hh`,
+    `+hhmm`, `+hh:mm`); **no zone means UTC**, as Kafka appends `Z`. The milliseconds may be
+    left out here (Kafka requires them), and are read as Kafka's SSS reads them (".5" is 5 ms)."""
+    m = _KAFKA_DATETIME.fullmatch(text.strip())
+    if m is None:
+        raise CliError(f"bad --to-datetime '{text}' (expected Kafka's yyyy-MM-ddTHH:mm:ss.SSS, optionally with "
+                       "a zone: Z, +02:00, +0200; UTC without one)")
+    year, month, day, hour, minute, second, millis, zone = m.groups()
+    tz = UTC
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0)))
     try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"bad --to-datetime '{text}' (expected e.g. 2024-05-01T12:00:00.000 or "
-                       "2024-05-01T12:00:00+02:00)") from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # interpret as local time
-    return int(dt.timestamp() * 1000)
+        dt = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=tz)
+    except ValueError as exc:
+        raise CliError(f"bad --to-datetime '{text}': {exc}") from None
+    return int(dt.timestamp()) * 1000 + int(millis or 0)
+
+
+_ISO_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE)
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """Java's Duration.parse (`PnDTnHnMn.nS`, each part optional and signed, case-insensitive;
+    no years, months or weeks) -> milliseconds."""
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if m is None or m.group(3) == "T" or not any(m.group(i) for i in (2, 4, 5, 6)):
+        raise CliError(f"bad --by-duration '{text}' (expected an ISO-8601 duration PnDTnHnMn.nS, e.g. PT1H30M "
+                       "or P1DT12H)")
+    sign, days, _, hours, minutes, seconds, fraction = m.groups()
+    secs = int(seconds or 0)
+    frac_ms = int((fraction or "").ljust(3, "0")[:3] or 0)
+    ms = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000 + secs * 1000
+    ms += -frac_ms if secs < 0 or (seconds or "").startswith("-") else frac_ms
+    return -ms if sign == "-" else ms
+
+
+def kafka_table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Kafka's ToolsUtils.prettyPrintTable: each cell padded to its column's width and followed
+    by a tab (trailing one included), so `cut -f` and `awk -F'\\t'` read it as Kafka's."""
+    cells = [[str(h) for h in headers]] + [[str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        out.write("".join(v.ljust(w) + "\t" for v, w in zip(r, widths, strict=True)) + "\n")
+
+
+def read_json_file(path: str, what: str) -> Any:
+    """A tool's JSON input file; CliError (exit 2) when it cannot be read or parsed."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CliError(f"{what} {path} is not valid JSON: {exc}") from None
+
+
+def add_leading_common(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-server / --command-config also before the sub-action, where Kafka's
+    argparse4j tools (kafka-metadata-quorum.sh, kafka-transactions.sh) take them; merged into
+    the sub-action's values by `merge_leading_common`."""
+    parser.add_argument("--bootstrap-server", dest="lead_bootstrap_server", metavar="HOST:PORT", default=None,
+                        help="broker(s) to connect to, comma-separated (also accepted after the action)")
+    parser.add_argument("--command-config", dest="lead_command_config", metavar="FILE", default=None,
+                        help="client properties file (also accepted after the action)")
+
+
+def merge_leading_common(args: argparse.Namespace) -> None:
+    for name in ("bootstrap_server", "command_config"):
+        lead = getattr(args, f"lead_{name}", None)
+        if lead is not None:
+            setattr(args, name, lead)

@@ -3,7 +3,7 @@ and prints them in Kafka's DumpLogSegments format.
 
     pybroker dump-log --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
         [--skip-record-metadata] [--max-bytes N] [--index-sanity-check] [--verify-index-only]
-        [--max-message-size N]
+        [--max-message-size N] [--offsets-decoder | --transaction-log-decoder | --cluster-metadata-decoder]
 
 By suffix:
 - .log: "Log starting offset: N", then one line per batch (baseOffset lastOffset count
@@ -11,9 +11,15 @@ By suffix:
   isControl deleteHorizonMs position CreateTime|LogAppendTime size magic compresscodec crc
   isvalid; crc is checked); with --deep-iteration (implied by --print-data-log) one
   "| offset: ..." line per record (keySize valueSize sequence headerKeys, end-transaction
-  markers, "key: ... payload: ..." as UTF-8 with --print-data-log). Bytes after the last
+  markers, KRaft SnapshotHeader/SnapshotFooter/KRaftVersion/KRaftVoters control records as JSON,
+  "key: ... payload: ..." as UTF-8 with --print-data-log, or as the decoders print them:
+  --offsets-decoder (__consumer_offsets), --transaction-log-decoder (__transaction_state),
+  --cluster-metadata-decoder (__cluster_metadata), each Kafka 4's JSON (cli/record_json.py);
+  a decoder implies --print-data-log). Bytes after the last
   whole batch: "Found N invalid bytes at the end of F". Offsets that do not follow each
   other are listed on stderr at the end ("Non-consecutive offsets in ...").
+- .checkpoint (a KRaft metadata snapshot, or bootstrap.checkpoint): as a .log, headed
+  "Snapshot end offset: N, epoch: E" (or "KRaft bootstrap snapshot").
 - .index: "offset: O position: P" per entry (stopping at the first zero entry of a
   preallocated file), each checked against the .log beside it (mismatches on stderr);
   --index-sanity-check runs Kafka's OffsetIndex.sanityCheck instead and prints
@@ -38,6 +44,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pybroker._native import crc32c as _crc32c
+from pybroker.cli import record_json
 from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError
 from pybroker.client.admin import AdminClient
 from pybroker.records.batch import (
@@ -74,6 +81,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-index-only", action="store_true", help="check index entries without printing them")
     parser.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024, metavar="N",
                         help="largest batch looked at for an index entry (default 5242880)")
+    decoders = parser.add_mutually_exclusive_group()
+    decoders.add_argument("--offsets-decoder", action="store_true",
+                          help="decode __consumer_offsets records (keys and values as JSON); implies --print-data-log")
+    decoders.add_argument("--transaction-log-decoder", action="store_true",
+                          help="decode __transaction_state records (keys and values as JSON); implies "
+                          "--print-data-log")
+    decoders.add_argument("--cluster-metadata-decoder", action="store_true",
+                          help="decode __cluster_metadata records (type, version and data as JSON); implies "
+                          "--print-data-log")
     parser.set_defaults(handler=run)
 
 
@@ -164,8 +180,24 @@ class LogFile:
         self._f.close()
 
 
+def _log_header(path: Path) -> str:
+    """Kafka's first line: a segment's base offset, or a KRaft snapshot's id."""
+    if path.suffix != ".checkpoint":
+        return f"Log starting offset: {_base_offset(path)}"
+    if path.name == "bootstrap.checkpoint":
+        return "KRaft bootstrap snapshot"
+    from pybroker.raft.snapshots import parse_snapshot_file_name
+
+    parsed = parse_snapshot_file_name(path.name)
+    if parsed is None:
+        raise CliError(f"cannot read a snapshot id from the file name '{path.name}'")
+    return f"Snapshot end offset: {parsed[0].offset}, epoch: {parsed[0].epoch}"
+
+
 def dump_log(path: Path, args: argparse.Namespace, out: TextIO, problems: Problems) -> None:
-    out.write(f"Log starting offset: {_base_offset(path)}\n")
+    out.write(_log_header(path) + "\n")
+    if args.offsets_decoder or args.transaction_log_decoder or args.cluster_metadata_decoder:
+        args.print_data_log = True  # Kafka: any decoder implies --print-data-log
     deep = args.deep_iteration or args.print_data_log
     log = LogFile(path, args.max_bytes)
     valid_bytes = 0
@@ -201,11 +233,12 @@ def dump_log(path: Path, args: argparse.Namespace, out: TextIO, problems: Proble
                         if h.is_control:
                             line += _control_text(r.key, r.value)
                     if args.print_data_log and not h.is_control:
-                        if r.key is not None:
-                            line += f"{sep}key: {r.key.decode('utf-8', 'replace')}"
+                        key, payload = _parse(args, r.offset, r.key, r.value)
+                        if key is not None:
+                            line += f"{sep}key: {key}"
                             sep = " "
-                        if r.value is not None:
-                            line += f" payload: {r.value.decode('utf-8', 'replace')}"
+                        if payload is not None:
+                            line += f" payload: {payload}"
                     out.write(line + "\n")
             valid_bytes += h.size_in_bytes
         trailing = log.size - valid_bytes
@@ -215,6 +248,23 @@ def dump_log(path: Path, args: argparse.Namespace, out: TextIO, problems: Proble
         log.close()
 
 
+def _parse(args: argparse.Namespace, offset: int, key: bytes | None, value: bytes | None
+           ) -> tuple[str | None, str | None]:
+    """(key text, payload text) of a data record: the chosen decoder's, else UTF-8."""
+    if args.cluster_metadata_decoder:
+        return None, record_json.cluster_metadata_payload(offset, value)
+    if args.offsets_decoder:
+        return record_json.offsets_key_payload(offset, key, value)
+    if args.transaction_log_decoder:
+        return record_json.transaction_log_key_payload(offset, key, value)
+    return (None if key is None else key.decode("utf-8", "replace"),
+            None if value is None else value.decode("utf-8", "replace"))
+
+
+# Kafka 4 prints these KRaft control records as their JSON (DumpLogSegments.printControlRecord)
+_CONTROL_JSON = {3: "SnapshotHeader", 4: "SnapshotFooter", 5: "KRaftVersion", 6: "KRaftVoters"}
+
+
 def _control_text(key: bytes | None, value: bytes | None) -> str:
     if key is None or len(key) < 4:
         return " controlType: UNKNOWN(-1)"
@@ -222,6 +272,15 @@ def _control_text(key: bytes | None, value: bytes | None) -> str:
     if ctype in (0, 1) and value is not None and len(value) >= 6:
         (epoch,) = struct.unpack_from(">i", value, 2)
         return f" endTxnMarker: {CONTROL_TYPES[ctype]} coordinatorEpoch: {epoch}"
+    if ctype in _CONTROL_JSON and value is not None:
+        from pybroker.raft.control_records import decode_control_record
+
+        try:
+            message = decode_control_record(key, value).message
+        except Exception:  # an undecodable control record: fall back to its type
+            message = None
+        if message is not None:
+            return f" {_CONTROL_JSON[ctype]} {record_json.dumps(record_json.message_json(message, message.version))}"
     return f" controlType: {CONTROL_TYPES.get(ctype, 'UNKNOWN')}({ctype})"
 
 
@@ -362,7 +421,7 @@ def run(admin: AdminClient | None, args: argparse.Namespace, out: TextIO, err: T
         out.write(f"Dumping {f}\n")
         suffix = f.suffix
         try:
-            if suffix == ".log":
+            if suffix in (".log", ".checkpoint"):  # KRaft snapshots are record batches too
                 dump_log(f, args, out, problems)
             elif suffix == ".index":
                 dump_index(f, args, out, problems)
@@ -374,6 +433,8 @@ def run(admin: AdminClient | None, args: argparse.Namespace, out: TextIO, err: T
                 dump_txn_index(f, out)
             else:
                 err.write(f"Ignoring unknown file {f}\n")
+        except BrokenPipeError:
+            raise  # stdout's reader left: not a file problem (cli/common.py run_handler)
         except OSError as exc:
             raise CliError(f"cannot read '{f}': {exc.strerror or exc}", EXIT_FAILURE) from None
     out.flush()

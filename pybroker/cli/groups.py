@@ -6,8 +6,9 @@ reset-offsets.
     pybroker groups delete --group G ...
     pybroker groups delete-offsets --group G --topic T[:P,...] ...
     pybroker groups reset-offsets --group G (--topic T[:P,...] ... | --all-topics)
-        (--to-earliest | --to-latest | --to-offset N | --to-datetime ISO | --shift-by N)
-        [--dry-run | --execute]
+        (--to-earliest | --to-latest | --to-current | --to-offset N | --to-datetime DT |
+         --by-duration PnDTnHnMn.nS | --shift-by N) [--dry-run | --execute] [--export]
+    pybroker groups reset-offsets --group G --from-file CSV [--dry-run | --execute]
 
 `--type share` on describe / delete / delete-offsets / reset-offsets runs kafka-share-groups.sh's
 verbs instead (pybroker/cli/share_groups.py).
@@ -21,9 +22,12 @@ Views of `describe` (Kafka's column names):
 
 reset-offsets follows Kafka's ResetOffsets rules: the group must be inactive (Empty, or
 Dead = not existing yet) or the command fails; --to-offset and --shift-by are clamped to
-[log start, log end]; --to-datetime picks the first offset whose timestamp is at or after
-the time, or the log end when there is none (a time without zone is local time, like
-Kafka's); --shift-by needs a committed offset; --all-topics means every partition the group
+[log start, log end]; --to-datetime and --by-duration (now minus an ISO-8601 duration) pick
+the first offset whose timestamp is at or after the time, or the log end when there is none
+(a time without zone is UTC, as Kafka's Utils.getDateTime); --to-current keeps the committed
+offset (the log end where there is none); --from-file reads Kafka's CSV (`topic,partition,offset`
+or `group,topic,partition,offset`; what --export prints) and clamps it to the log; --shift-by
+needs a committed offset; --all-topics means every partition the group
 has committed offsets for. Without --execute nothing is written: the plan (GROUP TOPIC
 PARTITION NEW-OFFSET) is printed, with a note on stderr when --dry-run was not given.
 Commits use generation -1 and no member id, as Kafka's admin alterConsumerGroupOffsets.
@@ -33,6 +37,7 @@ Concurrency: a one-shot command.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
@@ -43,6 +48,7 @@ from pybroker.cli.common import (
     EXIT_OK,
     CliError,
     parse_datetime_ms,
+    parse_iso_duration_ms,
     print_table,
     resolve_partitions,
 )
@@ -86,28 +92,37 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     p.set_defaults(handler=run_delete)
 
     p = actions.add_parser("delete-offsets", parents=[common], help="delete a group's committed offsets")
-    p.add_argument("--group", required=True, metavar="G")
+    p.add_argument("--group", required=True, metavar="G", help="the group whose committed offsets to delete")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,...]",
                    help="topic, or topic:partitions, whose offsets to delete (repeatable)")
     _type_option(p)
     p.set_defaults(handler=run_delete_offsets)
 
     p = actions.add_parser("reset-offsets", parents=[common], help="move an inactive group's committed offsets")
-    p.add_argument("--group", required=True, metavar="G")
-    scope = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--group", required=True, metavar="G", help="the group whose offsets to reset")
+    scope = p.add_mutually_exclusive_group()
     scope.add_argument("--topic", action="append", metavar="T[:P,...]",
                        help="topic, or topic:partitions, to reset (repeatable)")
     scope.add_argument("--all-topics", action="store_true", help="every partition the group has offsets for")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--to-earliest", action="store_true", help="the log start offset")
     how.add_argument("--to-latest", action="store_true", help="the log end offset")
+    how.add_argument("--to-current", action="store_true",
+                     help="the committed offset (the log end where the group has none)")
     how.add_argument("--to-offset", type=int, metavar="N", help="offset N (clamped to the log)")
-    how.add_argument("--to-datetime", metavar="ISO", help="first offset at or after the time, "
-                     "e.g. 2024-05-01T12:00:00.000 (local time) or 2024-05-01T10:00:00Z")
+    how.add_argument("--to-datetime", metavar="DATETIME", help="first offset at or after the time, Kafka's "
+                     "format yyyy-MM-ddTHH:mm:ss.SSS[zone], e.g. 2024-05-01T12:00:00.000 (UTC) or "
+                     "2024-05-01T12:00:00.000+02:00")
+    how.add_argument("--by-duration", metavar="DURATION", help="first offset at or after now minus an ISO-8601 "
+                     "duration PnDTnHnMn.nS, e.g. PT1H30M")
     how.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (may be negative)")
+    how.add_argument("--from-file", metavar="CSV", help="offsets from Kafka's CSV, one topic,partition,offset per "
+                     "line (as --export writes it); clamped to the log")
     run = p.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    p.add_argument("--export", action="store_true",
+                   help="print the plan as Kafka's CSV (topic,partition,offset), for --from-file")
     _type_option(p)
     p.set_defaults(handler=run_reset_offsets)
 
@@ -284,10 +299,13 @@ def plan_reset(
     to_offset: int | None = None,
     shift_by: int | None = None,
     by_time: Mapping[TopicPartition, int] | None = None,
+    to_current: bool = False,
+    requested: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, int]:
     """New offset per partition, by Kafka's ResetOffsets rules (see the module docstring).
 
-    `by_time` holds ListOffsets answers for --to-datetime (-1: no record at or after it).
+    `by_time` holds ListOffsets answers for --to-datetime / --by-duration (-1: no record at or
+    after it), `requested` the offsets of --from-file.
     """
     plan = {}
     for tp in sorted(partitions):
@@ -305,6 +323,10 @@ def plan_reset(
         elif by_time is not None:
             found = by_time[tp]
             new = found if found >= 0 else hi
+        elif to_current:
+            new = committed.get(tp, hi)
+        elif requested is not None:
+            new = requested[tp]
         else:
             raise CliError("no reset option given")
         plan[tp] = min(max(new, lo), hi)
@@ -325,24 +347,39 @@ def run_reset_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO,
         raise CliError(f"assignments can only be reset if the group '{group}' is inactive, "
                        f"but the current state is {state}")
     committed_all = {tp: om.offset for tp, om in admin.fetch_offsets(group).items()} if state != "Dead" else {}
-    if args.all_topics:
+    requested = None
+    if args.from_file is not None:
+        if args.topic or args.all_topics:
+            raise CliError("--from-file names its partitions: give no --topic or --all-topics")
+        requested = read_reset_plan(args.from_file, group)
+        partitions = sorted(requested)
+        missing = set(partitions) - set(existing_partitions(admin, partitions))
+        if missing:
+            raise CliError(f"partition {min(missing)} in {args.from_file} does not exist")
+    elif args.all_topics:
         partitions = sorted(committed_all)
         if not partitions:
             raise CliError(f"consumer group '{group}' has no committed offsets to reset")
         partitions = existing_partitions(admin, partitions)
         if not partitions:
             raise CliError(f"none of the partitions group '{group}' has offsets for exist any more")
-    else:
+    elif args.topic:
         partitions = resolve_partitions(admin, args.topic)
+    else:
+        raise CliError("One of the reset scopes should be defined: --all-topics, --topic.")
     earliest = admin.log_start_offsets(partitions)
     latest = admin.log_end_offsets(partitions)
     by_time = None
+    ts = None
     if args.to_datetime is not None:
         ts = parse_datetime_ms(args.to_datetime)
+    elif args.by_duration is not None:
+        ts = int(time.time() * 1000) - parse_iso_duration_ms(args.by_duration)
+    if ts is not None:
         by_time = {tp: o.offset for tp, o in admin.list_offsets({tp: ts for tp in partitions}).items()}
     plan = plan_reset(partitions, earliest=earliest, latest=latest, committed=committed_all,
                       to_earliest=args.to_earliest, to_latest=args.to_latest, to_offset=args.to_offset,
-                      shift_by=args.shift_by, by_time=by_time)
+                      shift_by=args.shift_by, by_time=by_time, to_current=args.to_current, requested=requested)
     if args.execute:
         results = admin.commit_offsets(group, plan)
         failed = {tp: e for tp, e in results.items() if e != Errors.NONE}
@@ -355,7 +392,38 @@ def run_reset_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO,
     elif not args.dry_run:
         err.write("WARN: No action will be performed as the --execute option is missing. "
                   "Use --dry-run to print the plan without this warning.\n")
+    if args.export:
+        for tp, off in sorted(plan.items()):
+            out.write(f"{tp.topic},{tp.partition},{off}\n")
+        return EXIT_OK
     print_table(out, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
                 [[group, tp.topic, tp.partition, off] for tp, off in sorted(plan.items())])
     return EXIT_OK
+
+
+def read_reset_plan(path: str, group: str) -> dict[TopicPartition, int]:
+    """Kafka's reset-plan CSV: `topic,partition,offset` lines, or `group,topic,partition,offset`
+    (the lines of other groups are skipped, as Kafka plans per group)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    plan: dict[TopicPartition, int] = {}
+    for n, line in enumerate(lines, 1):
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            if len(cells) == 3:
+                plan[TopicPartition(cells[0], int(cells[1]))] = int(cells[2])
+            elif len(cells) == 4:
+                if cells[0] == group:
+                    plan[TopicPartition(cells[1], int(cells[2]))] = int(cells[3])
+            else:
+                raise ValueError
+        except ValueError:
+            raise CliError(f"{path} line {n}: expected topic,partition,offset (or group,topic,partition,offset), "
+                           f"got '{line}'") from None
+    if not plan:
+        raise CliError(f"No reset plan for group {group} found")
+    return plan
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import NoReturn
 
@@ -34,11 +35,17 @@ class _ArgumentParser(argparse.ArgumentParser):
 # The operator tools' names (pybroker/cli/admin.py TOOLS), kept here so that starting a node
 # does not import them.
 ADMIN_TOOLS = ("topics", "groups", "configs", "produce", "consume", "perf", "dump-log", "acls", "quotas",
-               "delegation-tokens", "features")
+               "delegation-tokens", "features", "metadata-quorum", "get-offsets", "delete-records",
+               "leader-election", "transactions", "log-dirs")
 NODE_TOOLS = ("storage", "cluster")  # tools that work on nodes and their files, not through a broker
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The node's own options (`pybroker [--config F] [--override K=V] ...`)."""
     p = _ArgumentParser(prog="pybroker", description="An Apache Kafka-compatible broker.",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="Operator tools (Kafka's bin/ scripts):\n"
@@ -48,8 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="set a property, overriding the file (repeatable)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="logging level (default INFO)")
-    p.add_argument("--version", action="version", version=f"pybroker {__version__}")
-    return p.parse_args(argv)
+    p.add_argument("--version", action="version", version=f"pybroker {__version__}", help="print the version")
+    return p
 
 
 def load_config(args: argparse.Namespace) -> BrokerConfig:
@@ -59,7 +66,32 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
     return cfg
 
 
+EXIT_BROKEN_PIPE = 141  # cli/common.py: stdout's reader left
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered
+    does not print "Exception ignored ... BrokenPipeError" (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`pybroker ...`; `... | head` ends quietly with status 141 (a Unix tool's SIGPIPE status)."""
+    try:
+        rc = _main(argv)
+    except BrokenPipeError:  # --help or anything else written outside the tools' handlers
+        rc = EXIT_BROKEN_PIPE
+    if rc == EXIT_BROKEN_PIPE:
+        _silence_stdout()
+    return rc
+
+
+def _main(argv: list[str] | None = None) -> int:
     # A first word naming an admin tool selects it; anything else (no arguments, options)
     # starts the broker exactly as before.
     words = sys.argv[1:] if argv is None else argv

@@ -31,7 +31,7 @@ import time
 from datetime import datetime
 from typing import Any, TextIO
 
-from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, parse_key_value
+from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, bool_property, parse_key_value
 from pybroker.client.admin import AdminClient
 from pybroker.client.connection import parse_bootstrap_servers
 from pybroker.client.consumer import Consumer, random_group_id
@@ -219,10 +219,11 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
             return
         now = time.monotonic()
         latency = int((now - meta.send_time) * 1000)
-        stats.record(latency, meta.serialized_size, now)
+        # Kafka's PerfCallback counts the payload's bytes (not the record's overhead or key)
+        stats.record(latency, meta.value_size, now)
         # As Kafka's PerfCallback: only records sent after the warm-up count as steady state.
         if steady and meta.send_time >= steady[0].start:
-            steady[0].record(latency, meta.serialized_size, now)
+            steady[0].record(latency, meta.value_size, now)
 
     try:
         if parse_bootstrap_servers(bootstrap) != admin.bootstrap:
@@ -233,8 +234,10 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
                         batch_size=_int(props, "batch.size", 16384), linger_ms=_int(props, "linger.ms", 5),
                         max_request_size=_int(props, "max.request.size", 1048576),
                         client_id=props.get("client.id", "perf-producer-client"),
-                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin)
-    producer.partitions_for(args.topic)  # an unknown topic fails before the clock starts
+                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin,
+                        allow_auto_create_topics=bool_property(props, "allow.auto.create.topics", True))
+    # an unknown topic is created (where the broker allows it) or fails before the clock starts
+    producer.partitions_for(args.topic)
     if args.warmup_records:
         out.write(f"Warmup first {args.warmup_records} records. Steady state results will print after the "
                   "complete test summary.\n")
@@ -257,13 +260,15 @@ def run_produce(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: 
                 stats.suppress = True
             producer.send(args.topic, payload)
             if throughput > 0:
-                # ThroughputThrottler: sleep while ahead of the target rate.
-                ahead = (i + 1) / throughput - (time.monotonic() - start)
-                if ahead > 0.002:
-                    producer.flush()
-                    ahead = (i + 1) / throughput - (time.monotonic() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                # ThroughputThrottler: sleep while ahead of the target rate. Batches whose
+                # linger.ms runs out meanwhile are sent then (Kafka's sender thread would), not
+                # flushed early: an early flush sends part-filled batches.
+                while (ahead := (i + 1) / throughput - (time.monotonic() - start)) > 0:
+                    deadline = producer.next_linger_deadline()
+                    wait = ahead if deadline is None else min(ahead, deadline - time.monotonic())
+                    if wait > 0:
+                        time.sleep(wait)
+                    producer.send_expired()
         producer.flush()
     finally:
         for conn in producer._conns.values():

@@ -14,8 +14,13 @@ ignore.error (a line without a separator becomes a value-only record instead of 
 A line with a missing separator stops the tool (exit 2) after sending the lines before it,
 as Kafka's reader throws. A prompt ">" is printed when stdin is a terminal.
 
+A topic that does not exist is created by the broker with the first record, as the console
+producer's Metadata request asks (allow.auto.create.topics, default true; the broker decides by
+auto.create.topics.enable, and the topic gets num.partitions and default.replication.factor);
+where it will not, the tool fails with UNKNOWN_TOPIC_OR_PARTITION (`--producer-property
+allow.auto.create.topics=false` fails before any input is read).
 Producer settings come from --producer-property (acks, compression.type, linger.ms,
-batch.size, max.request.size, client.id) and Kafka's shortcut flags; the shortcut wins when
+batch.size, max.request.size, client.id, allow.auto.create.topics) and Kafka's shortcut flags; the shortcut wins when
 both are given, as in Kafka. Records go through pybroker.client.producer (batched per
 partition, not idempotent); buffered records are sent after linger.ms without new input,
 as Kafka's sender thread would (stdin is watched with select()). Delivery errors: the first
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import re
 import select
+import time
 from typing import TextIO
 
 from pybroker.cli.common import (
@@ -164,6 +170,7 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
         raise CliError(f"bad compression codec '{codec_name}' (expected none, gzip, snappy, lz4 or zstd)")
     batch_size = args.batch_size if args.batch_size is not None else _int(pprops, "batch.size", 16384)
     linger_ms = args.timeout if args.timeout is not None else _int(pprops, "linger.ms", 1000)
+    auto_create = bool_property(pprops, "allow.auto.create.topics", True)
     failures: list[KafkaError] = []
 
     def on_delivery(meta: RecordMetadata) -> None:
@@ -174,7 +181,8 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
                         batch_size=1 if args.sync else batch_size, linger_ms=linger_ms,
                         max_request_size=_int(pprops, "max.request.size", 1048576),
                         client_id=pprops.get("client.id", "console-producer"),
-                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin)
+                        request_timeout_s=args.request_timeout_ms / 1000.0, on_delivery=on_delivery, admin=admin,
+                        allow_auto_create_topics=auto_create)
     stdin: TextIO = args.stdin
     prompt = stdin.isatty()
     try:
@@ -182,18 +190,21 @@ def run(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) 
     except (AttributeError, OSError, ValueError):
         fd = None  # not a real file (a test's StringIO): batches are sent when full or at the end
     try:
-        producer.partitions_for(args.topic)  # an unknown topic fails before any input is read
+        if not auto_create:
+            producer.partitions_for(args.topic)  # an unknown topic fails before any input is read
+        # else, as kafka-console-producer.sh, the first record's metadata request creates it
         number = 0
         while True:
             if prompt:
                 out.write(">")
                 out.flush()
-            if fd is not None and producer.buffered:
+            deadline = producer.next_linger_deadline()
+            if fd is not None and deadline is not None:
                 # Kafka's sender thread sends a batch after linger.ms even when no more lines
                 # come (a person typing, `tail -f |`); without one, wait for input that long.
-                ready, _, _ = select.select([fd], [], [], producer.linger_s)
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
                 if not ready:
-                    producer.flush()
+                    producer.send_expired()
             line = stdin.readline()
             if not line:
                 break

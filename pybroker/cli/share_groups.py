@@ -134,8 +134,11 @@ def run_delete_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO
 
 def run_reset_offsets(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     group = args.group
-    if args.to_offset is not None or args.shift_by is not None:
+    if (args.to_offset is not None or args.shift_by is not None or args.to_current or args.by_duration is not None
+            or args.from_file is not None or args.export):
         raise CliError("share groups reset to --to-earliest, --to-latest or --to-datetime only")
+    if not args.topic and not args.all_topics:
+        raise CliError("One of the reset scopes should be defined: --all-topics, --topic.")
     state = _describe(admin, group).state
     if state != "Empty":
         raise CliError(f"Share group '{group}' is not empty.")

@@ -1,7 +1,10 @@
-"""`pybroker topics`: kafka-topics.sh's list / describe / create / delete.
+r"""`pybroker topics`: kafka-topics.sh's list / describe / create / delete.
 
     pybroker topics list [--exclude-internal]
-    pybroker topics describe [--topic T ...] [--exclude-internal]
+    pybroker topics describe [--topic T ...] [--exclude-internal] [--under-replicated-partitions]
+                             [--under-min-isr-partitions] [--at-min-isr-partitions]
+                             [--unavailable-partitions] [--topics-with-overrides]
+    pybroker topics alter --topic T --partitions N [--if-exists]
     pybroker topics create --topic T [--partitions N] [--replication-factor R]
                            [--config KEY=VALUE ...] [--if-not-exists]
     pybroker topics delete --topic T [--if-exists]
@@ -9,10 +12,15 @@
                              [--preserve-throttles]
     pybroker topics reassignments [--topic T ...]
 
-`describe` prints two tables: one row per topic (TOPIC TOPIC-ID PARTITION-COUNT
-REPLICATION-FACTOR CONFIGS, the configs being the topic's own overrides, as kafka-topics
-shows them), then one row per partition (TOPIC PARTITION LEADER REPLICAS ISR). Topic ids
-print as Kafka prints a Uuid: url-safe base64 without padding. Partitions and replication
+`describe` prints kafka-topics.sh --describe's lines, tab-separated, which scripts grep:
+`Topic: T\tTopicId: ID\tPartitionCount: N\tReplicationFactor: R\tConfigs: k=v,...` (the configs
+not at their default, as Kafka's ConfigEntry.isDefault), then per partition
+`\tTopic: T\tPartition: P\tLeader: L\tReplicas: ...\tIsr: ...[\tAdding Replicas: ...\tRemoving
+Replicas: ...]\tElr: ...\tLastKnownElr: ...` (ELR from DescribeTopicPartitions, KIP-966; N/A
+from a broker without it). The partition filters print only the matching partition lines
+and no topic line, as Kafka's DescribeOptions. Topic ids print as Kafka prints a Uuid:
+url-safe base64 without padding. `alter --partitions N` is CreatePartitions to N in all; the
+broker refuses a count that is not larger (INVALID_PARTITIONS). Partitions and replication
 factor default to the broker's num.partitions / default.replication.factor, as in Kafka.
 `reassign` starts (or changes, or with --cancel reverts) one partition's reassignment, as
 kafka-reassign-partitions.sh --execute / --cancel do through AlterPartitionReassignments; the
@@ -28,12 +36,17 @@ from __future__ import annotations
 
 import argparse
 import base64
+import re
 from typing import TextIO
 
 from pybroker.cli import reassign_throttle
 from pybroker.cli.common import EXIT_OK, CliError, print_table
+from pybroker.client import cluster_admin
 from pybroker.client.admin import AdminClient, TopicPartition
+from pybroker.client.cluster_admin import PartitionState
 from pybroker.protocol.errors import Errors, KafkaError
+
+CONFIG_SOURCE_DEFAULT = 5  # DescribeConfigs' DEFAULT_CONFIG
 
 
 def format_topic_id(topic_id: bytes) -> str:
@@ -71,20 +84,39 @@ def _rate(text: str) -> int:
 
 def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True,
-                                    metavar="{list,describe,create,delete,reassign,reassignments}")
+                                    metavar="{list,describe,create,alter,delete,reassign,reassignments}")
 
     p = actions.add_parser("list", parents=[common], help="list topic names")
     p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
     p.set_defaults(handler=run_list)
 
     p = actions.add_parser("describe", parents=[common], help="partitions, leaders, replicas, ISR, configs")
-    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic to describe (repeatable; "
-                   "default all)")
+    p.add_argument("--topic", action="append", default=[], metavar="T", help="topic to describe, or a regular "
+                   "expression over topic names as Kafka's (repeatable; default all)")
     p.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only show under-replicated partitions (fewer in the ISR than replicas)")
+    p.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="only show partitions whose ISR is smaller than the topic's min.insync.replicas "
+                   "(or that have no leader)")
+    p.add_argument("--at-min-isr-partitions", action="store_true",
+                   help="only show partitions whose ISR size equals the topic's min.insync.replicas")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="only show partitions whose leader is not available")
+    p.add_argument("--topics-with-overrides", action="store_true",
+                   help="only show the topic lines of topics that override a config, without partitions")
     p.set_defaults(handler=run_describe)
 
+    p = actions.add_parser("alter", parents=[common], help="add partitions to a topic (CreatePartitions)")
+    p.add_argument("--topic", required=True, metavar="T", help="the topic to alter")
+    p.add_argument("--partitions", required=True, type=int, metavar="N",
+                   help="the new number of partitions, larger than the current one (records with a key "
+                   "may then go to another partition)")
+    p.add_argument("--if-exists", action="store_true", help="succeed quietly if the topic does not exist")
+    p.set_defaults(handler=run_alter)
+
     p = actions.add_parser("create", parents=[common], help="create a topic")
-    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--topic", required=True, metavar="T", help="the topic to create")
     p.add_argument("--partitions", type=int, default=-1, metavar="N",
                    help="number of partitions (default: the broker's num.partitions)")
     p.add_argument("--replication-factor", type=int, default=-1, metavar="R",
@@ -95,13 +127,13 @@ def register(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -
     p.set_defaults(handler=run_create)
 
     p = actions.add_parser("delete", parents=[common], help="delete a topic")
-    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--topic", required=True, metavar="T", help="the topic to delete")
     p.add_argument("--if-exists", action="store_true", help="succeed quietly if the topic does not exist")
     p.set_defaults(handler=run_delete)
 
     p = actions.add_parser("reassign", parents=[common], help="move a partition's replicas (or cancel a move)")
-    p.add_argument("--topic", required=True, metavar="T")
-    p.add_argument("--partition", required=True, type=int, metavar="P")
+    p.add_argument("--topic", required=True, metavar="T", help="the partition's topic")
+    p.add_argument("--partition", required=True, type=int, metavar="P", help="the partition to move")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--replicas", type=_broker_ids, metavar="B1,B2,...",
                         help="the target replicas, the preferred leader first")
@@ -131,30 +163,123 @@ def run_list(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: Tex
     return EXIT_OK
 
 
+def _describe_filters(args: argparse.Namespace) -> bool:
+    return bool(args.under_replicated_partitions or args.under_min_isr_partitions or args.at_min_isr_partitions
+                or args.unavailable_partitions)
+
+
+def _partition_shown(args: argparse.Namespace, p: PartitionState, replication_factor: int, min_isr: int,
+                     live: set[int]) -> bool:
+    """Kafka's TopicCommand.DescribeOptions.shouldPrintTopicPartition."""
+    if not _describe_filters(args):
+        return True
+    has_leader = p.leader >= 0
+    return bool(
+        (args.under_replicated_partitions and replication_factor - len(p.isr) > 0)
+        or (args.unavailable_partitions and (not has_leader or p.leader not in live))
+        or (args.under_min_isr_partitions and (not has_leader or len(p.isr) < min_isr))
+        or (args.at_min_isr_partitions and len(p.isr) == min_isr))
+
+
+def _matching_topics(admin: AdminClient, specs: list[str]) -> list[str]:
+    """--topic values as Kafka's IncludeList reads them: an existing name as it is, otherwise a
+    regular expression over the whole name (`orders-.*`, `a|b`; a comma is an alternative as
+    in Kafka); a pattern that matches nothing is a missing topic, as Kafka's ensureTopicExists."""
+    if not specs:
+        return []
+    existing: list[str] | None = None
+    out: list[str] = []
+    for spec in specs:
+        if any(c in spec for c in "*?+[]()|^$\\,{}"):
+            if existing is None:
+                existing = admin.list_topics()
+            try:
+                rx = re.compile(spec.strip().strip("\"'").replace(",", "|"))
+            except re.error as exc:
+                raise CliError(f"bad --topic pattern '{spec}': {exc}") from None
+            matched = [t for t in existing if rx.fullmatch(t)]
+            if not matched:
+                raise CliError(f"topic '{spec}' does not exist")
+            out.extend(matched)
+        else:
+            out.append(spec)
+    return list(dict.fromkeys(out))
+
+
+def _node_list(nodes: list[int] | None) -> str:
+    return "N/A" if nodes is None else _ids(nodes)
+
+
 def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    wanted = list(dict.fromkeys(args.topic))
-    topics = admin.describe_topics(wanted or None)
+    """kafka-topics.sh --describe: per topic a `Topic: ...` line (unless a partition filter is
+    given), then a tab-led line per partition (only the matching ones under a filter). The
+    configs are those not at their default (Kafka's ConfigEntry.isDefault: source DEFAULT_CONFIG),
+    the replication factor is the first partition's, less the replicas a reassignment is adding."""
+    wanted = _matching_topics(admin, list(dict.fromkeys(args.topic)))
+    topics = cluster_admin.describe_topic_partitions(admin, wanted or None)
     for name in wanted:
         t = topics.get(name)
         if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
             raise CliError(f"topic '{name}' does not exist")
         if t.error:
             raise KafkaError(t.error, f"cannot describe topic '{name}'")
-    names = sorted(n for n, t in topics.items() if not (args.exclude_internal and t.is_internal))
-    overrides = admin.topic_config_overrides(names) if names else {}
-    topic_rows = []
-    partition_rows = []
+    names = sorted(n for n, t in topics.items()
+                   if not t.error and not (args.exclude_internal and t.is_internal))
+    configs = admin.describe_topic_configs(names) if names else {}
+    live = {n.node_id for n in cluster_admin.describe_cluster(admin)[2]}
+    try:
+        moving = admin.list_partition_reassignments(
+            {n: [p.partition for p in topics[n].partitions] for n in names}) if names else {}
+    except KafkaError:  # Kafka's tool too describes without them when it may not list them
+        moving = {}
     for name in names:
         t = topics[name]
-        rf = max((len(p.replicas) for p in t.partitions), default=0)
-        configs = ",".join(f"{k}={v}" for k, v in overrides.get(name, {}).items())
-        topic_rows.append([name, format_topic_id(t.topic_id), len(t.partitions), rf, configs])
+        entries = configs.get(name, {})
+        non_default = [(k, e.value) for k, e in sorted(entries.items()) if e.source != CONFIG_SOURCE_DEFAULT]
+        min_isr_entry = entries.get("min.insync.replicas")
+        min_isr = int(min_isr_entry.value) if min_isr_entry is not None and min_isr_entry.value else 1
+        if args.topics_with_overrides and not non_default:
+            continue
+
+        def replication_factor(p: PartitionState, name: str = name) -> int:
+            r = moving.get(TopicPartition(name, p.partition))
+            return len(r[0]) - len(r[1]) if r is not None and (r[1] or r[2]) else len(p.replicas)
+
+        if not _describe_filters(args):
+            rf = replication_factor(t.partitions[0]) if t.partitions else 0
+            line = f"Topic: {name}"
+            if t.topic_id != bytes(16):
+                line += f"\tTopicId: {format_topic_id(t.topic_id)}"
+            line += (f"\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}"
+                     f"\tConfigs: {','.join(f'{k}={v}' for k, v in non_default)}")
+            out.write(line + "\n")
+        if args.topics_with_overrides:
+            continue
         for p in t.partitions:
-            partition_rows.append([name, p.partition, p.leader if p.leader >= 0 else "none",
-                                   _ids(p.replicas), _ids(p.isr)])
-    print_table(out, ["TOPIC", "TOPIC-ID", "PARTITION-COUNT", "REPLICATION-FACTOR", "CONFIGS"], topic_rows)
-    out.write("\n")
-    print_table(out, ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], partition_rows)
+            if not _partition_shown(args, p, replication_factor(p), min_isr, live):
+                continue
+            line = (f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}"
+                    f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+            r = moving.get(TopicPartition(name, p.partition))
+            if r is not None:
+                line += f"\tAdding Replicas: {_ids(r[1])}\tRemoving Replicas: {_ids(r[2])}"
+            line += f"\tElr: {_node_list(p.elr)}\tLastKnownElr: {_node_list(p.last_known_elr)}"
+            out.write(line + "\n")
+    return EXIT_OK
+
+
+def run_alter(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """kafka-topics.sh --alter --partitions N: CreatePartitions to N in all; the broker refuses
+    a count that is not larger (INVALID_PARTITIONS, with Kafka's message)."""
+    if args.partitions < 1:
+        raise CliError("The partitions must be greater than 0")
+    result, message = cluster_admin.create_partitions(admin, {args.topic: args.partitions})[args.topic]
+    if result == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+        if args.if_exists:
+            return EXIT_OK
+        raise CliError(f"topic '{args.topic}' does not exist")
+    if result:
+        raise KafkaError(result, message or f"cannot add partitions to topic '{args.topic}'")
     return EXIT_OK
 
 

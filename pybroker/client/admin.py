@@ -402,18 +402,21 @@ class AdminClient:
 
     # -- metadata and topics ----------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
-        """Cluster metadata; `topics` None lists every topic. Never auto-creates topics."""
+    def metadata(self, topics: Iterable[str] | None = None, *,
+                 allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+        """Cluster metadata; `topics` None lists every topic. Auto-creates named topics only
+        when asked (a producer's allow.auto.create.topics) and the broker allows it
+        (auto.create.topics.enable): a topic being created answers LEADER_NOT_AVAILABLE."""
         names = None if topics is None else list(topics)
-        return self._run(lambda: self._metadata(names))
+        return self._run(lambda: self._metadata(names, allow_auto_topic_creation))
 
-    def _metadata(self, names: list[str] | None) -> ClusterMetadata:
+    def _metadata(self, names: list[str] | None, allow_auto_topic_creation: bool = False) -> ClusterMetadata:
         conn = self._any()
-        version = conn.version_for(ApiKey.METADATA, min_version=1)
+        version = conn.version_for(ApiKey.METADATA, min_version=4 if allow_auto_topic_creation else 1)
         req = MetadataRequest(
             topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names])
         if version >= 4:
-            req.allow_auto_topic_creation = False
+            req.allow_auto_topic_creation = allow_auto_topic_creation
         resp = conn.send(req, version)
         self._brokers = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in resp.brokers}
         topics = {}
@@ -580,7 +583,8 @@ class AdminClient:
 
     def _list_offsets_at(self, conn: BrokerConnection, specs: dict[TopicPartition, int],
                          isolation_level: int) -> dict[TopicPartition, ListedOffset]:
-        need = 7 if MAX_TIMESTAMP in specs.values() else (2 if isolation_level else 1)
+        # MAX_TIMESTAMP needs v7, EARLIEST_LOCAL (-4) v8, LATEST_TIERED (-5) v9 (KIP-734, KIP-1005)
+        need = max([2 if isolation_level else 1] + [{-3: 7, -4: 8, -5: 9}.get(ts, 1) for ts in specs.values()])
         version = conn.version_for(ApiKey.LIST_OFFSETS, min_version=need)
         topics: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
         for tp, ts in specs.items():

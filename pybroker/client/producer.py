@@ -7,9 +7,14 @@ oldest buffered record (checked at each send()), or on flush(). Kafka's rules th
 over:
 - partitioning: a record with an explicit partition keeps it; a keyed record goes to
   toPositive(murmur2(key)) % partitions (Kafka's BuiltInPartitioner, so keys land where the
-  Java client puts them); an unkeyed record sticks to one partition until its batch is
-  sent, then moves on round-robin (the uniform sticky partitioner, without its load
-  weighting);
+  Java client puts them); unkeyed records stick to one partition until batch.size bytes have
+  gone to it, then move on round-robin (KIP-794's uniform sticky partitioner, without its
+  load weighting): a batch sent early by linger.ms does not move them, so batches fill;
+- batching: each partition's batch is sent when full (batch.size) or when linger.ms has
+  passed since its first record (checked at each send(), and by `send_expired()`), each
+  batch on its own clock;
+- a topic missing from the metadata is created by the broker when `allow_auto_create_topics`
+  (Kafka's allow.auto.create.topics, default true) and auto.create.topics.enable allow it;
 - acks 0 / 1 / -1 (all); with acks=0 no response is read and offsets are unknown (-1);
 - retriable partition errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) refresh
   metadata and resend the same batch, up to `retries` times; other errors fail the batch's
@@ -57,6 +62,7 @@ class RecordMetadata:
     timestamp_ms: int
     serialized_size: int
     send_time: float  # time.monotonic() at send(), for latency
+    value_size: int = 0  # the payload's bytes (what Kafka's perf tool counts)
     offset: int = -1
     error: KafkaError | None = None
     done: bool = False
@@ -93,6 +99,7 @@ class Producer:
         on_delivery: Callable[[RecordMetadata], None] | None = None,
         admin: AdminClient | None = None,
         security: ClientSecurity = PLAINTEXT,
+        allow_auto_create_topics: bool = True,
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
@@ -107,6 +114,7 @@ class Producer:
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.on_delivery = on_delivery
+        self.allow_auto_create_topics = allow_auto_create_topics
         self._own_admin = admin is None
         self.admin = admin or AdminClient(bootstrap_servers, client_id=client_id,
                                           request_timeout_s=request_timeout_s, security=security)
@@ -114,9 +122,9 @@ class Producer:
         self._partitions: dict[str, int] = {}
         self._leaders: dict[TopicPartition, int] = {}
         self._sticky: dict[str, int] = {}
+        self._sticky_bytes: dict[str, int] = {}  # bytes sent to the sticky partition since it was picked
         self._round_robin = 0
         self._conns: dict[int, BrokerConnection] = {}
-        self._oldest: float | None = None
 
     @property
     def buffered(self) -> int:
@@ -134,16 +142,33 @@ class Producer:
         return n
 
     def _refresh(self, topics: Sequence[str]) -> None:
-        md = self.admin.metadata(list(topics))
-        for name in topics:
-            t = md.topics.get(name)
-            if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
-                raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-            if t.error:
-                raise KafkaError(t.error, f"cannot produce to topic '{name}'")
-            self._partitions[name] = len(t.partitions)
-            for p in t.partitions:
-                self._leaders[TopicPartition(name, p.partition)] = p.leader
+        """Partition counts and leaders of `topics`. With allow_auto_create_topics the Metadata
+        request asks the broker to create a missing topic (Kafka's producer default); one being
+        created answers LEADER_NOT_AVAILABLE, so ask again, with backoff, until it is described
+        or the request timeout passes (Kafka's producer waits up to max.block.ms). A topic the
+        broker will not create (UNKNOWN_TOPIC_OR_PARTITION) fails at once."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            md = self.admin.metadata(list(topics), allow_auto_topic_creation=self.allow_auto_create_topics)
+            pending = False
+            for name in topics:
+                t = md.topics.get(name)
+                if t is None or t.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+                if t.error == Errors.LEADER_NOT_AVAILABLE and not t.partitions:
+                    pending = True  # being created
+                    continue
+                if t.error:
+                    raise KafkaError(t.error, f"cannot produce to topic '{name}'")
+                self._partitions[name] = len(t.partitions)
+                for p in t.partitions:
+                    self._leaders[TopicPartition(name, p.partition)] = p.leader
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaError(Errors.LEADER_NOT_AVAILABLE, f"topic {', '.join(topics)} not present in metadata "
+                                 f"after {int(self.request_timeout_s * 1000)} ms")
+            time.sleep(self.retry_backoff_s)
 
     # -- sending ------------------------------------------------------------------------
 
@@ -151,22 +176,18 @@ class Producer:
              headers: Sequence[tuple[bytes | str, bytes | None]] = (), *, partition: int | None = None,
              timestamp_ms: int | None = None) -> RecordMetadata:
         n = self.partitions_for(topic)
+        size = (_RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+                + sum(len(k) + (len(v) if v else 0) + 2 for k, v in headers))
         if partition is None:
             if key is not None:
                 partition = partition_for_key(key, n)
             else:
-                partition = self._sticky.get(topic)
-                if partition is None or partition >= n:
-                    partition = self._round_robin % n
-                    self._round_robin += 1
-                    self._sticky[topic] = partition
+                partition = self._sticky_partition(topic, n, size)
         elif not 0 <= partition < n:
             raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION,
                              f"partition {topic}-{partition} does not exist (the topic has {n} partitions)")
         now = time.monotonic()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        size = (_RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-                + sum(len(k) + (len(v) if v else 0) + 2 for k, v in headers))
         if size + _BATCH_OVERHEAD > self.max_request_size:
             raise KafkaError(Errors.RECORD_LIST_TOO_LARGE, f"a record of {size} bytes is larger than "
                              f"max.request.size ({self.max_request_size})")
@@ -177,22 +198,42 @@ class Producer:
             batch = None
         if batch is None:
             batch = self._batches[tp] = _Batch(tp, created=now)
-            if self._oldest is None:
-                self._oldest = now
-        meta = RecordMetadata(topic, partition, ts, size, now)
+        meta = RecordMetadata(topic, partition, ts, size, now, len(value) if value else 0)
         batch.records.append((ts, key, value, headers))
         batch.metas.append(meta)
         batch.size += size
         if batch.size >= self.batch_size:
             self._send_batches([self._batches.pop(tp)])
-        elif self._oldest is not None and now - self._oldest >= self.linger_s:
-            self.flush()
+        self.send_expired(now)
         return meta
+
+    def _sticky_partition(self, topic: str, n: int, size: int) -> int:
+        """KIP-794: stay on one partition until batch.size bytes went to it, then take the next."""
+        partition = self._sticky.get(topic)
+        if partition is None or partition >= n or self._sticky_bytes.get(topic, 0) >= self.batch_size:
+            partition = self._round_robin % n
+            self._round_robin += 1
+            self._sticky[topic] = partition
+            self._sticky_bytes[topic] = 0
+        self._sticky_bytes[topic] += size
+        return partition
+
+    def next_linger_deadline(self) -> float | None:
+        """time.monotonic() at which the oldest buffered batch's linger.ms runs out; None if empty."""
+        if not self._batches:
+            return None
+        return min(b.created for b in self._batches.values()) + self.linger_s
+
+    def send_expired(self, now: float | None = None) -> None:
+        """Send the batches whose linger.ms has passed (what Kafka's sender thread does)."""
+        now = time.monotonic() if now is None else now
+        expired = [tp for tp, b in self._batches.items() if now - b.created >= self.linger_s]
+        if expired:
+            self._send_batches([self._batches.pop(tp) for tp in expired])
 
     def flush(self) -> None:
         """Send every buffered record and wait for the answers."""
         batches, self._batches = list(self._batches.values()), {}
-        self._oldest = None
         if batches:
             self._send_batches(batches)
 
@@ -209,9 +250,6 @@ class Producer:
         return conn
 
     def _send_batches(self, batches: list[_Batch]) -> None:
-        for b in batches:
-            if b.tp.topic in self._sticky and self._sticky[b.tp.topic] == b.tp.partition:
-                del self._sticky[b.tp.topic]  # the sticky partition's batch is gone: move on
         pending = batches
         while pending:
             by_leader: dict[int, list[_Batch]] = {}

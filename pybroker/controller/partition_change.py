@@ -174,8 +174,8 @@ class PartitionChangeBuilder:
         if leader in self.target_elr:
             self.target_isr = [leader]
             self.target_elr = [r for r in self.target_elr if r != leader]
-        elif unclean:
-            log.info("Setting new leader for topic id %s, partition %d to %d using an unclean election",
+        elif unclean:  # one summary line per change (ReplicationControl.leader_and_isr_updates)
+            log.debug("Setting new leader for topic id %s, partition %d to %d using an unclean election",
                      self.topic_id.hex(), self.partition_id, leader)
         record.leader = leader
         if unclean:

@@ -135,14 +135,22 @@ class ReplicationControl:
             return r != remove and r != unclean and (r == add or self.is_active(r))
 
         records: list[Any] = []
+        unclean_topics: dict[str, int] = {}
         for t, pid, reg in partitions:
             b = self._builder(t, pid, reg, accept,
                               Election.UNCLEAN if self.unclean_enabled(t.name) else Election.ONLINE)
             if unclean != NO_LEADER:
                 b.set_unclean_shutdown_replicas([unclean])
             b.set_target_isr([r for r in reg.isr if r != remove and r != unclean])
-            self._built(b, records)
-        if records:
+            if self._built(b, records) and b.unclean:
+                unclean_topics[t.name] = unclean_topics.get(t.name, 0) + 1
+        if unclean_topics:
+            # one line for what Kafka logs per partition: a crashed single node's recovery elects
+            # every partition it led uncleanly (hundreds of lines with the internal topics)
+            log.info("%s: changing %d partition(s), %d of them with a leader from an unclean election (%s)",
+                     context, len(records), sum(unclean_topics.values()),
+                     ", ".join(f"{name}: {n}" for name, n in sorted(unclean_topics.items())))
+        elif records:
             log.info("%s: changing %d partition(s)", context, len(records))
         return records
 

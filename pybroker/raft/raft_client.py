@@ -714,7 +714,8 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
     def begin_shutdown(self, timeout_ms: int, now_ms: int) -> None:
         """Graceful shutdown (Kafka's shutdown(timeoutMs)): a leader resigns and tells the
         voters; done (`shutdown_complete`) once another leader is known, at once for an
-        observer or a lone voter, or when the timeout passes (`shutdown_timed_out`)."""
+        observer, a lone voter or a voter neither leading nor a candidate, or when the timeout
+        passes (`shutdown_timed_out`)."""
         if self._shutdown_deadline is None:
             self._shutdown_deadline = now_ms + timeout_ms
 
@@ -726,7 +727,13 @@ class KafkaRaftClient(RaftRequestHandlers, RaftResponseHandlers):
         if now_ms >= self._shutdown_deadline:
             self.shutdown_complete = self.shutdown_timed_out = True
             return True
-        if self.quorum.is_observer() or self.quorum.is_only_voter() or self.quorum.has_remote_leader():
+        # nothing to hand over unless this node leads, resigned its lead, or stands for election:
+        # a voter that only waits for a leader (unattached, prospective) leaves at once (the last
+        # voters of a cluster stopping together would otherwise wait out the timeout for an
+        # election that cannot succeed)
+        q = self.quorum
+        if q.is_observer() or q.is_only_voter() or q.has_remote_leader() \
+                or not (q.is_leader or q.is_resigned or q.is_candidate):
             self.shutdown_complete = True
             return True
         return False

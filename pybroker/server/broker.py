@@ -125,6 +125,7 @@ SHUTDOWN_GRACE_S = 30.0
 # a few heartbeats, and the lifecycle manager gives up sooner when no controller answers at all
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 60.0
 RAFT_SHUTDOWN_S = 5.0
+RAFT_FETCH_SILENCE_MS = 600  # a voter's fetches long-poll 500 ms at most
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -721,13 +722,37 @@ class Broker:
         register_broker_metrics(registry, self, EventLoopIdle())  # created here: on the loop's thread
         await MetricsServer(host, port, registry).serve(task_status=task_status)
 
+    def _quorum_leaderless_s(self) -> float | None:
+        """For a controlled shutdown's wait: None while this voter's metadata quorum has a working
+        leader (a remote one, or this node with a majority of voters fetching),
+        else for how long it is known to have had none (0 when it just noticed). None on a node
+        that is no voter: it cannot tell, and waits for its session instead."""
+        raft = self.raft
+        if raft is None or not raft.client.quorum.is_voter():
+            return None
+        q = raft.client.quorum
+        if q.is_follower and q.has_remote_leader():  # (a prospective voter still names its old leader)
+            return None
+        if q.is_leader:
+            state: Any = q.state
+            if q.is_only_voter():
+                return None
+            # followers fetch at least every fetch max wait (500 ms): a majority silent for longer
+            # is gone or cut off, and the leader cannot commit the fence that grants the shutdown
+            silent_ms = raft.driver.now_ms() - state.majority_contact_ms
+            return None if silent_ms < RAFT_FETCH_SILENCE_MS else silent_ms / 1000
+        return 0.0
+
     async def _stop(self, timer: SystemTimer) -> None:
         log.info("shutting down")
         cfg = self.config
         if cfg.is_broker:
             if self.lifecycle is not None and cfg["controlled.shutdown.enable"]:
                 # Kafka's BrokerServer.shutdown: leaderships move away while this node still serves
-                if not await self.lifecycle.shutdown(timeout_s=CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                if not await self.lifecycle.shutdown(
+                        timeout_s=CONTROLLED_SHUTDOWN_TIMEOUT_S, quorum_leaderless_s=self._quorum_leaderless_s,
+                        no_leader_grace_s=cfg["controller.quorum.election.timeout.ms"] / 1000) \
+                        and not self.lifecycle.quorum_gone:
                     log.error("Timed out waiting for the controller to approve controlled shutdown")
             self.server.begin_shutdown()
             # answer every JoinGroup/SyncGroup still waiting (NOT_COORDINATOR) and stop the deadlines
@@ -749,8 +774,13 @@ class Broker:
                 self.lifecycle.close()
         if self.raft is not None:
             # a quorum leader hands over first (EndQuorumEpoch), so the others elect at once
-            if not await self.raft.driver.shutdown(RAFT_SHUTDOWN_S):
-                log.info("the metadata quorum had not elected another leader within %.0fs", RAFT_SHUTDOWN_S)
+            # the voters elect a successor within an election timeout when they can: waiting
+            # longer only delays the last nodes of a cluster stopping together, who cannot
+            handover_s = min(RAFT_SHUTDOWN_S, max(0.5, cfg["controller.quorum.election.timeout.ms"] / 1000))
+            if self.lifecycle is not None and self.lifecycle.quorum_gone:
+                handover_s = 0.0  # no voter has fetched for an election timeout: nobody to hand over to
+            if not await self.raft.driver.shutdown(handover_s) and handover_s:
+                log.info("the metadata quorum had not elected another leader within %.1fs", handover_s)
         if self.controller_server is not None:  # last: the quorum needed it until now
             self.controller_server.begin_shutdown()
         for channel in (getattr(self, "forwarding_channel", None), getattr(self, "membership_channel", None),

@@ -15,7 +15,9 @@ States, as Kafka's BrokerState:
                   shutdown), and fences it once it leads nothing and the other brokers have
                   seen that. Bounded by the caller's timeout, and given up sooner when no
                   controller has answered for broker.session.timeout.ms (the controller, if
-                  any, then fences this broker anyway)
+                  any, then fences this broker anyway), or, on a combined node, once its own
+                  metadata quorum has had no leader for an election timeout (the last nodes
+                  of a cluster stopping together: nobody is left to approve)
 
 A registration offers the broker epoch the node last shut down cleanly with (read from the
 log dirs' clean-shutdown markers; -1 after a crash), so the controller knows whether the
@@ -82,6 +84,7 @@ class BrokerLifecycleManager:
         self.caught_up = trio.Event()
         self.unfenced = trio.Event()
         self.shut_down_granted = trio.Event()
+        self.quorum_gone = False  # `shutdown` gave up because the quorum had no leader
         self.fatal: BaseException | None = None
         self._failed_attempts = 0
         self._wake = trio.Event()
@@ -93,10 +96,15 @@ class BrokerLifecycleManager:
         self.ready_to_unfence = True
         self._wake.set()
 
-    async def shutdown(self, timeout_s: float) -> bool:
+    async def shutdown(self, timeout_s: float, quorum_leaderless_s: Callable[[], float | None] | None = None,
+                       no_leader_grace_s: float = 1.0) -> bool:
         """Tell the controller this broker is going (want_shut_down) and wait for its consent:
-        True once granted, False after `timeout_s` or when no controller answered for a whole
-        session."""
+        True once granted, False after `timeout_s`, when no controller answered for a whole
+        session, or once the metadata quorum has had no working leader for `no_leader_grace_s`
+        (`quorum_leaderless_s`: a combined node's view of its own quorum, None while it has a
+        leader, else for how long it is known to have had none). The last nodes of a cluster
+        stopping together are in that case: the other voters are gone, so no controller can
+        ever approve, and waiting would only delay the stop (`quorum_gone` says so after)."""
         if self.state in (STARTING,) or not self.registered:
             self.state = SHUTTING_DOWN
             return False
@@ -104,10 +112,23 @@ class BrokerLifecycleManager:
         self._wake.set()
         start = trio.current_time()
         deadline = start + timeout_s
+        leaderless_since: float | None = None
         while not self.shut_down_granted.is_set():
             with trio.move_on_after(0.1):
                 await self.shut_down_granted.wait()
             now = trio.current_time()
+            leaderless = quorum_leaderless_s() if quorum_leaderless_s is not None else None
+            if leaderless is None:
+                leaderless_since = None
+            else:
+                since = now - leaderless
+                leaderless_since = since if leaderless_since is None else min(leaderless_since, since)
+                if now - leaderless_since >= no_leader_grace_s:
+                    log.info("The controller quorum has had no leader for %.1f s: not waiting for the "
+                             "controlled shutdown to be approved.", now - leaderless_since)
+                    self.state = SHUTTING_DOWN
+                    self.quorum_gone = True
+                    return False
             if now >= deadline or now - max(start, self._last_answer) > self.session_timeout_s:
                 break
         self.state = SHUTTING_DOWN

@@ -1,5 +1,7 @@
 """`pybroker cluster --nodes 3`: one process per node, formatted on first use, the bootstrap
-servers printed, every node stopped (by PID) on SIGTERM; a second run reuses the data."""
+servers printed, every node stopped (by PID) on SIGTERM; a second run reuses the data. PID
+files, `pybroker cluster restart N` from another process, Ctrl-C stopping every node within
+seconds, --racks in Metadata, and a refused start leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from pybroker.cli.cluster import main
 from tests.clients import adapters
@@ -47,8 +51,12 @@ def free_bases(nodes: int) -> tuple[int, int]:
     raise AssertionError("no free ports")
 
 
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+
+
 def start(directory: Path, base: int, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    env = _env()
     proc = subprocess.Popen([sys.executable, "-m", "pybroker", "cluster", "--nodes", "3", "--dir", str(directory),
                              "--base-port", str(base), "--override", "broker.session.timeout.ms=4000", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -166,3 +174,107 @@ def test_a_directory_formatted_without_sasl_is_refused_for_sasl_ssl(tmp_path: Pa
                  "sasl_ssl"]) == 2
     err = capsys.readouterr().err
     assert "formatted without --security sasl_ssl" in err and err.count("\n") == 1, err
+
+
+def _wait(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (the supervisor reaps its nodes; a zombie would still answer kill 0)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _node_pids(directory: Path) -> dict[int, int]:
+    return {i: int((directory / f"node-{i}" / "node.pid").read_text()) for i in (1, 2, 3)
+            if (directory / f"node-{i}" / "node.pid").exists()}
+
+
+@pytest.mark.slow
+def test_pid_files_a_dead_node_reported_and_restarted_ctrl_c_stops_all(tmp_path: Path):
+    base, _ = free_bases(3)
+    directory = tmp_path / "cluster"
+    proc, bootstrap = start(directory, base, "--racks", "r1,r2,r3")
+    try:
+        supervisor = int((directory / "cluster.pid").read_text())
+        assert supervisor == proc.pid
+        pids = _node_pids(directory)
+        assert sorted(pids) == [1, 2, 3] and all(_alive(p) for p in pids.values())
+        admin = adapters.confluent_admin(bootstrap)
+        # --racks: each broker's rack in Metadata (librdkafka's BrokerMetadata has none; describe_cluster does)
+        def racks():
+            nodes = admin.describe_cluster(request_timeout=10).result(timeout=15).nodes
+            return {n.id: n.rack for n in nodes} if len(nodes) == 3 else None
+        assert _wait(racks, 30, "three brokers in DescribeCluster") == {1: "r1", 2: "r2", 3: "r3"}
+        # a node that dies is reported in one line, its PID file gone
+        os.kill(pids[2], signal.SIGKILL)
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("pybroker: node 2 exited with code -9") and "cluster restart 2" in line, line
+        _wait(lambda: not (directory / "node-2" / "node.pid").exists(), 10, "node 2's PID file removed")
+        # restarted on request, from another process, on its data and its log
+        res = subprocess.run([sys.executable, "-m", "pybroker", "cluster", "restart", "2", "--dir", str(directory)],
+                             capture_output=True, text=True, env=_env(), timeout=120)
+        assert res.returncode == 0, res.stderr
+        new_pid = int((directory / "node-2" / "node.pid").read_text())
+        assert new_pid != pids[2] and _alive(new_pid)
+        assert res.stdout == f"node 2 restarted (pid {new_pid}), logging to {directory / 'node-2' / 'node.log'}\n"
+        assert (directory / "node-2" / "node.log").read_text().count("=== pybroker cluster: starting node 2") == 2
+        _wait(lambda: sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3], 30, "node 2 back in Metadata")
+        # Ctrl-C: every node gone within seconds, none complaining of its controlled shutdown
+        pids = _node_pids(directory)
+        os.kill(proc.pid, signal.SIGINT)
+        _wait(lambda: not any(_alive(p) for p in (*pids.values(), proc.pid)), 3.0, "every process to end")
+        assert proc.wait(5) == 0
+        for i in (1, 2, 3):
+            log = (directory / f"node-{i}" / "node.log").read_text()
+            assert log.rstrip().endswith("shut down cleanly"), log[-2000:]
+            assert "controlled shutdown" not in "".join(x for x in log.splitlines() if " ERROR " in x)
+        assert not (directory / "cluster.pid").exists() and _node_pids(directory) == {}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_restart_without_a_running_cluster_says_so(tmp_path: Path, capsys):
+    assert main(["restart", "1", "--dir", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"pybroker: no `pybroker cluster` runs on {tmp_path / 'none'} ({tmp_path / 'none' / 'cluster.pid'})\n"
+
+
+def test_a_refused_start_leaves_no_directory(tmp_path: Path, capsys):
+    base, _ = free_bases(3)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base + 1))
+        busy.listen()
+        assert main(["--nodes", "3", "--dir", str(tmp_path / "c"), "--base-port", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pybroker: port(s) {base + 1} in use: choose another --base-port / --controller-base-port\n"
+    assert not (tmp_path / "c").exists()
+
+
+def test_racks_must_name_one_rack_per_node(tmp_path: Path, capsys):
+    base, _ = free_bases(3)
+    assert main(["--nodes", "3", "--dir", str(tmp_path / "c"), "--base-port", str(base), "--racks", "r1,r2"]) == 2
+    assert capsys.readouterr().err == "pybroker: --racks names 2 rack(s) for 3 node(s): give one per node\n"
+    assert not (tmp_path / "c").exists()
+
+
+def test_racks_are_written_per_node(tmp_path: Path):
+    from pybroker.cli.cluster import prepare
+
+    base, controller = free_bases(3)
+    with open(os.devnull, "w") as devnull:
+        _, files = prepare(tmp_path / "c", 3, base, controller, {}, devnull, racks=["a", "b", "c"])
+    racks = [next(x.split("=", 1)[1] for x in f.read_text().splitlines() if x.startswith("broker.rack=")) for f in files]
+    assert racks == ["a", "b", "c"]

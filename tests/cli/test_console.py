@@ -162,7 +162,8 @@ def test_bad_consumer_options_are_one_line_exit_2(cli, topic, args, fragment):
 def test_unknown_topic_is_bad_input(cli):
     rc, out, err = cli("consume", "--topic", "no-such-topic-here", "--timeout-ms", "100")
     assert (rc, out) == (2, "") and one_error_line(err) == "pybroker: topic 'no-such-topic-here' does not exist"
-    rc, out, err = cli("produce", "--topic", "no-such-topic-here", stdin="x\n")
+    rc, out, err = cli("produce", "--topic", "no-such-topic-here", "--producer-property",
+                       "allow.auto.create.topics=false", stdin="x\n")
     assert (rc, out) == (2, "") and "does not exist" in one_error_line(err)
 
 

@@ -90,7 +90,7 @@ def test_perf_bad_arguments(cli, topic):
         (["produce", "--topic", topic, "--num-records", "5", "--throughput", "-1"], "one of the arguments"),
         (["produce", "--topic", topic, "--num-records", "5", "--record-size", "1"], "--throughput"),
         (["produce", "--topic", "missing-perf-topic", "--num-records", "5", "--record-size", "1",
-          "--throughput", "-1"], "does not exist"),
+          "--throughput", "-1", "--producer-props", "allow.auto.create.topics=false"], "does not exist"),
         (["consume", "--topic", topic, "--messages", "0"], "--messages should be greater than zero"),
     ]:
         rc, out, err = cli("perf", *args)

@@ -87,17 +87,17 @@ def test_create_describe_list_delete_round_trip(cli, admin):
 
     rc, out, err = cli("topics", "describe", "--topic", name)
     assert rc == 0 and err == ""
-    topics_part, partitions_part = out.split("\n\n")
-    rows = table(topics_part)
-    assert rows[0] == ["TOPIC", "TOPIC-ID", "PARTITION-COUNT", "REPLICATION-FACTOR", "CONFIGS"]
+    lines = out.splitlines()
     described = admin.describe_topics([name])[name]
     topic_id = base64.urlsafe_b64encode(described.topic_id).rstrip(b"=").decode()
-    assert rows[1] == [name, topic_id, "3", "1", "cleanup.policy=compact,retention.ms=123456"]
-    prow = table(partitions_part)
-    assert prow[0] == ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
-    expected = [[name, str(p.partition), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr))]
+    head = lines[0].split("\t")
+    assert head[:4] == [f"Topic: {name}", f"TopicId: {topic_id}", "PartitionCount: 3", "ReplicationFactor: 1"]
+    configs = head[4].removeprefix("Configs: ").split(",")
+    assert {"cleanup.policy=compact", "retention.ms=123456"} <= set(configs)
+    expected = [f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader}\tReplicas: "
+                f"{','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\tElr: \tLastKnownElr: "
                 for p in described.partitions]
-    assert prow[1:] == expected and [r[1] for r in prow[1:]] == ["0", "1", "2"]
+    assert lines[1:] == expected and len(expected) == 3
 
     rc, out, err = cli("topics", "delete", "--topic", name)
     assert (rc, out, err) == (0, f"Deleted topic {name}.\n", "")
@@ -119,10 +119,9 @@ def test_describe_without_topic_lists_every_topic(cli):
     for n in (a, b):
         assert cli("topics", "create", "--topic", n, "--partitions", "1")[0] == 0
     rc, out, _ = cli("topics", "describe")
-    topics_part, partitions_part = out.split("\n\n")
-    names = [r[0] for r in table(topics_part)[1:]]
+    names = [line.split("\t")[0].removeprefix("Topic: ") for line in out.splitlines() if line.startswith("Topic: ")]
     assert {a, b} <= set(names) and names == sorted(names)
-    assert [r[0] for r in table(partitions_part)[1:]].count(a) == 1
+    assert sum(line.startswith(f"\tTopic: {a}\t") for line in out.splitlines()) == 1
 
 
 def test_creating_an_existing_topic_is_bad_input_unless_if_not_exists(cli):

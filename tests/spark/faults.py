@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_connector.source import PyBrokerDataSource
-from spark_connector.writer import PyBrokerStreamWriter
+from pybroker_spark.source import PyBrokerDataSource
+from pybroker_spark.writer import PyBrokerStreamWriter
 
 
 class InjectedFailure(RuntimeError):

@@ -6,7 +6,7 @@ import pytest
 
 from pybroker.client.admin import TopicPartition
 from pybroker.records import compression
-from spark_connector.options import (
+from pybroker_spark.options import (
     DEFAULT_BATCH_BYTES,
     OptionError,
     parse_read_options,
@@ -147,7 +147,7 @@ def test_security_options_are_kept_as_text_for_the_executors_both_ways():
     """An SSLContext does not pickle: the options keep the keys, client_security builds them once."""
     import pickle
 
-    from spark_connector.options import client_security
+    from pybroker_spark.options import client_security
 
     w = write_opts(topic="t", **SECURE)
     r = read_opts(subscribe="t", **SECURE)

@@ -166,8 +166,8 @@ def test_stream_admission_control_without_spark(broker, new_topic):
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    from spark_connector.options import parse_read_options
-    from spark_connector.reader import PyBrokerStreamReader
+    from pybroker_spark.options import parse_read_options
+    from pybroker_spark.reader import PyBrokerStreamReader
 
     topic = new_topic(2)
     produce(broker.bootstrap, topic, 40)

@@ -213,7 +213,7 @@ def broker_factory_off(tmp_path_factory):
 
 
 def test_registration_by_hand_also_works(spark, broker, new_topic):
-    from spark_connector import register
+    from pybroker_spark import register
 
     register(spark)  # on top of the auto-registration the other tests rely on
     topic = new_topic(1)

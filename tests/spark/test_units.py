@@ -15,9 +15,9 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 from pybroker._native import arrow_records, pure  # noqa: E402
 from pybroker.client.admin import TopicPartition  # noqa: E402
 from pybroker.records import build_batch, records_section  # noqa: E402
-from spark_connector import arrow_columns  # noqa: E402
-from spark_connector.offsets import OffsetRange, split_ranges  # noqa: E402
-from spark_connector.reader import _rate_limit  # noqa: E402
+from pybroker_spark import arrow_columns  # noqa: E402
+from pybroker_spark.offsets import OffsetRange, split_ranges  # noqa: E402
+from pybroker_spark.reader import _rate_limit  # noqa: E402
 
 twin = pure("arrow_records")
 
@@ -123,7 +123,7 @@ def test_spark_finds_the_format_by_itself():
             mod = import_module(info.name)
             if hasattr(mod, "DefaultSource") and issubclass(mod.DefaultSource, DataSource):
                 found[mod.DefaultSource.name()] = mod.DefaultSource
-    from spark_connector import PyBrokerDataSource
+    from pybroker_spark import PyBrokerDataSource
 
     assert found.get("pybroker") is PyBrokerDataSource
 
@@ -133,7 +133,7 @@ def test_the_connector_never_imports_the_broker():
     import subprocess
     import sys
 
-    code = ("import sys, spark_connector.writer, spark_connector.reader, pyspark_pybroker; "
+    code = ("import sys, pybroker_spark.writer, pybroker_spark.reader, pyspark_pybroker; "
             "print([m for m in sys.modules if m.split('.')[:2] in (['pybroker', 'server'], "
             "['pybroker', 'log'], ['pybroker', 'net'], ['pybroker', 'coordinators'], "
             "['pybroker', 'controller'], ['pybroker', 'replication'], ['pybroker', 'purgatory'])])")

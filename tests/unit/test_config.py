@@ -130,6 +130,10 @@ def test_a_node_without_a_quorum_is_a_standalone_one_voter_with_the_quickstart_d
     assert (cfg["offsets.topic.replication.factor"], cfg["transaction.state.log.replication.factor"],
             cfg["transaction.state.log.min.isr"]) == (1, 1, 1)
     assert cfg.source("offsets.topic.replication.factor") == "DEFAULT_CONFIG"
+    # ... and this: a group's first member does not wait 3 s for others (a cluster node keeps 3000)
+    assert cfg["group.initial.rebalance.delay.ms"] == 0
+    assert build_config(overrides=CLUSTER)["group.initial.rebalance.delay.ms"] == 3000
+    assert build_config(overrides=["group.initial.rebalance.delay.ms=3000"])["group.initial.rebalance.delay.ms"] == 3000
 
 
 def test_a_cluster_node_has_kafkas_defaults_and_its_listener_roles():

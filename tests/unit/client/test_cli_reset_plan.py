@@ -66,8 +66,8 @@ def test_parse_topic_partitions():
 def test_parse_datetime_ms():
     assert parse_datetime_ms("2024-05-01T10:00:00Z") == 1714557600000
     assert parse_datetime_ms("2024-05-01T12:00:00.250+02:00") == 1714557600250
-    naive = datetime(2024, 5, 1, 10, 0, 0)
-    assert parse_datetime_ms("2024-05-01T10:00:00") == int(naive.astimezone().timestamp() * 1000)
+    assert parse_datetime_ms("2024-05-01T10:00:00.000") == 1714557600000  # no zone: UTC, as Kafka's
+    assert parse_datetime_ms("2024-05-01T12:00:00.000+0200") == parse_datetime_ms("2024-05-01T12:00:00.000+02")
     assert parse_datetime_ms("2024-05-01T10:00:00Z") == int(datetime(2024, 5, 1, 10, tzinfo=UTC)
                                                             .timestamp() * 1000)
     with pytest.raises(CliError):

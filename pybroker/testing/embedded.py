@@ -7,6 +7,8 @@ The node is the same code the `pybroker` command runs (own trio loop in a daemon
 port 0 so it never collides, data in a temporary directory unless `log_dir` is given).
 `stop()` is the clean shutdown SIGTERM triggers: checkpoints and the clean-shutdown
 marker are written, so a later `EmbeddedBroker(log_dir=same)` finds the data.
+The admin helpers (admin(), create_topic(), wait_for_group_coordinator(): admin_helpers.py)
+work on it as on a LocalCluster.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 import trio
 
 from pybroker.config import BrokerConfig
+from pybroker.testing.admin_helpers import AdminHelpers
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(AdminHelpers):
     def __init__(self, log_dir: str | None = None, overrides: Mapping[str, Any] | None = None,
                  port: int = 0) -> None:
         self._tmp = None if log_dir else tempfile.mkdtemp(prefix="pybroker-")
@@ -91,6 +94,7 @@ class EmbeddedBroker:
         self._thread = None
 
     def close(self) -> None:
+        self._close_admin()
         self.stop()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)

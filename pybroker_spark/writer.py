@@ -77,13 +77,13 @@ from pybroker.client.section_producer import Producer, Section, topic_metadata
 from pybroker.client.transactions import end_txn, fetch_stable_offsets, init_producer_id
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors, KafkaError
-from spark_connector import arrow_columns
-from spark_connector.options import OptionError, WriteOptions, client_security
+from pybroker_spark import arrow_columns
+from pybroker_spark.options import OptionError, WriteOptions, client_security
 
 __all__ = ["CommitMessage", "InputLayout", "PyBrokerStreamWriter", "PyBrokerWriter", "check_broker",
            "validate_input"]
 
-log = logging.getLogger("spark_connector")
+log = logging.getLogger("pybroker_spark")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from spark_connector import FORMAT  # "kafka" is Spark's own: registering it fails
-from spark_connector.options import OptionError, parse_read_options, parse_write_options
+from pybroker_spark import FORMAT  # "kafka" is Spark's own: registering it fails
+from pybroker_spark.options import OptionError, parse_read_options, parse_write_options
 
 __all__ = ["PyBrokerDataSource"]
 
@@ -32,27 +32,27 @@ class PyBrokerDataSource(DataSource):
         return _READ_SCHEMA + (_HEADERS if include else "")
 
     def reader(self, schema: StructType):  # type: ignore[no-untyped-def]
-        from spark_connector.reader import PyBrokerReader
+        from pybroker_spark.reader import PyBrokerReader
 
         return PyBrokerReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType):  # type: ignore[no-untyped-def]  # noqa: N802
-        from spark_connector.reader import PyBrokerStreamReader
+        from pybroker_spark.reader import PyBrokerStreamReader
 
         return PyBrokerStreamReader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
-        from spark_connector.writer import PyBrokerWriter
+        from pybroker_spark.writer import PyBrokerWriter
 
         return PyBrokerWriter(*self._write_setup(schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]  # noqa: N802
-        from spark_connector.writer import PyBrokerStreamWriter
+        from pybroker_spark.writer import PyBrokerStreamWriter
 
         return PyBrokerStreamWriter(*self._write_setup(schema, overwrite))
 
     def _write_setup(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
-        from spark_connector.writer import check_broker, validate_input
+        from pybroker_spark.writer import check_broker, validate_input
 
         if overwrite:
             raise OptionError("Save mode Overwrite not allowed for Kafka. Allowed save modes are "

@@ -25,7 +25,7 @@ from pybroker.client.admin import (
     AdminClient,
     TopicPartition,
 )
-from spark_connector.options import (
+from pybroker_spark.options import (
     EARLIEST,
     LATEST,
     OffsetSpec,

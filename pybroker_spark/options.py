@@ -59,7 +59,7 @@ __all__ = [
     "parse_read_options", "parse_write_options",
 ]
 
-log = logging.getLogger("spark_connector")
+log = logging.getLogger("pybroker_spark")
 
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"

@@ -1,6 +1,6 @@
 """Kafka -> Spark: batch reads and micro-batch streams, yielding Arrow batches.
 
-Driver: `partitions()` resolves offsets (spark_connector.offsets) into OffsetRange slices.
+Driver: `partitions()` resolves offsets (pybroker_spark.offsets) into OffsetRange slices.
 Executor: `read(range)` fetches the slice from the partition's leader
 (pybroker.client.fetcher), decompresses each record batch and hands its records section
 to the compiled RecordColumns, which decodes it straight into Arrow buffers; every
@@ -43,19 +43,19 @@ from pybroker.client.admin import AdminClient, TopicPartition
 from pybroker.client.fetcher import AbortedTransactions, PartitionFetcher, committed_batches
 from pybroker.protocol.errors import Errors, KafkaError
 from pybroker.records import records_section
-from spark_connector import arrow_columns
-from spark_connector.offsets import (
+from pybroker_spark import arrow_columns
+from pybroker_spark.offsets import (
     OffsetRange,
     OffsetReader,
     from_json_offsets,
     split_ranges,
     to_json_offsets,
 )
-from spark_connector.options import OptionError, ReadOptions, client_security
+from pybroker_spark.options import OptionError, ReadOptions, client_security
 
 __all__ = ["PyBrokerReader", "PyBrokerStreamReader", "read_range"]
 
-log = logging.getLogger("spark_connector")
+log = logging.getLogger("pybroker_spark")
 
 ROWS_PER_BATCH = 65536
 BYTES_PER_BATCH = 32 << 20
