@@ -3,7 +3,8 @@ and prints them in Kafka's DumpLogSegments format.
 
     pybroker dump-log --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
         [--skip-record-metadata] [--max-bytes N] [--index-sanity-check] [--verify-index-only]
-        [--max-message-size N] [--offsets-decoder | --transaction-log-decoder | --cluster-metadata-decoder]
+        [--max-message-size N] [--offsets-decoder | --transaction-log-decoder | --cluster-metadata-decoder
+        | --remote-log-metadata-decoder]
 
 By suffix:
 - .log: "Log starting offset: N", then one line per batch (baseOffset lastOffset count
@@ -15,6 +16,8 @@ By suffix:
   "key: ... payload: ..." as UTF-8 with --print-data-log, or as the decoders print them:
   --offsets-decoder (__consumer_offsets), --transaction-log-decoder (__transaction_state),
   --cluster-metadata-decoder (__cluster_metadata), each Kafka 4's JSON (cli/record_json.py);
+  --remote-log-metadata-decoder (__remote_log_metadata: which segments are in remote storage,
+  printed as Kafka's toString, cli/remote_log_metadata_text.py);
   a decoder implies --print-data-log). Bytes after the last
   whole batch: "Found N invalid bytes at the end of F". Offsets that do not follow each
   other are listed on stderr at the end ("Non-consecutive offsets in ...").
@@ -46,6 +49,7 @@ from typing import Any, TextIO
 from pybroker._native import crc32c as _crc32c
 from pybroker.cli import record_json
 from pybroker.cli.common import EXIT_FAILURE, EXIT_OK, CliError
+from pybroker.cli.remote_log_metadata_text import remote_log_metadata_payload
 from pybroker.client.admin import AdminClient
 from pybroker.records.batch import (
     BATCH_HEADER_SIZE,
@@ -90,6 +94,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     decoders.add_argument("--cluster-metadata-decoder", action="store_true",
                           help="decode __cluster_metadata records (type, version and data as JSON); implies "
                           "--print-data-log")
+    decoders.add_argument("--remote-log-metadata-decoder", action="store_true",
+                          help="decode __remote_log_metadata records (the remote segments' metadata, as "
+                          "TopicBasedRemoteLogMetadataManager writes it); implies --print-data-log")
     parser.set_defaults(handler=run)
 
 
@@ -196,7 +203,8 @@ def _log_header(path: Path) -> str:
 
 def dump_log(path: Path, args: argparse.Namespace, out: TextIO, problems: Problems) -> None:
     out.write(_log_header(path) + "\n")
-    if args.offsets_decoder or args.transaction_log_decoder or args.cluster_metadata_decoder:
+    if (args.offsets_decoder or args.transaction_log_decoder or args.cluster_metadata_decoder
+            or args.remote_log_metadata_decoder):
         args.print_data_log = True  # Kafka: any decoder implies --print-data-log
     deep = args.deep_iteration or args.print_data_log
     log = LogFile(path, args.max_bytes)
@@ -253,6 +261,8 @@ def _parse(args: argparse.Namespace, offset: int, key: bytes | None, value: byte
     """(key text, payload text) of a data record: the chosen decoder's, else UTF-8."""
     if args.cluster_metadata_decoder:
         return None, record_json.cluster_metadata_payload(offset, value)
+    if args.remote_log_metadata_decoder:  # no key, as Kafka's RemoteMetadataLogMessageParser
+        return None, remote_log_metadata_payload(offset, value)
     if args.offsets_decoder:
         return record_json.offsets_key_payload(offset, key, value)
     if args.transaction_log_decoder:

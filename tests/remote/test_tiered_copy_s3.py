@@ -80,9 +80,10 @@ def test_copies_pause_while_the_store_is_down_and_resume(seaweedfs: SeaweedFS, s
             produce(b, 20, 30)  # produce does not depend on the store
             copied = latest_tiered(b)
             # copies are tried and fail (RemoteCopyErrorsPerSec) ...
-            assert b.metrics_url is not None
+            url = b.metrics_url
+            assert url is not None
             errors = "kafka_server_brokertopicmetrics_remotecopyerrors_total"
-            wait_until(lambda: scrape(b.metrics_url).get(errors, topic=TOPIC) >= 1, "a copy failing")
+            wait_until(lambda: scrape(url).get(errors, topic=TOPIC) >= 1, "a copy failing")
             # ... so nothing more is remote and local retention keeps every new segment
             assert latest_tiered(b) == copied
             assert len(local_logs(tmp_path)) >= 3

@@ -8,12 +8,17 @@ the config validation answers INVALID_CONFIG with Kafka's messages."""
 
 from __future__ import annotations
 
+import io
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pybroker.cli.admin import main as cli_main
+from pybroker.log.meta_properties import uuid_to_str
 from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.messages import ListOffsetsRequest
 from pybroker.testing import EmbeddedBroker
@@ -62,7 +67,7 @@ def node(tmp_path: Path) -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def admin(b: EmbeddedBroker) -> ck_admin.AdminClient:
+def admin(b: EmbeddedBroker) -> Any:  # confluent_kafka.admin.AdminClient
     return ck_admin.AdminClient({"bootstrap.servers": b.bootstrap_servers})
 
 
@@ -163,11 +168,53 @@ def test_rolled_segments_are_copied_and_local_retention_keeps_only_the_tail(node
     assert metrics.value(f"{prefix}remotecopyerrors_total", topic=topic) == 0
     remote_bytes = sum(p.stat().st_size for p in remote_logs(tmp_path, topic))
     assert metrics.value(f"{prefix}remotecopybytes_total", topic=topic) == remote_bytes  # uncompressed chunks
-    wait_until(lambda: scrape(node.metrics_url).value(f"{prefix}remotelogsizebytes", topic=topic) == remote_bytes,
+    url = node.metrics_url
+    wait_until(lambda: scrape(url).value(f"{prefix}remotelogsizebytes", topic=topic) == remote_bytes,
                "RemoteLogSizeBytes")
-    metrics = scrape(node.metrics_url)
+    metrics = scrape(url)
     assert metrics.value(f"{prefix}remotelogmetadatacount", topic=topic) == copied
     assert metrics.value(f"{prefix}remotecopylagsegments", topic=topic) == 0
+
+
+def test_dump_log_shows_what_is_remote(node: EmbeddedBroker, tmp_path: Path) -> None:
+    """`pybroker dump-log --remote-log-metadata-decoder` over the node's `__remote_log_metadata`
+    files prints each copy's COPY_SEGMENT_STARTED metadata and its COPY_SEGMENT_FINISHED update,
+    as Kafka's kafka-dump-log.sh does (the topic id as confluent-kafka reports it)."""
+    topic = "tiered-dump"
+    create_topic(node, topic)
+    produce(node, topic, 30)
+    wait_until(lambda: len(remote_logs(tmp_path, topic)) >= 2, "segments in the store")
+    a = admin(node)
+    cid = a.describe_topics(confluent_kafka.TopicCollection([topic]))[topic].result(30).topic_id
+    # Kafka's Uuid string (URL-safe base64) of the id confluent-kafka reports
+    tid = uuid_to_str(b"".join(v.to_bytes(8, "big", signed=True) for v in (
+        cid.get_most_significant_bits(), cid.get_least_significant_bits())))
+
+    def settled() -> bool:  # no copy in flight: every STARTED has its FINISHED, one per segment stored
+        started, finished = dumped_metadata(tmp_path, tid)
+        return len(started) == len(finished) == len(remote_logs(tmp_path, topic))
+
+    wait_until(settled, "the copies' metadata in the metadata partitions' files")
+    started, finished = dumped_metadata(tmp_path, tid)
+    for line in started:
+        assert f"topicIdPartition={tid}:{topic}-0" in line
+        assert re.search(r"startOffset=\d+, endOffset=\d+, brokerId=1, maxTimestampMs=\d+, eventTimestampMs=\d+, "
+                         r"segmentLeaderEpochs=\{0=\d+\}, segmentSizeInBytes=\d+, customMetadata=Optional.empty", line)
+    ids = {re.search(r"id=([\w-]+)\}", line).group(1) for line in started}  # type: ignore[union-attr]
+    assert ids == {re.search(r"id=([\w-]+)\}", line).group(1) for line in finished}  # type: ignore[union-attr]
+
+
+def dumped_metadata(tmp: Path, topic_id: str) -> tuple[list[str], list[str]]:
+    files = sorted(str(p) for p in (tmp / "logs").glob(f"{REMOTE_LOG_METADATA_TOPIC_NAME}-*/*.log"))
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
+    rc = cli_main(["dump-log", "--remote-log-metadata-decoder", "--files", ",".join(files)], out, io.StringIO(),
+                  io.StringIO())
+    assert rc == 0
+    out.flush()
+    lines = [ln for ln in out.buffer.getvalue().decode().splitlines() if f"={topic_id}:" in ln]
+    return ([ln for ln in lines if "payload: RemoteLogSegmentMetadata{" in ln and "state=COPY_SEGMENT_STARTED" in ln],
+            [ln for ln in lines if "payload: RemoteLogSegmentMetadataUpdate{" in ln
+             and "state=COPY_SEGMENT_FINISHED" in ln])
 
 
 def test_remote_log_copy_disable_copies_nothing(tmp_path: Path) -> None:
