@@ -335,3 +335,19 @@ def test_tiering_a_topic_needs_the_system_enabled(tmp_path: Path) -> None:
         assert err.code() == confluent_kafka.KafkaError.INVALID_CONFIG
         assert err.str() == ("Tiered Storage functionality is disabled in the broker. "
                              "Topic cannot be configured with remote log storage.")
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("remote.log.storage.manager.class.name", "com.example.NoSuchRsm",
+     "Invalid value com.example.NoSuchRsm for configuration remote.log.storage.manager.class.name"),
+    ("remote.log.metadata.manager.class.name", "com.example.NoSuchRlmm",
+     "Invalid value com.example.NoSuchRlmm for configuration remote.log.metadata.manager.class.name"),
+    ("remote.log.metadata.manager.listener.name", "NOPE",
+     "Invalid value NOPE for configuration remote.log.metadata.manager.listener.name"),
+])
+def test_a_node_with_unusable_plugins_refuses_to_start(tmp_path: Path, key: str, value: str, message: str) -> None:
+    node = EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path, **{key: value}))
+    with pytest.raises(RuntimeError, match="failed to start") as info:
+        node.start()
+    assert message in str(info.value)  # the StartupError, one line naming the key
+
