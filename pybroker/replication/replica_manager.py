@@ -57,6 +57,7 @@ from pybroker.log.log import (
 )
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
+from pybroker.log.remote.remote_log_segment_metadata import TopicIdPartition
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.metrics.broker_topic_stats import BrokerTopicStats
 from pybroker.protocol.errors import Errors
@@ -70,6 +71,7 @@ from pybroker.replication.delayed_delete_records import (
 )
 from pybroker.replication.delayed_fetch import DelayedFetch
 from pybroker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from pybroker.replication.delayed_remote_fetch import DelayedRemoteFetch
 from pybroker.replication.fetch_params import (
     FETCH_LOG_END as FETCH_LOG_END,  # re-exported: the fetch vocabulary's old home
 )
@@ -82,6 +84,11 @@ from pybroker.replication.fetch_params import (
 )
 from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_leader_end_points
 from pybroker.replication.partition import Partition
+from pybroker.replication.remote_log_reader import (
+    DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
+    RemoteLogReader,
+    RemoteStorageFetchInfo,
+)
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
 from pybroker.replication.replication_quota_manager import (
@@ -211,6 +218,14 @@ class ReplicaManager:
         windows = (config["replication.quota.window.num"], config["replication.quota.window.size.seconds"])
         self.leader_quota = ReplicationQuotaManager(LEADER_REPLICATION, *windows)
         self.follower_quota = ReplicationQuotaManager(FOLLOWER_REPLICATION, *windows)
+        # tiered storage (KIP-405), the read side: the node sets `remote_log_reader` when
+        # remote.log.storage.system.enable is on (server/broker.py); a consumer's fetch below a
+        # tiered partition's local log start is read back through it in a DelayedRemoteFetch
+        self.remote_log_reader: RemoteLogReader | None = None
+        self.remote_fetch_purgatory = DelayedOperationPurgatory("RemoteFetch", timer)
+        self.remote_fetch_max_wait_ms = int(config.get("remote.fetch.max.wait.ms", DEFAULT_REMOTE_FETCH_MAX_WAIT_MS))
+        self.remote_fetch_expired = 0  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec (a total)
+        self.remote_fetch_throttled = 0  # remote reads not scheduled while over the fetch quota
 
     # ------------------------------------------------------------------ metadata
 
@@ -525,7 +540,7 @@ class ReplicaManager:
         return chosen.broker_id
 
     def fetch_messages(self, params: FetchParams, infos: Sequence[FetchInfo]
-                       ) -> tuple[list[LogRead], DelayedFetch | None]:
+                       ) -> tuple[list[LogRead], DelayedFetch | DelayedRemoteFetch | None]:
         """A Fetch's partitions (Kafka's ReplicaManager.fetchMessages): read them now
         (`read_from_log`), and answer at once when the fetch may not wait (max_wait_ms <= 0, no
         partition), found min_bytes, or some partition failed, diverges or has a preferred read
@@ -536,6 +551,9 @@ class ReplicaManager:
         reads = [LogRead(None, i.fetch_offset, i.max_bytes, 0, i.topic or "", i.partition, i.topic_id,
                          i.leader_epoch, i.last_fetched_epoch, i.fetcher_log_start_offset) for i in infos]
         total = self.read_from_log(params, reads)
+        remote = self._remote_fetch(params, reads)
+        if remote is not None:
+            return reads, remote
         if params.max_wait_ms <= 0 or not reads or total >= params.min_bytes:
             return reads, None
         for r in reads:  # Kafka answers at once when a partition failed, diverges or should go elsewhere
@@ -545,6 +563,48 @@ class ReplicaManager:
         if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition_index) for r in reads]):
             return reads, None
         return reads, op
+
+    def _remote_fetch(self, params: FetchParams, reads: list[LogRead]) -> DelayedRemoteFetch | None:
+        """Kafka's processRemoteFetch: the first partition `read_from_log` left to remote
+        storage is read on a reader thread, in a DelayedRemoteFetch the handler awaits (even
+        when the others found enough: the response waits for it, as Kafka's); the other such
+        partitions are answered empty and asked again. None when no partition needs it."""
+        first: LogRead | None = None
+        for r in reads:
+            if r.remote_fetch is not None:
+                if first is None:
+                    first = r
+                else:
+                    r.remote_fetch = None
+        reader = self.remote_log_reader
+        if first is None or first.remote_fetch is None or reader is None:
+            return None
+        op = DelayedRemoteFetch(params, reads, first, first.remote_fetch, reader, self, self.remote_fetch_max_wait_ms)
+        self.spawn(op.run)
+        self.remote_fetch_purgatory.try_complete_else_watch(op, [op.key])
+        return op
+
+    def _read_remote(self, p: Partition, r: LogRead, params: FetchParams, max_bytes: int, min_one: bool) -> None:
+        """`r`'s offset is only in remote storage (Partition.is_remote_offset), Kafka's
+        handleOffsetOutOfRangeError: a follower gets OFFSET_MOVED_TO_TIERED_STORAGE with the
+        leader's offsets (it then builds its state from remote storage, replica_fetcher.py); a
+        consumer's read is left to a DelayedRemoteFetch (`r.remote_fetch`), unless the remote
+        fetch quota is exceeded: then the partition is answered empty, without an error."""
+        p.read_offsets(r)
+        reader = self.remote_log_reader
+        if params.is_from_follower:
+            r.error_code = Errors.OFFSET_MOVED_TO_TIERED_STORAGE
+            return
+        if reader is None:
+            r.error_code = Errors.OFFSET_OUT_OF_RANGE
+            return
+        if reader.quota.throttle_time_ms() > 0:
+            self.remote_fetch_throttled += 1
+            return
+        r.remote_fetch = RemoteStorageFetchInfo(
+            TopicIdPartition(p.topic_id, p.topic, p.partition), r.fetch_offset, r.max_bytes, max_bytes, min_one,
+            params.hard_max_bytes_limit, params.isolation == READ_COMMITTED,
+            tuple(p.log.leader_epoch_cache.entries()))
 
     def read_from_log(self, params: FetchParams, reads: list[LogRead], from_purgatory: bool = False) -> int:
         """Decide and read each partition of a fetch (Kafka's ReplicaManager.readFromLog); fills each
@@ -588,11 +648,13 @@ class ReplicaManager:
         total = 0
         min_one = True
         bad_size_logged = False
+        remote_enabled = self.remote_log_reader is not None or from_follower
         for r in reads:
             if from_purgatory:  # decided again from the start, as Kafka's readFromLog does
                 r.error_code = 0
                 r.preferred_read_replica = -1
                 r.diverging_epoch = None
+            r.remote_fetch = None
             p = partitions.get((r.topic, r.partition_index))
             if p is None:
                 r.partition = None
@@ -635,6 +697,15 @@ class ReplicaManager:
                     r.preferred_read_replica = preferred
                     p.read_offsets(r)  # KIP-392: the consumer goes to that replica
                     continue
+            if remote_enabled and p.is_remote_offset(r.fetch_offset):
+                self._read_remote(p, r, params, max(0, max_bytes - total), min_one)
+                if r.error_code:
+                    if r.error_code != Errors.OFFSET_MOVED_TO_TIERED_STORAGE:
+                        r.partition = None
+                    continue
+                if from_purgatory:
+                    r.remote_fetch = None  # a parked local fetch's read: answered empty, asked again
+                continue
             size = p.read_records(r, min(r.max_bytes, max(0, max_bytes - total)), isolation, min_one, hard_limit)
             if size:
                 total += size
