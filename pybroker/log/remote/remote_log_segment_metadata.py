@@ -39,7 +39,8 @@ _SEGMENT_NEXT = {
 def is_valid_transition(src: RemoteLogSegmentState | None, dst: RemoteLogSegmentState) -> bool:
     if src is None:
         return dst == RemoteLogSegmentState.COPY_SEGMENT_STARTED
-    return dst in _SEGMENT_NEXT[src]
+    # a self-transition is valid (Kafka: idempotency for retries and failover)
+    return src == dst or dst in _SEGMENT_NEXT[src]
 
 
 class RemotePartitionDeleteState(enum.IntEnum):

@@ -186,6 +186,10 @@ from pybroker.protocol._generated.read_share_group_state_summary_request import 
 from pybroker.protocol._generated.read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
 from pybroker.protocol._generated.register_broker_record import RegisterBrokerRecord
 from pybroker.protocol._generated.register_controller_record import RegisterControllerRecord
+from pybroker.protocol._generated.remote_log_segment_metadata_record import RemoteLogSegmentMetadataRecord
+from pybroker.protocol._generated.remote_log_segment_metadata_snapshot_record import RemoteLogSegmentMetadataSnapshotRecord
+from pybroker.protocol._generated.remote_log_segment_metadata_update_record import RemoteLogSegmentMetadataUpdateRecord
+from pybroker.protocol._generated.remote_partition_delete_metadata_record import RemotePartitionDeleteMetadataRecord
 from pybroker.protocol._generated.remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from pybroker.protocol._generated.remove_delegation_token_record import RemoveDelegationTokenRecord
 from pybroker.protocol._generated.remove_raft_voter_request import RemoveRaftVoterRequest
@@ -442,6 +446,10 @@ __all__ = [
     'ReadShareGroupStateSummaryResponse',
     'RegisterBrokerRecord',
     'RegisterControllerRecord',
+    'RemoteLogSegmentMetadataRecord',
+    'RemoteLogSegmentMetadataSnapshotRecord',
+    'RemoteLogSegmentMetadataUpdateRecord',
+    'RemotePartitionDeleteMetadataRecord',
     'RemoveAccessControlEntryRecord',
     'RemoveDelegationTokenRecord',
     'RemoveRaftVoterRequest',
