@@ -35,6 +35,7 @@ from pybroker.log.remote.remote_storage_manager import (
     RemoteStorageError,
     RemoteStorageManager,
 )
+from pybroker.log.remote.storage import create_remote_storage_manager
 
 TOPIC_ID = uuid.UUID("6f1d2c3b-4a59-4e8f-9a0b-1c2d3e4f5a6b").bytes
 TP = TopicIdPartition(TOPIC_ID, "t", 0)
@@ -142,6 +143,17 @@ class DirectoryRSM:
         pass
 
 
+FILESYSTEM_STORAGE = "io.aiven.kafka.tieredstorage.storage.filesystem.FileSystemStorage"
+AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
+
+
+def filesystem_rsm(root: Path, chunk_size: int = 4096) -> RemoteStorageManager:
+    """The broker's RSM (trsm's, Aiven's keys) on the filesystem backend."""
+    root.mkdir(parents=True, exist_ok=True)
+    return create_remote_storage_manager(AIVEN_RSM, {"storage.backend.class": FILESYSTEM_STORAGE,
+                                                     "storage.root": str(root), "chunk.size": str(chunk_size)})
+
+
 class TieredLog:
     """See the module docstring."""
 
@@ -149,7 +161,7 @@ class TieredLog:
                  config: LogConfig | None = None) -> None:
         self.plog = UnifiedLog(tmp / "logs" / "t-0", config or LogConfig(), topic="t", partition=0,
                                topic_id=TOPIC_ID)
-        self.rsm = rsm if rsm is not None else DirectoryRSM(tmp / "remote")
+        self.rsm = rsm if rsm is not None else filesystem_rsm(tmp / "remote")
         self.rlmm = StoreRLMM()
         self.copied: list[RemoteLogSegmentMetadata] = []
         self.original: dict[int, bytes] = {}  # copied segment base offset -> its bytes
