@@ -20,8 +20,8 @@ holding them (the file is unlinked, the pages live until the last reference goes
 
 Concurrency: every method may be called from any thread (the remote log readers are worker
 threads); a lock guards the map, and a segment missing from the cache is fetched (blocking
-network I/O through the RSM) outside it, so two readers of one new segment may both fetch it:
-the second rename wins, with the same bytes.
+network I/O through the RSM) outside it; readers of a segment being fetched wait for that
+fetch (a lock per segment in flight) and find it cached.
 """
 
 from __future__ import annotations
@@ -193,6 +193,7 @@ class RemoteIndexCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, RemoteIndexEntry] = OrderedDict()  # segment id -> entry, LRU first
         self._size = 0
+        self._loading: dict[bytes, threading.Lock] = {}  # segment id -> held while its indexes are fetched
         self.hits = self.misses = 0
         self._init()
 
@@ -264,6 +265,21 @@ class RemoteIndexCache:
                 self.hits += 1
                 return entry
             self.misses += 1
+            loading = self._loading.setdefault(segment_id, threading.Lock())
+        with loading:  # one fetch per segment: the others wait for it and find it cached
+            try:
+                return self._load(metadata, segment_id)
+            finally:
+                with self._lock:
+                    if self._loading.get(segment_id) is loading:
+                        del self._loading[segment_id]
+
+    def _load(self, metadata: RemoteLogSegmentMetadata, segment_id: bytes) -> RemoteIndexEntry:
+        with self._lock:
+            entry = self._entries.get(segment_id)
+            if entry is not None:  # fetched by the reader this one waited for
+                self._entries.move_to_end(segment_id)
+                return entry
         prefix = file_name_prefix(metadata)
         paths = [self.cache_dir / (prefix + s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
                                                          TXN_INDEX_FILE_SUFFIX)]

@@ -226,6 +226,9 @@ class ReplicaManager:
         self.remote_fetch_max_wait_ms = int(config.get("remote.fetch.max.wait.ms", DEFAULT_REMOTE_FETCH_MAX_WAIT_MS))
         self.remote_fetch_expired = 0  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec (a total)
         self.remote_fetch_throttled = 0  # remote reads not scheduled while over the fetch quota
+        # followers built from remote storage (Kafka's BuildRemoteLogAuxStateRequestsPerSec and
+        # BuildRemoteLogAuxStateErrorsPerSec, totals; replica_fetcher.py)
+        self.build_remote_log_aux_state_requests = self.failed_build_remote_log_aux_state = 0
 
     # ------------------------------------------------------------------ metadata
 
@@ -749,6 +752,42 @@ class ReplicaManager:
         if found is None:
             return 0, -1, -1, -1
         if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and found.offset >= upper:
+            return 0, -1, -1, -1
+        return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
+
+    async def fetch_offset_with_remote(self, topic: str, partition: int, timestamp: int, isolation: int,
+                                       current_leader_epoch: int = -1) -> tuple[int, int, int, int]:
+        """`fetch_offset`, and for a timestamp target on a tiered partition whose log starts
+        below its local log start, the remote segments searched first (Kafka's
+        fetchOffsetForTimestamp through RemoteLogManager.findOffsetByTimestamp, on a reader
+        thread): the first record at or after the timestamp there, else the local log's answer.
+        A store that fails answers UNKNOWN_SERVER_ERROR (Kafka's for a RemoteStorageException),
+        one slower than remote.list.offsets.request.timeout.ms REQUEST_TIMED_OUT."""
+        reader = self.remote_log_reader
+        p = self.partitions.get((topic, partition))
+        if (timestamp < 0 or reader is None or p is None or p.leader_id != p.local_id
+                or not p.is_remote_offset(p.log.log_start_offset)):
+            return self.fetch_offset(topic, partition, timestamp, isolation, current_leader_epoch)
+        code = p.check_current_leader_epoch(current_leader_epoch)
+        if code:
+            return code, -1, -1, -1
+        tp = TopicIdPartition(p.topic_id, p.topic, p.partition)
+        timeout_s = int(self.config.get("remote.list.offsets.request.timeout.ms", 30000)) / 1000
+        try:
+            with trio.fail_after(timeout_s):
+                found = await reader.find_offset_by_timestamp_async(
+                    tp, timestamp, p.log.log_start_offset, p.log.leader_epoch_cache.entries(),
+                    p.local_log_start_offset)
+        except trio.TooSlowError:
+            return Errors.REQUEST_TIMED_OUT, -1, -1, -1
+        except Exception as exc:
+            log.warning("ListOffsets of %s-%d at timestamp %d: the remote search failed: %s", topic, partition,
+                        timestamp, exc)
+            return Errors.UNKNOWN_SERVER_ERROR, -1, -1, -1
+        if found is None or self.partitions.get((topic, partition)) is not p:
+            return self.fetch_offset(topic, partition, timestamp, isolation, current_leader_epoch)
+        upper = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
+        if found.offset >= upper:
             return 0, -1, -1, -1
         return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
 
