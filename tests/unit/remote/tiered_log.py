@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pybroker.log.config import LogConfig
 from pybroker.log.log import UnifiedLog
+from pybroker.log.producer_state import snapshot_file
 from pybroker.log.remote.remote_log_metadata_cache import RemotePartitionMetadataStore
 from pybroker.log.remote.remote_log_segment_metadata import (
     RemoteLogSegmentId,
@@ -158,9 +159,10 @@ class TieredLog:
     """See the module docstring."""
 
     def __init__(self, tmp: Path, rsm: RemoteStorageManager | None = None,
-                 config: LogConfig | None = None) -> None:
-        self.plog = UnifiedLog(tmp / "logs" / "t-0", config or LogConfig(), topic="t", partition=0,
-                               topic_id=TOPIC_ID)
+                 config: LogConfig | None = None, plog: UnifiedLog | None = None) -> None:
+        self.plog = plog if plog is not None else UnifiedLog(tmp / "logs" / "t-0", config or LogConfig(), topic="t",
+                                                             partition=0, topic_id=TOPIC_ID)
+        self.tp = TopicIdPartition(self.plog.topic_id or TOPIC_ID, self.plog.topic, self.plog.partition)
         self.rsm = rsm if rsm is not None else filesystem_rsm(tmp / "remote")
         self.rlmm = StoreRLMM()
         self.copied: list[RemoteLogSegmentMetadata] = []
@@ -191,7 +193,8 @@ class TieredLog:
                                                         e.last_stable_offset) for e in txn))
             (tmp / "index").write_bytes(seg.offset_index.read_bytes())
             (tmp / "timeindex").write_bytes(seg.time_index.read_bytes())
-            (tmp / "snapshot").write_bytes(b"")
+            snapshot = snapshot_file(plog.dir, end + 1)  # the roll's, as of the segment's end
+            (tmp / "snapshot").write_bytes(snapshot.read_bytes() if snapshot.exists() else b"")
             epochs = [(e, s) for e, s in plog.leader_epoch_cache.entries() if s <= end]
             checkpoint = f"0\n{len(epochs)}\n" + "".join(f"{e} {s}\n" for e, s in epochs)
             size = seg.size
@@ -199,7 +202,7 @@ class TieredLog:
                 self.original[seg.base_offset] = f.read(size)
             seg_epochs = tuple((e, max(s, seg.base_offset)) for j, (e, s) in enumerate(epochs)
                                if j + 1 == len(epochs) or epochs[j + 1][1] > seg.base_offset)
-            md = RemoteLogSegmentMetadata(RemoteLogSegmentId(TP, os.urandom(16)), seg.base_offset, end,
+            md = RemoteLogSegmentMetadata(RemoteLogSegmentId(self.tp, os.urandom(16)), seg.base_offset, end,
                                           seg.max_timestamp_so_far, 1, 0, size, seg_epochs,
                                           txn_idx_empty=txn_path is None)
             self.rsm.copy_log_segment_data(md, LogSegmentData(seg.log_path, tmp / "index", tmp / "timeindex",
