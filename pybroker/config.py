@@ -194,6 +194,10 @@ def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _CLEANUP_POLICIES = ("compact", "delete")
+# Kafka's RemoteLogManagerConfig.DEFAULT_REMOTE_LOG_METADATA_MANAGER_CLASS_NAME (pybroker's
+# topic-based manager, pybroker/tiered/topic_based_rlmm.py, answers to it)
+REMOTE_LOG_METADATA_MANAGER_CLASS_NAME = \
+    "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # node identity and roles (embedded defaults: a one-node combined cluster)
@@ -309,8 +313,38 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               read_only=False),
     ConfigDef("log.message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0), read_only=False),
     ConfigDef("log.message.timestamp.after.max.ms", "long", 3600000, at_least(0), read_only=False),
-    ConfigDef("log.local.retention.ms", "long", -2, read_only=False),
-    ConfigDef("log.local.retention.bytes", "long", -2, read_only=False),
+    # tiered storage (KIP-405; Kafka's RemoteLogManagerConfig, names and defaults): off unless
+    # remote.log.storage.system.enable; pybroker/replication/remote_log_manager.py reads them
+    ConfigDef("log.local.retention.ms", "long", -2, at_least(-2), read_only=False),
+    ConfigDef("log.local.retention.bytes", "long", -2, at_least(-2), read_only=False),
+    ConfigDef("remote.log.storage.system.enable", "boolean", False),
+    ConfigDef("remote.log.storage.manager.class.name", "string", None),
+    ConfigDef("remote.log.storage.manager.class.path", "string", None),
+    ConfigDef("remote.log.storage.manager.impl.prefix", "string", "rsm.config."),
+    ConfigDef("remote.log.metadata.manager.class.name", "string", REMOTE_LOG_METADATA_MANAGER_CLASS_NAME),
+    ConfigDef("remote.log.metadata.manager.class.path", "string", None),
+    ConfigDef("remote.log.metadata.manager.impl.prefix", "string", "rlmm.config."),
+    ConfigDef("remote.log.metadata.manager.listener.name", "string", None),
+    ConfigDef("remote.log.metadata.custom.metadata.max.bytes", "int", 128, at_least(0)),
+    ConfigDef("remote.log.index.file.cache.total.size.bytes", "long", 1024 * 1024 * 1024, at_least(1),
+              read_only=False),
+    ConfigDef("remote.log.manager.thread.pool.size", "int", 10, at_least(1)),
+    ConfigDef("remote.log.manager.copier.thread.pool.size", "int", -1),
+    ConfigDef("remote.log.manager.expiration.thread.pool.size", "int", -1),
+    ConfigDef("remote.log.manager.task.interval.ms", "long", 30000, at_least(1)),
+    ConfigDef("remote.log.manager.task.retry.backoff.ms", "long", 500, at_least(1)),
+    ConfigDef("remote.log.manager.task.retry.backoff.max.ms", "long", 30000, at_least(1)),
+    ConfigDef("remote.log.manager.task.retry.jitter", "double", 0.2, between(0, 0.5)),
+    ConfigDef("remote.log.reader.threads", "int", 10, at_least(1)),
+    ConfigDef("remote.log.reader.max.pending.tasks", "int", 100, at_least(1)),
+    ConfigDef("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, at_least(1), read_only=False),
+    ConfigDef("remote.log.manager.copy.quota.window.num", "int", 11, at_least(1)),
+    ConfigDef("remote.log.manager.copy.quota.window.size.seconds", "int", 1, at_least(1)),
+    ConfigDef("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, at_least(1), read_only=False),
+    ConfigDef("remote.log.manager.fetch.quota.window.num", "int", 11, at_least(1)),
+    ConfigDef("remote.log.manager.fetch.quota.window.size.seconds", "int", 1, at_least(1)),
+    ConfigDef("remote.fetch.max.wait.ms", "int", 500, at_least(1), read_only=False),
+    ConfigDef("remote.list.offsets.request.timeout.ms", "long", 30000, at_least(1), read_only=False),
     ConfigDef("message.max.bytes", "int", 1048588, at_least(0), read_only=False),
     ConfigDef("compression.type", "string", "producer", one_of(*_COMPRESSION_TYPES), read_only=False),
     ConfigDef("compression.gzip.level", "int", -1, gzip_level, read_only=False),
@@ -595,8 +629,8 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {
         (ConfigDef("follower.replication.throttled.replicas", "list", [], throttled_replica_list, False), None),
         (ConfigDef("index.interval.bytes", "int", 4096, at_least(0), False), "log.index.interval.bytes"),
         (ConfigDef("leader.replication.throttled.replicas", "list", [], throttled_replica_list, False), None),
-        (ConfigDef("local.retention.bytes", "long", -2, None, False), "log.local.retention.bytes"),
-        (ConfigDef("local.retention.ms", "long", -2, None, False), "log.local.retention.ms"),
+        (ConfigDef("local.retention.bytes", "long", -2, at_least(-2), False), "log.local.retention.bytes"),
+        (ConfigDef("local.retention.ms", "long", -2, at_least(-2), False), "log.local.retention.ms"),
         (ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, at_least(1), False),
          "log.cleaner.max.compaction.lag.ms"),
         (ConfigDef("max.message.bytes", "int", 1048588, at_least(0), False), "message.max.bytes"),
@@ -611,6 +645,9 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {
         (ConfigDef("min.compaction.lag.ms", "long", 0, at_least(0), False), "log.cleaner.min.compaction.lag.ms"),
         (ConfigDef("min.insync.replicas", "int", 1, at_least(1), False), "min.insync.replicas"),
         (ConfigDef("preallocate", "boolean", False, None, False), "log.preallocate"),
+        # KIP-950: stop copying (remote data kept, read only) / delete remote data when disabling
+        (ConfigDef("remote.log.copy.disable", "boolean", False, None, False), None),
+        (ConfigDef("remote.log.delete.on.disable", "boolean", False, None, False), None),
         (ConfigDef("remote.storage.enable", "boolean", False, None, False), None),
         (ConfigDef("retention.bytes", "long", -1, None, False), "log.retention.bytes"),
         (ConfigDef("retention.ms", "long", 604800000, at_least(-1), False), "log.retention.ms"),
@@ -832,7 +869,9 @@ class BrokerConfig:
                     continue
             if d is None:
                 self.unknown[name] = raw
-                self.warnings.append(f"unknown configuration key '{name}' was supplied but isn't a known config")
+                # the remote storage / metadata managers' own keys (rsm.config.*, rlmm.config.*)
+                if not name.startswith(self._plugin_prefixes(merged)):
+                    self.warnings.append(f"unknown configuration key '{name}' was supplied but isn't a known config")
                 continue
             self.values[name] = d.parse(raw)
         # a standalone node: no quorum configured at all (see the module docstring)
@@ -844,6 +883,17 @@ class BrokerConfig:
                 d.validator(name, v)
         self._derive()
         self._derive_kraft()
+
+    @staticmethod
+    def _plugin_prefixes(merged: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(str(merged.get(k) or BROKER_CONFIGS[k].default)
+                     for k in ("remote.log.storage.manager.impl.prefix", "remote.log.metadata.manager.impl.prefix"))
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """The raw properties under `prefix`, the prefix stripped (Kafka's
+        originalsWithPrefix): what a plug-in such as the RemoteStorageManager gets (rsm.config.)."""
+        merged = {**self.file_props, **self.overrides}
+        return {k[len(prefix):]: str(v) for k, v in merged.items() if k.startswith(prefix)}
 
     def is_set(self, name: str) -> bool:
         return name in self.values
@@ -943,6 +993,15 @@ class BrokerConfig:
             self.log_retention_ms = self["log.retention.minutes"] * 60000
         else:
             self.log_retention_ms = self["log.retention.hours"] * 3600000
+        if self["remote.log.storage.system.enable"]:
+            # Kafka's LogConfig.validateBrokerLogConfigValues: the broker's local retention
+            # defaults must fit its total ones (named as the topic configs they back)
+            defaults = {"local.retention.bytes": self["log.local.retention.bytes"],
+                        "retention.bytes": self["log.retention.bytes"],
+                        "local.retention.ms": self["log.local.retention.ms"],
+                        "retention.ms": self.log_retention_ms}
+            _check_local_retention(defaults, "local.retention.bytes", "retention.bytes", -1)
+            _check_local_retention(defaults, "local.retention.ms", "retention.ms", -1)
         flush_ms = self["log.flush.interval.ms"]
         self.log_flush_interval_ms: int = flush_ms if flush_ms is not None else self["log.flush.scheduler.interval.ms"]
         if self.is_set("sasl.jaas.config"):
@@ -1140,6 +1199,56 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
             d.validator(name, v)
         out[name] = v
     return out
+
+
+def validate_tiered_topic_configs(existing: Mapping[str, str | None], effective: Mapping[str, Any],
+                                  remote_storage_system_enable: bool) -> None:
+    """Kafka's LogConfig.validateTopicLogConfigValues (KRaft): the tiered-storage rules over a
+    topic's effective configs (`effective`: broker defaults with the topic's overrides, parsed)
+    given its previous overrides (`existing`, strings). Raises ConfigError with Kafka's
+    messages (-> INVALID_CONFIG): tiering needs remote.log.storage.system.enable on the node
+    that validates, a compacted topic cannot be tiered, local retention must not exceed total
+    retention (nor be -1 under a finite total), with remote.log.copy.disable both retentions must
+    be equal, and remote.storage.enable goes from true to false only with
+    remote.log.delete.on.disable=true (KIP-950)."""
+    if effective.get("remote.storage.enable"):
+        if not remote_storage_system_enable:
+            raise ConfigError("Tiered Storage functionality is disabled in the broker. "
+                              "Topic cannot be configured with remote log storage.")
+        if any("compact" in str(p).lower() for p in effective.get("cleanup.policy") or []):
+            raise ConfigError("Remote log storage is unsupported for the compacted topics")
+        _check_local_retention(effective, "local.retention.bytes", "retention.bytes", -1)
+        _check_local_retention(effective, "local.retention.ms", "retention.ms", -1)
+        if effective.get("remote.log.copy.disable"):
+            for local, total in (("local.retention.bytes", "retention.bytes"), ("local.retention.ms", "retention.ms")):
+                if effective[local] != -2 and effective[local] != effective[total]:
+                    raise ConfigError(
+                        f"When `remote.log.copy.disable` is set to true, the `{local}` and `{total}` must be set "
+                        "to the identical value because there will be no more logs copied to the remote storage.")
+    else:
+        was = str(existing.get("remote.storage.enable") or "false").strip().lower() == "true"
+        if was and not effective.get("remote.log.delete.on.disable"):
+            raise ConfigError(
+                "It is invalid to disable remote storage without deleting remote data. If you want to keep the "
+                "remote data and turn to read only, please set `remote.storage.enable=true,"
+                "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote "
+                "data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+
+
+def _check_local_retention(effective: Mapping[str, Any], local: str, total: str, unbounded: int) -> None:
+    """Kafka's validateRemoteStorageRetentionSize/Time: with a finite total retention, the local
+    one (unless -2, "same as total") may be neither -1 nor larger."""
+    total_value, local_value = effective[total], effective[local]
+    if total_value is None or local_value is None:
+        return
+    finite = total_value > unbounded if total == "retention.bytes" else total_value != unbounded
+    if finite and local_value != -2:
+        if local_value == -1:
+            raise ConfigError(f"Invalid value {local_value} for configuration {local}: Value must not be -1 as "
+                              f"{total} value is set as {total_value}.")
+        if local_value > total_value:
+            raise ConfigError(f"Invalid value {local_value} for configuration {local}: Value must not be more than "
+                              f"{total} property value: {total_value}")
 
 
 def format_value(value: Any) -> str | None:

@@ -50,6 +50,7 @@ from pybroker.config import (
     BrokerConfig,
     ConfigError,
     format_value,
+    validate_tiered_topic_configs,
     validate_topic_configs,
 )
 from pybroker.controller import acls as acl_control
@@ -487,11 +488,12 @@ class QuorumController:
             res.num_partitions, res.replication_factor = np_, rf_
         try:
             parsed = validate_topic_configs(configs)
+            effective = self.config.topic_defaults()
+            effective.update(parsed)
+            validate_tiered_topic_configs({}, effective, self.config["remote.log.storage.system.enable"])
         except ConfigError as exc:
             res.error, res.message = Errors.INVALID_CONFIG, str(exc)
             return res
-        effective = self.config.topic_defaults()
-        effective.update(parsed)
         res.configs = effective
         return res
 
@@ -671,6 +673,9 @@ class QuorumController:
                 merged[key] = value
         try:
             parsed = validate_topic_configs(merged)
+            effective = self.config.topic_defaults()
+            effective.update(parsed)
+            validate_tiered_topic_configs(current, effective, self.config["remote.log.storage.system.enable"])
         except ConfigError as exc:
             return Errors.INVALID_CONFIG, str(exc), []
         if name not in self.image.topics_by_name:

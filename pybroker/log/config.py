@@ -15,8 +15,12 @@ ValueError naming the setting). Topic values over broker defaults are merged by 
 (BrokerConfig.topic_defaults() then the topic's overrides).
 
 Deliberate simplifications: `segment.jitter.ms` is honoured as a fixed value (no random
-jitter, so tests are deterministic); local.retention.* and remote.storage.enable are carried
-for DescribeConfigs but nothing tiers.
+jitter, so tests are deterministic).
+
+Tiered storage (KIP-405): `remote_storage_enable` tiers the topic only on a node with
+remote.log.storage.system.enable (UnifiedLog.remote_log_enabled decides, with the node's
+setting); `local_retention_ms_effective` / `local_retention_bytes_effective` are Kafka's
+LogConfig.localRetentionMs/Bytes (-2: the total retention.ms / retention.bytes).
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class LogConfig:
     min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
     min_insync_replicas: int = _default("min.insync.replicas")
     preallocate: bool = _default("preallocate")
+    remote_log_copy_disable: bool = _default("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _default("remote.log.delete.on.disable")
     remote_storage_enable: bool = _default("remote.storage.enable")
     retention_bytes: int = _default("retention.bytes")
     retention_ms: int = _default("retention.ms")
@@ -105,6 +111,16 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def local_retention_ms_effective(self) -> int:
+        """Kafka's LogConfig.localRetentionMs: local.retention.ms, -2 meaning retention.ms."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        """Kafka's LogConfig.localRetentionBytes: local.retention.bytes, -2 meaning retention.bytes."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
     @property
     def delete(self) -> bool:

@@ -69,6 +69,26 @@ class LeaderEpochFileCache:
     def earliest_entry(self) -> tuple[int, int] | None:
         return (self._epochs[0], self._starts[0]) if self._epochs else None
 
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """Kafka's epochForOffset: the epoch whose range holds `offset` (the latest one starting
+        at or below it), None below the first entry."""
+        i = bisect.bisect_right(self._starts, offset)
+        return self._epochs[i - 1] if i else None
+
+    def epochs_between(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(epoch, first offset in [start_offset, end_offset]) of every epoch with offsets in that
+        range, ascending (the segment_leader_epochs of a remote segment, Kafka's
+        RemoteLogManager.getLeaderEpochEntries)."""
+        out: list[tuple[int, int]] = []
+        for i, (epoch, start) in enumerate(zip(self._epochs, self._starts, strict=True)):
+            nxt = self._starts[i + 1] if i + 1 < len(self._starts) else None
+            if start > end_offset:
+                break
+            if nxt is not None and nxt <= start_offset:
+                continue
+            out.append((epoch, max(start, start_offset)))
+        return out
+
     @property
     def dirty(self) -> bool:
         """Whether the checkpoint file is behind the cache."""

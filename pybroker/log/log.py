@@ -29,6 +29,21 @@ Follower truncation (`truncate_to_deferred`) changes the log on the event loop a
 slow file work to worker threads: the removal of the segments above the cut (renamed
 `*.deleted` at once) and the cut of the last segment's file (DeferredTruncation).
 
+Tiered storage (KIP-405, Kafka's UnifiedLog remote parts; `remote_log_enabled`: the node has
+remote.log.storage.system.enable and the topic remote.storage.enable, not compacted, not an
+internal topic): the log start offset is then the start of the whole log, remote part included,
+and may be below `local_log_start_offset` (the first offset still on this disk); reads here
+serve only [local_log_start_offset, LEO) and raise OffsetOutOfRangeError below it, which the
+replica manager turns into a remote read. `highest_offset_in_remote_storage` (-1: nothing) is
+set by the remote log manager (pybroker/replication/remote_log_manager.py) as copies finish (on
+a follower, from the remote metadata). Local retention (local.retention.ms/bytes, -2 = the total
+retention.*) removes only segments wholly copied (or below the log start offset) and moves the
+local log start offset only; the total retention of the remote part is the remote log manager's,
+which raises the log start offset (`increment_log_start_offset`) as remote segments expire.
+With remote.log.copy.disable (KIP-950) local retention falls back to retention.* and moves the
+log start offset. On restart the log start offset comes from the log-start-offset checkpoint
+(written for every tiered log), the local one from the first segment.
+
 Concurrency: appends, reads, roll, truncate, increment_log_start_offset and close run on the event
 loop thread. `flush()` may run concurrently in one worker thread: it snapshots the segment list
 under `_lock` (which roll, truncate, increment_log_start_offset and close also take when they
@@ -99,6 +114,11 @@ logger = logging.getLogger("pybroker.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 
+# Kafka's Topic.isInternal plus the metadata topic: never tiered (UnifiedLog.isRemoteLogEnabled)
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+_NEVER_TIERED = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                           REMOTE_LOG_METADATA_TOPIC})
+
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -148,14 +168,22 @@ class UnifiedLog:
                  log_start_offset: int = 0, recovery_point: int = 0, topic_id: bytes | None = None,
                  clean_shutdown: bool = False, now_ms: int = 0,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, remote_storage_system_enable: bool = False) -> None:
         """Open (creating if needed) and load the partition dir; recovery runs here, so call this
         from a worker thread for existing logs. `names`: a listing of the dir, when the caller
-        (the log manager, loading) has one."""
+        (the log manager, loading) has one. `remote_storage_system_enable`: the node's
+        remote.log.storage.system.enable (tiered storage, see the module docstring)."""
         self.dir = Path(dir)
-        self.config = config
         self.topic = topic
         self.partition = partition
+        self.remote_storage_system_enable = remote_storage_system_enable
+        # (checkpointed, clamped) start offsets when loading moved a checkpointed log start below
+        # the first segment up to it: the topic's config, known only later, may make it tiered
+        self._clamped_start: tuple[int, int] | None = None
+        self._config = config
+        # the last offset copied to remote storage (inclusive), -1 when nothing is (Kafka's
+        # _highestOffsetInRemoteStorage): set by the remote log manager only
+        self.highest_offset_in_remote_storage = -1
         self._lock = threading.Lock()
         # called (on the changing thread) when partition.metadata or the leader epoch checkpoint
         # fall behind memory: the log manager's background flusher then writes them
@@ -323,12 +351,19 @@ class UnifiedLog:
         # files grow when first written).
         active.resize_indexes(self.config.segment_index_bytes)
         self.log_end_offset = active.read_next_offset()
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        checkpointed = self.log_start_offset
+        if not self.remote_log_enabled:
+            # tiered: the checkpointed start of the whole log stays, below the local segments
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            if self.remote_storage_system_enable and checkpointed < self.log_start_offset:
+                self._clamped_start = (checkpointed, self.log_start_offset)
         self.recovery_point = min(max(self.recovery_point, self.log_start_offset), self.log_end_offset)
         if clean_shutdown:
             self.recovery_point = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # (a log that may turn out tiered keeps the epochs of its remote part until it is known)
+        self.leader_epoch_cache.truncate_from_start(
+            self._clamped_start[0] if self._clamped_start is not None else self.log_start_offset)
         # the listing still holds: loading removed no snapshot file and made none
         self._rebuild_producer_state(now_ms, names)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
@@ -461,6 +496,72 @@ class UnifiedLog:
 
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    # -- tiered storage (KIP-405; Kafka's UnifiedLog remote parts) --------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, value: LogConfig) -> None:
+        """A log loaded before its topic's config was known (start-up opens logs with the
+        defaults) gets its checkpointed start offset back when the config makes it tiered."""
+        self._config = value
+        clamped = self._clamped_start
+        if clamped is None:
+            return
+        self._clamped_start = None
+        checkpointed, loaded = clamped
+        if self.remote_log_enabled and self.log_start_offset == loaded:
+            self.log_start_offset = checkpointed
+        else:
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        """Kafka's UnifiedLog.isRemoteLogEnabled: the node's remote.log.storage.system.enable
+        and the topic's remote.storage.enable; never a compacted or internal topic."""
+        return (self.remote_storage_system_enable and self.config.remote_storage_enable
+                and not self.config.compact and self.topic not in _NEVER_TIERED)
+
+    @property
+    def remote_log_copy_enabled(self) -> bool:
+        """Kafka's remoteLogEnabledAndRemoteCopyEnabled: tiered and remote.log.copy.disable unset."""
+        return self.remote_log_enabled and not self.config.remote_log_copy_disable
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on this disk (Kafka's localLogStartOffset): the first segment's base
+        offset, or the log start offset when DeleteRecords moved it inside that segment. Equal
+        to the log start offset unless part of the log is only in remote storage."""
+        return max(self.log_start_offset, self.segments[0].base_offset)
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Kafka's updateHighestOffsetInRemoteStorage: only ever rises, only on a tiered log."""
+        if self.remote_log_enabled and offset > self.highest_offset_in_remote_storage:
+            self.highest_offset_in_remote_storage = offset
+
+    def only_local_segments(self) -> list[LogSegment]:
+        """The segments not yet (wholly) in remote storage (Kafka's onlyLocalLogSegmentsSize/Count
+        count these): RemoteCopyLagBytes/Segments sum them, the active one excluded by the caller."""
+        highest = self.highest_offset_in_remote_storage
+        return [s for s in self.segments if s.base_offset >= highest]
+
+    def increment_local_log_start_offset(self, new_local_log_start_offset: int) -> list[LogSegment]:
+        """Local retention of a tiered log (Kafka's maybeIncrementLocalLogStartOffset followed by
+        removeAndDeleteSegments): detach the segments wholly below `new_local_log_start_offset`
+        (a segment base offset) and return them for `LogManager.schedule_segment_deletion`; the
+        log start offset does not move (those offsets are still readable, from remote storage).
+        Event loop thread. The active segment always stays."""
+        keep_from = bisect.bisect_right(self._bases, new_local_log_start_offset) - 1
+        if keep_from <= 0:
+            return []
+        with self._lock:
+            doomed = self.segments[:keep_from]
+            del self.segments[:keep_from]
+            del self._bases[:keep_from]
+        self.recovery_point = max(self.recovery_point, self.segments[0].base_offset)
+        return doomed
 
     # -- transactions ----------------------------------------------------------------------
     def first_unstable_offset(self) -> int | None:
@@ -699,10 +800,12 @@ class UnifiedLog:
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Batches from the one containing `offset`, below max_offset (the high watermark, or the
-        LEO when None); raises OffsetOutOfRangeError (1) outside [log_start, LEO]."""
+        LEO when None); raises OffsetOutOfRangeError (1) outside [local_log_start, LEO] (a tiered
+        log's offsets below its local start are read from remote storage by the caller)."""
         end = self.log_end_offset
-        if offset < self.log_start_offset or offset > end:
-            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{self.log_start_offset}, "
+        start = self.local_log_start_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, "
                                         f"{end}] for {self.topic}-{self.partition}")
         upper = end if max_offset is None else min(max_offset, end)
         if offset >= upper:
@@ -731,9 +834,9 @@ class UnifiedLog:
                                             f"of {self.topic}-{self.partition}")
             active = self.segments[-1]
             return active.base_offset, active.size
-        if offset < self.log_start_offset:
-            raise OffsetOutOfRangeError(f"offset {offset} is below the log start offset {self.log_start_offset} "
-                                        f"of {self.topic}-{self.partition}")
+        if offset < self.local_log_start_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} is below the local log start offset "
+                                        f"{self.local_log_start_offset} of {self.topic}-{self.partition}")
         segment = self.segments[self._segment_index_for(offset)]
         return segment.base_offset, segment.position_of(offset)
 
@@ -747,17 +850,39 @@ class UnifiedLog:
 
     # -- ListOffsets ---------------------------------------------------------------------
     def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max. No tiered
-        storage: -4 earliest local is -2's answer; -5 latest tiered and -6 earliest pending upload
-        are "no offset" (offset -1, leader epoch -1), as Kafka answers for a topic without it."""
-        if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        """Kafka's UnifiedLog.fetchOffsetByTimestamp, incl. -1 latest, -2 earliest, -3 max, and the
+        tiered ones: -4 earliest local (the local log start offset; -2's answer on a log that
+        is not tiered), -5 latest tiered (the highest offset in remote storage, -1 when nothing
+        is), -6 earliest pending upload (KIP-1023: the first offset not yet copied, the log
+        start offset while nothing is; offset -1 when a new leader does not know yet what is
+        remote). On a log that is not tiered -5 and -6 are "no offset" (offset -1, leader epoch
+        -1), as Kafka answers. A timestamp search covers the local segments only (a tiered
+        log's remote part is searched by the caller)."""
+        if target_timestamp == EARLIEST_TIMESTAMP or (target_timestamp == EARLIEST_LOCAL_TIMESTAMP
+                                                     and not self.remote_log_enabled):
             earliest = self.leader_epoch_cache.earliest_entry()
             epoch = earliest[0] if earliest is not None and earliest[1] <= self.log_start_offset else None
             return TimestampAndOffset(-1, self.log_start_offset, epoch)
+        if target_timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            local = self.local_log_start_offset
+            return TimestampAndOffset(-1, local, self.leader_epoch_cache.epoch_for_offset(local))
         if target_timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch())
-        if target_timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        if target_timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP) \
+                and not self.remote_log_enabled:
             return TimestampAndOffset(-1, -1, -1)
+        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+            highest = self.highest_offset_in_remote_storage
+            epoch = self.leader_epoch_cache.epoch_for_offset(highest)
+            return TimestampAndOffset(-1, highest, -1 if epoch is None and highest == -1 else epoch)
+        if target_timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+            highest = self.highest_offset_in_remote_storage
+            if highest == -1:
+                if self.local_log_start_offset == self.log_start_offset:  # nothing copied yet
+                    return self.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP)
+                return TimestampAndOffset(-1, -1, -1)  # this leader does not know yet what is remote
+            pending = max(highest + 1, self.log_start_offset)
+            return TimestampAndOffset(-1, pending, self.leader_epoch_cache.epoch_for_offset(pending))
         if target_timestamp == MAX_TIMESTAMP:
             best = self.segments[0]
             for segment in self.segments[1:]:
@@ -768,7 +893,7 @@ class UnifiedLog:
             return best.offset_of_max_timestamp()
         for segment in list(self.segments):
             if segment.largest_timestamp() >= target_timestamp:
-                return segment.find_offset_by_timestamp(target_timestamp, self.log_start_offset)
+                return segment.find_offset_by_timestamp(target_timestamp, self.local_log_start_offset)
         return None
 
     # -- DeleteRecords ---------------------------------------------------------------------
@@ -832,22 +957,34 @@ class UnifiedLog:
         retention.ms (< 0: forever). By size: the oldest segments go while the log stays at or
         above retention.bytes without them (< 0: unbounded). Hand the result to
         `increment_log_start_offset`.
+
+        A tiered log copying to remote storage (`remote_log_copy_enabled`) applies its local
+        retention instead (local.retention.ms/bytes, -2 meaning retention.*) and a segment is a
+        candidate only once wholly copied (its last offset at or below
+        highest_offset_in_remote_storage) or below the log start offset (Kafka's
+        isSegmentEligibleForDeletion): hand the result to `increment_local_log_start_offset`.
         """
         cfg = self.config
         if not cfg.delete:
             return None
+        tiered = self.remote_log_copy_enabled
+        retention_ms = cfg.local_retention_ms_effective if tiered else cfg.retention_ms
+        retention_bytes = cfg.local_retention_bytes_effective if tiered else cfg.retention_bytes
         segments = self.segments
         candidates = 0
         for i in range(len(segments) - 1):
-            if segments[i + 1].base_offset > self.high_watermark:
+            upper = segments[i + 1].base_offset
+            if upper > self.high_watermark:
                 break
+            if tiered and not (upper - 1 <= self.highest_offset_in_remote_storage or self.log_start_offset >= upper):
+                break  # not in remote storage yet: the local copy is the only one
             candidates = i + 1
         drop = 0
-        if cfg.retention_ms >= 0:
-            while drop < candidates and now_ms - segments[drop].largest_timestamp() > cfg.retention_ms:
+        if retention_ms >= 0:
+            while drop < candidates and now_ms - segments[drop].largest_timestamp() > retention_ms:
                 drop += 1
-        if cfg.retention_bytes >= 0:
-            excess = sum(s.size for s in segments[drop:]) - cfg.retention_bytes
+        if retention_bytes >= 0:
+            excess = sum(s.size for s in segments[drop:]) - retention_bytes
             while drop < candidates and excess - segments[drop].size >= 0:
                 excess -= segments[drop].size
                 drop += 1

@@ -179,6 +179,8 @@ class LogManager:
         self.on_metadata_dirty: Callable[[], None] | None = None
         # the background tasks (event loop only)
         self.config = config if config is not None else BrokerConfig()
+        # tiered storage on this node (a log of a topic with remote.storage.enable is tiered)
+        self.remote_storage_system_enable = bool(self.config["remote.log.storage.system.enable"])
         self.clock = clock
         self.spawn = spawn
         self.log_flush_stats = Histogram()  # Kafka's LogFlushRateAndTimeMs, read when scraped
@@ -242,7 +244,8 @@ class LogManager:
                                   log_start_offset=start_offsets.get(tp, 0),
                                   recovery_point=recovery_points.get(tp, 0),
                                   clean_shutdown=clean, now_ms=now_ms,
-                                  producer_id_expiration_ms=self.producer_id_expiration_ms, names=names)
+                                  producer_id_expiration_ms=self.producer_id_expiration_ms, names=names,
+                                  remote_storage_system_enable=self.remote_storage_system_enable)
 
             loaded = self._load_dir(log_dir, to_load, open_log, clean)
             for (_child, tp), plog in zip(to_load, loaded, strict=True):
@@ -347,7 +350,8 @@ class LogManager:
         # the swap happened after a complete copy, but its tail was not fsynced: recover it all
         self._adopt(tp, UnifiedLog(target, self._topic_config(tp[0]), topic=tp[0], partition=tp[1],
                                    clean_shutdown=False, now_ms=now_ms,
-                                   producer_id_expiration_ms=self.producer_id_expiration_ms), log_dir)
+                                   producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                   remote_storage_system_enable=self.remote_storage_system_enable), log_dir)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The replication-offset-checkpoint of every dir (for the replica manager)."""
@@ -379,7 +383,8 @@ class LogManager:
         try:
             plog = UnifiedLog(log_dir / log_dir_name(topic, partition), config or self._topic_config(topic),
                               topic=topic, partition=partition, topic_id=topic_id, now_ms=now_ms,
-                              producer_id_expiration_ms=self.producer_id_expiration_ms)
+                              producer_id_expiration_ms=self.producer_id_expiration_ms,
+                              remote_storage_system_enable=self.remote_storage_system_enable)
             if flush:
                 plog.flush_metadata()
         finally:
@@ -535,7 +540,8 @@ class LogManager:
                                      log_start_offset=log.log_start_offset,
                                      recovery_point=recovery_point,
                                      topic_id=log.topic_id, clean_shutdown=True, now_ms=now_ms,
-                                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+                                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                     remote_storage_system_enable=self.remote_storage_system_enable)
             except BaseException:
                 os.replace(target, future_dir)
                 raise
@@ -609,10 +615,11 @@ class LogManager:
                 OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
                     {tp: log.recovery_point for tp, log in entries})
             if start_offsets:
-                # Kafka lists only logs whose start offset moved past their first segment.
+                # Kafka lists only logs whose start offset moved past their first segment, and
+                # every tiered log (its start may be below its first segment: the remote part)
                 OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
                     {tp: log.log_start_offset for tp, log in entries
-                     if log.log_start_offset > log.segments[0].base_offset})
+                     if log.remote_log_enabled or log.log_start_offset > log.segments[0].base_offset})
             if high_watermarks is not None:
                 OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
                     {tp: high_watermarks[tp] for tp, _ in entries if tp in high_watermarks})
@@ -803,7 +810,9 @@ class LogManager:
             start = plog.retention_start_offset(now_ms)
             if start is None:
                 continue
-            doomed = plog.increment_log_start_offset(start)
+            # a tiered log's local retention keeps the log start offset (the data is remote)
+            doomed = (plog.increment_local_log_start_offset(start) if plog.remote_log_copy_enabled
+                      else plog.increment_log_start_offset(start))
             removed += len(doomed)
             self.schedule_segment_deletion(plog, doomed)
         return removed

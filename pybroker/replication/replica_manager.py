@@ -84,6 +84,7 @@ from pybroker.replication.fetch_params import (
 )
 from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_leader_end_points
 from pybroker.replication.partition import Partition
+from pybroker.replication.remote_log_manager import RemoteLogManager
 from pybroker.replication.remote_log_reader import (
     DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
     RemoteLogReader,
@@ -229,6 +230,29 @@ class ReplicaManager:
         # followers built from remote storage (Kafka's BuildRemoteLogAuxStateRequestsPerSec and
         # BuildRemoteLogAuxStateErrorsPerSec, totals; replica_fetcher.py)
         self.build_remote_log_aux_state_requests = self.failed_build_remote_log_aux_state = 0
+        # tiered storage (KIP-405): set by server/broker.py when remote.log.storage.system.enable;
+        # told of every leadership/config change and removal of a hosted partition
+        self.remote_log_manager: RemoteLogManager | None = None
+
+    # ------------------------------------------------------------------ tiered storage (the RemoteLogManager's hooks)
+
+    def attach_remote_log_manager(self, rlm: RemoteLogManager) -> None:
+        """Give this node's RemoteLogManager the hosted partitions' roles from now on (and the
+        ones already published), and let its expiration's log start offset moves reach the
+        log manager (the local segments below it) and waiting DeleteRecords."""
+        self.remote_log_manager = rlm
+        rlm.on_segments_detached = self.log_manager.schedule_segment_deletion
+
+        def moved(p: Any) -> None:
+            self.delete_records_purgatory.check_and_complete((p.topic, p.partition))
+
+        rlm.on_log_start_offset_moved = moved
+        for p in self.partitions.values():
+            rlm.on_partition(p)
+
+    def _rlm_on_partition(self, p: Partition) -> None:
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.on_partition(p)
 
     # ------------------------------------------------------------------ metadata
 
@@ -366,6 +390,7 @@ class ReplicaManager:
                         config = self.log_config_for(t.name)
                     p.log.config = config
                     self.log_manager.track_compacted(p.log)
+                    self._rlm_on_partition(p)  # remote.storage.enable may have changed
         if scope is None:
             candidates: list[TopicPartition] = list(self.partitions)
         else:  # only partitions of the topic ids in scope can go (a removed topic has no name left)
@@ -402,6 +427,7 @@ class ReplicaManager:
             self._maybe_advance_hw(p)
         else:
             self._make_follower(p)
+        self._rlm_on_partition(p)
 
     # ------------------------------------------------------------------ leadership (Kafka's makeLeader/makeFollower)
 
@@ -436,6 +462,7 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
+        self._rlm_on_partition(p)
 
     def _make_follower(self, p: Partition) -> None:
         """Stop leading `p` and fetch it from its leader, truncating first by leader epoch."""
@@ -452,6 +479,10 @@ class ReplicaManager:
         to `LogManager.remove_logs` in a worker thread."""
         self.fetcher_manager.remove_partition(tp)
         gone = self.partitions.pop(tp, None)
+        if gone is not None and self.remote_log_manager is not None:
+            # Kafka's stopPartitions: a deleted topic's remote data goes too
+            self.remote_log_manager.stop_partition(
+                tp[0], tp[1], gone.topic_id, delete_remote=gone.topic_id not in self.image.topics_by_id)
         if gone is not None:
             self.topic_stats.remove_partition(gone.stats)
             by_topic = self._by_topic.get(tp[0])

@@ -90,6 +90,7 @@ from pybroker.replication.alter_partition_manager import (
     AlterPartitionManager,
 )
 from pybroker.replication.leader_end_point import remote_leader_end_points
+from pybroker.replication.remote_log_manager import RemoteLogManager
 from pybroker.replication.replica_manager import ReplicaManager, log_config
 from pybroker.security.authorizer import StandardAuthorizer
 from pybroker.security.sasl.listener import (
@@ -164,6 +165,8 @@ class Broker:
         self.share_partition_manager: SharePartitionManager
         self.add_partitions_manager: AddPartitionsToTxnManager
         self.server: SocketServer
+        # tiered storage (KIP-405): only with remote.log.storage.system.enable
+        self.remote_log_manager: RemoteLogManager | None = None
         # TLS (security/ssl_factory.py): each SSL listener's server side, and this node's client
         # contexts for its peers' inter-broker and controller listeners (None: plaintext)
         self.listener_tls: dict[str, ListenerSsl] = {}
@@ -684,6 +687,14 @@ class Broker:
                 await nursery.start(self.log_manager.run)
                 await nursery.start(self.replica_manager.run_high_watermark_checkpointer)
                 await nursery.start(self.replica_manager.run_isr_expiration)
+                if cfg["remote.log.storage.system.enable"]:  # tiered storage (server/tiered_storage.py)
+                    # imported only here: a node without tiered storage loads no object-store client
+                    from pybroker.server.tiered_storage import start_remote_log_manager
+
+                    try:
+                        self.remote_log_manager = await start_remote_log_manager(self, nursery)
+                    except ConfigError as exc:
+                        raise StartupError(str(exc)) from None
             for ep in self.bound if cfg.is_broker else self.controller_bound:
                 log.info("listening on %s (node.id=%d, cluster.id=%s, roles=%s, log.dirs=%s)", ep, self.node_id,
                          self.cluster_id, ",".join(sorted(cfg.process_roles)), ",".join(cfg.log_dirs))
@@ -725,6 +736,8 @@ class Broker:
             self.share_coordinator.shutdown()
             self.share_partition_manager.shutdown()
             rm = self.replica_manager
+            if self.remote_log_manager is not None:  # its tasks stop, the RSM and RLMM close
+                await self.remote_log_manager.close()
             rm.fetcher_manager.shutdown()
             for purgatory in (rm.fetch_purgatory, rm.produce_purgatory, rm.delete_records_purgatory):
                 for ops in list(purgatory._watchers.values()):

@@ -1,0 +1,260 @@
+"""Tiered storage's copy and retention on a live pybroker (remote.log.storage.system.enable, Aiven's
+RemoteStorageManager on the filesystem backend, Kafka's topic-based metadata manager), judged by
+real clients: confluent-kafka produces and administers, kafka-python asks ListOffsets -4/-5/-6
+and deletes records. Rolled segments (small segment.bytes) are copied to the store with their
+metadata in `__remote_log_metadata`; local retention then removes only what is copied; total
+retention, DeleteRecords and topic deletion remove remote data; a restart keeps the offsets;
+the config validation answers INVALID_CONFIG with Kafka's messages."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pybroker.protocol.api_keys import ApiKey
+from pybroker.protocol.messages import ListOffsetsRequest
+from pybroker.testing import EmbeddedBroker
+from pybroker.tiered.rlmm_config import REMOTE_LOG_METADATA_TOPIC_NAME
+
+from .wire import WireClient
+
+confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the test extra) is not installed")
+ck_admin = pytest.importorskip("confluent_kafka.admin", reason="confluent-kafka (the test extra) is not installed")
+kafka = pytest.importorskip("kafka", reason="kafka-python (the test extra) is not installed")
+from kafka.admin import KafkaAdminClient, OffsetSpec  # noqa: E402
+from kafka.structs import TopicPartition  # noqa: E402
+
+FS = "io.aiven.kafka.tieredstorage.storage.filesystem.FileSystemStorage"
+AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
+EARLIEST_PENDING_UPLOAD = -6  # KIP-1023, ListOffsets v11: no client library asks it yet (see `offsets`)
+VALUE = b"v" * 200
+
+
+def tiered_overrides(tmp: Path, **extra: str) -> dict[str, str]:
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": AIVEN_RSM,
+        "rsm.config.storage.backend.class": FS,
+        "rsm.config.storage.root": str(tmp / "remote"),
+        "rsm.config.chunk.size": "4096",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        **extra,
+    }
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path)) as b:
+        yield b
+
+
+def admin(b: EmbeddedBroker) -> ck_admin.AdminClient:
+    return ck_admin.AdminClient({"bootstrap.servers": b.bootstrap_servers})
+
+
+def create_topic(b: EmbeddedBroker, name: str, **configs: str) -> None:
+    cfg = {"remote.storage.enable": "true", "segment.bytes": "2048", **configs}
+    a = admin(b)  # kept alive until the answer: a collected client cancels its futures
+    a.create_topics([ck_admin.NewTopic(name, 1, 1, config=cfg)])[name].result(30)
+
+
+def produce(b: EmbeddedBroker, topic: str, count: int) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 0, "acks": "all"})
+    for i in range(count):
+        p.produce(topic, VALUE, key=b"%d" % i)
+        p.poll(0)  # one small batch per record: many segments
+        p.flush(10)
+    assert p.flush(30) == 0
+
+
+def offsets(b: EmbeddedBroker, topic: str, *specs: int) -> list[int]:
+    """ListOffsets through kafka-python (v8+ for -4, v9 for -5). -6 (v11): kafka-python's OffsetSpec
+    and confluent-kafka (librdkafka refuses a negative timestamp it does not know) cannot ask it,
+    so it goes as a raw ListOffsets v11 request (tests/server/wire.py)."""
+    client = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers)
+    out = []
+    try:
+        tp = TopicPartition(topic, 0)
+        for spec in specs:
+            if spec == EARLIEST_PENDING_UPLOAD:
+                out.append(wire_offset(b, topic, spec))
+            else:
+                out.append(client.list_partition_offsets({tp: spec})[tp].offset)
+        return out
+    finally:
+        client.close()
+
+
+def wire_offset(b: EmbeddedBroker, topic: str, timestamp: int) -> int:
+    w = WireClient("127.0.0.1", b.port)
+    try:
+        req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+                partition_index=0, timestamp=timestamp, current_leader_epoch=-1)])])
+        p = w.request(ApiKey.LIST_OFFSETS, 11, req).topics[0].partitions[0]
+        assert p.error_code == 0, p
+        return int(p.offset)
+    finally:
+        w.close()
+
+
+def remote_logs(tmp: Path, topic: str) -> list[Path]:
+    """The `.log` objects of `topic` in the store (Aiven's layout: <topic>-<id>/<partition>/...)."""
+    return sorted((tmp / "remote").glob(f"{topic}-*/0/*.log"))
+
+
+def local_logs(tmp: Path, topic: str) -> list[str]:
+    d = tmp / "logs" / f"{topic}-0"
+    return sorted(p.name for p in d.glob("*.log")) if d.exists() else []
+
+
+def metadata_records(b: EmbeddedBroker) -> int:
+    """How many records `__remote_log_metadata` holds (confluent-kafka's watermarks)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "tiered-test"})
+    try:
+        md = c.list_topics(REMOTE_LOG_METADATA_TOPIC_NAME, timeout=10).topics[REMOTE_LOG_METADATA_TOPIC_NAME]
+        total = 0
+        for pid in md.partitions:
+            low, high = c.get_watermark_offsets(confluent_kafka.TopicPartition(REMOTE_LOG_METADATA_TOPIC_NAME, pid),
+                                                timeout=10)
+            total += high - low
+        return total
+    finally:
+        c.close()
+
+
+def test_rolled_segments_are_copied_and_local_retention_keeps_only_the_tail(node: EmbeddedBroker,
+                                                                              tmp_path: Path) -> None:
+    topic = "tiered-copy"
+    create_topic(node, topic, **{"local.retention.bytes": "1"})
+    produce(node, topic, 40)
+    wait_until(lambda: len(remote_logs(tmp_path, topic)) >= 3, "segments in the store")
+    assert metadata_records(node) >= 2 * len(remote_logs(tmp_path, topic))  # STARTED + FINISHED each
+    # local retention removes the copied segments only: the active one stays
+    wait_until(lambda: len(local_logs(tmp_path, topic)) == 1, "local retention")
+    earliest, earliest_local, latest, latest_tiered, pending = offsets(
+        node, topic, OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL, OffsetSpec.LATEST, OffsetSpec.LATEST_TIERED,
+        EARLIEST_PENDING_UPLOAD)
+    active_base = int(local_logs(tmp_path, topic)[0].split(".")[0])
+    assert (earliest, latest) == (0, 40)
+    assert earliest_local == active_base > 0
+    assert latest_tiered == active_base - 1  # every rolled segment is in the store
+    assert pending == active_base
+
+
+def test_remote_log_copy_disable_copies_nothing(tmp_path: Path) -> None:
+    # copying disabled for the topic (KIP-950) with tiering on: nothing reaches the store, local
+    # retention is the total one (unbounded here), -5 has no offset and -6 is the log start
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path)) as b:
+        topic = "tiered-nocopy"
+        create_topic(b, topic, **{"remote.log.copy.disable": "true", "local.retention.bytes": "-2"})
+        produce(b, topic, 20)
+        earliest_local, latest_tiered, pending = offsets(b, topic, OffsetSpec.EARLIEST_LOCAL,
+                                                         OffsetSpec.LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
+        assert (earliest_local, latest_tiered, pending) == (0, -1, 0)
+        assert remote_logs(tmp_path, topic) == []
+        assert len(local_logs(tmp_path, topic)) >= 3
+
+
+def test_total_retention_and_delete_records_remove_remote_data(node: EmbeddedBroker, tmp_path: Path) -> None:
+    topic = "tiered-delete"
+    create_topic(node, topic, **{"local.retention.bytes": "1"})
+    produce(node, topic, 40)
+    wait_until(lambda: len(local_logs(tmp_path, topic)) == 1, "copied and removed locally")
+    copied = remote_logs(tmp_path, topic)
+    # DeleteRecords (kafka-python) below the local log start: the remote segments below go
+    target = int(copied[2].name.split("-")[0])
+    client = KafkaAdminClient(bootstrap_servers=node.bootstrap_servers)
+    try:
+        client.delete_records({TopicPartition(topic, 0): target})
+    finally:
+        client.close()
+    wait_until(lambda: len(remote_logs(tmp_path, topic)) == len(copied) - 2, "the two remote segments below it")
+    assert offsets(node, topic, OffsetSpec.EARLIEST) == [target]
+    # total retention by size (confluent-kafka IncrementalAlterConfigs): the oldest remote segments go
+    resource = ck_admin.ConfigResource(ck_admin.ResourceType.TOPIC, topic, incremental_configs=[
+        ck_admin.ConfigEntry("retention.bytes", "4000", incremental_operation=ck_admin.AlterConfigOpType.SET)])
+    a = admin(node)
+    a.incremental_alter_configs([resource])[resource].result(30)
+    wait_until(lambda: len(remote_logs(tmp_path, topic)) <= 2, "size retention of the remote part")
+    earliest = offsets(node, topic, OffsetSpec.EARLIEST)[0]
+    assert earliest > target
+    # topic deletion removes the rest of its remote data
+    a.delete_topics([topic])[topic].result(30)
+    wait_until(lambda: remote_logs(tmp_path, topic) == [], "the remote data of the deleted topic")
+
+
+def test_restart_keeps_the_log_start_and_the_local_start(tmp_path: Path) -> None:
+    topic = "tiered-restart"
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path)) as b:
+        create_topic(b, topic, **{"local.retention.bytes": "1"})
+        produce(b, topic, 30)
+        wait_until(lambda: len(local_logs(tmp_path, topic)) == 1, "copied and removed locally")
+        before = offsets(b, topic, OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL, OffsetSpec.LATEST_TIERED)
+        port = b.port
+    assert before[0] == 0 and before[1] > 0
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path), port=port) as b:
+        assert offsets(b, topic, OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL) == before[:2]
+        # the new leader finds what is remote from `__remote_log_metadata`
+        wait_until(lambda: offsets(b, topic, OffsetSpec.LATEST_TIERED) == before[2:], "the highest remote offset")
+
+
+def test_config_validation_answers_kafkas_errors(node: EmbeddedBroker, tmp_path: Path) -> None:
+    a = admin(node)
+
+    def create_error(**configs: str) -> str:
+        name = f"bad-{time.monotonic_ns()}"
+        fut = a.create_topics([ck_admin.NewTopic(name, 1, 1, config=configs)])[name]
+        with pytest.raises(confluent_kafka.KafkaException) as info:
+            fut.result(30)
+        err = info.value.args[0]
+        assert err.code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        return str(err.str())
+
+    assert "Remote log storage is unsupported for the compacted topics" in create_error(
+        **{"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    assert ("Invalid value 2000 for configuration local.retention.ms: Value must not be more than retention.ms "
+            "property value: 1000") in create_error(
+        **{"remote.storage.enable": "true", "retention.ms": "1000", "local.retention.ms": "2000"})
+    assert "Value must not be -1 as retention.bytes value is set as 100." in create_error(
+        **{"remote.storage.enable": "true", "retention.bytes": "100", "local.retention.bytes": "-1"})
+    assert "must be set to the identical value" in create_error(
+        **{"remote.storage.enable": "true", "remote.log.copy.disable": "true", "local.retention.ms": "5",
+           "retention.ms": "10"})
+    # KIP-950: turning tiering off needs remote.log.delete.on.disable (IncrementalAlterConfigs)
+    create_topic(node, "tiered-off")
+    resource = ck_admin.ConfigResource(ck_admin.ResourceType.TOPIC, "tiered-off", incremental_configs=[
+        ck_admin.ConfigEntry("remote.storage.enable", "false", incremental_operation=ck_admin.AlterConfigOpType.SET)])
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        a.incremental_alter_configs([resource])[resource].result(30)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    assert "It is invalid to disable remote storage without deleting remote data" in info.value.args[0].str()
+    resource = ck_admin.ConfigResource(ck_admin.ResourceType.TOPIC, "tiered-off", incremental_configs=[
+        ck_admin.ConfigEntry("remote.storage.enable", "false", incremental_operation=ck_admin.AlterConfigOpType.SET),
+        ck_admin.ConfigEntry("remote.log.delete.on.disable", "true",
+                             incremental_operation=ck_admin.AlterConfigOpType.SET)])
+    a.incremental_alter_configs([resource])[resource].result(30)
+
+
+def test_tiering_a_topic_needs_the_system_enabled(tmp_path: Path) -> None:
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs")) as b:
+        a = admin(b)
+        fut = a.create_topics([ck_admin.NewTopic("t", 1, 1, config={"remote.storage.enable": "true"})])["t"]
+        with pytest.raises(confluent_kafka.KafkaException) as info:
+            fut.result(30)
+        err = info.value.args[0]
+        assert err.code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        assert err.str() == ("Tiered Storage functionality is disabled in the broker. "
+                             "Topic cannot be configured with remote log storage.")
