@@ -37,8 +37,8 @@ Threads (none on the event loop; every public method blocks and is thread-safe):
   remote.log.metadata.consume.wait.ms; otherwise RemoteStorageError.
 Unlike Kafka, the producer is not idempotent (pybroker's client has no producer id); a resent
 duplicate is harmless, since a self-transition is a no-op in the cache. A record that does not
-parse is logged and skipped (Kafka's task would stop consuming). There is no snapshot file yet:
-a restarted broker re-reads its metadata partitions from their start.
+parse is logged and skipped (Kafka's task would stop consuming). A restarted broker re-reads its
+metadata partitions from their start, as Kafka's (3.9) ConsumerTask does (no snapshot file).
 
 Errors: RemoteStorageError for a write that is not durable or not read back in time, and for
 any call before initialization or after close(); RemoteResourceNotFoundError /
@@ -420,8 +420,10 @@ class TopicBasedRemoteLogMetadataManager:
                     if not topic_ready:
                         topic_ready = self._create_topic(admin)
                     if topic_ready:
-                        partitions = len(admin.describe_topics([REMOTE_LOG_METADATA_TOPIC_NAME])
-                                         [REMOTE_LOG_METADATA_TOPIC_NAME].partitions)
+                        described = admin.describe_topics([REMOTE_LOG_METADATA_TOPIC_NAME])[REMOTE_LOG_METADATA_TOPIC_NAME]
+                        if described.error != Errors.NONE:  # not in this node's metadata yet: retried
+                            raise RemoteStorageError(f"{REMOTE_LOG_METADATA_TOPIC_NAME}: {described.error.name}")
+                        partitions = len(described.partitions)
                         if partitions != cfg.metadata_topic_partitions_count:
                             self._fail(f"Existing topic partition count [{partitions}] is not same as the expected "
                                        f"partition count [{cfg.metadata_topic_partitions_count}]")

@@ -17,7 +17,8 @@ applied to this node's cache, as Kafka's futures complete; call them from worker
   `epoch`, or None.
 - `list_remote_log_segments(tp, epoch=None)`: the segments (any state) in ascending start
   offset (of `epoch` only, when given).
-- `remote_log_size(tp, epoch)`: the bytes of the finished segments with records in `epoch`.
+- `remote_log_size(tp, epoch)`: the bytes of the segments listed for `epoch` (Kafka's
+  remoteLogSize: every state but DELETE_SEGMENT_FINISHED).
 - `on_partition_leadership_changes(leaders, followers)`, `on_stop_partitions(partitions)`: which
   partitions this node hosts, so it consumes (or stops consuming) their metadata.
 - `is_ready(tp)`: the metadata of `tp` is caught up (Kafka's isReady), so the reads above may
