@@ -379,24 +379,12 @@ class Partition:
         r.aborted = None
         r.size = 0
 
-    @property
-    def local_log_start_offset(self) -> int:
-        """The first offset in local segments (Kafka's localLogStartOffset): below it, down to
-        the log start offset, a tiered partition's records are only in remote storage."""
-        plog = self.log
-        local = getattr(plog, "local_log_start_offset", None)
-        if local is None:
-            local = max(plog.log_start_offset, plog.segments[0].base_offset)
-        return int(local)
-
     def is_remote_offset(self, offset: int) -> bool:
-        """Whether `offset` is in [log start offset, local log start offset) of a tiered topic
-        (remote.storage.enable): a read there is a remote one (Kafka's handleOffsetOutOfRangeError
-        conditions)."""
+        """Whether `offset` is in [log start offset, local log start offset) of a tiered log
+        (UnifiedLog.remote_log_enabled): a read there is a remote one (the conditions of Kafka's
+        handleOffsetOutOfRangeError)."""
         plog = self.log
-        if offset < plog.log_start_offset or not getattr(plog.config, "remote_storage_enable", False):
-            return False
-        return offset < self.local_log_start_offset
+        return plog.remote_log_enabled and plog.log_start_offset <= offset < plog.local_log_start_offset
 
     def read_records(self, r: LogRead, max_bytes: int, isolation: int, min_one_message: bool,
                      hard_max_bytes_limit: bool) -> int:

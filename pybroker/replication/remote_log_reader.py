@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import trio
 
 from pybroker._native import records as _records
+from pybroker.config import BrokerConfig
 from pybroker.log.errors import OffsetOutOfRangeError
 from pybroker.log.fetch_data_info import TimestampAndOffset
 from pybroker.log.remote.remote_log_metadata_manager import RemoteLogMetadataManager
@@ -477,5 +478,21 @@ class RemoteLogReader:
         return None
 
 
+def remote_log_reader(config: BrokerConfig, rsm: RemoteStorageManager,
+                      rlmm: RemoteLogMetadataManager) -> RemoteLogReader:
+    """A node's reader from its broker config (Kafka's RemoteLogManager constructor): the index
+    cache under the first log dir (remote.log.index.file.cache.total.size.bytes),
+    remote.log.reader.threads and .max.pending.tasks, and the fetch quota
+    (remote.log.manager.fetch.max.bytes.per.second over .fetch.quota.window.num windows of
+    .fetch.quota.window.size.seconds)."""
+    cache = RemoteIndexCache(config["remote.log.index.file.cache.total.size.bytes"], rsm, config.log_dirs[0])
+    quota = RemoteFetchQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
+                             config["remote.log.manager.fetch.quota.window.num"],
+                             config["remote.log.manager.fetch.quota.window.size.seconds"])
+    return RemoteLogReader(rsm, rlmm, cache, config["remote.log.reader.threads"],
+                           config["remote.log.reader.max.pending.tasks"], quota)
+
+
 __all__ = ["DEFAULT_REMOTE_FETCH_MAX_WAIT_MS", "RemoteFetchQuota", "RemoteLogReadResult", "RemoteLogReader",
-           "RemoteLogReaderRejected", "RemoteStorageFetchInfo", "epoch_for_offset", "next_epoch"]
+           "RemoteLogReaderRejected", "RemoteStorageFetchInfo", "epoch_for_offset", "next_epoch",
+           "remote_log_reader"]

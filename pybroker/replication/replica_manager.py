@@ -89,6 +89,7 @@ from pybroker.replication.remote_log_reader import (
     DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
     RemoteLogReader,
     RemoteStorageFetchInfo,
+    remote_log_reader,
 )
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
@@ -242,6 +243,7 @@ class ReplicaManager:
         log manager (the local segments below it) and waiting DeleteRecords."""
         self.remote_log_manager = rlm
         rlm.on_segments_detached = self.log_manager.schedule_segment_deletion
+        self.remote_log_reader = remote_log_reader(self.config, rlm.rsm, rlm.rlmm)  # the read side (tread)
 
         def moved(p: Any) -> None:
             self.delete_records_purgatory.check_and_complete((p.topic, p.partition))
@@ -808,7 +810,7 @@ class ReplicaManager:
             with trio.fail_after(timeout_s):
                 found = await reader.find_offset_by_timestamp_async(
                     tp, timestamp, p.log.log_start_offset, p.log.leader_epoch_cache.entries(),
-                    p.local_log_start_offset)
+                    p.log.local_log_start_offset)
         except trio.TooSlowError:
             return Errors.REQUEST_TIMED_OUT, -1, -1, -1
         except Exception as exc:

@@ -115,9 +115,9 @@ def apply_aux_state(plog: UnifiedLog, aux: RemoteLogAuxState, leader_log_start_o
     """Step 2 of the module docstring (event loop); returns the truncation's file work."""
     next_offset = aux.next_offset
     work = plog.truncate_fully_and_start_at_deferred(next_offset, now_ms)
-    if hasattr(plog, "local_log_start_offset"):
-        # the log tells its log start (the leader's) from its local start (tcopy's UnifiedLog)
-        plog.log_start_offset = min(max(0, leader_log_start_offset), next_offset)
+    # the leader's log start: the offsets between are readable, from remote storage (the log's
+    # local log start offset stays the first segment's base)
+    plog.log_start_offset = min(max(0, leader_log_start_offset), next_offset)
     cache = plog.leader_epoch_cache
     for epoch, start in aux.epochs:
         if start < next_offset:
