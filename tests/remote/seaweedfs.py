@@ -15,11 +15,14 @@ identity file passed as -s3.config). `start()` returns once a signed ListBuckets
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +36,14 @@ from tests.cluster.harness import free_ports
 BUCKET = "tiered"  # the bucket the conftest fixture creates
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
+
+
+def _own_session_dying_with_parent() -> None:
+    """In the child before exec: its own process group (stop() signals the group), and on
+    Linux SIGKILL when the test process dies, so a crashed test run leaves no server behind."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def weed_binary() -> str | None:
@@ -86,7 +97,10 @@ class SeaweedFS:
         assert self.process is None, "already running"
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, cwd=self.directory, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, cwd=self.directory,
+                                        preexec_fn=_own_session_dying_with_parent
+                                        if threading.current_thread() is threading.main_thread()
+                                        else os.setsid)  # the signal follows the starting *thread*
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         last: Exception | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import obstore
 import pytest
@@ -139,3 +140,18 @@ def test_s3_config_errors(seaweedfs, s3_prefix):
         create_remote_storage_manager(AIVEN_RSM, {**base, "storage.s3.endpoint.url": "localhost:1"})
     with pytest.raises(ConfigError, match="path.style"):
         create_remote_storage_manager(AIVEN_RSM, {**base, "storage.s3.path.style.access.enabled": "yes"})
+
+
+def test_concurrent_readers_share_one_manager(tmp_path, rsm):
+    segs = [make_segment(tmp_path / f"s{i}", batches(50 + 10 * i), partition=i) for i in range(3)]
+    for seg in segs:
+        rsm.copy_log_segment_data(seg.metadata, seg.data)
+
+    def read(n: int) -> bool:
+        seg = segs[n % 3]
+        start = (n * 1237) % len(seg.log_bytes)
+        end = min(len(seg.log_bytes) - 1, start + (n * 3319) % 9000)
+        return rsm.fetch_log_segment(seg.metadata, start, end) == seg.log_bytes[start:end + 1]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(read, range(120)))

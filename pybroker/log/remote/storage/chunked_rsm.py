@@ -152,8 +152,13 @@ class ChunkedRemoteStorageManager:
         chunks = self._chunks(log_key, index, range(first, last + 1))
         if self._prefetch_chunks:
             self._prefetch(log_key, index, range(last + 1, min(last + 1 + self._prefetch_chunks, index.chunk_count)))
-        base = first * index.original_chunk_size
-        return b"".join(chunks)[start_position - base:end - base + 1]
+        # cut the range out of each chunk (not out of their join: a small read of a large chunk
+        # copies only what it returns)
+        pieces = []
+        for i, chunk_bytes in zip(range(first, last + 1), chunks, strict=True):
+            lo = index.original_range(i)[0]
+            pieces.append(chunk_bytes[max(start_position - lo, 0):end - lo + 1])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.key(metadata, "indexes")
@@ -186,7 +191,7 @@ class ChunkedRemoteStorageManager:
         """The chunks `ids` of `key`, detransformed: cached, in flight, or fetched now."""
         found: dict[int, bytes] = {}
         waits: dict[int, Future[bytes]] = {}
-        mine: list[int] = []
+        mine: dict[int, Future[bytes]] = {}
         for i in ids:
             data = self.chunk_cache.get((key, i))
             if data is not None:
@@ -197,8 +202,7 @@ class ChunkedRemoteStorageManager:
                     continue
                 future = self._inflight.get((key, i))
                 if future is None:
-                    future = self._inflight[(key, i)] = Future()
-                    mine.append(i)
+                    future = mine[i] = self._inflight[(key, i)] = Future()
                 waits[i] = future
         if mine:
             self._load(key, index, mine)
@@ -207,26 +211,26 @@ class ChunkedRemoteStorageManager:
         return [found[i] for i in ids]
 
     def _prefetch(self, key: str, index: ChunkIndex, ids: range) -> None:
-        mine: list[int] = []
+        mine: dict[int, Future[bytes]] = {}
         with self._lock:
             if self._closed:
                 return
             for i in ids:
                 if (key, i) not in self._inflight and not self.chunk_cache.contains((key, i)):
-                    self._inflight[(key, i)] = Future()
-                    mine.append(i)
+                    mine[i] = self._inflight[(key, i)] = Future()
         if mine:
             self._pool.submit(self._load_quietly, key, index, mine)
 
-    def _load_quietly(self, key: str, index: ChunkIndex, ids: list[int]) -> None:
+    def _load_quietly(self, key: str, index: ChunkIndex, mine: dict[int, Future[bytes]]) -> None:
         try:
-            self._load(key, index, ids)
+            self._load(key, index, mine)
         except RemoteStorageError as e:  # a reader that needs the chunk will see the error itself
-            log.debug("prefetch of %s chunks %s failed: %s", key, ids, e)
+            log.debug("prefetch of %s chunks %s failed: %s", key, list(mine), e)
 
-    def _load(self, key: str, index: ChunkIndex, ids: list[int]) -> None:
-        """Fetch chunks whose futures this thread created, fill the cache, resolve the futures."""
-        futures = [self._inflight[(key, i)] for i in ids]
+    def _load(self, key: str, index: ChunkIndex, mine: dict[int, Future[bytes]]) -> None:
+        """Fetch the chunks whose in-flight futures the caller created, fill the cache, resolve
+        the futures (with the error if the fetch failed) and drop them from the in-flight map."""
+        ids, futures = list(mine), list(mine.values())
         try:
             ranges = [index.transformed_range(i) for i in ids]
             raws = self.storage.get_ranges(key, [r[0] for r in ranges], [r[1] for r in ranges])
@@ -237,7 +241,10 @@ class ChunkedRemoteStorageManager:
                 if len(data) != hi - lo:
                     raise RemoteStorageError(f"{key} chunk {i} is {len(data)} bytes, expected {hi - lo}")
                 chunks.append(data)
-                self.chunk_cache.put((key, i), data)
+                try:
+                    self.chunk_cache.put((key, i), data)
+                except OSError as e:  # a full or broken cache disk costs the cache, not the read
+                    log.warning("chunk cache: cannot keep %s chunk %d: %s", key, i, e)
         except Exception as e:
             error = e if isinstance(e, RemoteStorageError) else RemoteStorageError(f"{key}: {e}")
             with self._lock:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import obstore
 from obstore.exceptions import NotFoundError
@@ -117,7 +118,13 @@ def _s3_store(c: S3Config) -> S3Store:
     }
     kwargs: dict[str, Any] = {"region": c.region, "virtual_hosted_style_request": not path_style}
     if c.endpoint_url is not None:
-        kwargs["endpoint"] = c.endpoint_url
+        endpoint = c.endpoint_url
+        if not path_style:
+            # the AWS SDK puts the bucket in front of the endpoint's host for virtual hosts;
+            # obstore takes a virtual-hosted endpoint as given, so give it the bucket's host
+            url = urlsplit(endpoint)
+            endpoint = urlunsplit((url.scheme, f"{c.bucket}.{url.netloc}", url.path, url.query, url.fragment))
+        kwargs["endpoint"] = endpoint
     if c.access_key_id is not None:
         kwargs["access_key_id"] = c.access_key_id
         kwargs["secret_access_key"] = c.secret_access_key
