@@ -14,6 +14,7 @@ from pybroker.log.remote.remote_storage_manager import RemoteStorageError
 from pybroker.log.remote.storage.chunk_cache import DiskChunkCache, MemoryChunkCache
 from pybroker.log.remote.storage.chunked_rsm import ChunkedRemoteStorageManager
 from pybroker.log.remote.storage.config import parse_rsm_config
+from pybroker.log.remote.storage.rate_limiter import RateLimiter
 from tests.cluster.harness import wait_until
 from tests.unit.remote.rsm_helpers import FS, CountingStorage, batches, make_segment
 
@@ -159,7 +160,6 @@ BASE = {"storage.backend.class": FS, "storage.root": "/tmp/x", "chunk.size": "10
     ({k: v for k, v in BASE.items() if k != "storage.root"}, "rsm.config.storage.root"),
     ({**BASE, "encryption.enabled": "true"}, "rsm.config.encryption.enabled"),
     ({**BASE, "compression.enabled": "maybe"}, "rsm.config.compression.enabled"),
-    ({**BASE, "custom.metadata.fields.include": "REMOTE_SIZE"}, "rsm.config.custom.metadata.fields.include"),
     ({**BASE, "fetch.chunk.cache.class": f"{AIVEN}.fetch.cache.MemoryChunkCache"}, "rsm.config.fetch.chunk.cache.size"),
     ({**BASE, "fetch.chunk.cache.class": f"{AIVEN}.fetch.cache.DiskChunkCache", "fetch.chunk.cache.size": "10"},
      "rsm.config.fetch.chunk.cache.path"),
@@ -168,6 +168,8 @@ BASE = {"storage.backend.class": FS, "storage.root": "/tmp/x", "chunk.size": "10
     ({**BASE, "fetch.chunk.cache.class": "com.example.Cache", "fetch.chunk.cache.size": "10"},
      "rsm.config.fetch.chunk.cache.class"),
     ({**BASE, "fetch.chunk.cache.prefetch.max.size": "-1"}, "rsm.config.fetch.chunk.cache.prefetch.max.size"),
+    ({**BASE, "custom.metadata.fields.include": "REMOTE_SIZE,SEGMENT_SIZE"}, "rsm.config.custom.metadata.fields.include"),
+    ({**BASE, "upload.rate.limit.bytes.per.second": "1000"}, "rsm.config.upload.rate.limit.bytes.per.second"),
 ])
 def test_config_errors_are_one_line_and_name_the_key(configs, message):
     with pytest.raises(ConfigError) as info:
@@ -187,8 +189,39 @@ def test_unknown_rsm_class_and_a_root_that_is_a_file(tmp_path):
 
 def test_unused_aiven_keys_are_accepted(tmp_path):
     config = parse_rsm_config({**BASE, "metrics.num.samples": "2", "upload.rate.limit.bytes.per.second": "1048576",
-                               "key.prefix.mask": "true", "storage.overwrite.enabled": "true"})
-    assert config.chunk_size == 100
+                               "key.prefix.mask": "true", "storage.overwrite.enabled": "true",
+                               "custom.metadata.fields.include": "REMOTE_SIZE, OBJECT_KEY"})
+    assert config.chunk_size == 100 and config.upload_rate_limit == 1048576
+
+
+def test_upload_rate_limit_spaces_chunks_across_uploads():
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    limiter = RateLimiter(1000, clock=lambda: now[0], sleep=sleep)
+    for _ in range(5):
+        limiter.acquire(500)  # 2500 bytes at 1000/s: the later pieces wait their turn
+    assert slept == [0.5, 0.5, 0.5, 0.5]
+    now[0] += 10  # idle time is not saved up into a burst beyond one booking
+    limiter.acquire(2000)
+    limiter.acquire(1)
+    assert slept[-1] == 2.0
+
+
+def test_rate_limited_manager_uploads_through_the_limiter(tmp_path):
+    rsm, _ = manager(tmp_path, **{"upload.rate.limit.bytes.per.second": "1048576"})
+    booked: list[int] = []
+    assert rsm._upload_limiter is not None
+    rsm._upload_limiter.acquire = booked.append  # type: ignore[method-assign]
+    seg = make_segment(tmp_path / "s", batches(30))
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert sum(booked) == len(seg.log_bytes) and max(booked) <= 1000  # chunk by chunk
+    assert rsm.fetch_log_segment(seg.metadata, 0) == seg.log_bytes
+    rsm.close()
 
 
 def test_closing_resolves_prefetches_nobody_will_run(tmp_path):

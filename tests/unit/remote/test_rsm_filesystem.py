@@ -156,6 +156,8 @@ def test_overwrite_disabled_refuses_a_second_copy_of_one_id(tmp_path, rsm):
     rsm.copy_log_segment_data(seg.metadata, seg.data)
     with pytest.raises(RemoteStorageError):
         rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert rsm.fetch_log_segment(seg.metadata, 0) == seg.log_bytes  # the first copy is untouched
+    assert len(remote_files(tmp_path / "remote")) == 3
     other = create_remote_storage_manager(AIVEN_RSM, configs(tmp_path / "r2", **{"storage.overwrite.enabled": "true"}))
     other.copy_log_segment_data(seg.metadata, seg.data)
     other.copy_log_segment_data(seg.metadata, seg.data)

@@ -53,6 +53,7 @@ from pybroker.log.remote.storage.chunk_cache import ChunkCache, DiskChunkCache, 
 from pybroker.log.remote.storage.config import RsmConfig
 from pybroker.log.remote.storage.manifest import ChunkIndex, SegmentManifest
 from pybroker.log.remote.storage.object_storage import ObjectStorage, read_file
+from pybroker.log.remote.storage.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class ChunkedRemoteStorageManager:
         self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                         thread_name_prefix="rsm-prefetch")
         self._closed = False
+        self._upload_limiter = (RateLimiter(config.upload_rate_limit) if config.upload_rate_limit is not None
+                                else None)
 
     # ------------------------------------------------------------------ keys
     def key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
@@ -89,8 +92,10 @@ class ChunkedRemoteStorageManager:
     # ------------------------------------------------------------------ copy
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         log_key, indexes_key, manifest_key = (self.key(metadata, s) for s in ("log", "indexes", "rsm-manifest"))
+        written: list[str] = []
         try:
-            chunk_index = self._upload_log(log_key, data)
+            # the indexes are read first: a local file that is gone fails the copy before the
+            # segment's bytes go up
             blobs: list[tuple[IndexType, bytes | None]] = [
                 (IndexType.OFFSET, _read(data.offset_index)),
                 (IndexType.TIMESTAMP, _read(data.time_index)),
@@ -106,13 +111,18 @@ class ChunkedRemoteStorageManager:
                 else:
                     ranges[index_type] = (position, len(blob))
                     position += len(blob)
+            chunk_index = self._upload_log(log_key, data)
+            written.append(log_key)
             self.storage.put(indexes_key, b"".join(b for _, b in blobs if b is not None))
+            written.append(indexes_key)
             manifest = SegmentManifest(chunk_index, ranges, compression=not chunk_index.fixed)
             self.storage.put(manifest_key, manifest.to_bytes())
         except BaseException as e:
-            # leave no partial segment behind; Kafka deletes a failed copy's id too, this is sooner
+            # leave no partial segment behind (Kafka deletes a failed copy's id too; this is
+            # sooner), but only what this call wrote: an object that already existed (a second
+            # copy of one id with storage.overwrite.enabled=false) is not this call's to delete
             try:
-                self.storage.delete([manifest_key, indexes_key, log_key])
+                self.storage.delete(written[::-1])
             except RemoteStorageError as cleanup:
                 log.warning("cleaning up the failed copy of %s: %s", log_key, cleanup)
             if isinstance(e, OSError):
@@ -128,6 +138,8 @@ class ChunkedRemoteStorageManager:
 
         def chunks() -> Iterator[bytes]:
             for piece in read_file(data.log_segment, size, chunk):
+                if self._upload_limiter is not None:
+                    self._upload_limiter.acquire(len(piece))
                 out = bytes(cramjam.zstd.compress(piece)) if compress else piece
                 sizes.append(len(out))
                 yield out

@@ -10,7 +10,10 @@ Aiven keys read here (defaults are Aiven's unless marked *pybroker*):
 - `chunk.size` (required, 1..1073741823), `key.prefix` (""), `compression.enabled` (false),
   `compression.heuristic.enabled` (false), `encryption.enabled` (false; true is refused:
   pybroker does not implement Aiven's RSA/AES key-pair envelope),
-  `custom.metadata.fields.include` ("": only the empty list is accepted).
+  `custom.metadata.fields.include` ("": values from REMOTE_SIZE, OBJECT_PREFIX, OBJECT_KEY are
+  checked, then ignored with a warning: pybroker stores no custom segment metadata and finds
+  objects by the configured `key.prefix`), `upload.rate.limit.bytes.per.second` (unset; at
+  least 1048576: uploads of this manager together stay under it).
 - `storage.backend.class`: FileSystemStorage (`storage.root`, `storage.overwrite.enabled`
   false) or S3Storage (`storage.s3.bucket.name` required, `storage.s3.region` required,
   `storage.s3.endpoint.url`, `storage.s3.path.style.access.enabled` (unset: path style with a
@@ -26,17 +29,20 @@ Aiven keys read here (defaults are Aiven's unless marked *pybroker*):
   memory cache of 64 MiB that prefetches one chunk ahead, so a sequential remote read never
   waits for each chunk (Aiven then has no cache and no prefetch).
 - `fetch.manifest.cache.size` (1000 entries), `fetch.manifest.cache.retention.ms` (3600000).
-Other Aiven keys (metrics.*, upload.rate.limit.bytes.per.second, storage.s3.storage.class,
+Other Aiven keys (metrics.*, key.prefix.mask, storage.s3.storage.class,
 ...) are accepted and ignored, as Kafka's AbstractConfig ignores unused keys.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from pybroker.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 PREFIX = "rsm.config."
 
@@ -48,6 +54,7 @@ MEMORY_CACHES = frozenset({f"{AIVEN}.fetch.cache.MemoryChunkCache",
 DISK_CACHES = frozenset({f"{AIVEN}.fetch.cache.DiskChunkCache",
                          f"{AIVEN}.chunkmanager.cache.DiskBasedChunkCache"})
 
+CUSTOM_METADATA_FIELDS = ("REMOTE_SIZE", "OBJECT_PREFIX", "OBJECT_KEY")
 CHUNK_SIZE_MAX = 1073741823  # Aiven: Integer.MAX_VALUE / 2
 DEFAULT_CACHE_SIZE = 64 * 1024 * 1024
 
@@ -88,6 +95,7 @@ class RsmConfig:
     key_prefix: str = ""
     compression_enabled: bool = False
     compression_heuristic: bool = False
+    upload_rate_limit: int | None = None  # bytes per second, all uploads together
     cache: ChunkCacheConfig = ChunkCacheConfig("memory", DEFAULT_CACHE_SIZE, 0, 600000)
     manifest_cache_size: int = 1000
     manifest_cache_retention_ms: int = 3600000
@@ -149,16 +157,21 @@ def parse_rsm_config(configs: Mapping[str, str]) -> RsmConfig:
     if r.flag("encryption.enabled", False):
         raise ConfigError(f"{PREFIX}encryption.enabled=true is not supported by pybroker's "
                           "remote storage manager (no encryption key-pair support); set it to false")
-    fields = r.string("custom.metadata.fields.include")
-    if fields is not None:
-        raise ConfigError(f"Invalid value {fields} for configuration {PREFIX}custom.metadata.fields.include: "
-                          "pybroker stores no custom segment metadata; leave it empty")
+    fields = [f.strip() for f in (r.string("custom.metadata.fields.include") or "").split(",") if f.strip()]
+    for name in fields:
+        if name not in CUSTOM_METADATA_FIELDS:
+            raise ConfigError(f"Invalid value {name} for configuration {PREFIX}custom.metadata.fields.include: "
+                              f"String must be one of: {', '.join(CUSTOM_METADATA_FIELDS)}")
+    if fields:
+        log.warning("%scustom.metadata.fields.include=%s is ignored: pybroker stores no custom segment "
+                    "metadata", PREFIX, ",".join(fields))
     return RsmConfig(
         chunk_size=chunk_size,
         backend=_backend(r),
         key_prefix=r.string("key.prefix", "") or "",
         compression_enabled=r.flag("compression.enabled", False),
         compression_heuristic=r.flag("compression.heuristic.enabled", False),
+        upload_rate_limit=r.integer("upload.rate.limit.bytes.per.second", None, 1048576, 2**31 - 1),
         cache=_cache(r, chunk_size),
         manifest_cache_size=_int(r, "fetch.manifest.cache.size", 1000, -1, LONG_MAX),
         manifest_cache_retention_ms=_int(r, "fetch.manifest.cache.retention.ms", 3600000, -1, LONG_MAX),
