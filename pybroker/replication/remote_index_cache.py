@@ -331,7 +331,8 @@ class RemoteIndexCache:
                     self._delete_files(entry.prefix)
 
     def resize(self, max_size_bytes: int) -> None:
-        """A new remote.log.index.file.cache.total.size.bytes (a dynamic broker config)."""
+        """A new remote.log.index.file.cache.total.size.bytes (a dynamic broker config): entries
+        beyond it go at once (blocking: their files are removed)."""
         with self._lock:
             self.max_size_bytes = max_size_bytes
             self._evict()

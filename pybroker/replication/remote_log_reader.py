@@ -94,7 +94,6 @@ DEFAULT_READER_MAX_PENDING_TASKS = 100
 DEFAULT_FETCH_MAX_BYTES_PER_SECOND = 2**63 - 1
 DEFAULT_FETCH_QUOTA_WINDOW_NUM = 11
 DEFAULT_FETCH_QUOTA_WINDOW_SIZE_SECONDS = 1
-DEFAULT_REMOTE_FETCH_MAX_WAIT_MS = 500
 
 Epochs = Sequence[tuple[int, int]]  # (leader epoch, start offset), ascending
 
@@ -493,6 +492,6 @@ def remote_log_reader(config: BrokerConfig, rsm: RemoteStorageManager,
                            config["remote.log.reader.max.pending.tasks"], quota)
 
 
-__all__ = ["DEFAULT_REMOTE_FETCH_MAX_WAIT_MS", "RemoteFetchQuota", "RemoteLogReadResult", "RemoteLogReader",
+__all__ = ["RemoteFetchQuota", "RemoteLogReadResult", "RemoteLogReader",
            "RemoteLogReaderRejected", "RemoteStorageFetchInfo", "epoch_for_offset", "next_epoch",
            "remote_log_reader"]

@@ -86,7 +86,6 @@ from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_
 from pybroker.replication.partition import Partition
 from pybroker.replication.remote_log_manager import RemoteLogManager
 from pybroker.replication.remote_log_reader import (
-    DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
     RemoteLogReader,
     RemoteStorageFetchInfo,
     remote_log_reader,
@@ -225,7 +224,6 @@ class ReplicaManager:
         # tiered partition's local log start is read back through it in a DelayedRemoteFetch
         self.remote_log_reader: RemoteLogReader | None = None
         self.remote_fetch_purgatory = DelayedOperationPurgatory("RemoteFetch", timer)
-        self.remote_fetch_max_wait_ms = int(config.get("remote.fetch.max.wait.ms", DEFAULT_REMOTE_FETCH_MAX_WAIT_MS))
         self.remote_fetch_expired = 0  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec (a total)
         self.remote_fetch_throttled = 0  # remote reads not scheduled while over the fetch quota
         # followers built from remote storage (Kafka's BuildRemoteLogAuxStateRequestsPerSec and
@@ -615,7 +613,8 @@ class ReplicaManager:
         reader = self.remote_log_reader
         if first is None or first.remote_fetch is None or reader is None:
             return None
-        op = DelayedRemoteFetch(params, reads, first, first.remote_fetch, reader, self, self.remote_fetch_max_wait_ms)
+        op = DelayedRemoteFetch(params, reads, first, first.remote_fetch, reader, self,
+                                int(self.config["remote.fetch.max.wait.ms"]))  # dynamic
         self.spawn(op.run)
         self.remote_fetch_purgatory.try_complete_else_watch(op, [op.key])
         return op
@@ -634,6 +633,13 @@ class ReplicaManager:
         if reader is None:
             r.error_code = Errors.OFFSET_OUT_OF_RANGE
             return
+        # the dynamic broker configs (remote.log.manager.fetch.max.bytes.per.second,
+        # remote.log.index.file.cache.total.size.bytes) take effect on the next remote read
+        reader.quota.bytes_per_second = self.config["remote.log.manager.fetch.max.bytes.per.second"]
+        cache_bytes = self.config["remote.log.index.file.cache.total.size.bytes"]
+        if cache_bytes != reader.index_cache.max_size_bytes:
+            self.spawn(trio.to_thread.run_sync, reader.index_cache.resize, cache_bytes)  # may delete files
+            reader.index_cache.max_size_bytes = cache_bytes
         if reader.quota.throttle_time_ms() > 0:
             self.remote_fetch_throttled += 1
             return
@@ -805,7 +811,7 @@ class ReplicaManager:
         if code:
             return code, -1, -1, -1
         tp = TopicIdPartition(p.topic_id, p.topic, p.partition)
-        timeout_s = int(self.config.get("remote.list.offsets.request.timeout.ms", 30000)) / 1000
+        timeout_s = int(self.config["remote.list.offsets.request.timeout.ms"]) / 1000
         try:
             with trio.fail_after(timeout_s):
                 found = await reader.find_offset_by_timestamp_async(

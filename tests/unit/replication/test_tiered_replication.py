@@ -238,3 +238,21 @@ def test_list_offsets_by_timestamp_in_remote_segments(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
     run(main)
+
+
+def test_the_remote_fetch_quota_answers_empty_without_an_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            leader, rm1, _, tiered = await two_nodes(tmp_path, nursery)
+            # remote.log.manager.fetch.max.bytes.per.second, changed as a dynamic broker config
+            rm1.config.values["remote.log.manager.fetch.max.bytes.per.second"] = 100
+            d = part(await leader.request(ApiKey.FETCH, 12, consumer_fetch(0)))
+            assert d.error_code == 0 and bytes(d.records) == tiered.original[0]  # within the quota so far
+            before = trio.current_time()
+            d = part(await leader.request(ApiKey.FETCH, 12, consumer_fetch(0)))
+            # over it: no remote read, no error; the fetch waited its max_wait_ms for other data
+            assert d.error_code == 0 and not d.records and rm1.remote_fetch_throttled >= 1
+            assert trio.current_time() - before >= 0.5
+            nursery.cancel_scope.cancel()
+
+    run(main)
