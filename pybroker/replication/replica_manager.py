@@ -631,8 +631,7 @@ class ReplicaManager:
             r.error_code = Errors.OFFSET_MOVED_TO_TIERED_STORAGE
             return
         if reader is None:
-            r.error_code = Errors.OFFSET_OUT_OF_RANGE
-            return
+            return  # the node is still attaching its remote log manager: empty, asked again
         # the dynamic broker configs (remote.log.manager.fetch.max.bytes.per.second,
         # remote.log.index.file.cache.total.size.bytes) take effect on the next remote read
         reader.quota.bytes_per_second = self.config["remote.log.manager.fetch.max.bytes.per.second"]
@@ -690,7 +689,8 @@ class ReplicaManager:
         total = 0
         min_one = True
         bad_size_logged = False
-        remote_enabled = self.remote_log_reader is not None or from_follower
+        # tiered storage on this node (remote.log.storage.system.enable): only then can a read be remote
+        remote_enabled = self.log_manager.remote_storage_system_enable
         for r in reads:
             if from_purgatory:  # decided again from the start, as Kafka's readFromLog does
                 r.error_code = 0
