@@ -536,6 +536,20 @@ class UnifiedLog:
         to the log start offset unless part of the log is only in remote storage."""
         return max(self.log_start_offset, self.segments[0].base_offset)
 
+    def retention_roll_due(self, now_ms: int) -> bool:
+        """Kafka's deletableSegments roll for a tiered log: its only segment (the active one) is
+        non-empty, wholly below the high watermark and older than the local retention.ms, so
+        it is rolled to be copied and then removed (otherwise a quiet topic would keep it until
+        segment.ms)."""
+        if not self.remote_log_enabled or not self.config.delete or len(self.segments) != 1:
+            return False
+        active = self.active_segment
+        if active.size == 0 or self.high_watermark < self.log_end_offset:
+            return False
+        cfg = self.config
+        retention_ms = cfg.local_retention_ms_effective if self.remote_log_copy_enabled else cfg.retention_ms
+        return retention_ms >= 0 and now_ms - active.largest_timestamp() > retention_ms
+
     def update_highest_offset_in_remote_storage(self, offset: int) -> None:
         """Kafka's updateHighestOffsetInRemoteStorage: only ever rises, only on a tiered log."""
         if self.remote_log_enabled and offset > self.highest_offset_in_remote_storage:

@@ -805,8 +805,13 @@ class LogManager:
         for i, plog in enumerate(self._hosted()):
             if i and i % PASS_CHUNK == 0:
                 await trio.lowlevel.checkpoint()
-            if len(plog.segments) < 2 or self.logs.get((plog.topic, plog.partition)) is not plog:
-                continue  # retention never removes the active segment; or deleted meanwhile
+            if self.logs.get((plog.topic, plog.partition)) is not plog:
+                continue  # deleted meanwhile
+            if plog.retention_roll_due(now_ms):  # tiered: roll it so it is copied, then removed
+                plog.roll(now_ms)
+                continue
+            if len(plog.segments) < 2:
+                continue  # retention never removes the active segment
             start = plog.retention_start_offset(now_ms)
             if start is None:
                 continue

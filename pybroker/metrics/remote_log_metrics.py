@@ -1,12 +1,12 @@
-"""Tiered storage's meters and gauges (Kafka's BrokerTopicMetrics remote-storage members, KIP-405
-and KIP-963), kept by the remote log manager (pybroker/replication/remote_log_manager.py) and
-the remote reads (pybroker/replication/remote_log_reader.py); exported by
-server/broker_metrics.py under the names Strimzi's rules give Kafka's MBeans:
+"""Tiered storage's meters and gauges of the copy and expiration side (Kafka's BrokerTopicMetrics
+remote-storage members, KIP-405 and KIP-963), kept by the remote log manager
+(pybroker/replication/remote_log_manager.py); exported by server/broker_metrics.py under the
+names Strimzi's rules give Kafka's MBeans (the remote reads' RemoteFetch* meters are the remote
+log reader's, pybroker/replication/remote_log_reader.py):
 
 - meters (a Count per topic and for all topics, `kafka_server_brokertopicmetrics_<name>_total`):
   RemoteCopyBytesPerSec, RemoteCopyRequestsPerSec, RemoteCopyErrorsPerSec,
-  RemoteDeleteRequestsPerSec, RemoteDeleteErrorsPerSec, RemoteFetchBytesPerSec,
-  RemoteFetchRequestsPerSec, RemoteFetchErrorsPerSec (`COUNTERS`);
+  RemoteDeleteRequestsPerSec, RemoteDeleteErrorsPerSec (`COUNTERS`);
 - gauges (per partition here, summed per topic and for all topics when exported, as Kafka's
   topic-level gauges sum the partitions: `kafka_server_brokertopicmetrics_<name>`):
   RemoteCopyLagBytes, RemoteCopyLagSegments, RemoteDeleteLagBytes, RemoteDeleteLagSegments,
@@ -30,9 +30,6 @@ COUNTERS: tuple[tuple[str, str], ...] = (
     ("remote_copy_errors", "RemoteCopyErrorsPerSec"),
     ("remote_delete_requests", "RemoteDeleteRequestsPerSec"),
     ("remote_delete_errors", "RemoteDeleteErrorsPerSec"),
-    ("remote_fetch_bytes", "RemoteFetchBytesPerSec"),
-    ("remote_fetch_requests", "RemoteFetchRequestsPerSec"),
-    ("remote_fetch_errors", "RemoteFetchErrorsPerSec"),
 )
 # (attribute, Kafka gauge name)
 GAUGES: tuple[tuple[str, str], ...] = (
@@ -52,9 +49,6 @@ class RemoteTopicCounters:
     remote_copy_errors: int = 0
     remote_delete_requests: int = 0
     remote_delete_errors: int = 0
-    remote_fetch_bytes: int = 0
-    remote_fetch_requests: int = 0
-    remote_fetch_errors: int = 0
 
     def values(self) -> tuple[int, ...]:
         return tuple(getattr(self, attr) for attr, _ in COUNTERS)

@@ -70,13 +70,7 @@ class DelayedRemoteFetch(DelayedOperation):
     async def run(self) -> None:
         """The read (on a reader thread), then a try through the purgatory."""
         self.result = result = await self.reader.read_async(self.info)
-        rlm = self.replica_manager.remote_log_manager
-        if rlm is not None:  # Kafka's RemoteFetchRequestsPerSec, RemoteFetchBytesPerSec, RemoteFetchErrorsPerSec
-            counters = rlm.metrics.topic(self.remote.topic)
-            counters.remote_fetch_requests += 1
-            counters.remote_fetch_bytes += len(result.records)
-            if result.error is not None and not isinstance(result.error, OffsetOutOfRangeError):
-                counters.remote_fetch_errors += 1
+        self.reader.record(self.remote.topic, result)  # RemoteFetch{Requests,Bytes,Errors}PerSec
         if not self.completed:
             self.replica_manager.remote_fetch_purgatory.check_and_complete(self.key)
 

@@ -308,6 +308,9 @@ class RemoteLogManager:
                     await self._run_once(task)
                 except trio.Cancelled:
                     raise
+                except RemoteStorageError as exc:  # the store or the metadata topic: retried
+                    logger.warning("%s: remote log task failed, retrying in %s s: %s", task.tip, self.interval_s,
+                                   exc)
                 except Exception:
                     logger.exception("%s: remote log task failed; retrying in %s s", task.tip, self.interval_s)
                 await trio.sleep(self.interval_s)
@@ -400,7 +403,13 @@ class RemoteLogManager:
                 return  # the log moved, or the role or config changed meanwhile
             await self._wait_for_copy_quota()
             self._copy_rate.record(segment.size, int(trio.current_time() * 1000))
-            await self._copy_segment(task, plog, segment, next_base)
+            try:
+                await self._copy_segment(task, plog, segment, next_base)
+            except trio.Cancelled:
+                raise
+            except Exception:
+                self.metrics.topic(task.tip.topic).remote_copy_errors += 1  # Kafka's failedRemoteCopyRequestRate
+                raise
             if len(candidates) >= BACKLOG_LOG_SEGMENTS:
                 logger.info("%s: copied %d of %d segments to remote storage (up to offset %d)", task.tip,
                             i + 1, len(candidates), next_base - 1)
@@ -464,10 +473,9 @@ class RemoteLogManager:
             stats.remote_copy_requests += 1
             try:
                 custom = await self._blocking(self._upload, metadata, segment, snapshot, txn_bytes, checkpoint, size)
-            except Exception:
-                stats.remote_copy_errors += 1
-                logger.warning("%s: copy of %s failed, cleaning segment %s", tip, segment.log_path.name,
-                               uuid.UUID(bytes=segment_id.id), exc_info=True)
+            except Exception as exc:
+                logger.warning("%s: copy of %s failed (%s), cleaning segment %s", tip, segment.log_path.name,
+                               exc, uuid.UUID(bytes=segment_id.id), exc_info=not isinstance(exc, RemoteStorageError))
                 try:
                     await self._delete_segment(metadata)
                 except Exception as exc:
@@ -475,7 +483,6 @@ class RemoteLogManager:
                 raise
             limit = self.config["remote.log.metadata.custom.metadata.max.bytes"]
             if custom is not None and len(custom) > limit:
-                stats.remote_copy_errors += 1
                 logger.warning("%s: custom metadata size %d exceeds configured limit %d; the copied segment "
                                "is removed again", tip, len(custom), limit)
                 await self._delete_segment(metadata)

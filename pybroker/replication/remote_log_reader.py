@@ -229,10 +229,13 @@ class RemoteLogReader:
         self._pending = 0  # event loop only
         self._lock = threading.Lock()
         self._hints: OrderedDict[tuple[bytes, int], int] = OrderedDict()
-        # Kafka's RemoteFetchBytesPerSec, RemoteFetchRequestsPerSec, RemoteFetchErrorsPerSec (totals)
+        # totals of the reads (any thread, under the lock)
         self.fetch_bytes = 0
         self.fetch_requests = 0
         self.fetch_errors = 0
+        # Kafka's BrokerTopicMetrics RemoteFetchRequestsPerSec, RemoteFetchBytesPerSec,
+        # RemoteFetchErrorsPerSec per topic: [requests, bytes, errors] (event loop only, `record`)
+        self.topic_meters: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ the event loop's side
 
@@ -246,6 +249,17 @@ class RemoteLogReader:
             return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
         finally:
             self._pending -= 1
+
+    def record(self, topic: str, result: RemoteLogReadResult) -> None:
+        """Count a finished read in the topic's meters (event loop; an offset the remote tier
+        does not hold is not a failed read, as in Kafka's RemoteLogReader)."""
+        meters = self.topic_meters.get(topic)
+        if meters is None:
+            meters = self.topic_meters[topic] = [0, 0, 0]
+        meters[0] += 1
+        meters[1] += len(result.records)
+        if result.error is not None and not isinstance(result.error, OffsetOutOfRangeError):
+            meters[2] += 1
 
     async def read_async(self, info: RemoteStorageFetchInfo) -> RemoteLogReadResult:
         """`read` on a reader thread; the error, if any, is in the result (Kafka's RemoteLogReader)."""
@@ -492,6 +506,10 @@ def remote_log_reader(config: BrokerConfig, rsm: RemoteStorageManager,
                            config["remote.log.reader.max.pending.tasks"], quota)
 
 
-__all__ = ["RemoteFetchQuota", "RemoteLogReadResult", "RemoteLogReader",
+# (index in RemoteLogReader.topic_meters' lists, Kafka's meter name), in export order
+REMOTE_FETCH_METERS: tuple[tuple[int, str], ...] = ((0, "RemoteFetchRequestsPerSec"), (1, "RemoteFetchBytesPerSec"),
+                                                    (2, "RemoteFetchErrorsPerSec"))
+
+__all__ = ["REMOTE_FETCH_METERS", "RemoteFetchQuota", "RemoteLogReadResult", "RemoteLogReader",
            "RemoteLogReaderRejected", "RemoteStorageFetchInfo", "epoch_for_offset", "next_epoch",
            "remote_log_reader"]

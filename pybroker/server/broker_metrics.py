@@ -42,6 +42,9 @@ import trio
 from pybroker.metrics.broker_topic_stats import COUNTERS
 from pybroker.metrics.event_loop import EventLoopIdle
 from pybroker.metrics.registry import Family, MetricsRegistry, counter, gauge
+from pybroker.metrics.remote_log_metrics import COUNTERS as REMOTE_COUNTERS
+from pybroker.metrics.remote_log_metrics import GAUGES as REMOTE_GAUGES
+from pybroker.replication.remote_log_reader import REMOTE_FETCH_METERS
 
 if TYPE_CHECKING:
     from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
@@ -63,7 +66,7 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
 
     for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
                      _log_flush, _controller, _groups, _share_coordinator, _share_partitions, _requests,
-                     _socket_server):
+                     _socket_server, _remote_storage, _remote_fetch):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -182,6 +185,68 @@ async def _replica_manager(broker: Broker) -> list[Family]:
     ]
 
 
+def _remote_storage(broker: Broker) -> list[Family]:
+    """Tiered storage's BrokerTopicMetrics (metrics/remote_log_metrics.py): the Remote* meters'
+    Counts and gauges, for all topics and per topic; none on a node without tiered storage."""
+    rlm = getattr(broker, "remote_log_manager", None)
+    if rlm is None:
+        return []
+    totals, per_topic, gauge_totals, gauges_per_topic = rlm.metrics.snapshot()
+    out = []
+    for i, (_attr, meter) in enumerate(REMOTE_COUNTERS):
+        short = meter.removesuffix("PerSec").lower()
+        f = Family(f"kafka_server_brokertopicmetrics_{short}_total", "counter",
+                   f"Kafka's BrokerTopicMetrics {meter} Count: all topics, and per topic", ("topic",))
+        f.add(totals[i])
+        for topic, values in per_topic:
+            f.add(values[i], topic)
+        out.append(f)
+    for i, (_attr, name) in enumerate(REMOTE_GAUGES):
+        f = Family(f"kafka_server_brokertopicmetrics_{name.lower()}", "gauge",
+                   f"Kafka's BrokerTopicMetrics {name}: all topics, and per topic (its partitions led here)",
+                   ("topic",))
+        f.add(gauge_totals[i])
+        for topic, values in gauges_per_topic:
+            f.add(values[i], topic)
+        out.append(f)
+    out.append(counter("pybroker_remote_copy_throttle_time_ms_total",
+                       "milliseconds copies to remote storage waited for "
+                       "remote.log.manager.copy.max.bytes.per.second", rlm.metrics.copy_throttle_time_ms))
+    return out
+
+
+def _remote_fetch(broker: Broker) -> list[Family]:
+    """The remote reads' meters (replication/remote_log_reader.py): Kafka's BrokerTopicMetrics
+    RemoteFetch{Requests,Bytes,Errors}PerSec Counts, all topics and per topic; DelayedRemoteFetch's
+    ExpiresPerSec; the followers built from remote storage (BuildRemoteLogAuxState{Requests,Errors}PerSec,
+    all topics). None on a node without tiered storage."""
+    rm = broker.replica_manager
+    reader = rm.remote_log_reader
+    if reader is None:
+        return []
+    out = []
+    for i, meter in REMOTE_FETCH_METERS:
+        short = meter.removesuffix("PerSec").lower()
+        f = Family(f"kafka_server_brokertopicmetrics_{short}_total", "counter",
+                   f"Kafka's BrokerTopicMetrics {meter} Count: all topics, and per topic", ("topic",))
+        f.add(sum(m[i] for m in reader.topic_meters.values()))
+        for topic, m in sorted(reader.topic_meters.items()):
+            f.add(m[i], topic)
+        out.append(f)
+    out += [
+        counter("kafka_server_delayedremotefetchmetrics_expires_total",
+                "remote reads that did not finish within remote.fetch.max.wait.ms (ExpiresPerSec Count)",
+                rm.remote_fetch_expired),
+        counter("kafka_server_brokertopicmetrics_buildremotelogauxstaterequests_total",
+                "followers built from remote storage (BuildRemoteLogAuxStateRequestsPerSec Count)",
+                rm.build_remote_log_aux_state_requests),
+        counter("kafka_server_brokertopicmetrics_buildremotelogauxstateerrors_total",
+                "failed builds of a follower from remote storage (BuildRemoteLogAuxStateErrorsPerSec Count)",
+                rm.failed_build_remote_log_aux_state),
+    ]
+    return out
+
+
 def _replication_quotas(broker: Broker) -> list[Family]:
     """KIP-73's sensors (Kafka's kafka.server:type=LeaderReplication / FollowerReplication,
     byte-rate): the throttled partitions' replication bytes per second, as the quota measures them."""
@@ -206,7 +271,8 @@ def _purgatories(broker: Broker) -> list[Family]:
     delayed = Family("kafka_server_delayedoperationpurgatory_numdelayedoperations", "gauge",
                      "distinct requests waiting in the purgatory (Kafka's NumDelayedOperations)",
                      ("delayedOperation",))
-    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory):
+    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory,
+                      rm.remote_fetch_purgatory):
         watched, ops = purgatory.pending_counts()
         size.add(watched, purgatory.name)
         delayed.add(ops, purgatory.name)

@@ -5,9 +5,11 @@ read_committed), -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+), -
 (v9+), -6 earliest pending upload (v11+, KIP-1023), else the first offset whose timestamp >= the
 target (offset -1 when there is none below the high watermark; on a tiered partition the
 remote segments below the local log are searched first, ReplicaManager.fetch_offset_with_remote,
-so the handler awaits). No tiered storage: -5 and -6
-answer offset -1 with leader epoch -1, as Kafka does for a topic without it; a special
-timestamp below its first version is UNSUPPORTED_VERSION for that partition. Leader epochs
+so the handler awaits). -4/-5/-6 on a tiered topic
+are the log's (UnifiedLog.fetch_offset_by_timestamp: local log start, highest offset in remote
+storage, first offset not yet copied); on a topic that is not tiered -4 is -2's answer and -5
+and -6 answer offset -1 with leader epoch -1, as Kafka does; a special timestamp below its
+first version is UNSUPPORTED_VERSION for that partition. Leader epochs
 come from the partition's leader-epoch cache so they agree with Metadata and the batches
 (CLIENTS.md pitfall 10).
 """

@@ -18,6 +18,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.messages import ListOffsetsRequest
 from pybroker.testing import EmbeddedBroker
 from pybroker.tiered.rlmm_config import REMOTE_LOG_METADATA_TOPIC_NAME
+from tests.metrics.scrape import scrape
 
 from .wire import WireClient
 
@@ -56,7 +57,8 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=tiered_overrides(tmp_path)) as b:
+    overrides = tiered_overrides(tmp_path, **{"metrics.listener": "http://127.0.0.1:0"})
+    with EmbeddedBroker(log_dir=str(tmp_path / "logs"), overrides=overrides) as b:
         yield b
 
 
@@ -152,6 +154,20 @@ def test_rolled_segments_are_copied_and_local_retention_keeps_only_the_tail(node
     assert earliest_local == active_base > 0
     assert latest_tiered == active_base - 1  # every rolled segment is in the store
     assert pending == active_base
+    # Kafka's BrokerTopicMetrics names on the Prometheus endpoint
+    assert node.metrics_url is not None
+    copied = len(remote_logs(tmp_path, topic))
+    metrics = scrape(node.metrics_url)
+    prefix = "kafka_server_brokertopicmetrics_"
+    assert metrics.value(f"{prefix}remotecopyrequests_total", topic=topic) == copied
+    assert metrics.value(f"{prefix}remotecopyerrors_total", topic=topic) == 0
+    remote_bytes = sum(p.stat().st_size for p in remote_logs(tmp_path, topic))
+    assert metrics.value(f"{prefix}remotecopybytes_total", topic=topic) == remote_bytes  # uncompressed chunks
+    wait_until(lambda: scrape(node.metrics_url).value(f"{prefix}remotelogsizebytes", topic=topic) == remote_bytes,
+               "RemoteLogSizeBytes")
+    metrics = scrape(node.metrics_url)
+    assert metrics.value(f"{prefix}remotelogmetadatacount", topic=topic) == copied
+    assert metrics.value(f"{prefix}remotecopylagsegments", topic=topic) == 0
 
 
 def test_remote_log_copy_disable_copies_nothing(tmp_path: Path) -> None:
@@ -194,6 +210,20 @@ def test_total_retention_and_delete_records_remove_remote_data(node: EmbeddedBro
     # topic deletion removes the rest of its remote data
     a.delete_topics([topic])[topic].result(30)
     wait_until(lambda: remote_logs(tmp_path, topic) == [], "the remote data of the deleted topic")
+
+
+def test_total_retention_by_time_expires_remote_segments(node: EmbeddedBroker, tmp_path: Path) -> None:
+    topic = "tiered-time"
+    # local copies go after 0.5 s, everything after 3 s (records carry the producer's timestamps)
+    create_topic(node, topic, **{"local.retention.ms": "500", "retention.ms": "3000"})
+    produce(node, topic, 30)
+    wait_until(lambda: len(remote_logs(tmp_path, topic)) >= 3, "segments in the store")
+    wait_until(lambda: offsets(node, topic, OffsetSpec.EARLIEST)[0] > 0, "time retention of the remote part")
+    wait_until(lambda: remote_logs(tmp_path, topic) == [], "the expired remote segments deleted")
+    earliest, earliest_local, latest = offsets(node, topic, OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL,
+                                               OffsetSpec.LATEST)
+    assert latest == 30
+    assert earliest == earliest_local  # nothing left below the local part
 
 
 def test_restart_keeps_the_log_start_and_the_local_start(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from pybroker.protocol.api_keys import ApiKey
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest
 from pybroker.testing import EmbeddedBroker
+from tests.metrics.scrape import scrape
 
 from .wire import WireClient
 
@@ -53,6 +54,7 @@ def tiered_overrides(tmp: Path) -> dict[str, str]:
         "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
         "remote.log.manager.task.interval.ms": "200",
         "log.retention.check.interval.ms": "200",
+        "metrics.listener": "http://127.0.0.1:0",
     }
 
 
@@ -175,6 +177,15 @@ def test_clients_consume_from_offset_zero_across_remote_segments(tiered: tuple[E
     assert consume_confluent(b, topic, COUNT) == expected()
     assert consume_kafka_python(b, topic, COUNT) == expected()
     assert consume_aiokafka(b, topic, COUNT) == expected()
+    # Kafka's RemoteFetch meters on the Prometheus endpoint: every remote byte was read back
+    # (three times); nothing failed
+    assert b.metrics_url is not None
+    metrics = scrape(b.metrics_url)
+    prefix = "kafka_server_brokertopicmetrics_"
+    remote_bytes = sum(p.stat().st_size for p in remote_logs(tmp, topic))
+    assert metrics.value(f"{prefix}remotefetchbytes_total", topic=topic) >= 3 * remote_bytes
+    assert metrics.value(f"{prefix}remotefetchrequests_total", topic=topic) >= 3
+    assert metrics.value(f"{prefix}remotefetcherrors_total", topic=topic) == 0
 
 
 def test_offsets_for_times_finds_a_record_only_the_store_holds(tiered: tuple[EmbeddedBroker, Path]) -> None:
@@ -256,3 +267,5 @@ def test_store_down_then_back(tiered: tuple[EmbeddedBroker, Path]) -> None:
         os.rename(away, objects)
     assert fetch_error(b, topic, 0)[0] == 0
     assert consume_confluent(b, topic, COUNT) == expected()
+    assert b.metrics_url is not None
+    assert scrape(b.metrics_url).value("kafka_server_brokertopicmetrics_remotefetcherrors_total", topic=topic) >= 1

@@ -11,6 +11,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
@@ -33,6 +34,11 @@ from pybroker.log.remote.remote_log_segment_metadata import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
+)
+from pybroker.log.remote.remote_storage_manager import (
+    LogSegmentData,
+    RemoteStorageError,
+    RemoteStorageManager,
 )
 from pybroker.log.remote.storage import create_remote_storage_manager
 from pybroker.records.batch import build_batch
@@ -156,14 +162,36 @@ async def wait_until(predicate: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class FlakyStore:
+    """The filesystem RSM, its uploads failing while `down` (an object store that went away
+    mid-copy: the first chunk is written, then the store fails)."""
+
+    def __init__(self, rsm: RemoteStorageManager) -> None:
+        self.rsm = rsm
+        self.down = False
+        self.failed = 0
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        if self.down:
+            self.failed += 1
+            raise RemoteStorageError("store unavailable")
+        return self.rsm.copy_log_segment_data(metadata, data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.rsm, name)
+
+
 def run_with_rlm(tmp_path: Path, scenario: Callable[[RemoteLogManager, MemoryRlmm, Path], Awaitable[None]],
-                 **broker: str) -> None:
+                 wrap: Callable[[RemoteStorageManager], RemoteStorageManager] | None = None,
+                 broker: dict[str, str] | None = None) -> None:
     root = tmp_path / "remote"
     rsm = create_remote_storage_manager(AIVEN_RSM, {"storage.backend.class": FS, "storage.root": str(root),
                                                     "chunk.size": "4096"})
+    if wrap is not None:
+        rsm = wrap(rsm)
     rlmm = MemoryRlmm()
     config = BrokerConfig({"remote.log.storage.system.enable": "true",
-                           "remote.log.manager.task.interval.ms": "20", **broker})
+                           "remote.log.manager.task.interval.ms": "20", **(broker or {})})
 
     async def main() -> None:
         rlm = RemoteLogManager(config, 1, rsm, rlmm, clock=clock)
@@ -307,6 +335,37 @@ def test_a_copy_left_unfinished_by_a_crash_is_deleted_and_copied_again(tmp_path:
     run_with_rlm(tmp_path, scenario)
 
 
+def test_copies_retry_while_the_store_is_down_and_leave_nothing_behind(tmp_path: Path) -> None:
+    plog = make_log(tmp_path)
+    append(plog, 12)
+    p = FakePartition("orders", 0, plog.topic_id or b"", plog)
+    flaky: list[FlakyStore] = []
+
+    def wrap(rsm: RemoteStorageManager) -> RemoteStorageManager:
+        flaky.append(FlakyStore(rsm))
+        flaky[0].down = True
+        return cast(RemoteStorageManager, flaky[0])
+
+    async def scenario(rlm: RemoteLogManager, rlmm: MemoryRlmm, root: Path) -> None:
+        store = flaky[0]
+        rlm.on_partition(p)
+        tip = TopicIdPartition(p.topic_id, "orders", 0)
+        await wait_until(lambda: store.failed >= 3, "copies failing")
+        # each failed attempt was rolled back: DELETE_SEGMENT_STARTED/FINISHED, nothing counted as remote
+        assert finished(rlmm, tip) == []
+        assert plog.highest_offset_in_remote_storage == -1
+        assert plog.retention_start_offset(NOW) is None  # nothing local may go
+        assert rlm.metrics.topic("orders").remote_copy_errors == store.failed
+        store.down = False
+        await wait_until(lambda: plog.highest_offset_in_remote_storage == plog.segments[-1].base_offset - 1,
+                         "the copies once the store is back")
+        live = list(rlmm.list_remote_log_segments(tip))
+        assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in live)
+        assert len(remote_objects(root)) == 3 * len(live)  # no leftovers of the failed attempts
+
+    run_with_rlm(tmp_path, scenario, wrap=wrap)
+
+
 def test_follower_learns_the_highest_remote_offset(tmp_path: Path) -> None:
     plog = make_log(tmp_path, **{"local.retention.bytes": 1})
     append(plog, 12)
@@ -380,7 +439,7 @@ def test_copy_throttle_holds_the_rate(tmp_path: Path) -> None:
         await wait_until(lambda: len(finished(rlmm, tip)) >= 2, "copies")
         assert rlm.metrics.copy_throttle_time_ms > 0  # a copy waited for the quota
 
-    run_with_rlm(tmp_path, scenario, **{"remote.log.manager.copy.max.bytes.per.second": "500"})
+    run_with_rlm(tmp_path, scenario, broker={"remote.log.manager.copy.max.bytes.per.second": "500"})
 
 
 def test_lineage_check_and_epoch_checkpoint_bytes() -> None:
@@ -414,3 +473,21 @@ def test_restart_keeps_the_log_start_below_the_local_segments(tmp_path: Path, en
     else:  # not tiered on this node: the log starts at its first segment
         assert reopened.log_start_offset == reopened.segments[0].base_offset
     reopened.close()
+
+
+def test_a_quiet_tiered_log_rolls_its_only_segment_once_local_retention_passes(tmp_path: Path) -> None:
+    plog = make_log(tmp_path, **{"local.retention.ms": 1000, "segment.bytes": 1 << 20})
+    append(plog, 3, ts=NOW)
+    assert len(plog.segments) == 1
+    assert not plog.retention_roll_due(NOW + 1000)  # not older than local.retention.ms yet
+    assert plog.retention_roll_due(NOW + 1001)
+    plog.high_watermark -= 1  # unreplicated data: never
+    assert not plog.retention_roll_due(NOW + 5000)
+    plog.high_watermark = plog.log_end_offset
+    plog.roll(NOW + 5000)
+    assert len(plog.segments) == 2 and not plog.retention_roll_due(NOW + 5000)
+    off = make_log(tmp_path / "off", **{"remote.storage.enable": False, "retention.ms": 1000,
+                                        "segment.bytes": 1 << 20})
+    append(off, 3, ts=NOW)
+    assert not off.retention_roll_due(NOW + 5000)  # a log that is not tiered keeps Kafka's old rule
+
