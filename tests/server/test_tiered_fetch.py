@@ -186,6 +186,10 @@ def test_clients_consume_from_offset_zero_across_remote_segments(tiered: tuple[E
     assert metrics.value(f"{prefix}remotefetchbytes_total", topic=topic) >= 3 * remote_bytes
     assert metrics.value(f"{prefix}remotefetchrequests_total", topic=topic) >= 3
     assert metrics.value(f"{prefix}remotefetcherrors_total", topic=topic) == 0
+    # the remote indexes are cached on local disk under Kafka's names: <start offset>_<segment id>
+    cached = sorted(p.name for p in (tmp / "logs" / "remote-log-index-cache").iterdir())
+    assert any(n.startswith("0_") and n.endswith(".index") for n in cached), cached
+    assert {n.rsplit(".", 1)[1] for n in cached} == {"index", "timeindex", "txnindex"}
 
 
 def test_offsets_for_times_finds_a_record_only_the_store_holds(tiered: tuple[EmbeddedBroker, Path]) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybroker._native import records as _records
 from pybroker.log.errors import OffsetOutOfRangeError
@@ -255,3 +257,53 @@ def test_read_async_runs_on_reader_threads(tmp_path):
         out.append(await coro)
 
     trio.run(main)
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory: pytest.TempPathFactory) -> tuple[TieredLog, RemoteLogReader, list[list[tuple[int, int, int]]]]:
+    """Four remote segments of batches of 1-6 records with values of 10 bytes to 9 KB (fixed
+    seed), and per segment its batches (base offset, last offset, size)."""
+    import random
+
+    rng = random.Random(405)
+    tmp = tmp_path_factory.mktemp("varied")
+    t = TieredLog(tmp, DirectoryRSM(tmp / "remote"))
+    for _ in range(4):
+        for _ in range(rng.randint(3, 12)):
+            n = rng.randint(1, 6)
+            t.append(bytearray(build_batch([(1000 + t.plog.log_end_offset + i, None, b"x" * rng.randint(10, 9000), ())
+                                            for i in range(n)])))
+        t.roll()
+    t.append(batch(5000))
+    t.copy_and_drop(4)
+    per_segment = [batches(t.original[md.start_offset]) for md in t.copied]
+    return t, reader_for(t, tmp), per_segment
+
+
+def oracle(per_segment: list[list[tuple[int, int, int]]], offset: int, max_bytes: int, min_one: bool) -> list[int]:
+    """The base offsets a read returns: from the batch holding `offset`, whole batches of that
+    segment within max_bytes (the first one whole when min_one)."""
+    for segment in per_segment:
+        for i, (_base, last, size) in enumerate(segment):
+            if last >= offset:
+                if size > max_bytes and not min_one:
+                    return []
+                limit, total, out = max(max_bytes, size), 0, []
+                for base, _last, s in segment[i:]:
+                    if total + s > limit:
+                        break
+                    total += s
+                    out.append(base)
+                return out
+    raise AssertionError(f"offset {offset} is not remote")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), max_bytes=st.integers(1, 40_000), min_one=st.booleans())
+def test_any_read_returns_the_oracles_batches(varied, data, max_bytes: int, min_one: bool) -> None:
+    t, reader, per_segment = varied
+    offset = data.draw(st.integers(0, t.copied[-1].end_offset))
+    result = reader.read(info(offset, max_bytes=max_bytes, min_one=min_one))
+    assert result.error is None
+    got = [base for base, _last, _size in batches(result.records)] if result.records else []
+    assert got == oracle(per_segment, offset, max_bytes, min_one)
