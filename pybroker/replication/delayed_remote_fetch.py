@@ -13,9 +13,10 @@ the "RemoteFetch" purgatory, keyed by the partition. The operation completes (Ka
 
 On completion (`on_complete`) the remote partition's LogRead gets the records (one bytes
 chunk), the aborted transactions (read_committed: the remote transaction indexes', and the
-local log's when the read said the remote ones do not settle it), or the error: an offset the
-remote tier does not have is OFFSET_OUT_OF_RANGE, anything else the store failed with
-UNKNOWN_SERVER_ERROR (Kafka's answer to a RemoteStorageException). A read that did not finish
+local log's when the read said the remote ones do not settle it), or the error
+(`read_error_code`): an offset the remote tier does not have is OFFSET_OUT_OF_RANGE, metadata
+still loading REPLICA_NOT_AVAILABLE, anything else the store failed with UNKNOWN_SERVER_ERROR
+(Kafka's answer to a RemoteStorageException). A read that did not finish
 in time answers that partition empty, without an error, so the consumer asks again (Kafka's
 expiration); the read still running finishes on its thread and its result is dropped. The other
 partitions keep what the first read found. The handler, awaiting the operation
@@ -30,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from pybroker.log.errors import OffsetOutOfRangeError
+from pybroker.log.remote.remote_log_metadata_cache import RemoteLogMetadataNotReadyError
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.replication.fetch_params import FetchParams, LogRead
@@ -43,6 +45,18 @@ if TYPE_CHECKING:
     from pybroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("pybroker.remote.fetch")
+
+
+def read_error_code(error: BaseException) -> int:
+    """A failed remote read's error code, as Kafka's Errors.forException answers it: an offset the
+    remote tier does not hold OFFSET_OUT_OF_RANGE; the partition's metadata still being loaded
+    (ReplicaNotAvailableException) REPLICA_NOT_AVAILABLE; anything else (a RemoteStorageException,
+    which is not one of the protocol's exceptions) UNKNOWN_SERVER_ERROR."""
+    if isinstance(error, OffsetOutOfRangeError):
+        return Errors.OFFSET_OUT_OF_RANGE
+    if isinstance(error, RemoteLogMetadataNotReadyError):
+        return Errors.REPLICA_NOT_AVAILABLE
+    return Errors.UNKNOWN_SERVER_ERROR
 
 
 class DelayedRemoteFetch(DelayedOperation):
@@ -99,8 +113,7 @@ class DelayedRemoteFetch(DelayedOperation):
         if result is None or p is None or r.error_code:
             pass  # not finished in time, or no longer served here: answered empty
         elif result.error is not None:
-            r.error_code = (Errors.OFFSET_OUT_OF_RANGE if isinstance(result.error, OffsetOutOfRangeError)
-                            else Errors.UNKNOWN_SERVER_ERROR)
+            r.error_code = read_error_code(result.error)
             r.regions = None
             r.aborted = None
             r.size = 0

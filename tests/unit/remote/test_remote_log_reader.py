@@ -307,3 +307,13 @@ def test_any_read_returns_the_oracles_batches(varied, data, max_bytes: int, min_
     assert result.error is None
     got = [base for base, _last, _size in batches(result.records)] if result.records else []
     assert got == oracle(per_segment, offset, max_bytes, min_one)
+
+
+def test_a_failed_read_answers_kafkas_error_codes() -> None:
+    from pybroker.log.remote.remote_log_metadata_cache import RemoteLogMetadataNotReadyError
+    from pybroker.protocol.errors import Errors
+    from pybroker.replication.delayed_remote_fetch import read_error_code
+
+    assert read_error_code(OffsetOutOfRangeError("not in the remote tier")) == Errors.OFFSET_OUT_OF_RANGE
+    assert read_error_code(RemoteLogMetadataNotReadyError("loading")) == Errors.REPLICA_NOT_AVAILABLE
+    assert read_error_code(RemoteStorageError("the store is down")) == Errors.UNKNOWN_SERVER_ERROR
