@@ -219,9 +219,10 @@ class ReplicaManager:
         windows = (config["replication.quota.window.num"], config["replication.quota.window.size.seconds"])
         self.leader_quota = ReplicationQuotaManager(LEADER_REPLICATION, *windows)
         self.follower_quota = ReplicationQuotaManager(FOLLOWER_REPLICATION, *windows)
-        # tiered storage (KIP-405), the read side: the node sets `remote_log_reader` when
-        # remote.log.storage.system.enable is on (server/broker.py); a consumer's fetch below a
-        # tiered partition's local log start is read back through it in a DelayedRemoteFetch
+        # tiered storage (KIP-405), the read side: `remote_log_reader` is made from the remote log
+        # manager's RSM and RLMM when it is attached (`attach_remote_log_manager`); a consumer's
+        # fetch below a tiered partition's local log start is read back through it in a
+        # DelayedRemoteFetch, a follower's answered OFFSET_MOVED_TO_TIERED_STORAGE
         self.remote_log_reader: RemoteLogReader | None = None
         self.remote_fetch_purgatory = DelayedOperationPurgatory("RemoteFetch", timer)
         self.remote_fetch_expired = 0  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec (a total)
