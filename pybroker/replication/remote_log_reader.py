@@ -162,7 +162,7 @@ class RemoteLogReadResult:
     `local_txn_range` is set the remote transaction indexes did not settle them and the
     caller adds the local log's in [start, upper)."""
 
-    records: bytes = b""
+    records: bytes | memoryview = b""  # a view of the bytes the store returned: no copy
     aborted: list[AbortedTxn] | None = None
     local_txn_range: tuple[int, int] | None = None
     segment: RemoteLogSegmentMetadata | None = None
@@ -175,7 +175,7 @@ class _Window:
 
     metadata: RemoteLogSegmentMetadata
     start: int
-    data: bytearray = field(default_factory=bytearray)
+    data: bytes | bytearray = b""  # the store's bytes as returned; a bytearray once extended
 
     @property
     def end(self) -> int:
@@ -337,11 +337,11 @@ class RemoteLogReader:
         if first_size > max_bytes and not info.min_one_message:
             if not info.hard_max_bytes_limit:
                 return RemoteLogReadResult(aborted=[] if info.read_committed else None, segment=md)
-            data = bytes(window.data[first:first + max_bytes])  # Fetch v0-2: the cut batch
-            return RemoteLogReadResult(data, [] if info.read_committed else None, segment=md)
+            cut = memoryview(window.data)[first:first + max_bytes]  # Fetch v0-2: the cut batch
+            return RemoteLogReadResult(cut, [] if info.read_committed else None, segment=md)
         limit = max(max_bytes, first_size)
         end, last_offset = self._whole_batches(window, first, limit)
-        data = bytes(window.data[first:end])
+        data = memoryview(window.data)[first:end]
         first_base = int.from_bytes(window.data[first:first + 8], "big", signed=True)
         self._hint(md, last_offset + 1, window.start + end)
         result = RemoteLogReadResult(data, segment=md)
@@ -359,7 +359,12 @@ class RemoteLogReader:
         data = self.rsm.fetch_log_segment(window.metadata, window.end, last)
         if not data:
             return False
-        window.data += data
+        if not window.data:
+            window.data = data
+        else:
+            if not isinstance(window.data, bytearray):
+                window.data = bytearray(window.data)
+            window.data += data
         return True
 
     def _first_batch(self, md: RemoteLogSegmentMetadata, offset: int,
@@ -387,7 +392,7 @@ class RemoteLogReader:
                 need = max(need, pos + LOG_OVERHEAD + length - len(window.data))
             # forget what was skipped, so a long skip does not hold the segment in memory
             if pos:
-                del window.data[:pos]
+                window.data = window.data[pos:]
                 window.start += pos
                 pos = 0
             if not self._fetch(window, need):
@@ -406,9 +411,17 @@ class RemoteLogReader:
                     return pos, last_offset
                 pos = at + size
                 last_offset = base + last_delta
-            if valid_end > pos:  # a batch the scan rejected (not a batch): stop before it
+            if valid_end > pos or pos - first >= limit:  # a batch the scan rejected, or full
                 return pos, last_offset
-            if pos - first >= limit or not self._fetch(window, limit - (pos - first) + _SLACK_BYTES):
+            # the window ends inside the next batch: its header says whether it fits, so a batch
+            # past the limit is never read only to be dropped
+            need = limit - (pos - first)
+            if len(window.data) - pos >= LOG_OVERHEAD:
+                length = int.from_bytes(window.data[pos + 8:pos + 12], "big", signed=True)
+                if length <= 0 or pos + LOG_OVERHEAD + length - first > limit:
+                    return pos, last_offset
+                need = pos + LOG_OVERHEAD + length - len(window.data)
+            if not self._fetch(window, need):
                 return pos, last_offset
 
     def _hint(self, md: RemoteLogSegmentMetadata, next_offset: int, position: int) -> None:
@@ -485,7 +498,7 @@ class RemoteLogReader:
                 pos = at + size
             if valid_end > pos:
                 return None
-            del window.data[:pos]
+            window.data = window.data[pos:]
             window.start += pos
             pos = 0
         return None
