@@ -28,6 +28,7 @@ Concurrency: trio thread only, except the read itself, which is on a worker thre
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pybroker.log.errors import OffsetOutOfRangeError
@@ -83,8 +84,23 @@ class DelayedRemoteFetch(DelayedOperation):
 
     async def run(self) -> None:
         """The read (on a reader thread), then a try through the purgatory."""
-        self.result = result = await self.reader.read_async(self.info)
-        self.reader.record(self.remote.topic, result)  # RemoteFetch{Requests,Bytes,Errors}PerSec
+        reader = self.reader
+        result = None
+        ahead = reader.claim_read_ahead(self.info)
+        if ahead is not None:  # started when this consumer's previous read finished
+            await ahead.done.wait()
+            result = ahead.result
+            if result is not None and result.error is not None:
+                result = None  # failed ahead of time: read again now
+        if result is None:
+            result = await reader.read_async(self.info)
+            reader.record(self.remote.topic, result)  # RemoteFetch{Requests,Bytes,Errors}PerSec
+        self.result = result
+        p = self.remote.partition
+        if result.error is None and result.next_offset >= 0 and p is not None and p.is_remote_offset(result.next_offset):
+            # the consumer's next fetch will most likely ask for what follows, with the same limits
+            reader.start_read_ahead(replace(self.info, fetch_offset=result.next_offset),
+                                    self.replica_manager.spawn)
         if not self.completed:
             self.replica_manager.remote_fetch_purgatory.check_and_complete(self.key)
 

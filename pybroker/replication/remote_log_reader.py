@@ -49,7 +49,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -135,6 +135,25 @@ def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
     return [(header[H_BASE_TIMESTAMP] + r[1], base + r[2]) for r in decoded]
 
 
+_READ_AHEAD_ENTRIES = 64  # read-aheads kept waiting for their fetch (each at most one read's bytes)
+_READ_AHEAD_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _ahead_key(info: RemoteStorageFetchInfo) -> tuple[object, ...]:
+    return (info.tp, info.fetch_offset, info.max_bytes, info.fetch_max_bytes, info.min_one_message,
+            info.hard_max_bytes_limit, info.read_committed)
+
+
+class _ReadAhead:
+    """A read started ahead of its fetch: `done` is set once `result` is there (None: failed)."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: RemoteLogReadResult | None = None
+
+
 class RemoteLogReaderRejected(RemoteStorageError):
     """Kafka's RejectedExecutionException: too many remote reads are waiting for a thread."""
 
@@ -167,6 +186,7 @@ class RemoteLogReadResult:
     local_txn_range: tuple[int, int] | None = None
     segment: RemoteLogSegmentMetadata | None = None
     error: BaseException | None = None
+    next_offset: int = -1  # the offset after the last record returned (-1: none returned)
 
 
 @dataclass(slots=True)
@@ -236,6 +256,10 @@ class RemoteLogReader:
         # Kafka's BrokerTopicMetrics RemoteFetchRequestsPerSec, RemoteFetchBytesPerSec,
         # RemoteFetchErrorsPerSec per topic: [requests, bytes, errors] (event loop only, `record`)
         self.topic_meters: dict[str, list[int]] = {}
+        # read-ahead (event loop only): the next read of a consumer reading on, started when its
+        # previous one finished, by what it will ask (`_ahead_key`)
+        self._ahead: OrderedDict[tuple[object, ...], _ReadAhead] = OrderedDict()
+        self.read_ahead_hits = 0
 
     # ------------------------------------------------------------------ the event loop's side
 
@@ -260,6 +284,35 @@ class RemoteLogReader:
         meters[1] += len(result.records)
         if result.error is not None and not isinstance(result.error, OffsetOutOfRangeError):
             meters[2] += 1
+
+    def claim_read_ahead(self, info: RemoteStorageFetchInfo) -> _ReadAhead | None:
+        """The read-ahead started for exactly this read, if any (taken out of the map)."""
+        ahead = self._ahead.pop(_ahead_key(info), None)
+        if ahead is not None:
+            self.read_ahead_hits += 1
+        return ahead
+
+    def start_read_ahead(self, info: RemoteStorageFetchInfo, spawn: Callable[..., object]) -> None:
+        """Read `info` now, on a reader thread, for the fetch that will ask it next (a consumer
+        reading on asks for the offset after what it got, with the same limits): the store's
+        round trip then overlaps the client's. At most `_READ_AHEAD_ENTRIES` wait (the oldest
+        go); none while the fetch quota is exceeded or for reads larger than
+        `_READ_AHEAD_MAX_BYTES`."""
+        key = _ahead_key(info)
+        if key in self._ahead or min(info.max_bytes, info.fetch_max_bytes) > _READ_AHEAD_MAX_BYTES \
+                or self.quota.throttle_time_ms() > 0:
+            return
+        ahead = self._ahead[key] = _ReadAhead()
+        while len(self._ahead) > _READ_AHEAD_ENTRIES:
+            self._ahead.popitem(last=False)
+        spawn(self._read_ahead, info, ahead)
+
+    async def _read_ahead(self, info: RemoteStorageFetchInfo, ahead: _ReadAhead) -> None:
+        try:
+            ahead.result = await self.read_async(info)
+            self.record(info.tp.topic, ahead.result)
+        finally:
+            ahead.done.set()
 
     async def read_async(self, info: RemoteStorageFetchInfo) -> RemoteLogReadResult:
         """`read` on a reader thread; the error, if any, is in the result (Kafka's RemoteLogReader)."""
@@ -344,7 +397,7 @@ class RemoteLogReader:
         data = memoryview(window.data)[first:end]
         first_base = int.from_bytes(window.data[first:first + 8], "big", signed=True)
         self._hint(md, last_offset + 1, window.start + end)
-        result = RemoteLogReadResult(data, segment=md)
+        result = RemoteLogReadResult(data, segment=md, next_offset=last_offset + 1)
         if info.read_committed:
             self._aborted(info, md, first_base, last_offset + 1, result)
         return result

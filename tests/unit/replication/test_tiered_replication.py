@@ -141,6 +141,9 @@ def test_a_consumer_reads_the_remote_segments_through_the_fetch_handler(tmp_path
                 entries, _, _ = _records.scan_batches(data, 0, -1, True)
                 offset = entries[-1][1] + entries[-1][2] + 1
             assert got == tiered.remote_bytes()
+            # reading on, each fetch found its read started when the previous one finished
+            reader = rm1.remote_log_reader
+            assert reader is not None and reader.read_ahead_hits >= 1
             # and on into the local log, as one log
             d = part(await leader.request(ApiKey.FETCH, 12, consumer_fetch(local_start)))
             assert d.error_code == 0 and bytes(d.records).startswith(tiered.plog.segments[0].log_path.read_bytes()[:61])
