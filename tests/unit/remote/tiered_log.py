@@ -214,10 +214,10 @@ class TieredLog:
             self.copied.append(md.with_update(RemoteLogSegmentMetadataUpdate(
                 md.remote_log_segment_id, 0, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1)))
         # local retention: the copied segments go, the log start offset stays
-        with plog._lock:
-            del plog.segments[:n]
-            del plog._bases[:n]
-        for seg in segments:
+        plog.update_highest_offset_in_remote_storage(self.copied[-1].end_offset)
+        doomed = plog.increment_local_log_start_offset(plog.segments[n].base_offset)
+        assert doomed == segments
+        for seg in doomed:
             seg.delete()
 
     def remote_bytes(self) -> bytes:
