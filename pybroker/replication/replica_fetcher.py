@@ -566,7 +566,8 @@ class ReplicaFetcher:
         aux = await trio.to_thread.run_sync(fetch_aux_state, reader.rsm, reader.rlmm, tp, epoch, local_start,
                                             p.log.dir)
         p = self._current(s)
-        if p is None:
+        if p is None:  # a leadership change meanwhile: the fetched snapshot is not used
+            await trio.to_thread.run_sync(lambda: aux.snapshot_tmp.unlink(missing_ok=True))
             return
         plog = p.log
         self._defer_file_work(p, apply_aux_state(plog, aux, s.leader_log_start_offset, self.rm.clock.wall_ms()))
