@@ -72,6 +72,8 @@ class DelayedFetch(DelayedOperation):
             upper = (plog.last_stable_offset if isolation == READ_COMMITTED
                      else plog.log_end_offset if isolation == FETCH_LOG_END else plog.high_watermark)
             offset = r.fetch_offset
+            if offset < upper and p.is_remote_offset(offset):
+                continue  # only in remote storage (a remote read the fetch quota held back): waits, as Kafka's
             if offset < upper:
                 throttled = (quota is not None and quota.is_throttled(p.topic, p.partition)
                              and rm.should_leader_throttle(p, replica_id))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pybroker.replication.partition import Partition
+    from pybroker.replication.remote_log_reader import RemoteStorageFetchInfo
 
 READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation_level (Kafka's FetchIsolation.HIGH_WATERMARK)
 READ_COMMITTED = 1  # Kafka's FetchIsolation.TXN_COMMITTED: up to the last stable offset
@@ -92,12 +93,13 @@ class LogRead:
     `max_bytes`, `current_leader_epoch` and `last_fetched_epoch` (-1: none), and the fetching
     follower's `fetcher_log_start_offset`. Result: `partition` is the Partition read, None when
     the partition was refused (`error_code` says why); the offsets are the log's when it was
-    read; `regions` the FileRegions to send (None: no records)."""
+    read; `regions` the chunks to send (None: no records): FileRegions of local segments, or
+    bytes read back from remote storage."""
 
     __slots__ = ("topic", "partition_index", "topic_id", "fetch_offset", "max_bytes", "current_leader_epoch",
                  "last_fetched_epoch", "fetcher_log_start_offset",
                  "partition", "error_code", "regions", "size", "high_watermark", "last_stable_offset",
-                 "log_start_offset", "aborted", "preferred_read_replica", "diverging_epoch")
+                 "log_start_offset", "aborted", "preferred_read_replica", "diverging_epoch", "remote_fetch")
 
     def __init__(self, partition: Partition | None, fetch_offset: int, max_bytes: int, error_code: int = 0,
                  topic: str | None = None, partition_index: int = -1, topic_id: bytes = ZERO_TOPIC_ID,
@@ -127,6 +129,10 @@ class LogRead:
         # KIP-320: (epoch, end offset) where the fetcher's log parts from this one
         # (`Partition.diverging_epoch`); the read is then skipped, answered with the offsets
         self.diverging_epoch: tuple[int, int] | None = None
+        # tiered storage (KIP-405): the fetch offset is only in remote storage; a consumer's read
+        # goes to a DelayedRemoteFetch (replica_manager.fetch_messages), which fills `regions`
+        # with the bytes read back (bytes chunks, not FileRegions)
+        self.remote_fetch: RemoteStorageFetchInfo | None = None
 
     def __repr__(self) -> str:
         return (f"LogRead({self.topic}-{self.partition_index}@{self.fetch_offset}, error={self.error_code}, "

@@ -379,6 +379,13 @@ class Partition:
         r.aborted = None
         r.size = 0
 
+    def is_remote_offset(self, offset: int) -> bool:
+        """Whether `offset` is in [log start offset, local log start offset) of a tiered log
+        (UnifiedLog.remote_log_enabled): a read there is a remote one (the conditions of Kafka's
+        handleOffsetOutOfRangeError)."""
+        plog = self.log
+        return plog.remote_log_enabled and plog.log_start_offset <= offset < plog.local_log_start_offset
+
     def read_records(self, r: LogRead, max_bytes: int, isolation: int, min_one_message: bool,
                      hard_max_bytes_limit: bool) -> int:
         """Read `r` (Kafka's readRecords and the LogReadResult checks): batches from the one

@@ -71,6 +71,8 @@ import trio
 
 from pybroker._native import records as _records
 from pybroker.log.errors import LogError
+from pybroker.log.remote.remote_log_segment_metadata import TopicIdPartition
+from pybroker.log.remote.remote_storage_manager import RemoteStorageError
 from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import (
     FetchRequest,
@@ -79,6 +81,12 @@ from pybroker.protocol.messages import (
 )
 from pybroker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
 from pybroker.replication.leader_end_point import CONNECTION_ERRORS, LeaderEndPoint
+from pybroker.replication.tier_state_machine import (
+    apply_aux_state,
+    fetch_aux_state,
+    install_snapshot,
+    target_epoch,
+)
 
 if TYPE_CHECKING:
     from pybroker.log.log import DeferredTruncation, UnifiedLog
@@ -106,6 +114,7 @@ def list_offsets_version(metadata_version: int) -> int:
             return version
     return 7
 EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the leader's first local offset (ListOffsets v8+)
 # errors after which a partition waits and asks again (the leader is not there yet, or moved)
 _RETRY_LATER = frozenset({Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH, Errors.FENCED_LEADER_EPOCH,
                           Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID, Errors.INCONSISTENT_TOPIC_ID,
@@ -132,7 +141,7 @@ class PartitionFetchState:
     """One followed partition in a fetcher (Kafka's PartitionFetchState)."""
 
     __slots__ = ("topic", "partition", "topic_id", "leader_epoch", "fetch_offset", "truncating", "out_of_range",
-                 "delayed_until", "lag", "last_fetched_epoch", "retries")
+                 "delayed_until", "lag", "last_fetched_epoch", "retries", "tiered", "leader_log_start_offset")
 
     def __init__(self, topic: str, partition: int, topic_id: bytes, leader_epoch: int, fetch_offset: int,
                  last_fetched_epoch: int | None = None, truncating: bool = True) -> None:
@@ -143,6 +152,10 @@ class PartitionFetchState:
         self.fetch_offset = fetch_offset
         self.truncating = truncating
         self.out_of_range = False
+        # KIP-405: the leader answered OFFSET_MOVED_TO_TIERED_STORAGE; the log is rebuilt from
+        # remote storage (tier_state_machine.py) before fetching on, with the leader's log start
+        self.tiered = False
+        self.leader_log_start_offset = -1
         # the epoch of the last batch in our log, sent with each fetch so the leader can tell
         # where our log parts from its own (KIP-320); None: a log without epochs
         self.last_fetched_epoch = last_fetched_epoch
@@ -355,6 +368,11 @@ class ReplicaFetcher:
         """One truncation round; False when nothing was done."""
         ask: list[tuple[PartitionFetchState, int]] = []
         done_locally = False
+        tiered = [s for s in states if s.tiered]
+        if tiered:
+            await self._build_remote_log_aux_state(tiered)
+            done_locally = True
+            states = [s for s in states if not s.tiered]
         for s in states:
             p = self._current(s)
             if p is None:
@@ -487,6 +505,81 @@ class ReplicaFetcher:
             s.fetch_offset = p.log.log_end_offset
             s.last_fetched_epoch = p.log.latest_epoch()
 
+    async def _build_remote_log_aux_state(self, states: list[PartitionFetchState]) -> None:
+        """KIP-405 (Kafka's TierStateMachine.start, tier_state_machine.py): the leader's earliest
+        local offset and its epoch (ListOffsets -4 as a replica), the epoch of the offset before
+        it (OffsetForLeaderEpoch for the epoch before, unless 0), then the remote segment's
+        leader epochs and producer snapshot; the log restarts at the segment's end + 1 with the
+        leader's log start offset, and fetching goes on from there. A failure (the store, no
+        remote segment yet, tiering not enabled here) is retried after replica.fetch.backoff.ms."""
+        reader = self.rm.remote_log_reader
+        live = [s for s in states if self._current(s) is not None]
+        if reader is None:
+            for s in live:
+                log.warning("%s-%d: the leader %d has moved our fetch offset %d to tiered storage, but "
+                            "remote.log.storage.system.enable is off here: retrying", s.topic, s.partition,
+                            self.leader_id, s.fetch_offset)
+                self._delay(s)
+            return
+        if not live:
+            return
+        by_topic: dict[str, list[Any]] = {}
+        for s in live:
+            by_topic.setdefault(s.topic, []).append(ListOffsetsRequest.ListOffsetsPartition(
+                partition_index=s.partition, current_leader_epoch=s.leader_epoch,
+                timestamp=EARLIEST_LOCAL_TIMESTAMP))
+        req = ListOffsetsRequest(replica_id=self.rm.node_id, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self.leader.fetch_earliest_offsets(req, max(8, list_offsets_version(self._metadata_version())))
+        answers = {(t.name, r.partition_index): r for t in resp.topics for r in t.partitions}
+        for s in live:
+            r = answers.get((s.topic, s.partition))
+            if r is None or r.error_code or r.offset < 0:
+                self._delay(s, r.error_code if r is not None else 0)
+                continue
+            try:
+                await self._build_one(s, reader, r.offset, r.leader_epoch)
+            except RemoteStorageError as exc:
+                log.warning("%s-%d: building the follower state from remote storage failed: %s", s.topic,
+                            s.partition, exc)
+                self.rm.failed_build_remote_log_aux_state += 1
+                self._delay(s)
+
+    async def _build_one(self, s: PartitionFetchState, reader: Any, local_start: int, epoch: int) -> None:
+        epoch = max(epoch, 0)
+        if epoch > 0:
+            req = OffsetForLeaderEpochRequest(replica_id=self.rm.node_id, topics=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=s.topic, partitions=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                        partition=s.partition, current_leader_epoch=s.leader_epoch, leader_epoch=epoch - 1)])])
+            resp = await self.leader.fetch_epoch_end_offsets(req, OFFSET_FOR_LEADER_EPOCH_VERSION)
+            found = [r for t in resp.topics for r in t.partitions if r.partition == s.partition]
+            if not found or found[0].error_code:
+                raise RemoteStorageError(f"OffsetForLeaderEpoch({epoch - 1}) answered "
+                                         f"{_error_name(found[0].error_code) if found else 'nothing'}")
+            epoch = target_epoch(epoch, found[0].leader_epoch, found[0].end_offset, local_start)
+        p = self._current(s)
+        if p is None:
+            return
+        tp = TopicIdPartition(s.topic_id, s.topic, s.partition)
+        self.rm.build_remote_log_aux_state_requests += 1
+        aux = await trio.to_thread.run_sync(fetch_aux_state, reader.rsm, reader.rlmm, tp, epoch, local_start,
+                                            p.log.dir)
+        p = self._current(s)
+        if p is None:  # a leadership change meanwhile: the fetched snapshot is not used
+            await trio.to_thread.run_sync(lambda: aux.snapshot_tmp.unlink(missing_ok=True))
+            return
+        plog = p.log
+        self._defer_file_work(p, apply_aux_state(plog, aux, s.leader_log_start_offset, self.rm.clock.wall_ms()))
+        await trio.to_thread.run_sync(install_snapshot, aux)
+        log.info("%s-%d: built the follower state from remote storage up to offset %d (remote segment %d-%d, "
+                 "%d epochs, %d producers); fetching from leader %d at %d, log start %d", s.topic, s.partition,
+                 aux.next_offset, aux.segment.start_offset, aux.segment.end_offset, len(aux.epochs),
+                 len(aux.producers), self.leader_id, aux.next_offset, plog.log_start_offset)
+        s.tiered = s.truncating = s.out_of_range = False
+        s.fetch_offset = plog.log_end_offset
+        s.last_fetched_epoch = plog.latest_epoch()
+
     # ------------------------------------------------------------------ fetching
 
     async def _fetch(self, states: list[PartitionFetchState]) -> bool:
@@ -567,6 +660,10 @@ class ReplicaFetcher:
             return
         if d.error_code == Errors.OFFSET_OUT_OF_RANGE:
             s.truncating = s.out_of_range = True
+            return
+        if d.error_code == Errors.OFFSET_MOVED_TO_TIERED_STORAGE:
+            s.truncating = s.tiered = True
+            s.leader_log_start_offset = d.log_start_offset
             return
         if d.error_code:
             if d.error_code not in _RETRY_LATER:

@@ -57,6 +57,7 @@ from pybroker.log.log import (
 )
 from pybroker.log.log_append_info import LogAppendInfo
 from pybroker.log.manager import LogManager
+from pybroker.log.remote.remote_log_segment_metadata import TopicIdPartition
 from pybroker.metadata.image import RESOURCE_TOPIC, MetadataImage
 from pybroker.metrics.broker_topic_stats import BrokerTopicStats
 from pybroker.protocol.errors import Errors
@@ -70,6 +71,7 @@ from pybroker.replication.delayed_delete_records import (
 )
 from pybroker.replication.delayed_fetch import DelayedFetch
 from pybroker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from pybroker.replication.delayed_remote_fetch import DelayedRemoteFetch
 from pybroker.replication.fetch_params import (
     FETCH_LOG_END as FETCH_LOG_END,  # re-exported: the fetch vocabulary's old home
 )
@@ -83,6 +85,11 @@ from pybroker.replication.fetch_params import (
 from pybroker.replication.leader_end_point import LeaderEndPointFactory, remote_leader_end_points
 from pybroker.replication.partition import Partition
 from pybroker.replication.remote_log_manager import RemoteLogManager
+from pybroker.replication.remote_log_reader import (
+    RemoteLogReader,
+    RemoteStorageFetchInfo,
+    remote_log_reader,
+)
 from pybroker.replication.replica_fetcher_manager import ReplicaFetcherManager
 from pybroker.replication.replica_selector import ReplicaView, replica_selector
 from pybroker.replication.replication_quota_manager import (
@@ -212,6 +219,17 @@ class ReplicaManager:
         windows = (config["replication.quota.window.num"], config["replication.quota.window.size.seconds"])
         self.leader_quota = ReplicationQuotaManager(LEADER_REPLICATION, *windows)
         self.follower_quota = ReplicationQuotaManager(FOLLOWER_REPLICATION, *windows)
+        # tiered storage (KIP-405), the read side: `remote_log_reader` is made from the remote log
+        # manager's RSM and RLMM when it is attached (`attach_remote_log_manager`); a consumer's
+        # fetch below a tiered partition's local log start is read back through it in a
+        # DelayedRemoteFetch, a follower's answered OFFSET_MOVED_TO_TIERED_STORAGE
+        self.remote_log_reader: RemoteLogReader | None = None
+        self.remote_fetch_purgatory = DelayedOperationPurgatory("RemoteFetch", timer)
+        self.remote_fetch_expired = 0  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec (a total)
+        self.remote_fetch_throttled = 0  # remote reads not scheduled while over the fetch quota
+        # followers built from remote storage (Kafka's BuildRemoteLogAuxStateRequestsPerSec and
+        # BuildRemoteLogAuxStateErrorsPerSec, totals; replica_fetcher.py)
+        self.build_remote_log_aux_state_requests = self.failed_build_remote_log_aux_state = 0
         # tiered storage (KIP-405): set by server/broker.py when remote.log.storage.system.enable;
         # told of every leadership/config change and removal of a hosted partition
         self.remote_log_manager: RemoteLogManager | None = None
@@ -224,6 +242,7 @@ class ReplicaManager:
         log manager (the local segments below it) and waiting DeleteRecords."""
         self.remote_log_manager = rlm
         rlm.on_segments_detached = self.log_manager.schedule_segment_deletion
+        self.remote_log_reader = remote_log_reader(self.config, rlm.rsm, rlm.rlmm)  # the read side (tread)
 
         def moved(p: Any) -> None:
             self.delete_records_purgatory.check_and_complete((p.topic, p.partition))
@@ -556,7 +575,7 @@ class ReplicaManager:
         return chosen.broker_id
 
     def fetch_messages(self, params: FetchParams, infos: Sequence[FetchInfo]
-                       ) -> tuple[list[LogRead], DelayedFetch | None]:
+                       ) -> tuple[list[LogRead], DelayedFetch | DelayedRemoteFetch | None]:
         """A Fetch's partitions (Kafka's ReplicaManager.fetchMessages): read them now
         (`read_from_log`), and answer at once when the fetch may not wait (max_wait_ms <= 0, no
         partition), found min_bytes, or some partition failed, diverges or has a preferred read
@@ -567,6 +586,9 @@ class ReplicaManager:
         reads = [LogRead(None, i.fetch_offset, i.max_bytes, 0, i.topic or "", i.partition, i.topic_id,
                          i.leader_epoch, i.last_fetched_epoch, i.fetcher_log_start_offset) for i in infos]
         total = self.read_from_log(params, reads)
+        remote = self._remote_fetch(params, reads)
+        if remote is not None:
+            return reads, remote
         if params.max_wait_ms <= 0 or not reads or total >= params.min_bytes:
             return reads, None
         for r in reads:  # Kafka answers at once when a partition failed, diverges or should go elsewhere
@@ -576,6 +598,55 @@ class ReplicaManager:
         if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition_index) for r in reads]):
             return reads, None
         return reads, op
+
+    def _remote_fetch(self, params: FetchParams, reads: list[LogRead]) -> DelayedRemoteFetch | None:
+        """Kafka's processRemoteFetch: the first partition `read_from_log` left to remote
+        storage is read on a reader thread, in a DelayedRemoteFetch the handler awaits (even
+        when the others found enough: the response waits for it, as Kafka's); the other such
+        partitions are answered empty and asked again. None when no partition needs it."""
+        first: LogRead | None = None
+        for r in reads:
+            if r.remote_fetch is not None:
+                if first is None:
+                    first = r
+                else:
+                    r.remote_fetch = None
+        reader = self.remote_log_reader
+        if first is None or first.remote_fetch is None or reader is None:
+            return None
+        op = DelayedRemoteFetch(params, reads, first, first.remote_fetch, reader, self,
+                                int(self.config["remote.fetch.max.wait.ms"]))  # dynamic
+        self.spawn(op.run)
+        self.remote_fetch_purgatory.try_complete_else_watch(op, [op.key])
+        return op
+
+    def _read_remote(self, p: Partition, r: LogRead, params: FetchParams, max_bytes: int, min_one: bool) -> None:
+        """`r`'s offset is only in remote storage (Partition.is_remote_offset), Kafka's
+        handleOffsetOutOfRangeError: a follower gets OFFSET_MOVED_TO_TIERED_STORAGE with the
+        leader's offsets (it then builds its state from remote storage, replica_fetcher.py); a
+        consumer's read is left to a DelayedRemoteFetch (`r.remote_fetch`), unless the remote
+        fetch quota is exceeded: then the partition is answered empty, without an error."""
+        p.read_offsets(r)
+        reader = self.remote_log_reader
+        if params.is_from_follower:
+            r.error_code = Errors.OFFSET_MOVED_TO_TIERED_STORAGE
+            return
+        if reader is None:
+            return  # the node is still attaching its remote log manager: empty, asked again
+        # the dynamic broker configs (remote.log.manager.fetch.max.bytes.per.second,
+        # remote.log.index.file.cache.total.size.bytes) take effect on the next remote read
+        reader.quota.bytes_per_second = self.config["remote.log.manager.fetch.max.bytes.per.second"]
+        cache_bytes = self.config["remote.log.index.file.cache.total.size.bytes"]
+        if cache_bytes != reader.index_cache.max_size_bytes:
+            self.spawn(trio.to_thread.run_sync, reader.index_cache.resize, cache_bytes)  # may delete files
+            reader.index_cache.max_size_bytes = cache_bytes
+        if reader.quota.throttle_time_ms() > 0:
+            self.remote_fetch_throttled += 1
+            return
+        r.remote_fetch = RemoteStorageFetchInfo(
+            TopicIdPartition(p.topic_id, p.topic, p.partition), r.fetch_offset, r.max_bytes, max_bytes, min_one,
+            params.hard_max_bytes_limit, params.isolation == READ_COMMITTED,
+            tuple(p.log.leader_epoch_cache.entries()))
 
     def read_from_log(self, params: FetchParams, reads: list[LogRead], from_purgatory: bool = False) -> int:
         """Decide and read each partition of a fetch (Kafka's ReplicaManager.readFromLog); fills each
@@ -619,11 +690,14 @@ class ReplicaManager:
         total = 0
         min_one = True
         bad_size_logged = False
+        # tiered storage on this node (remote.log.storage.system.enable): only then can a read be remote
+        remote_enabled = self.log_manager.remote_storage_system_enable
         for r in reads:
             if from_purgatory:  # decided again from the start, as Kafka's readFromLog does
                 r.error_code = 0
                 r.preferred_read_replica = -1
                 r.diverging_epoch = None
+            r.remote_fetch = None
             p = partitions.get((r.topic, r.partition_index))
             if p is None:
                 r.partition = None
@@ -666,6 +740,15 @@ class ReplicaManager:
                     r.preferred_read_replica = preferred
                     p.read_offsets(r)  # KIP-392: the consumer goes to that replica
                     continue
+            if remote_enabled and p.is_remote_offset(r.fetch_offset):
+                self._read_remote(p, r, params, max(0, max_bytes - total), min_one)
+                if r.error_code:
+                    if r.error_code != Errors.OFFSET_MOVED_TO_TIERED_STORAGE:
+                        r.partition = None
+                    continue
+                if from_purgatory:
+                    r.remote_fetch = None  # a parked local fetch's read: answered empty, asked again
+                continue
             size = p.read_records(r, min(r.max_bytes, max(0, max_bytes - total)), isolation, min_one, hard_limit)
             if size:
                 total += size
@@ -709,6 +792,42 @@ class ReplicaManager:
         if found is None:
             return 0, -1, -1, -1
         if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and found.offset >= upper:
+            return 0, -1, -1, -1
+        return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
+
+    async def fetch_offset_with_remote(self, topic: str, partition: int, timestamp: int, isolation: int,
+                                       current_leader_epoch: int = -1) -> tuple[int, int, int, int]:
+        """`fetch_offset`, and for a timestamp target on a tiered partition whose log starts
+        below its local log start, the remote segments searched first (Kafka's
+        fetchOffsetForTimestamp through RemoteLogManager.findOffsetByTimestamp, on a reader
+        thread): the first record at or after the timestamp there, else the local log's answer.
+        A store that fails answers UNKNOWN_SERVER_ERROR (Kafka's for a RemoteStorageException),
+        one slower than remote.list.offsets.request.timeout.ms REQUEST_TIMED_OUT."""
+        reader = self.remote_log_reader
+        p = self.partitions.get((topic, partition))
+        if (timestamp < 0 or reader is None or p is None or p.leader_id != p.local_id
+                or not p.is_remote_offset(p.log.log_start_offset)):
+            return self.fetch_offset(topic, partition, timestamp, isolation, current_leader_epoch)
+        code = p.check_current_leader_epoch(current_leader_epoch)
+        if code:
+            return code, -1, -1, -1
+        tp = TopicIdPartition(p.topic_id, p.topic, p.partition)
+        timeout_s = int(self.config["remote.list.offsets.request.timeout.ms"]) / 1000
+        try:
+            with trio.fail_after(timeout_s):
+                found = await reader.find_offset_by_timestamp_async(
+                    tp, timestamp, p.log.log_start_offset, p.log.leader_epoch_cache.entries(),
+                    p.log.local_log_start_offset)
+        except trio.TooSlowError:
+            return Errors.REQUEST_TIMED_OUT, -1, -1, -1
+        except Exception as exc:
+            log.warning("ListOffsets of %s-%d at timestamp %d: the remote search failed: %s", topic, partition,
+                        timestamp, exc)
+            return Errors.UNKNOWN_SERVER_ERROR, -1, -1, -1
+        if found is None or self.partitions.get((topic, partition)) is not p:
+            return self.fetch_offset(topic, partition, timestamp, isolation, current_leader_epoch)
+        upper = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
+        if found.offset >= upper:
             return 0, -1, -1, -1
         return 0, found.offset, found.timestamp, found.leader_epoch if found.leader_epoch is not None else -1
 

@@ -44,6 +44,7 @@ from pybroker.metrics.event_loop import EventLoopIdle
 from pybroker.metrics.registry import Family, MetricsRegistry, counter, gauge
 from pybroker.metrics.remote_log_metrics import COUNTERS as REMOTE_COUNTERS
 from pybroker.metrics.remote_log_metrics import GAUGES as REMOTE_GAUGES
+from pybroker.replication.remote_log_reader import REMOTE_FETCH_METERS
 
 if TYPE_CHECKING:
     from pybroker.coordinators.group.group_coordinator_shard import GroupCoordinatorShard
@@ -65,7 +66,7 @@ def register_broker_metrics(registry: MetricsRegistry, broker: Broker, idle: Eve
 
     for provider in (_topic_metrics, _replica_manager, _replication_quotas, _purgatories, _fetch_sessions,
                      _log_flush, _controller, _groups, _share_coordinator, _share_partitions, _requests,
-                     _socket_server, _remote_storage):
+                     _socket_server, _remote_storage, _remote_fetch):
         registry.add(when_ready(provider))
     if idle is not None:
         registry.add(lambda: _event_loop(idle))
@@ -214,6 +215,38 @@ def _remote_storage(broker: Broker) -> list[Family]:
     return out
 
 
+def _remote_fetch(broker: Broker) -> list[Family]:
+    """The remote reads' meters (replication/remote_log_reader.py): Kafka's BrokerTopicMetrics
+    RemoteFetch{Requests,Bytes,Errors}PerSec Counts, all topics and per topic; DelayedRemoteFetch's
+    ExpiresPerSec; the followers built from remote storage (BuildRemoteLogAuxState{Requests,Errors}PerSec,
+    all topics). None on a node without tiered storage."""
+    rm = broker.replica_manager
+    reader = rm.remote_log_reader
+    if reader is None:
+        return []
+    out = []
+    for i, meter in REMOTE_FETCH_METERS:
+        short = meter.removesuffix("PerSec").lower()
+        f = Family(f"kafka_server_brokertopicmetrics_{short}_total", "counter",
+                   f"Kafka's BrokerTopicMetrics {meter} Count: all topics, and per topic", ("topic",))
+        f.add(sum(m[i] for m in reader.topic_meters.values()))
+        for topic, m in sorted(reader.topic_meters.items()):
+            f.add(m[i], topic)
+        out.append(f)
+    out += [
+        counter("kafka_server_delayedremotefetchmetrics_expires_total",
+                "remote reads that did not finish within remote.fetch.max.wait.ms (ExpiresPerSec Count)",
+                rm.remote_fetch_expired),
+        counter("kafka_server_brokertopicmetrics_buildremotelogauxstaterequests_total",
+                "followers built from remote storage (BuildRemoteLogAuxStateRequestsPerSec Count)",
+                rm.build_remote_log_aux_state_requests),
+        counter("kafka_server_brokertopicmetrics_buildremotelogauxstateerrors_total",
+                "failed builds of a follower from remote storage (BuildRemoteLogAuxStateErrorsPerSec Count)",
+                rm.failed_build_remote_log_aux_state),
+    ]
+    return out
+
+
 def _replication_quotas(broker: Broker) -> list[Family]:
     """KIP-73's sensors (Kafka's kafka.server:type=LeaderReplication / FollowerReplication,
     byte-rate): the throttled partitions' replication bytes per second, as the quota measures them."""
@@ -238,7 +271,8 @@ def _purgatories(broker: Broker) -> list[Family]:
     delayed = Family("kafka_server_delayedoperationpurgatory_numdelayedoperations", "gauge",
                      "distinct requests waiting in the purgatory (Kafka's NumDelayedOperations)",
                      ("delayedOperation",))
-    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory):
+    for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory,
+                      rm.remote_fetch_purgatory):
         watched, ops = purgatory.pending_counts()
         size.add(watched, purgatory.name)
         delayed.add(ops, purgatory.name)

@@ -27,6 +27,12 @@ so a consumer always progresses (Kafka's minOneMessage). When fewer than min_byt
 the replica manager returns a DelayedFetch watched on the partitions; the handler parks on its
 connection until it completes (an append or a change to one of them, max_wait_ms, the peer
 gone), and the completion read is what the response carries.
+
+Tiered storage (KIP-405): a consumer's fetch offset below a tiered partition's local log start
+is read back from remote storage in a DelayedRemoteFetch (replication/delayed_remote_fetch.py),
+which the handler awaits the same way; its records are bytes chunks in the response where a
+local read's are file regions, so a consumer cannot tell them apart. A follower's gets
+OFFSET_MOVED_TO_TIERED_STORAGE with the leader's offsets.
 """
 
 from __future__ import annotations
@@ -189,7 +195,9 @@ def _by_topic(updates: list[Update], by_id: bool, read_committed: bool) -> list[
         d = PData(partition_index=cp.partition, error_code=r.error_code, high_watermark=-1, last_stable_offset=-1,
                   log_start_offset=-1, aborted_transactions=[] if read_committed else None,
                   preferred_read_replica=r.preferred_read_replica, records=b"")
-        if not r.error_code:
+        if not r.error_code or r.error_code == Errors.OFFSET_MOVED_TO_TIERED_STORAGE:
+            # KIP-405: a follower below the leader's local log start gets the leader's offsets
+            # with the error (Kafka's createLogReadResult), its log start offset among them
             d.high_watermark = r.high_watermark
             d.last_stable_offset = r.last_stable_offset
             d.log_start_offset = r.log_start_offset

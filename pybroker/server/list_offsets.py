@@ -3,7 +3,9 @@
 ListOffsets targets: -1 latest (the high watermark, or the last stable offset for
 read_committed), -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+), -5 latest tiered
 (v9+), -6 earliest pending upload (v11+, KIP-1023), else the first offset whose timestamp >= the
-target (offset -1 when there is none below the high watermark). -4/-5/-6 on a tiered topic
+target (offset -1 when there is none below the high watermark; on a tiered partition the
+remote segments below the local log are searched first, ReplicaManager.fetch_offset_with_remote,
+so the handler awaits). -4/-5/-6 on a tiered topic
 are the log's (UnifiedLog.fetch_offset_by_timestamp: local log start, highest offset in remote
 storage, first offset not yet copied); on a topic that is not tiered -4 is -2's answer and -5
 and -6 answer offset -1 with leader epoch -1, as Kafka does; a special timestamp below its
@@ -42,8 +44,8 @@ _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIM
                 EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
 
 
-def _list_one(broker: Broker, version: int, isolation: int, topic: str,
-              req_p: ListOffsetsRequest.ListOffsetsPartition) -> LPart:
+async def _list_one(broker: Broker, version: int, isolation: int, topic: str,
+                    req_p: ListOffsetsRequest.ListOffsetsPartition) -> LPart:
     ts = req_p.timestamp
     out = LPart(partition_index=req_p.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     if ts < 0 and version < _MIN_VERSION.get(ts, 0):
@@ -52,12 +54,13 @@ def _list_one(broker: Broker, version: int, isolation: int, topic: str,
                                                         req_p.current_leader_epoch if version >= 4 else -1)
         out.error_code = found if isinstance(found, int) else Errors.UNSUPPORTED_VERSION
         return out
-    out.error_code, out.offset, out.timestamp, out.leader_epoch = broker.replica_manager.fetch_offset(
+    # KIP-405: a timestamp only the remote segments hold is searched there (on a reader thread)
+    out.error_code, out.offset, out.timestamp, out.leader_epoch = await broker.replica_manager.fetch_offset_with_remote(
         topic, req_p.partition_index, ts, isolation, req_p.current_leader_epoch if version >= 4 else -1)
     return out
 
 
-def handle_list_offsets(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
+async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
     auth = broker.authorizer
@@ -77,7 +80,7 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, req: ListOffsetsReq
                                    timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             seen.add(rp.partition_index)
-            parts.append(_list_one(broker, v, isolation, t.name, rp))
+            parts.append(await _list_one(broker, v, isolation, t.name, rp))
         topics.append(LTopic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 

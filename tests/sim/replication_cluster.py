@@ -197,7 +197,7 @@ class SimLeaderEndPoint:
             elif api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
                 resp = handle_offset_for_leader_epoch(node.handler_view, ctx, req)  # type: ignore[arg-type]
             else:
-                resp = handle_list_offsets(node.handler_view, ctx, req)  # type: ignore[arg-type]
+                resp = await handle_list_offsets(node.handler_view, ctx, req)  # type: ignore[arg-type]
             return response_bytes(encode_response(api_key, version, correlation, resp))
 
         data = await self.sim.network.rpc(self.follower.id, self.leader_id, serve, self.timeout_s)

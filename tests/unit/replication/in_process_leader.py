@@ -156,7 +156,7 @@ class InProcessLeader:
         elif api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             resp = handle_offset_for_leader_epoch(self.broker, ctx, req)  # type: ignore[arg-type]
         elif api_key == ApiKey.LIST_OFFSETS:
-            resp = handle_list_offsets(self.broker, ctx, req)  # type: ignore[arg-type]
+            resp = await handle_list_offsets(self.broker, ctx, req)  # type: ignore[arg-type]
         else:
             raise AssertionError(f"unexpected api key {api_key}")
         data = response_bytes(encode_response(api_key, version, self._correlation, resp))
