@@ -148,9 +148,11 @@ def test_rolled_segments_are_copied_and_local_retention_keeps_only_the_tail(node
     create_topic(node, topic, **{"local.retention.bytes": "1"})
     produce(node, topic, 40)
     wait_until(lambda: len(remote_logs(tmp_path, topic)) >= 3, "segments in the store")
-    assert metadata_records(node) >= 2 * len(remote_logs(tmp_path, topic))  # STARTED + FINISHED each
     # local retention removes the copied segments only: the active one stays
     wait_until(lambda: len(local_logs(tmp_path, topic)) == 1, "local retention")
+    # STARTED + FINISHED for each stored segment (a segment's objects are in the store a moment
+    # before its FINISHED event is)
+    wait_until(lambda: metadata_records(node) >= 2 * len(remote_logs(tmp_path, topic)), "the copies' metadata")
     earliest, earliest_local, latest, latest_tiered, pending = offsets(
         node, topic, OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL, OffsetSpec.LATEST, OffsetSpec.LATEST_TIERED,
         EARLIEST_PENDING_UPLOAD)
