@@ -17,7 +17,10 @@ r"""`pybroker topics`: kafka-topics.sh's list / describe / create / delete.
 not at their default, as Kafka's ConfigEntry.isDefault), then per partition
 `\tTopic: T\tPartition: P\tLeader: L\tReplicas: ...\tIsr: ...[\tAdding Replicas: ...\tRemoving
 Replicas: ...]\tElr: ...\tLastKnownElr: ...` (ELR from DescribeTopicPartitions, KIP-966; N/A
-from a broker without it). The partition filters print only the matching partition lines
+from a broker without it). **Deliberate addition:** a tiered topic's partition lines (remote.storage.enable=true)
+end with `\tEarliestOffset: A\tEarliestLocalOffset: B\tLatestTieredOffset: C` (ListOffsets -2, -4, -5:
+offsets [A, B) are read from remote storage, C is the last offset copied there, -1 before any),
+after Kafka's fields, so scripts grepping Kafka's still match. The partition filters print only the matching partition lines
 and no topic line, as Kafka's DescribeOptions. Topic ids print as Kafka prints a Uuid:
 url-safe base64 without padding. `alter --partitions N` is CreatePartitions to N in all; the
 broker refuses a count that is not larger (INVALID_PARTITIONS). Partitions and replication
@@ -255,6 +258,9 @@ def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err:
             out.write(line + "\n")
         if args.topics_with_overrides:
             continue
+        remote = entries.get("remote.storage.enable")
+        tiered = _tiered_offsets(admin, name, [p.partition for p in t.partitions]) \
+            if remote is not None and remote.value == "true" else None
         for p in t.partitions:
             if not _partition_shown(args, p, replication_factor(p), min_isr, live):
                 continue
@@ -264,8 +270,27 @@ def run_describe(admin: AdminClient, args: argparse.Namespace, out: TextIO, err:
             if r is not None:
                 line += f"\tAdding Replicas: {_ids(r[1])}\tRemoving Replicas: {_ids(r[2])}"
             line += f"\tElr: {_node_list(p.elr)}\tLastKnownElr: {_node_list(p.last_known_elr)}"
+            if tiered is not None and p.partition in tiered:
+                line += "\t" + tiered[p.partition]
             out.write(line + "\n")
     return EXIT_OK
+
+
+# ListOffsets' special timestamps for what is remote (KIP-405, KIP-1005)
+_EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -4, -5
+
+
+def _tiered_offsets(admin: AdminClient, name: str, partitions: list[int]) -> dict[int, str] | None:
+    """What is remote, per partition of a tiered topic: `EarliestOffset: A\tEarliestLocalOffset:
+    B\tLatestTieredOffset: C` (C is -1 while nothing is in remote storage; offsets [A, B) are
+    read from remote storage). None when a leader cannot answer: the lines then stay Kafka's."""
+    tps = [TopicPartition(name, i) for i in partitions]
+    try:
+        found = [admin.list_offsets(dict.fromkeys(tps, spec)) for spec in (_EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED)]
+    except KafkaError:
+        return None
+    return {tp.partition: f"EarliestOffset: {found[0][tp].offset}\tEarliestLocalOffset: {found[1][tp].offset}"
+                          f"\tLatestTieredOffset: {found[2][tp].offset}" for tp in tps}
 
 
 def run_alter(admin: AdminClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -161,6 +161,16 @@ def test_rolled_segments_are_copied_and_local_retention_keeps_only_the_tail(node
     assert earliest_local == active_base > 0
     assert latest_tiered == active_base - 1  # every rolled segment is in the store
     assert pending == active_base
+    # `pybroker topics describe` ends a tiered partition's line with what is remote, after Kafka's fields
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
+    assert cli_main(["topics", "describe", "--topic", topic, "--bootstrap-server", node.bootstrap_servers],
+                    out, io.StringIO(), io.StringIO()) == 0
+    out.flush()
+    partition_line = [ln for ln in out.buffer.getvalue().decode().splitlines() if "\tPartition: 0\t" in ln]
+    assert len(partition_line) == 1
+    assert re.fullmatch(rf"\tTopic: {topic}\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \S*\tLastKnownElr: \S*"
+                        rf"\tEarliestOffset: 0\tEarliestLocalOffset: {active_base}\tLatestTieredOffset: {active_base - 1}",
+                        partition_line[0]), partition_line
     # Kafka's BrokerTopicMetrics names on the Prometheus endpoint
     assert node.metrics_url is not None
     copied = len(remote_logs(tmp_path, topic))
