@@ -13,7 +13,8 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -363,3 +364,74 @@ def test_a_node_with_unusable_plugins_refuses_to_start(tmp_path: Path, key: str,
         node.start()
     assert message in str(info.value)  # the StartupError, one line naming the key
 
+
+
+def test_kill_9_during_a_copy_loses_nothing_and_leaves_no_orphan(tmp_path: Path) -> None:
+    """A node SIGKILLed while it uploads a segment (the store's uploads held to 1 MiB/s, so a
+    1 MiB segment's copy takes about a second: the kill lands after the first copy finished,
+    inside the next one, whose COPY_SEGMENT_STARTED is in `__remote_log_metadata` and whose
+    objects are half there or not at all). After the restart every rolled segment is copied
+    once, the store holds exactly the finished copies' objects (the cut copy's are deleted, as
+    Kafka's RemoteLogManager deletes a segment it finds STARTED and never FINISHED), and
+    confluent-kafka reads every record from offset 0 through the remote tier."""
+    from tests.clients.broker import BrokerProcess
+
+    overrides = tiered_overrides(tmp_path, **{"rsm.config.upload.rate.limit.bytes.per.second": str(1 << 20),
+                                              "rsm.config.chunk.size": str(64 * 1024)})
+    node = BrokerProcess(tmp_path / "logs", overrides=overrides, start_timeout=60)
+    node.start()
+    topic, count, value = "tiered-kill-copy", 5000, b"k" * 1000
+    try:
+        a = ck_admin.AdminClient({"bootstrap.servers": node.bootstrap})
+        cfg = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20), "local.retention.bytes": "1"}
+        a.create_topics([ck_admin.NewTopic(topic, 1, 1, config=cfg)])[topic].result(30)
+        p = confluent_kafka.Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(count):
+            p.produce(topic, value, key=b"%d" % i)
+            if i % 500 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+
+        def manifests() -> list[Path]:
+            return sorted((tmp_path / "remote").glob(f"{topic}-*/0/*.rsm-manifest"))
+
+        view = cast(EmbeddedBroker, SimpleNamespace(bootstrap_servers=node.bootstrap))
+        # a copy in flight: an odd count of metadata events is a COPY_SEGMENT_STARTED whose
+        # FINISHED is not written yet (each upload takes ~1 s at 1 MiB/s, polled every 50 ms)
+        wait_until(lambda: len(manifests()) >= 1 and metadata_records(view) % 2 == 1, "a copy after the first in flight")
+        node.kill()
+        cut = len(manifests())
+        # the segments so far: local ones and copied-and-trimmed ones (a copied one may be in both)
+        bases = {p.name[:20] for p in (tmp_path / "logs" / f"{topic}-0").glob("*.log")} | \
+            {p.name[:20] for p in manifests()}
+        rolled = len(bases) - 1  # all but the active segment
+        assert cut < rolled, "the kill came after every copy: nothing was cut"
+        node.start()
+
+        def settled() -> bool:
+            objects = list((tmp_path / "remote").glob(f"{topic}-*/0/*"))
+            finished = manifests()
+            local = sorted((tmp_path / "logs" / f"{topic}-0").glob("*.log"))
+            # every rolled segment copied and trimmed locally; exactly three objects per copy
+            return len(local) == 1 and len(finished) >= rolled and len(objects) == 3 * len(finished)
+
+        try:
+            wait_until(settled, "every segment copied once after the restart, and nothing else in the store", 120)
+        except AssertionError:
+            raise AssertionError(f"rolled {rolled}, cut {cut}; store: "
+                                 f"{sorted(x.name for x in (tmp_path / 'remote').rglob('*') if x.is_file())}; local: "
+                                 f"{sorted(x.name for x in (tmp_path / 'logs' / f'{topic}-0').glob('*.log'))}") from None
+        c = confluent_kafka.Consumer({"bootstrap.servers": node.bootstrap, "group.id": "kill-copy",
+                                      "enable.auto.commit": False})
+        c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        keys: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(keys) < count and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                if m.error() is None:
+                    assert m.value() == value
+                    keys.append(m.key())
+        c.close()
+        assert keys == [b"%d" % i for i in range(count)]
+    finally:
+        node.close()
