@@ -25,7 +25,9 @@ acknowledgement result. A final fetch (-1) only acknowledges, then closes the se
 the member's acquired records. ShareAcknowledge likewise acknowledges, and closes at -1.
 
 Concurrency: trio; a fetch that acquired nothing parks on its connection (MaxWaitMs) in the
-replica manager's fetch purgatory.
+replica manager's fetch purgatory. A partition whose next fetch offset is only in remote storage
+(tiered storage) is read on a reader thread, awaited here (`SharePartitionManager.acquire_remote`,
+bounded by remote.fetch.max.wait.ms), and acquired from once the read is back.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ from pybroker.protocol.messages import (
 from pybroker.security.authorizer import Op, Res
 from pybroker.server.leader_hints import LeaderHints
 from pybroker.share.share_partition import BATCH_OPTIMIZED, RECORD_LIMIT, RENEW
-from pybroker.share.share_partition_manager import PartitionFetch, SharePartitionManager
+from pybroker.share.share_partition_manager import (
+    PartitionFetch,
+    RemoteShareFetch,
+    SharePartitionManager,
+)
 from pybroker.share.share_session import next_epoch
 
 if TYPE_CHECKING:
@@ -186,11 +192,17 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
         max_bytes = max(1, min(req.max_bytes, broker.config["fetch.max.bytes"]))
         # MaxRecords <= 0 acquires nothing (Kafka's acquire): the fetch only acknowledges
         if req.max_records > 0 and not renew:
-            def attempt() -> int:
-                return mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode)
+            # the last attempt's records, and the partition it found only in remote storage (tiered)
+            last = [0]
+            remote: list[RemoteShareFetch] = []
 
-            if not attempt():
-                op = mgr.delayed(targets, req.max_wait_ms, attempt)
+            def attempt() -> int:
+                remote.clear()
+                last[0] = mgr.acquire(member, targets, max_bytes, req.max_records, req.batch_size, mode, remote)
+                return last[0]
+
+            if not attempt() and not remote:
+                op = mgr.delayed(targets, req.max_wait_ms, attempt, lambda: bool(remote))
                 if op is not None:
                     await ctx.conn.park(op)
                     session = context.session
@@ -200,6 +212,8 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: ShareFetc
                         return error(Errors.INVALID_SHARE_SESSION_EPOCH)
                     if op.expired:
                         attempt()
+            if remote:  # read and acquired with the others' records (Kafka's DelayedShareFetch)
+                await mgr.acquire_remote(member, remote[0], req.max_records - last[0], req.batch_size, mode)
         if context.full:
             answered = list(parts.values())
         else:

@@ -14,6 +14,19 @@ partition's next fetch offset through the replica manager (ReplicaManager.read_f
 consumer fetch at the group's share.isolation.level), the batch headers are read from the file
 regions, the records are acquired (SharePartition.acquire) and the response carries the log's
 batches covering the acquired ranges (Kafka's ShareFetchUtils slicing), as file regions.
+A partition whose next fetch offset lies only in remote storage (a tiered partition's
+[log start offset, local log start offset)) is left out of that synchronous pass: the read
+names it (`LogRead.remote_fetch`), `acquire` hands the first such partition back, and the
+handler reads it through the node's RemoteLogReader on a reader thread
+(`acquire_remote`, Kafka's DelayedShareFetch.processRemoteFetchOrException, one partition per
+fetch), bounded by remote.fetch.max.wait.ms, then acquires from the returned bytes by the same
+SharePartition.acquire rules (locks, delivery counts, max record locks, read_committed, acquire
+mode) and answers them as one bytes chunk. While that read runs, the share partition is skipped
+by other fetches (Kafka's share-partition fetch lock), so two members never read the same remote
+range to acquire it once; when it ends the parked fetches on the partition are woken. A failed
+read is the partition's error as Kafka's Errors.forException answers it (OFFSET_OUT_OF_RANGE,
+UNKNOWN_SERVER_ERROR for the store); one that did not finish in time answers the partition
+empty, without an error.
 When nothing is acquired and MaxWaitMs > 0, the fetch parks as a DelayedShareFetch in the
 replica manager's fetch purgatory, watched on the partitions' (topic, partition) keys, which a
 log append checks; a share partition whose records became available again (a release, a lock
@@ -22,7 +35,9 @@ or at MaxWaitMs after one more attempt. **Difference:** Kafka's DelayedShareFetc
 MinBytes are acquired; here any acquired record completes it (a share consumer sends MinBytes 1).
 
 Concurrency: trio thread only. Acquisition never awaits between reading the log and acquiring, so
-two fetches cannot acquire the same record. Persister calls await.
+two fetches cannot acquire the same record; the one await, a remote read, is followed by a
+check that the share partition still wants the offset it read before anything is acquired.
+Persister calls and remote reads await.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -42,7 +57,9 @@ from pybroker.protocol.chunks import FileRegion
 from pybroker.protocol.errors import Errors
 from pybroker.purgatory.purgatory import DelayedOperation
 from pybroker.purgatory.timer import SystemTimer
+from pybroker.replication.delayed_remote_fetch import read_error_code
 from pybroker.replication.fetch_params import READ_COMMITTED, READ_UNCOMMITTED, FetchParams, LogRead
+from pybroker.replication.remote_log_reader import RemoteLogReadResult, RemoteStorageFetchInfo
 from pybroker.share.persister import Persister
 from pybroker.share.share_group_metrics import ShareGroupMetrics
 from pybroker.share.share_partition import (
@@ -79,16 +96,56 @@ class PartitionFetch:
     acknowledge_error: int = 0
     has_ack: bool = False
     acquired: list[AcquiredRecords] = field(default_factory=list)
-    records: list[FileRegion] = field(default_factory=list)
+    records: list[FileRegion | memoryview] = field(default_factory=list)
 
 
-def read_batch_headers(regions: Sequence[FileRegion]) -> list[tuple[FetchedBatch, FileRegion]]:
-    """The batches in `regions` (a log read): their headers, and each batch's own region.
-    A batch cut short at the end of a region (a byte limit) is left out. The headers are read in
-    chunks of up to _HEADER_CHUNK bytes (one pread for a run of small batches, one short read per
-    large batch), from the page cache the read just warmed."""
+@dataclass
+class RemoteShareFetch:
+    """A partition of a share fetch whose next fetch offset is only in remote storage: what the
+    log read asked of the remote tier (`info`) at `fetch_offset`, to be read by `acquire_remote`."""
+
+    pf: PartitionFetch
+    sp: SharePartition
+    fetch_offset: int
+    info: RemoteStorageFetchInfo
+
+
+def bytes_batch_headers(chunk: bytes | bytearray | memoryview) -> list[tuple[FetchedBatch, int, int]]:
+    """The whole batches in `chunk` (record batches v2 back to back, as a remote read returns
+    them): each batch's header fields and its (start, end) in the chunk. A batch cut short at
+    the end (a byte limit) or a length that is not a batch's ends the list."""
     out = []
+    view = memoryview(chunk)
+    end = len(view)
+    pos = 0
+    while pos + _HEADER <= end:
+        head = bytes(view[pos:pos + _HEADER])
+        base = int.from_bytes(head[0:8], "big", signed=True)
+        size = 12 + int.from_bytes(head[8:12], "big", signed=True)
+        if pos + size > end or size < _HEADER:
+            break
+        attributes = int.from_bytes(head[21:23], "big")
+        last_delta = int.from_bytes(head[23:27], "big", signed=True)
+        producer_id = int.from_bytes(head[43:51], "big", signed=True)
+        out.append((FetchedBatch(base, base + last_delta, producer_id, bool(attributes & 0x10),
+                                 bool(attributes & 0x20)), pos, pos + size))
+        pos += size
+    return out
+
+
+def read_batch_headers(regions: Sequence[FileRegion | bytes | bytearray | memoryview]
+                       ) -> list[tuple[FetchedBatch, FileRegion | memoryview]]:
+    """The batches in `regions` (a log read): their headers, and each batch's own region (a
+    FileRegion of the log file, or a memoryview slice of a bytes chunk a remote read returned).
+    A batch cut short at the end of a region (a byte limit) is left out. From a file the headers
+    are read in chunks of up to _HEADER_CHUNK bytes (one pread for a run of small batches, one
+    short read per large batch), from the page cache the read just warmed."""
+    out: list[tuple[FetchedBatch, FileRegion | memoryview]] = []
     for region in regions:
+        if not isinstance(region, FileRegion):
+            view = memoryview(region)
+            out.extend((b, view[start:stop]) for b, start, stop in bytes_batch_headers(view))
+            continue
         fd, pos, end = region.fd, region.position, region.position + region.length
         buf = b""
         buf_start = pos
@@ -141,16 +198,19 @@ class DelayedShareFetch(DelayedOperation):
     was acquired, so the other parked members keep waiting instead of answering empty; at
     MaxWaitMs it completes and the handler acquires once more (Kafka's onComplete)."""
 
-    def __init__(self, delay_ms: int, ready: Callable[[], bool], attempt: Callable[[], int]) -> None:
+    def __init__(self, delay_ms: int, ready: Callable[[], bool], attempt: Callable[[], int],
+                 remote_wanted: Callable[[], bool] = lambda: False) -> None:
         super().__init__(delay_ms)
         self._ready = ready
         self._attempt = attempt
+        self._remote_wanted = remote_wanted
 
     def try_complete(self) -> bool:
         # runs inside whoever checked the key (an append, another request): a fault here answers
-        # this fetch, never theirs
+        # this fetch, never theirs. A fetch whose attempt found a partition to read from remote
+        # storage completes too: its handler runs that read (it cannot run here, synchronously).
         try:
-            done = self._ready() and self._attempt() > 0
+            done = self._ready() and (self._attempt() > 0 or self._remote_wanted())
         except Exception:
             log.exception("a parked share fetch failed to acquire")
             done = True
@@ -170,6 +230,9 @@ class SharePartitionManager:
         self.partitions: dict[SPKey, SharePartition] = {}
         self.metrics = ShareGroupMetrics()
         self._load_started: dict[SPKey, float] = {}  # share partitions not loaded yet: trio time created
+        # share partitions with a remote read in flight (Kafka's share-partition fetch lock): other
+        # fetches skip them until it has been acquired from
+        self._remote_busy: set[SPKey] = set()
         max_sessions = config.get("group.share.max.share.sessions", 2000) if config is not None else 2000
         self.sessions = ShareSessionCache(int(max_sessions or 2000))
 
@@ -307,8 +370,11 @@ class SharePartitionManager:
 
     def acquirable(self, targets: list[tuple[PartitionFetch, SharePartition]]) -> bool:
         """Whether some partition has records a fetch could acquire now."""
-        for _pf, sp in targets:
+        busy = self._remote_busy
+        for pf, sp in targets:
             if sp.state != ACTIVE or not sp.can_acquire_records():
+                continue
+            if busy and (sp.group_id, pf.topic_id, sp.partition) in busy:
                 continue
             nxt = sp.next_fetch_offset()
             if nxt <= sp.end_offset:
@@ -322,17 +388,22 @@ class SharePartitionManager:
         return False
 
     def acquire(self, member_id: str, targets: list[tuple[PartitionFetch, SharePartition]], max_bytes: int,
-                max_records: int, batch_size: int, mode: int) -> int:
+                max_records: int, batch_size: int, mode: int, remote: list[RemoteShareFetch] | None = None) -> int:
         """Read and acquire (synchronously: no other fetch runs in between). The request's bytes
         are shared evenly by the partitions that can acquire (Kafka's uniform
         PartitionMaxBytesStrategy), each read returning at least one batch. Returns the records
-        acquired."""
+        acquired. The first partition whose next fetch offset is only in remote storage is
+        appended to `remote` (when given and empty) for `acquire_remote`; the others are
+        answered empty, as Kafka's DelayedShareFetch reads one remote partition at a time."""
         total_bytes = 0
         remaining = max_records
         readable = []
+        busy = self._remote_busy
         for pf, sp in targets:
             if sp.state != ACTIVE:
                 continue
+            if busy and (sp.group_id, pf.topic_id, sp.partition) in busy:
+                continue  # a remote read of this share partition is in flight
             p = self.rm.get_partition(sp.topic, sp.partition)
             if p is not None and p.log.log_start_offset > sp.start_offset:
                 sp.update_cache_and_offsets(p.log.log_start_offset)  # retention passed the start offset
@@ -358,6 +429,8 @@ class SharePartitionManager:
                 pf.error = read.error_code
                 continue
             if not read.regions:
+                if read.remote_fetch is not None and remote is not None and not remote:
+                    remote.append(RemoteShareFetch(pf, sp, fetch_offset, read.remote_fetch))
                 continue
             batches = read_batch_headers(read.regions)
             acquired = sp.acquire(member_id, [b for b, _ in batches], remaining, batch_size, mode,
@@ -367,18 +440,97 @@ class SharePartitionManager:
             pf.acquired = acquired
             lo, hi = acquired[0].first_offset, acquired[-1].last_offset
             regions = [r for b, r in batches if b.last_offset >= lo and b.base_offset <= hi]
-            pf.records = _coalesce(regions)
-            total_bytes += sum(r.length for r in pf.records)
+            local = _coalesce(regions)  # type: ignore[arg-type]  # a local read: file regions only
+            pf.records = local  # type: ignore[assignment]
+            total_bytes += sum(r.length for r in local)
             remaining -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
         return max_records - remaining
 
+    async def acquire_remote(self, member_id: str, rf: RemoteShareFetch, max_records: int, batch_size: int,
+                             mode: int) -> int:
+        """Read `rf`'s partition from remote storage on a reader thread (at most
+        remote.fetch.max.wait.ms), then acquire from the bytes (Kafka's DelayedShareFetch
+        completeRemoteStorageShareFetchRequest). Returns the records acquired; `rf.pf` gets them
+        and their bytes, or the read's error. Nothing is acquired when the share partition moved
+        on meanwhile (closed, fenced, or its next fetch offset is no longer the one read)."""
+        reader = self.rm.remote_log_reader
+        pf, sp = rf.pf, rf.sp
+        key = (sp.group_id, pf.topic_id, sp.partition)
+        if reader is None or key in self._remote_busy or max_records <= 0:
+            return 0
+        self._remote_busy.add(key)
+        try:
+            result = await self._read_remote(reader, rf)
+            return self._acquire_read(member_id, rf, result, max_records, batch_size, mode)
+        finally:
+            self._remote_busy.discard(key)
+            self._on_change((sp.topic, sp.partition))  # the parked fetches skipped it meanwhile
+
+    async def _read_remote(self, reader: Any, rf: RemoteShareFetch) -> RemoteLogReadResult | None:
+        """The remote read (a read-ahead started for it, else a new one); None when it did not
+        finish within remote.fetch.max.wait.ms (it finishes on its thread, the result dropped)."""
+        info = rf.info
+        result: RemoteLogReadResult | None = None
+        with trio.move_on_after(max(0, int(self.config["remote.fetch.max.wait.ms"])) / 1000):
+            ahead = reader.claim_read_ahead(info)
+            if ahead is not None:
+                await ahead.done.wait()
+                result = ahead.result if ahead.result is not None and ahead.result.error is None else None
+            if result is None:
+                result = await reader.read_async(info)
+                reader.record(info.tp.topic, result)  # RemoteFetch{Requests,Bytes,Errors}PerSec
+        if result is None:
+            self.rm.remote_fetch_expired += 1  # Kafka's DelayedRemoteFetchMetrics ExpiresPerSec
+            return None
+        p = self.rm.get_partition(rf.sp.topic, rf.sp.partition)
+        if (result.error is None and result.next_offset >= 0 and p is not None
+                and p.is_remote_offset(result.next_offset)):
+            # the next fetch of this share partition most likely asks for what follows
+            reader.start_read_ahead(replace(info, fetch_offset=result.next_offset), self.rm.spawn)
+        return result
+
+    def _acquire_read(self, member_id: str, rf: RemoteShareFetch, result: RemoteLogReadResult | None,
+                      max_records: int, batch_size: int, mode: int) -> int:
+        pf, sp = rf.pf, rf.sp
+        if result is None:
+            return 0  # not in time: empty, without an error; the client asks again
+        if result.error is not None:
+            pf.error = read_error_code(result.error)
+            return 0
+        if (sp.state != ACTIVE or self.partitions.get((sp.group_id, pf.topic_id, sp.partition)) is not sp
+                or sp.next_fetch_offset() != rf.fetch_offset or not result.records):
+            return 0
+        p = self.rm.get_partition(sp.topic, sp.partition)
+        settings = sp.settings()
+        aborted = None
+        if settings.read_committed:
+            found = {(a.producer_id, a.first_offset) for a in result.aborted or ()}
+            if result.local_txn_range is not None and p is not None:
+                start, upper = result.local_txn_range
+                found.update((a.producer_id, a.first_offset) for a in p.log.txn_index.collect(start, upper))
+            aborted = sorted(found, key=lambda a: a[1])
+        chunk = memoryview(result.records)
+        batches = bytes_batch_headers(chunk)
+        acquired = sp.acquire(member_id, [b for b, _, _ in batches], max_records, batch_size, mode, aborted,
+                              rf.fetch_offset)
+        if not acquired:
+            return 0
+        pf.acquired = acquired
+        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+        covering = [(start, stop) for b, start, stop in batches if b.last_offset >= lo and b.base_offset <= hi]
+        pf.records = [chunk[covering[0][0]:covering[-1][1]]]  # contiguous batches of one read: one slice
+        return sum(a.last_offset - a.first_offset + 1 for a in acquired)
+
     def delayed(self, targets: list[tuple[PartitionFetch, SharePartition]], max_wait_ms: int,
-                attempt: Callable[[], int]) -> DelayedShareFetch | None:
+                attempt: Callable[[], int], remote_wanted: Callable[[], bool] = lambda: False
+                ) -> DelayedShareFetch | None:
         """Park a fetch that acquired nothing (None: it may answer now); `attempt` acquires for
-        it and returns how many records it got."""
+        it and returns how many records it got; `remote_wanted` says whether its last attempt
+        found a partition to read from remote storage (it then completes, for its handler to
+        read it)."""
         if max_wait_ms <= 0 or not targets:
             return None
-        op = DelayedShareFetch(max_wait_ms, lambda: self.acquirable(targets), attempt)
+        op = DelayedShareFetch(max_wait_ms, lambda: self.acquirable(targets), attempt, remote_wanted)
         keys = {(sp.topic, sp.partition) for _, sp in targets}
         if self.rm.fetch_purgatory.try_complete_else_watch(op, keys):
             return None
