@@ -5,8 +5,6 @@ nothing more is copied and nothing local is removed while it is down, and once i
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from pybroker.testing import EmbeddedBroker
 from tests.metrics.scrape import scrape
 from tests.remote.seaweedfs import SeaweedFS, s3_configs
+from tests.server.tiered import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the test extra) is not installed")
 ck_admin = pytest.importorskip("confluent_kafka.admin", reason="confluent-kafka (the test extra) is not installed")
@@ -22,13 +21,6 @@ from kafka.admin import KafkaAdminClient, OffsetSpec  # noqa: E402
 from kafka.structs import TopicPartition  # noqa: E402
 
 TOPIC = "tiered-s3"
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def produce(b: EmbeddedBroker, start: int, count: int) -> None:

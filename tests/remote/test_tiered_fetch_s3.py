@@ -16,6 +16,7 @@ from pybroker.protocol.errors import Errors
 from pybroker.protocol.messages import FetchRequest
 from pybroker.testing import EmbeddedBroker
 from tests.remote.seaweedfs import SeaweedFS, s3_configs
+from tests.server.tiered import wait_until
 from tests.server.wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the test extra) is not installed")
@@ -24,13 +25,6 @@ kafka = pytest.importorskip("kafka", reason="kafka-python (the test extra) is no
 
 AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
 COUNT = 50
-
-
-def wait_until(predicate, what: str, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def local_logs(tmp: Path, topic: str) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -26,6 +26,7 @@ from pybroker.testing import EmbeddedBroker
 from pybroker.tiered.rlmm_config import REMOTE_LOG_METADATA_TOPIC_NAME
 from tests.metrics.scrape import scrape
 
+from .tiered import tiered_overrides, wait_until
 from .wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the test extra) is not installed")
@@ -34,31 +35,8 @@ kafka = pytest.importorskip("kafka", reason="kafka-python (the test extra) is no
 from kafka.admin import KafkaAdminClient, OffsetSpec  # noqa: E402
 from kafka.structs import TopicPartition  # noqa: E402
 
-FS = "io.aiven.kafka.tieredstorage.storage.filesystem.FileSystemStorage"
-AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
 EARLIEST_PENDING_UPLOAD = -6  # KIP-1023, ListOffsets v11: no client library asks it yet (see `offsets`)
 VALUE = b"v" * 200
-
-
-def tiered_overrides(tmp: Path, **extra: str) -> dict[str, str]:
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": AIVEN_RSM,
-        "rsm.config.storage.backend.class": FS,
-        "rsm.config.storage.root": str(tmp / "remote"),
-        "rsm.config.chunk.size": "4096",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "200",
-        "log.retention.check.interval.ms": "200",
-        **extra,
-    }
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture

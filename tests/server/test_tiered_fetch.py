@@ -32,6 +32,8 @@ from pybroker.protocol.messages import FetchRequest
 from pybroker.testing import EmbeddedBroker
 from tests.metrics.scrape import scrape
 
+from .tiered import tiered_overrides as node_overrides
+from .tiered import wait_until
 from .wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the test extra) is not installed")
@@ -39,31 +41,12 @@ ck_admin = pytest.importorskip("confluent_kafka.admin", reason="confluent-kafka 
 kafka = pytest.importorskip("kafka", reason="kafka-python (the test extra) is not installed")
 aiokafka = pytest.importorskip("aiokafka", reason="aiokafka (the test extra) is not installed")
 
-FS = "io.aiven.kafka.tieredstorage.storage.filesystem.FileSystemStorage"
-AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
 COUNT = 60
 BASE_TS = int(time.time() * 1000) - 3_600_000  # an hour ago: well inside retention.ms
 
 
 def tiered_overrides(tmp: Path) -> dict[str, str]:
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": AIVEN_RSM,
-        "rsm.config.storage.backend.class": FS,
-        "rsm.config.storage.root": str(tmp / "remote"),
-        "rsm.config.chunk.size": "4096",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "200",
-        "log.retention.check.interval.ms": "200",
-        "metrics.listener": "http://127.0.0.1:0",
-    }
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return node_overrides(tmp, **{"metrics.listener": "http://127.0.0.1:0"})
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ tested on (tests/unit/remote/test_remote_log_reader.py).
 `TieredLog.copy_and_drop(n)` copies the first `n` rolled segments (log, offset and time
 indexes, the segment's transaction index entries in Kafka's .txnindex layout, producer snapshot,
 leader-epoch checkpoint) through the RSM, records them COPY_SEGMENT_FINISHED in a
-RemotePartitionMetadataStore (trlmm's cache) behind a RemoteLogMetadataManager facade, then
+RemotePartitionMetadataStore (trlmm's cache) behind a RemoteLogMetadataManager facade (MemoryRlmm), then
 drops them locally. The original bytes of every copied segment are kept to compare reads with.
 """
 
@@ -43,24 +43,36 @@ TP = TopicIdPartition(TOPIC_ID, "t", 0)
 _TXN = struct.Struct(">hqqqq")
 
 
-class StoreRLMM:
+class MemoryRlmm:
     """The RemoteLogMetadataManager protocol over trlmm's RemotePartitionMetadataStore, fed
-    directly (no metadata topic): what a broker's topic-based manager serves after consuming."""
+    directly (no metadata topic): what a broker's topic-based manager serves after consuming.
+    Every write is applied at once and kept in `events`; `stopped` lists the partitions
+    on_stop_partitions was given. A partition is ready once a leadership change named it (as the
+    topic-based manager's), or at its first write with `ready_on_write` (a reader's tests, which
+    never change leadership)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ready_on_write: bool = False) -> None:
         self.store = RemotePartitionMetadataStore()
+        self.ready_on_write = ready_on_write
+        self.events: list[object] = []
+        self.stopped: list[TopicIdPartition] = []
+
+    def _write(self, event: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata,
+               tp: TopicIdPartition) -> None:
+        if self.ready_on_write:
+            self.store.maybe_load_partition(tp)
+            self.store.mark_initialized(tp)
+        self.events.append(event)
+        self.store.handle(event)
 
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        tp = metadata.topic_id_partition
-        self.store.maybe_load_partition(tp)
-        self.store.mark_initialized(tp)
-        self.store.handle_remote_log_segment_metadata(metadata)
+        self._write(metadata, metadata.topic_id_partition)
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        self.store.handle_remote_log_segment_metadata_update(update)
+        self._write(update, update.remote_log_segment_id.topic_id_partition)
 
     def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
-        self.store.handle_remote_partition_delete_metadata(metadata)
+        self._write(metadata, metadata.topic_id_partition)
 
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch_for_offset: int,
                                     offset: int) -> RemoteLogSegmentMetadata | None:
@@ -78,16 +90,18 @@ class StoreRLMM:
 
     def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
                                         followers: Iterable[TopicIdPartition]) -> None:
-        pass
+        for tp in [*leaders, *followers]:
+            self.store.maybe_load_partition(tp)
+            self.store.mark_initialized(tp)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        pass
+        self.stopped.extend(partitions)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
-        return True
+        return self.ready_on_write or self.store.is_initialized(tp)
 
     def close(self) -> None:
-        self.store.close()
+        pass
 
 
 class DirectoryRSM:
@@ -164,7 +178,7 @@ class TieredLog:
                                                              partition=0, topic_id=TOPIC_ID)
         self.tp = TopicIdPartition(self.plog.topic_id or TOPIC_ID, self.plog.topic, self.plog.partition)
         self.rsm = rsm if rsm is not None else filesystem_rsm(tmp / "remote")
-        self.rlmm = StoreRLMM()
+        self.rlmm = MemoryRlmm(ready_on_write=True)
         self.copied: list[RemoteLogSegmentMetadata] = []
         self.original: dict[int, bytes] = {}  # copied segment base offset -> its bytes
         self.epoch = 0

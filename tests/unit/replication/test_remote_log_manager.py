@@ -8,7 +8,7 @@ clients are tests/server/test_tiered_*.py."""
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -25,7 +25,6 @@ from pybroker.log.log import (
     LATEST_TIERED_TIMESTAMP,
     UnifiedLog,
 )
-from pybroker.log.remote.remote_log_metadata_cache import RemotePartitionMetadataStore
 from pybroker.log.remote.remote_log_segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -47,61 +46,12 @@ from pybroker.replication.remote_log_manager import (
     is_within_leader_epochs,
     leader_epoch_checkpoint_bytes,
 )
+from tests.unit.remote.tiered_log import MemoryRlmm
 
 FS = "io.aiven.kafka.tieredstorage.storage.filesystem.FileSystemStorage"
 AIVEN_RSM = "io.aiven.kafka.tieredstorage.RemoteStorageManager"
 NOW = 1_700_000_000_000
 WAIT_S = 20
-
-
-class MemoryRlmm:
-    """The RemoteLogMetadataManager contract on the metadata cache, applied at once."""
-
-    def __init__(self) -> None:
-        self.store = RemotePartitionMetadataStore()
-        self.events: list[object] = []
-        self.stopped: list[TopicIdPartition] = []
-
-    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        self.events.append(metadata)
-        self.store.handle(metadata)
-
-    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        self.events.append(update)
-        self.store.handle(update)
-
-    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
-        self.events.append(metadata)
-        self.store.handle(metadata)
-
-    def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch_for_offset: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
-        return self.store.remote_log_segment_metadata(tp, offset, epoch_for_offset)
-
-    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
-        return self.store.highest_log_offset(tp, leader_epoch)
-
-    def list_remote_log_segments(self, tp: TopicIdPartition,
-                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
-        return iter(self.store.list_remote_log_segments(tp, leader_epoch))
-
-    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int) -> int:
-        return self.store.remote_log_size(tp, leader_epoch)
-
-    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
-                                        followers: Iterable[TopicIdPartition]) -> None:
-        for tp in [*leaders, *followers]:
-            self.store.maybe_load_partition(tp)
-            self.store.mark_initialized(tp)
-
-    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        self.stopped.extend(partitions)
-
-    def is_ready(self, tp: TopicIdPartition) -> bool:
-        return self.store.is_initialized(tp)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass
