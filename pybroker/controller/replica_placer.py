@@ -89,25 +89,46 @@ class _RackList:
             self.offset = 0
         out: list[int] = []
         first_rack = self.offset
-        while True:
+        # Kafka's loops, bounded: two passes over the racks always find a broker while the lists
+        # have one left this epoch; past them, a broker not yet chosen is taken in id order
+        # (`_spare`) rather than spinning on the event loop (a 3-node fuzz run once spun here
+        # with two replicas chosen and the third rack's list handing out nothing)
+        passes = 2 * len(self.rack_names) + 1
+        for _ in range(passes):
             result = self.racks[self.rack_names[first_rack]].next(self.epoch)
             if result >= 0:
                 out.append(result)
                 break
             first_rack = (first_rack + 1) % len(self.rack_names)
+        else:
+            out.append(self._spare(out))
         rack_index = self.offset
         for _ in range(1, replication_factor):
             result = -1
-            while result < 0:
+            for _ in range(passes):
                 if rack_index == first_rack:
                     first_rack = -1  # the leader's rack: skip it once in this round
                 else:
                     result = self.racks[self.rack_names[rack_index]].next(self.epoch)
                 rack_index = (rack_index + 1) % len(self.rack_names)
+                if result >= 0:
+                    break
+            if result < 0 or result in out:
+                result = self._spare(out)
             out.append(result)
         self.epoch += 1
         self.offset += 1
         return out
+
+
+    def _spare(self, chosen: list[int]) -> int:
+        """The lowest broker id not in `chosen` (the bounded loops' fallback)."""
+        spare = sorted(b for rack in self.racks.values() for b in rack.brokers if b not in chosen)
+        if not spare:
+            raise KafkaError(Errors.INVALID_REPLICATION_FACTOR,
+                             f"The target replication factor of {len(chosen) + 1} cannot be reached because "
+                             f"only {len(chosen)} broker(s) are registered and unfenced.")
+        return spare[0]
 
 
 class StripedReplicaPlacer:

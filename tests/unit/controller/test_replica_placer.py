@@ -62,3 +62,20 @@ def test_any_placement_is_valid(seed, n, rf_frac, parts, racks):
         if racks:  # as many racks as possible
             distinct = {b % racks for b in replicas}
             assert len(distinct) == min(rf, len({b.rack for b in brokers}))
+
+
+def test_a_rack_list_that_hands_out_nothing_does_not_spin() -> None:
+    """The striping loops are bounded: a rack whose broker list has nothing left in the epoch
+    (as a 3-node fuzz run once left one, with two replicas chosen: the controller then spun on
+    its event loop) yields to the lowest unchosen broker id instead of looping forever."""
+    from pybroker.controller.replica_placer import _RackList
+
+    racks = _RackList(random.Random(7), [UsableBroker(1, "a"), UsableBroker(2, None), UsableBroker(3, None)])
+    stale = racks.racks["a"]
+    stale.index, stale.epoch = len(stale.brokers), 0  # exhausted in the current epoch
+    out = racks.place(3)
+    assert sorted(out) == [1, 2, 3]
+    racks = _RackList(random.Random(7), [UsableBroker(1, "a"), UsableBroker(2, None)])
+    for rack in racks.racks.values():
+        rack.index, rack.epoch = len(rack.brokers), 0  # every list exhausted
+    assert sorted(racks.place(2)) == [1, 2]
