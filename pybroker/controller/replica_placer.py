@@ -50,16 +50,18 @@ class _BrokerList:
     def shuffle(self, rnd: _random.Random) -> None:
         rnd.shuffle(self.brokers)
 
-    def next(self, epoch: int) -> int:
-        """The next broker of this iteration epoch, or -1 when every broker was handed out."""
+    def next(self, epoch: int) -> int | None:
+        """The next broker of this iteration epoch, or None when every broker was handed out
+        (Kafka's -1; None here, since a registration may carry any int32 id, -1 and below
+        included, and a negative id taken for "none left" made the striping loop spin)."""
         if not self.brokers:
-            return -1
+            return None
         if self.epoch != epoch:
             self.epoch = epoch
             self.index = 0
             self.offset = (self.offset + 1) % len(self.brokers)
         if self.index >= len(self.brokers):
-            return -1
+            return None
         broker = self.brokers[(self.index + self.offset) % len(self.brokers)]
         self.index += 1
         return broker
@@ -91,29 +93,29 @@ class _RackList:
         first_rack = self.offset
         # Kafka's loops, bounded: two passes over the racks always find a broker while the lists
         # have one left this epoch; past them, a broker not yet chosen is taken in id order
-        # (`_spare`) rather than spinning on the event loop (a 3-node fuzz run once spun here
-        # with two replicas chosen and the third rack's list handing out nothing)
+        # (`_spare`) rather than spinning on the event loop (a 3-node fuzz run spun here once:
+        # a fuzzed registration of broker -2147483648 was handed out and taken for "none left")
         passes = 2 * len(self.rack_names) + 1
         for _ in range(passes):
-            result = self.racks[self.rack_names[first_rack]].next(self.epoch)
-            if result >= 0:
-                out.append(result)
+            first = self.racks[self.rack_names[first_rack]].next(self.epoch)
+            if first is not None:
+                out.append(first)
                 break
             first_rack = (first_rack + 1) % len(self.rack_names)
         else:
             out.append(self._spare(out))
         rack_index = self.offset
         for _ in range(1, replication_factor):
-            result = -1
+            result: int | None = None
             for _ in range(passes):
                 if rack_index == first_rack:
                     first_rack = -1  # the leader's rack: skip it once in this round
                 else:
                     result = self.racks[self.rack_names[rack_index]].next(self.epoch)
                 rack_index = (rack_index + 1) % len(self.rack_names)
-                if result >= 0:
+                if result is not None:
                     break
-            if result < 0 or result in out:
+            if result is None or result in out:
                 result = self._spare(out)
             out.append(result)
         self.epoch += 1

@@ -66,8 +66,7 @@ def test_any_placement_is_valid(seed, n, rf_frac, parts, racks):
 
 def test_a_rack_list_that_hands_out_nothing_does_not_spin() -> None:
     """The striping loops are bounded: a rack whose broker list has nothing left in the epoch
-    (as a 3-node fuzz run once left one, with two replicas chosen: the controller then spun on
-    its event loop) yields to the lowest unchosen broker id instead of looping forever."""
+    yields to the lowest unchosen broker id instead of looping forever on the event loop."""
     from pybroker.controller.replica_placer import _RackList
 
     racks = _RackList(random.Random(7), [UsableBroker(1, "a"), UsableBroker(2, None), UsableBroker(3, None)])
@@ -79,3 +78,14 @@ def test_a_rack_list_that_hands_out_nothing_does_not_spin() -> None:
     for rack in racks.racks.values():
         rack.index, rack.epoch = len(rack.brokers), 0  # every list exhausted
     assert sorted(racks.place(2)) == [1, 2]
+
+
+def test_a_negative_broker_id_is_placed_like_any_other() -> None:
+    """A registration may carry any int32 id (a fuzzed one registered -2147483648 with a rack of
+    its own): the placer hands it out as a broker, never as Kafka's -1 "none left", which had
+    the controller spin forever with two of three replicas chosen."""
+    for seed in range(50):
+        placer = StripedReplicaPlacer(random.Random(seed))
+        brokers = [UsableBroker(-2**31, "r" * 300), UsableBroker(2, None), UsableBroker(3, None)]
+        for replicas in placer.place(6, 3, brokers):
+            assert sorted(replicas) == [-2**31, 2, 3]
