@@ -808,8 +808,13 @@ async def _freeze_startup_heap(broker: Broker) -> None:
     generation, if anything, stays frozen."""
     await broker.ready.wait()
     # every codec a request or the shutdown may need, loaded now and frozen with the rest
-    loaded = await trio.to_thread.run_sync(preload_protocol, set(SUPPORTED))
-    log.debug("loaded the codecs of %d messages and records", loaded)
+    try:
+        loaded = await trio.to_thread.run_sync(preload_protocol, set(SUPPORTED))
+        log.debug("loaded the codecs of %d messages and records", loaded)
+    except (OSError, ImportError) as exc:
+        # out of descriptors (EMFILE) just as the node started, say: the node goes on serving and
+        # the codecs not loaded yet load on first use, as they did before the preload
+        log.warning("could not load every protocol codec at start (%s); the rest load on first use", exc)
     gc.collect(1)
     gc.freeze()
     # partitions created later join it too, a batch at a time: a full collection of 10,000 new

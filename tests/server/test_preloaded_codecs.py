@@ -65,3 +65,38 @@ def test_a_serving_node_imports_nothing_more(tmp_path: Path) -> None:
             proc.wait(10)
     text = out.read_bytes()
     assert b"ModuleNotFoundError" not in text and b"Traceback" not in text, text[-3000:].decode(errors="replace")
+
+
+def test_a_failed_preload_leaves_the_node_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of descriptors just after start (tests/fuzz's RLIMIT_NOFILE burst), the preload's
+    imports raise EMFILE: the node logs a WARNING and goes on (the codecs load on first use), where
+    the error used to end the node's nursery and shut it down under its clients."""
+    import errno
+    import logging
+    import types
+
+    import trio
+
+    from pybroker.server import broker as broker_mod
+
+    def no_descriptors(_keys: object) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(broker_mod, "preload_protocol", no_descriptors)
+    monkeypatch.setattr(broker_mod.gc, "freeze", lambda: None)  # leave the test process's heap alone
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("pybroker").addHandler(handler)
+
+    async def run() -> None:
+        ready = trio.Event()
+        ready.set()
+        fake = types.SimpleNamespace(ready=ready, config=types.SimpleNamespace(is_broker=False))
+        await broker_mod._freeze_startup_heap(fake)  # type: ignore[arg-type]
+
+    try:
+        trio.run(run)
+    finally:
+        logging.getLogger("pybroker").removeHandler(handler)
+    assert [r.levelname for r in records if "protocol codec" in r.getMessage()] == ["WARNING"]
