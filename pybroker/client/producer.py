@@ -293,6 +293,13 @@ class Producer:
         except BrokerConnectionError as exc:
             self._conns.pop(leader, None)
             return self._retry_or_fail(batches, KafkaError(Errors.NETWORK_EXCEPTION, str(exc)))
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            # the leader the metadata named is gone from it (a node killed a moment ago):
+            # LEADER_NOT_AVAILABLE, retried after a metadata refresh like a partition error
+            self._conns.pop(leader, None)
+            return self._retry_or_fail(batches, exc)
         by_tp = {b.tp: b for b in batches}
         retry: list[_Batch] = []
         for t in resp.responses:
