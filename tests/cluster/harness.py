@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from pybroker.client.connection import BrokerConnection, BrokerConnectionError
 from pybroker.log.meta_properties import random_uuid_str
 from pybroker.protocol.client_security import PLAINTEXT, ClientSecurity
 from pybroker.protocol.messages import DescribeQuorumRequest
+from pybroker.testing.cluster import free_ports
 from tests.clients.broker import BrokerProcess
 
 T = TypeVar("T")
@@ -40,17 +40,6 @@ FAST = {
     "broker.session.timeout.ms": "4000",
     "broker.heartbeat.interval.ms": "300",
 }
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def wait_until(check: Callable[[], T | None], timeout: float = WAIT_S, what: str = "condition",
